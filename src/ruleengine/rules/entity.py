@@ -1,0 +1,60 @@
+"""A campaign or ad set as the engine sees it: the fields the listing returned, typed."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# Currencies without a minor unit: Meta's budget fields are whole units there.
+_ZERO_DECIMAL = frozenset(
+    {"JPY", "KRW", "TWD", "CLP", "COP", "CRC", "HUF", "ISK", "IDR", "PYG", "VND", "UGX"}
+)
+
+
+def currency_offset(currency: str | None) -> int:
+    """How many budget units make one currency unit (100 for USD cents, 1 for JPY)."""
+    return 1 if (currency or "").upper() in _ZERO_DECIMAL else 100
+
+
+def parse_meta_time(value: str) -> datetime:
+    """Meta's ``2026-10-01T09:30:00+0000`` (or ISO 8601) as an aware datetime."""
+    return datetime.fromisoformat(value.replace("+0000", "+00:00"))
+
+
+class Entity(BaseModel):
+    """A campaign or ad set from the entity listing.
+
+    Budgets are integers in the account currency's minor unit, as Meta sends them
+    (Meta sends them as strings); ``None`` when the object has no such budget.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: str
+    name: str = ""
+    status: str | None = None
+    effective_status: str | None = None
+    created_time: datetime | None = None
+    daily_budget: int | None = None
+    lifetime_budget: int | None = None
+    budget_remaining: int | None = Field(default=None)
+    campaign_id: str | None = None
+
+    @field_validator("created_time", mode="before")
+    @classmethod
+    def _time(cls, value: Any) -> Any:
+        return parse_meta_time(value) if isinstance(value, str) else value
+
+    @field_validator("daily_budget", "lifetime_budget", "budget_remaining", mode="before")
+    @classmethod
+    def _budget(cls, value: Any) -> Any:
+        # Meta sends "0" for a budget the object does not use.
+        if value in (None, "", "0", 0):
+            return None
+        return int(value)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The entity as stored in execution records (JSON-ready)."""
+        return self.model_dump(mode="json", exclude_none=True)

@@ -1,0 +1,221 @@
+"""Evaluation, pure: resolve each condition to a number (or no data), test it, fold the task.
+
+No I/O here. The worker hands in what it fetched (Insights rows per period,
+the entity, the clock, a custom-metric lookup) and gets back verdicts that say
+exactly which numbers were seen and why each condition passed or failed.
+"""
+
+from __future__ import annotations
+
+import math
+import operator as op
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.metrics import MetricSpec, Missing, Source
+from ruleengine.rules.model import Condition, Task
+
+NO_DATA = "no_data"
+
+_OPERATORS: dict[str, Callable[[float, float], bool]] = {
+    ">": op.gt,
+    ">=": op.ge,
+    "<": op.lt,
+    "<=": op.le,
+    "==": lambda a, b: math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9),
+    "!=": lambda a, b: not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9),
+}
+
+InsightsRow = Mapping[str, Any]
+CustomLookup = Callable[[str], float | None]
+
+
+@dataclass(frozen=True)
+class EvalContext:
+    """Everything evaluation may look at for one entity.
+
+    Attributes:
+        entity: the campaign or ad set.
+        insights: period → the Insights row Meta returned (absent: Meta returned no row).
+        now: the evaluation time (aware UTC).
+        tz: the rule's timezone, for the clock keys.
+        custom: looks up ``custom:<name>`` values for this entity (None: no sheet loaded).
+        currency_offset: budget units per currency unit (100 for cents).
+    """
+
+    entity: Entity
+    insights: Mapping[str, InsightsRow]
+    now: datetime
+    tz: ZoneInfo
+    custom: CustomLookup | None = None
+    currency_offset: int = 100
+
+
+@dataclass(frozen=True)
+class ConditionResult:
+    """One condition as evaluated: the numbers seen and the outcome."""
+
+    metric: str
+    period: str | None
+    operator: str
+    expected: float | None
+    actual: float | None
+    passed: bool
+    reason: str | None = None
+    compare_to: str | None = None
+
+    def as_record(self) -> dict[str, Any]:
+        """JSON-ready form for execution records."""
+        return {
+            "metric": self.metric,
+            "period": self.period,
+            "operator": self.operator,
+            "expected": self.expected,
+            "actual": self.actual,
+            "passed": self.passed,
+            "reason": self.reason,
+            "compare_to": self.compare_to,
+        }
+
+
+@dataclass(frozen=True)
+class TaskVerdict:
+    """A task's outcome for one entity."""
+
+    task_id: str
+    match: str
+    passed: bool
+    conditions: list[ConditionResult] = field(default_factory=list)
+
+
+def _number(raw: Any) -> float | None:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def insight_value(row: InsightsRow | None, spec: MetricSpec) -> float | None:
+    """The value of ``spec`` in an Insights row; absent → 0 or None as the catalogue says."""
+    raw: Any = None
+    if row is not None and spec.field is not None:
+        raw = row.get(spec.field)
+        if spec.action_type is not None:
+            raw = _pick_action(raw, spec.action_type)
+    value = _number(raw)
+    if value is None and spec.missing is Missing.ZERO:
+        return 0.0
+    return value
+
+
+def _pick_action(items: Any, action_type: str) -> Any:
+    if not isinstance(items, list):
+        return None
+    for item in items:
+        if isinstance(item, Mapping) and item.get("action_type") == action_type:
+            return item.get("value")
+    return None
+
+
+def _clock(name: str, ctx: EvalContext) -> float:
+    local = ctx.now.astimezone(ctx.tz)
+    if name == "current_hour":
+        return float(local.hour)
+    midnight = (local + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    return (midnight - local).total_seconds() / 3600
+
+
+def _budget(raw: int | None, ctx: EvalContext) -> float | None:
+    return None if raw is None else raw / ctx.currency_offset
+
+
+def _entity_value(spec: MetricSpec, ctx: EvalContext) -> float | None:
+    entity = ctx.entity
+    if spec.name == "age_hours":
+        if entity.created_time is None:
+            return None
+        return max(0.0, (ctx.now - entity.created_time).total_seconds() / 3600)
+    raw = {
+        "daily_budget": entity.daily_budget,
+        "lifetime_budget": entity.lifetime_budget,
+        "remaining_budget": entity.budget_remaining,
+    }[spec.name]
+    return _budget(raw, ctx)
+
+
+def _spent_pct(ctx: EvalContext) -> float | None:
+    budget = _budget(ctx.entity.daily_budget, ctx)
+    if not budget:
+        return None
+    spend = _number((ctx.insights.get("today") or {}).get("spend")) or 0.0
+    return spend / budget * 100
+
+
+def resolve(spec: MetricSpec, period: str | None, ctx: EvalContext) -> float | None:
+    """The number a metric stands for, or None for no data."""
+    if spec.source is Source.INSIGHTS:
+        return insight_value(ctx.insights.get(period or ""), spec)
+    if spec.source is Source.CLOCK:
+        return _clock(spec.name, ctx)
+    if spec.source is Source.ENTITY:
+        return _entity_value(spec, ctx)
+    if spec.source is Source.DERIVED:
+        return _spent_pct(ctx)
+    return ctx.custom(spec.field or "") if ctx.custom else None
+
+
+def evaluate_condition(condition: Condition, ctx: EvalContext) -> ConditionResult:
+    """Resolve both sides of ``condition`` and apply its operator."""
+    actual = resolve(condition.spec, condition.period, ctx)
+    expected = condition.value
+    described: str | None = None
+    if condition.compare_to is not None:
+        other = resolve(condition.compare_to.spec, condition.compare_period, ctx)
+        expected = None if other is None else other * condition.compare_to.multiplier
+        described = _describe_compare(condition)
+    if actual is None or expected is None:
+        passed, reason = False, NO_DATA
+    else:
+        passed, reason = _OPERATORS[condition.operator](actual, expected), None
+    return ConditionResult(
+        metric=condition.metric,
+        period=condition.period,
+        operator=condition.operator,
+        expected=_rounded(expected),
+        actual=_rounded(actual),
+        passed=passed,
+        reason=reason,
+        compare_to=described,
+    )
+
+
+def _describe_compare(condition: Condition) -> str:
+    assert condition.compare_to is not None
+    target = condition.compare_to
+    text = target.metric
+    if condition.compare_period and target.spec.needs_period:
+        text += f" ({condition.compare_period})"
+    if target.multiplier != 1:
+        text = f"{target.multiplier:g} × {text}"
+    return text
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def evaluate_task(task: Task, ctx: EvalContext) -> TaskVerdict:
+    """Evaluate every condition of ``task`` and fold them with its ``match``."""
+    results = [evaluate_condition(c, ctx) for c in task.conditions]
+    fold = all if task.match == "all" else any
+    return TaskVerdict(
+        task_id=task.id,
+        match=task.match,
+        passed=fold(r.passed for r in results),
+        conditions=results,
+    )

@@ -1,0 +1,39 @@
+"""Fetch planning, pure: the least Insights data that decides a rule.
+
+Conditions (and their ``compare_to`` metrics) are grouped by period; inside a
+group each Insights field is asked for once (``actions.purchase`` and
+``actions.lead`` both need ``actions``). Special keys never go into the request,
+except that ``budget_spent_pct`` needs today's ``spend``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ruleengine.rules.metrics import MetricSpec, Source
+from ruleengine.rules.model import Rule, Task
+
+
+def _pairs(tasks: Iterable[Task]) -> Iterable[tuple[str | None, MetricSpec]]:
+    for task in tasks:
+        for condition in task.conditions:
+            yield condition.period, condition.spec
+            if condition.compare_to is not None:
+                yield condition.compare_period, condition.compare_to.spec
+
+
+def fetch_groups(rule: Rule, tasks: Iterable[Task] | None = None) -> dict[str, list[str]]:
+    """period → sorted, de-duplicated Insights fields needed by ``tasks`` (default: all)."""
+    groups: dict[str, set[str]] = {}
+    for period, spec in _pairs(rule.tasks if tasks is None else tasks):
+        if spec.source is Source.INSIGHTS and period and spec.field:
+            groups.setdefault(period, set()).add(spec.field)
+        elif spec.source is Source.DERIVED and spec.field:
+            groups.setdefault("today", set()).add(spec.field)
+    return {period: sorted(fields) for period, fields in sorted(groups.items())}
+
+
+def custom_metric_names(rule: Rule) -> list[str]:
+    """The ``custom:<name>`` names a rule uses (without the prefix)."""
+    names = {spec.field for _, spec in _pairs(rule.tasks) if spec.source is Source.CUSTOM}
+    return sorted(n for n in names if n)

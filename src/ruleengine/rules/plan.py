@@ -1,0 +1,128 @@
+"""Action planning, pure: from the live value to the absolute value to write.
+
+The worker re-reads the live value right before writing and asks this module
+for the target. Writing an absolute value (never "+20 %") is what makes a
+repeated write harmless. Budgets are clamped to the action's bounds and then to
+the engine-wide change cap, which always wins, and never move against the
+action's direction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import string
+from dataclasses import dataclass
+from datetime import date
+
+from ruleengine.rules.model import (
+    NameTextAction,
+    PercentBudgetAction,
+    RenameAction,
+    SetBudgetAction,
+    StatusAction,
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to write: ``before`` → ``after``, or why nothing changes.
+
+    Attributes:
+        field: the Graph field to write (``daily_budget``, ``status``, ``name``).
+        before: the live value.
+        after: the value to write (equal to ``before`` when nothing changes).
+        requested: the value before clamping (budgets only).
+        clamped_by: the guardrails that changed ``requested``.
+        reason: why nothing changes, when ``changes`` is false.
+    """
+
+    field: str
+    before: int | str
+    after: int | str
+    requested: int | str | None = None
+    clamped_by: list[str] = dataclasses.field(default_factory=list)
+    reason: str | None = None
+
+    @property
+    def changes(self) -> bool:
+        """True when writing would change Meta's value."""
+        return self.before != self.after
+
+
+def plan_budget(
+    action: PercentBudgetAction | SetBudgetAction, *, live: int, max_change_pct: float
+) -> Plan:
+    """The daily budget to write, from the live budget (minor units)."""
+    if isinstance(action, SetBudgetAction):
+        requested = action.amount
+        lower, upper = 1, None
+    else:
+        sign = 1 if action.type == "increase_budget" else -1
+        requested = round(live * (1 + sign * action.percent / 100))
+        lower, upper = action.min_budget or 1, action.max_budget
+    target, clamped = _clamp(requested, lower, upper, live=live, max_change_pct=max_change_pct)
+    if isinstance(action, PercentBudgetAction):
+        # never move against the action: a decrease below min_budget must not raise the budget
+        target = max(target, live) if action.type == "increase_budget" else min(target, live)
+    reason = None if target != live else _why_unchanged(clamped)
+    return Plan("daily_budget", live, target, requested, clamped, reason)
+
+
+def _clamp(
+    value: int, lower: int, upper: int | None, *, live: int, max_change_pct: float
+) -> tuple[int, list[str]]:
+    clamped: list[str] = []
+    if upper is not None and value > upper:
+        value, clamped = upper, [*clamped, "max_budget"]
+    if value < lower:
+        value, clamped = lower, [*clamped, "min_budget"]
+    cap = int(live * max_change_pct / 100)
+    if value > live + cap:
+        value, clamped = live + cap, [*clamped, "max_budget_change_pct"]
+    elif value < live - cap:
+        value, clamped = live - cap, [*clamped, "max_budget_change_pct"]
+    return value, clamped
+
+
+def _why_unchanged(clamped: list[str]) -> str:
+    if "max_budget" in clamped:
+        return "at_max_budget"
+    if "min_budget" in clamped:
+        return "at_min_budget"
+    return "no_change"
+
+
+def plan_status(action: StatusAction, *, live: str) -> Plan:
+    """``ACTIVE``/``PAUSED`` from the live configured status."""
+    target = "PAUSED" if action.type == "pause" else "ACTIVE"
+    reason = None if live != target else f"already_{target.lower()}"
+    return Plan("status", live, target, reason=reason)
+
+
+def plan_name(
+    action: RenameAction | NameTextAction, *, live: str, rule_name: str, today: date
+) -> Plan:
+    """The new name from the live name; appending or prepending never doubles the text."""
+    if isinstance(action, NameTextAction):
+        if action.type == "append_to_name":
+            done = live.endswith(action.text)
+            target = live if done else live + action.text
+        else:
+            done = live.startswith(action.text)
+            target = live if done else action.text + live
+        return Plan("name", live, target, reason="already_named" if done else None)
+    target = action.template.format(name=live, date=today.isoformat(), rule=rule_name)
+    if target != live and _already_wrapped(action.template, live, rule_name, today):
+        target = live
+    return Plan("name", live, target, reason=None if target != live else "already_named")
+
+
+def _already_wrapped(template: str, live: str, rule_name: str, today: date) -> bool:
+    """True when ``live`` already carries the literal text the template puts around ``{name}``."""
+    parts = list(string.Formatter().parse(template))
+    if not any(name == "name" for _, name, _, _ in parts):
+        return False
+    head, _, tail = template.partition("{name}")
+    prefix = head.format(date=today.isoformat(), rule=rule_name)
+    suffix = tail.format(date=today.isoformat(), rule=rule_name, name="")
+    return bool(prefix or suffix) and live.startswith(prefix) and live.endswith(suffix)

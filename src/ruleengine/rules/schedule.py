@@ -1,0 +1,120 @@
+"""Schedule maths, pure: when a rule runs next, and whether today is inside its date range.
+
+Interval schedules count from the previous *scheduled* time, not from when the
+dispatcher got round to it, so dispatch lag never makes a schedule drift; slots
+missed while the dispatcher was behind are skipped, never burst. Timetable
+slots are local wall-clock times in the rule's timezone (zoneinfo, so DST is
+handled): a slot that falls into a spring-forward gap runs at the same instant
+the clock jumps to, and a slot inside a fall-back hour runs once, at its first
+occurrence.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+from ruleengine.rules.model import (
+    WEEKDAYS,
+    DateRange,
+    IntervalSchedule,
+    TimetableSchedule,
+    parse_hhmm,
+)
+
+Schedule = IntervalSchedule | TimetableSchedule
+
+TIMETABLE_HORIZON_DAYS = 7
+
+
+def _require_aware(value: datetime, name: str) -> None:
+    if value.tzinfo is None:
+        raise ValueError(f"{name} must be timezone-aware (UTC inside the engine)")
+
+
+def first_run(schedule: Schedule, *, now: datetime, tz: ZoneInfo) -> datetime:
+    """When a newly activated rule is first due.
+
+    An interval rule is due at once; a timetable rule at its next slot after ``now``.
+    """
+    _require_aware(now, "now")
+    if isinstance(schedule, IntervalSchedule):
+        return now.astimezone(UTC).replace(microsecond=0)
+    return next_slot(schedule, after=now, tz=tz)
+
+
+def next_run(schedule: Schedule, *, scheduled: datetime, now: datetime, tz: ZoneInfo) -> datetime:
+    """The run after the one scheduled at ``scheduled``; always later than ``now``.
+
+    Args:
+        schedule: the rule's schedule.
+        scheduled: the time the run being dispatched was scheduled for.
+        now: the current time (the dispatcher may be late: ``now`` > ``scheduled``).
+        tz: the rule's timezone (used by timetables).
+    """
+    _require_aware(scheduled, "scheduled")
+    _require_aware(now, "now")
+    if isinstance(schedule, IntervalSchedule):
+        return next_interval(scheduled, every=timedelta(minutes=schedule.every_minutes), now=now)
+    return next_slot(schedule, after=max(now, scheduled), tz=tz)
+
+
+def next_interval(scheduled: datetime, *, every: timedelta, now: datetime) -> datetime:
+    """``scheduled + k × every`` for the smallest k ≥ 1 that lands after ``now``."""
+    behind = now - scheduled
+    steps = 1 if behind < every else behind // every + 1
+    return (scheduled + steps * every).astimezone(UTC)
+
+
+def _local_slot(day: date, slot: time, tz: ZoneInfo) -> datetime:
+    # fold=0: in a fall-back hour this is the first occurrence; in a spring-forward
+    # gap zoneinfo applies the pre-transition offset, i.e. the instant the clock jumps to.
+    return datetime.combine(day, slot, tzinfo=tz).replace(fold=0).astimezone(UTC)
+
+
+def next_slot(schedule: TimetableSchedule, *, after: datetime, tz: ZoneInfo) -> datetime:
+    """The first timetable slot strictly after ``after``, scanning up to 7 days ahead."""
+    local_today = after.astimezone(tz).date()
+    for offset in range(TIMETABLE_HORIZON_DAYS + 1):
+        day = local_today + timedelta(days=offset)
+        times = schedule.slots.get(WEEKDAYS[day.weekday()], [])
+        for value in times:  # sorted by the model
+            candidate = _local_slot(day, parse_hhmm(value), tz)
+            if candidate > after:
+                return candidate
+    raise ValueError("timetable has no slot")  # unreachable: the model rejects empty grids
+
+
+def active_window(
+    date_range: DateRange | None, tz: ZoneInfo
+) -> tuple[datetime | None, datetime | None]:
+    """``date_range`` as UTC instants ``[from, until)``; None where open-ended."""
+    if date_range is None:
+        return None, None
+    start = _local_midnight(date_range.start, tz) if date_range.start else None
+    end = _local_midnight(date_range.end + timedelta(days=1), tz) if date_range.end else None
+    return start, end
+
+
+def _local_midnight(day: date, tz: ZoneInfo) -> datetime:
+    return datetime.combine(day, time(0, 0), tzinfo=tz).astimezone(UTC)
+
+
+def in_window(now: datetime, window: tuple[datetime | None, datetime | None]) -> bool:
+    """True when ``now`` is inside ``[from, until)``."""
+    start, end = window
+    return (start is None or now >= start) and (end is None or now < end)
+
+
+def describe(schedule: Schedule) -> str:
+    """The schedule in words, e.g. "every 15 min" or "Mon 08:00, 12:30; Fri 18:00"."""
+    if isinstance(schedule, IntervalSchedule):
+        minutes = schedule.every_minutes
+        if minutes % 1440 == 0:
+            return f"every {minutes // 1440} day" + ("s" if minutes > 1440 else "")
+        if minutes % 60 == 0:
+            return f"every {minutes // 60} h"
+        return f"every {minutes} min"
+    return "; ".join(
+        f"{day.capitalize()} {', '.join(times)}" for day, times in schedule.slots.items()
+    )

@@ -1,0 +1,129 @@
+"""Real servers for the test suite, started once per session.
+
+MongoDB-compatible server and Redis: the embedded binaries on free loopback
+ports, unless ``RULEENGINE_MONGODB_URL`` / ``RULEENGINE_REDIS_URL`` point at
+running ones. The Graph sandbox runs as its own process too. Every test gets a
+fresh database (dropped afterwards), an empty Redis and a reset sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.fernet import Fernet
+
+from ruleengine.embedded import (
+    ProcessGroup,
+    free_port,
+    port_answers,
+    start_mongodb,
+    start_redis,
+)
+from ruleengine.settings import Settings
+from ruleengine.store.db import Database, create_client, database, ensure_indexes
+
+# Read before the autouse fixture below clears the environment for each test.
+_EXTERNAL_MONGODB = os.environ.get("RULEENGINE_MONGODB_URL")
+_EXTERNAL_REDIS = os.environ.get("RULEENGINE_REDIS_URL")
+
+
+@dataclass(frozen=True)
+class Servers:
+    """Where the session's servers listen."""
+
+    mongodb_url: str
+    redis_url: str
+    sandbox_url: str
+
+
+@pytest.fixture(scope="session")
+def process_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessGroup]:
+    """Children started for the whole session, stopped at its end."""
+    with ProcessGroup(log_dir=tmp_path_factory.mktemp("server-logs")) as group:
+        yield group
+
+
+def _start_sandbox(group: ProcessGroup) -> str:
+    import importlib.util
+
+    if importlib.util.find_spec("ruleengine.sandbox.__main__") is None:  # TEMPORARY
+        return "http://127.0.0.1:1"
+    port = free_port()
+    argv = [sys.executable, "-m", "ruleengine.sandbox", "--port", str(port), "--seed", "1"]
+    child = group.start(
+        "sandbox", argv, address=f"http://127.0.0.1:{port}", ready=lambda: port_answers(port)
+    )
+    return child.address
+
+
+@pytest.fixture(scope="session")
+def servers(process_group: ProcessGroup) -> Servers:
+    """The session's MongoDB-compatible server, Redis and Graph sandbox."""
+    mongodb_url = (
+        _EXTERNAL_MONGODB
+        or start_mongodb(process_group, port=free_port(), storage_path=":memory:").address
+    )
+    redis_url = (
+        _EXTERNAL_REDIS or start_redis(process_group, port=free_port(), data_dir=None).address
+    )
+    return Servers(mongodb_url, redis_url, _start_sandbox(process_group))
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never depend on RULEENGINE_* variables of the machine."""
+    for name in list(os.environ):
+        if name.startswith("RULEENGINE_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def settings(servers: Servers, tmp_path: Path) -> Settings:
+    """Settings pointing at the session's servers, with a database of this test's own."""
+    return Settings(
+        mongodb_url=servers.mongodb_url,
+        mongodb_database=f"test_{uuid.uuid4().hex[:12]}",
+        redis_url=servers.redis_url,
+        graph_url=servers.sandbox_url,
+        data_dir=tmp_path / "var",
+        token_encryption_key=Fernet.generate_key().decode(),
+        listing_retry_waits_s=(0.05, 0.1),
+        read_retry_waits_s=(0.01, 0.02),
+        tick_seconds=0.2,
+        dispatcher_metrics_port=0,
+        worker_metrics_port=0,
+    )
+
+
+@pytest.fixture
+async def db(settings: Settings) -> AsyncIterator[Database]:
+    """This test's database, with indexes; dropped afterwards."""
+    client = create_client(settings)
+    db = database(client, settings)
+    await ensure_indexes(db)
+    try:
+        yield db
+    finally:
+        await client.drop_database(settings.mongodb_database)
+        await client.close()
+
+
+@pytest.fixture
+async def redis(settings: Settings) -> AsyncIterator[Any]:
+    """A Redis client on an emptied database."""
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(settings.redis_url)
+    await client.flushdb()
+    try:
+        yield client
+    finally:
+        await client.flushdb()
+        await client.aclose()

@@ -1,0 +1,47 @@
+"""Ad-account tokens: encrypted at rest, resolved by reference, never listed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from cryptography.fernet import Fernet
+
+from ruleengine import constants as c
+from ruleengine.errors import ConfigurationError, CredentialsError
+from ruleengine.settings import Settings
+from ruleengine.store.credentials import CredentialStore, load_key, token_ref
+from ruleengine.store.db import Database
+
+TOKEN = "EAABsbCS1iHgBAKZCZBq7ZCz0secrettokenvalue1234567890"
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+async def test_token_round_trip_without_plaintext_in_the_database(db: Database) -> None:
+    store = CredentialStore(db, Fernet.generate_key())
+    account = await store.add("act_1001", TOKEN, now=NOW, name="Shop", currency="usd")
+    assert await store.token(token_ref("act_1001")) == TOKEN
+    raw = await db[c.ACCOUNTS].find_one({"_id": "act_1001"})
+    assert raw is not None
+    assert TOKEN.encode() not in repr(raw).encode()
+    assert TOKEN not in account.model_dump_json()
+    assert account.currency == "USD"
+    assert [a.id for a in await store.all()] == ["act_1001"]
+
+
+async def test_wrong_key_and_unknown_account_say_what_to_do(db: Database) -> None:
+    await CredentialStore(db, Fernet.generate_key()).add("act_1", TOKEN, now=NOW)
+    other = CredentialStore(db, Fernet.generate_key())
+    with pytest.raises(CredentialsError, match="Re-add the account"):
+        await other.token(token_ref("act_1"))
+    with pytest.raises(CredentialsError, match="not registered"):
+        await other.token(token_ref("act_2"))
+
+
+def test_key_file_is_created_only_when_asked(settings: Settings) -> None:
+    bare = settings.model_copy(update={"token_encryption_key": None})
+    with pytest.raises(ConfigurationError, match="RULEENGINE_TOKEN_ENCRYPTION_KEY"):
+        load_key(bare)
+    key = load_key(bare, create=True)
+    assert load_key(bare) == key
+    assert (bare.data_dir / "token-encryption.key").stat().st_mode & 0o777 == 0o600

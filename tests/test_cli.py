@@ -1,0 +1,109 @@
+"""The ruleengine command as a user runs it: a subprocess, its output and exit code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from ruleengine.settings import Settings
+
+ROOT = Path(__file__).parents[1]
+EXAMPLES = sorted((ROOT / "examples" / "rules").glob("*.json"))
+TOKEN = "EAAGsecretTOKENthatMustNeverLeak0123456789"
+
+
+def run(
+    *args: str, settings: Settings | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(ROOT)}
+    if settings is not None:
+        env |= {
+            "RULEENGINE_MONGODB_URL": settings.mongodb_url,
+            "RULEENGINE_MONGODB_DATABASE": settings.mongodb_database,
+            "RULEENGINE_DATA_DIR": str(settings.data_dir),
+        }
+        assert settings.token_encryption_key is not None
+        env["RULEENGINE_TOKEN_ENCRYPTION_KEY"] = settings.token_encryption_key.get_secret_value()
+    return subprocess.run(
+        [sys.executable, "-m", "ruleengine.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_validate_examples_exits_zero() -> None:
+    result = run("rules", "validate", *map(str, EXAMPLES))
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.count(": ok (") == len(EXAMPLES)
+
+
+def test_validate_names_all_three_mistakes(tmp_path: Path) -> None:
+    data = orjson.loads(EXAMPLES[1].read_bytes())
+    data["timezone"] = "Moon/Base"
+    data["tasks"][0]["conditions"][0]["operator"] = "=>"
+    data["tasks"][0]["action"]["percent"] = 0
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(orjson.dumps(data))
+    result = run("rules", "validate", str(EXAMPLES[0]), str(bad))
+    assert result.returncode == 1
+    lines = [line for line in result.stdout.splitlines() if line.startswith(str(bad))]
+    assert len(lines) == 3
+    assert f"{bad}: timezone: unknown timezone 'Moon/Base'" in lines[2] or any(
+        "timezone:" in line for line in lines
+    )
+    assert any(": tasks[0].conditions[0].operator: " in line for line in lines)
+    assert any(": tasks[0].action.percent: " in line for line in lines)
+
+
+def test_validate_reports_broken_json(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    result = run("rules", "validate", str(broken))
+    assert result.returncode == 1
+    assert "not valid JSON" in result.stdout
+
+
+def test_schema_is_json() -> None:
+    result = run("rules", "schema")
+    assert result.returncode == 0
+    assert orjson.loads(result.stdout)["title"] == "Rule"
+
+
+async def test_accounts_and_apply_round_trip(settings: Settings, db: object) -> None:
+    added = run(
+        "accounts", "add", "act_1001", "--name", "Shop", settings=settings, stdin=TOKEN + "\n"
+    )
+    assert added.returncode == 0, added.stderr
+    assert TOKEN not in added.stdout
+    listed = run("accounts", "list", settings=settings)
+    assert "act_1001" in listed.stdout
+    assert TOKEN not in listed.stdout
+
+    only_1001 = [p for p in EXAMPLES if p.name.startswith("05-")]
+    first = run("rules", "apply", *map(str, only_1001), settings=settings)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "v1 created" in first.stdout
+    again = run("rules", "apply", *map(str, only_1001), settings=settings)
+    assert "v1 unchanged" in again.stdout
+
+    needs_more = run("rules", "apply", str(EXAMPLES[0]), settings=settings)
+    assert needs_more.returncode == 1
+    assert "ad_accounts[1]: ad account 'act_1002' is not registered" in needs_more.stdout
+
+
+def test_token_on_the_command_line_is_not_accepted() -> None:
+    result = run("accounts", "add", "act_1", "--token", TOKEN)
+    assert result.returncode == 2
+    assert "unrecognized arguments" in result.stderr
+
+
+def test_help_explains_the_token_input() -> None:
+    result = run("accounts", "add", "--help")
+    assert "never from the command line" in result.stdout
