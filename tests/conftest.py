@@ -51,10 +51,6 @@ def process_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessG
 
 
 def _start_sandbox(group: ProcessGroup) -> str:
-    import importlib.util
-
-    if importlib.util.find_spec("ruleengine.sandbox.__main__") is None:  # TEMPORARY
-        return "http://127.0.0.1:1"
     port = free_port()
     argv = [sys.executable, "-m", "ruleengine.sandbox", "--port", str(port), "--seed", "1"]
     child = group.start(

@@ -6,6 +6,7 @@ Every message says what was wrong and, where it helps, what to do about it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 
 class RuleEngineError(Exception):
@@ -45,3 +46,32 @@ class ConfigurationError(RuleEngineError):
 
 class CredentialsError(RuleEngineError):
     """An ad account has no usable token (not registered, or it cannot be decrypted)."""
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    """One failure for the error log: where, what, and the exact (redacted) exchange.
+
+    Attributes:
+        function: the function that failed (the error log groups by it).
+        message: the error message.
+        stack: the formatted stack trace.
+        params: the request as sent (method, path, parameters), tokens removed.
+        response: what the other side answered (e.g. Meta's error body).
+        context: rule, batch, account, entity … for finding the failure again.
+    """
+
+    function: str
+    message: str
+    stack: str = ""
+    params: dict[str, object] | None = None
+    response: object = None
+    context: dict[str, object] | None = None
+
+
+class ErrorSink(Protocol):
+    """Somewhere failures are reported to (the MongoDB error log implements it)."""
+
+    async def report(self, report: ErrorReport) -> None:
+        """Record ``report``; must not raise."""
+        ...

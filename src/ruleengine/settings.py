@@ -63,6 +63,8 @@ class Settings(BaseSettings):
     webhooks: dict[str, SecretStr] = Field(default_factory=dict)
     sheets_credentials_file: Path | None = None
     sheets_api_url: str | None = None
+    sheets_cache_s: float = 60.0
+    sheets_call_interval_s: float = 1.1
 
     # embedded servers (ruleengine up)
     data_dir: Path = Path("var")

@@ -9,13 +9,14 @@ move the same pointer the same way, so two concurrent rollbacks cannot both win.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from bson import ObjectId
 from pydantic import BaseModel, ConfigDict
-from pymongo import DESCENDING, ReturnDocument
+from pymongo import DESCENDING, ReturnDocument, UpdateOne
 from pymongo.errors import DuplicateKeyError
 
 from ruleengine import constants as c
@@ -312,3 +313,22 @@ class RuleStore:
             {"$set": {"next_execute_at": next_execute_at, "last_execute_at": now}},
         )
         return result.modified_count == 1
+
+    async def advance_many(
+        self, advances: Sequence[tuple[str, datetime, datetime]], *, now: datetime
+    ) -> int:
+        """:meth:`advance` for many rules in one round trip: (rule id, expected, next) each.
+
+        Returns how many rules moved on (the others changed meanwhile and keep their value).
+        """
+        if not advances:
+            return 0
+        ops = [
+            UpdateOne(
+                {"_id": rule_id, "next_execute_at": expected},
+                {"$set": {"next_execute_at": nxt, "last_execute_at": now}},
+            )
+            for rule_id, expected, nxt in advances
+        ]
+        result = await self._rules.bulk_write(ops, ordered=False)
+        return result.modified_count

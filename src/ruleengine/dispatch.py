@@ -1,0 +1,442 @@
+"""The dispatcher: every tick, find due rules, list their entities, enqueue one job per ad account.
+
+``python -m ruleengine.dispatch`` (``--once`` for a single sweep). Ticks never
+overlap and do not drift: the loop sleeps what remains of the tick after a
+sweep. The dispatcher cannot write to Meta: it imports only the read-only Graph
+client, whose session refuses every method but GET (a test walks the import
+graph to prove it). What it writes is two fields of each rule —
+``next_execute_at`` and ``last_execute_at`` — compare-and-set on the value it
+read, and only after the rule's jobs are enqueued: when Redis is down the rule
+stays due and goes out once Redis is back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from arq.connections import ArqRedis
+from redis.exceptions import RedisError
+
+from ruleengine import constants as c
+from ruleengine.errors import ErrorReport, RuleEngineError
+from ruleengine.lease import Lease
+from ruleengine.meta.errors import GraphError
+from ruleengine.meta.http import READ_ONLY, GraphSession
+from ruleengine.meta.reader import GraphReader
+from ruleengine.metrics import DispatcherMetrics, serve
+from ruleengine.payload import EvaluateJob, batch_id_for, evaluate_job_id
+from ruleengine.queue import connect_queue
+from ruleengine.redact import setup_logging
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.model import Rule
+from ruleengine.rules.schedule import next_run
+from ruleengine.settings import Settings
+from ruleengine.store.credentials import CredentialStore, load_key, token_ref
+from ruleengine.store.db import Database, create_client, database, ensure_indexes
+from ruleengine.store.errorlog import ErrorLog
+from ruleengine.store.heartbeats import Heartbeats
+from ruleengine.store.rules import RuleDoc, RuleStore
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+DISPATCHED_TTL_S = 2 * 24 * 3600
+
+
+def utcnow() -> datetime:
+    """The current time, aware UTC."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class ListingKey:
+    """What one entity listing asks for; rules asking the same share one listing per tick."""
+
+    account: str
+    level: str
+    filtering: str  # canonical JSON of the rule filters
+    fields: tuple[str, ...]
+
+    @classmethod
+    def of(cls, rule: Rule, account: str) -> ListingKey:
+        """The listing ``rule`` needs on ``account``."""
+        filters = [f.model_dump(mode="json") for f in rule.filters]
+        return cls(
+            account=account,
+            level=rule.level,
+            filtering=orjson.dumps(filters, option=orjson.OPT_SORT_KEYS).decode(),
+            fields=tuple(rule.entity_fields()),
+        )
+
+
+Listing = list[Entity] | RuleEngineError
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did (one log line per tick)."""
+
+    due: int = 0
+    jobs: int = 0
+    duplicates: int = 0
+    listings: int = 0
+    skipped: list[str] = field(default_factory=list)  # "rule_id/account"
+    advanced: int = 0
+    held_back: int = 0  # due rules not advanced (Redis trouble, lost lease)
+    degraded: str | None = None
+    duration_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (stored in the heartbeat)."""
+        return {
+            "due": self.due,
+            "jobs": self.jobs,
+            "duplicates": self.duplicates,
+            "listings": self.listings,
+            "skipped": len(self.skipped),
+            "advanced": self.advanced,
+            "held_back": self.held_back,
+            "degraded": self.degraded,
+            "duration_s": round(self.duration_s, 3),
+        }
+
+
+class LostLease(RuleEngineError):
+    """Another dispatcher took the lease during the sweep."""
+
+
+class Dispatcher:
+    """One dispatcher instance: leader when it holds the lease, hot standby otherwise."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        db: Database,
+        queue: ArqRedis,
+        reader: GraphReader,
+        metrics: DispatcherMetrics | None = None,
+        owner: str | None = None,
+        clock: Clock = utcnow,
+    ) -> None:
+        self.settings = settings
+        self.queue = queue
+        self.reader = reader
+        self.metrics = metrics or DispatcherMetrics()
+        self.clock = clock
+        self.rules = RuleStore(db)
+        self.credentials = CredentialStore(db, load_key(settings))
+        self.errors = ErrorLog(db)
+        self.heartbeats = Heartbeats(db)
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        ttl_ms = int(max(3 * settings.tick_seconds, 1.0) * 1000)
+        self.lease = Lease(queue, owner=self.owner, ttl_ms=ttl_ms)
+        self._limit = asyncio.Semaphore(settings.dispatch_concurrency)
+        self.on_leader_tick: list[
+            Callable[[datetime], Any]
+        ] = []  # extra duties (follow-up re-arming)
+
+    # ---------------------------------------------------------------- the loop
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick until ``stop`` is set; a sweep in progress always finishes."""
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            started = loop.time()
+            await self.tick()
+            remaining = self.settings.tick_seconds - (loop.time() - started)
+            if remaining > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=remaining)
+
+    async def tick(self) -> SweepReport | None:
+        """One tick: hold the lease, sweep, beat. None when on standby."""
+        self.metrics.ticks.inc()
+        now = self.clock()
+        try:
+            fence = await self.lease.acquire()
+            self.metrics.redis_up.set(1)
+        except (RedisError, OSError) as exc:
+            self.metrics.redis_up.set(0)
+            log.warning("Redis unreachable (%s): not dispatching; due rules stay due", exc)
+            report = SweepReport(degraded="redis_unreachable")
+            await self._beat("dispatcher", now, role="unknown", report=report)
+            return report
+        self.metrics.leader.set(0 if fence is None else 1)
+        if fence is None:
+            await self._beat(f"dispatcher-standby:{self.owner}", now, role="standby", report=None)
+            return None
+        report = await self.sweep(now, fence)
+        for duty in self.on_leader_tick:
+            await duty(now)
+        await self._beat("dispatcher", now, role="leader", report=report)
+        return report
+
+    async def _beat(
+        self, name: str, now: datetime, *, role: str, report: SweepReport | None
+    ) -> None:
+        try:
+            await self.heartbeats.beat(
+                name,
+                now=now,
+                owner=self.owner,
+                role=role,
+                last_sweep=None if report is None else report.as_dict(),
+            )
+        except Exception:  # a heartbeat must never stop the loop
+            log.exception("could not write the dispatcher heartbeat")
+
+    # ---------------------------------------------------------------- a sweep
+
+    async def sweep(self, now: datetime, fence: int) -> SweepReport:
+        """Dispatch every due rule; see the module docstring."""
+        started = time.perf_counter()
+        report = SweepReport()
+        due = await self.rules.due(now)
+        report.due = len(due)
+        if due:
+            parsed = [(doc, doc.rule()) for doc in due]
+            listings = await self._listings(parsed, report)
+            outcomes = await asyncio.gather(
+                *(self._dispatch(doc, rule, listings, now, fence, report) for doc, rule in parsed)
+            )
+            advances = [a for a in outcomes if a is not None]
+            report.advanced = await self.rules.advance_many(advances, now=now)
+            report.held_back = len(due) - len(advances)
+        report.duration_s = time.perf_counter() - started
+        self.metrics.sweep_seconds.observe(report.duration_s)
+        self._log(report)
+        return report
+
+    @staticmethod
+    def _log(report: SweepReport) -> None:
+        log.info(
+            "tick: %d due, %d job(s) enqueued, %d duplicate(s), %d listing(s), %d account(s)"
+            " skipped, %d advanced, %d held back%s in %.2fs",
+            report.due,
+            report.jobs,
+            report.duplicates,
+            report.listings,
+            len(report.skipped),
+            report.advanced,
+            report.held_back,
+            f" [degraded: {report.degraded}]" if report.degraded else "",
+            report.duration_s,
+        )
+
+    async def _listings(
+        self, parsed: Sequence[tuple[RuleDoc, Rule]], report: SweepReport
+    ) -> dict[ListingKey, Listing]:
+        keys = {ListingKey.of(rule, account) for _, rule in parsed for account in rule.ad_accounts}
+        tokens: dict[str, str | RuleEngineError] = {}
+        for account in {k.account for k in keys}:
+            try:
+                tokens[account] = await self.credentials.token(token_ref(account))
+            except RuleEngineError as exc:
+                tokens[account] = exc
+        results = await asyncio.gather(*(self._list(k, tokens[k.account]) for k in keys))
+        report.listings = len(keys)
+        return dict(zip(keys, results, strict=True))
+
+    async def _list(self, key: ListingKey, token: str | RuleEngineError) -> Listing:
+        if isinstance(token, RuleEngineError):
+            await self._report_listing(key, token)
+            return token
+        async with self._limit:
+            try:
+                raw = await self.reader.list_entities(
+                    key.account,
+                    key.level,
+                    token=token,
+                    fields=key.fields,
+                    filtering=orjson.loads(key.filtering),
+                )
+                return [Entity.model_validate(item) for item in raw]
+            except GraphError as exc:
+                await self._report_listing(key, exc)
+                return exc
+            except ValueError as exc:  # an entity Meta sent that does not parse
+                error = RuleEngineError(f"malformed entity in the listing: {exc}")
+                await self._report_listing(key, error)
+                return error
+
+    async def _report_listing(self, key: ListingKey, error: RuleEngineError) -> None:
+        self.metrics.listing_failures.labels(account=key.account).inc()
+        response = error.as_dict() if isinstance(error, GraphError) else None
+        await self.errors.report(
+            ErrorReport(
+                function="dispatch.list_entities",
+                message=str(error),
+                stack="".join(traceback.format_exception(error)),
+                params={
+                    "account": key.account,
+                    "level": key.level,
+                    "filtering": key.filtering,
+                    "fields": list(key.fields),
+                },
+                response=response,
+                context={"account": key.account},
+            )
+        )
+
+    async def _dispatch(
+        self,
+        doc: RuleDoc,
+        rule: Rule,
+        listings: dict[ListingKey, Listing],
+        now: datetime,
+        fence: int,
+        report: SweepReport,
+    ) -> tuple[str, datetime, datetime] | None:
+        """Enqueue a rule's jobs; the (id, expected, next) advance when all went out."""
+        assert doc.next_execute_at is not None
+        scheduled = doc.next_execute_at
+        async with self._limit:
+            if report.degraded:
+                return None
+            try:
+                if not await self.lease.holds(fence):
+                    raise LostLease("the lease moved to another dispatcher")
+                for account in rule.ad_accounts:
+                    listing = listings[ListingKey.of(rule, account)]
+                    if isinstance(listing, RuleEngineError):
+                        log.warning(
+                            "rule %s (%s) skips %s this run: %s", doc.id, doc.name, account, listing
+                        )
+                        report.skipped.append(f"{doc.id}/{account}")
+                        continue
+                    await self._enqueue(doc, rule, account, listing, scheduled, now, fence, report)
+            except (RedisError, OSError, LostLease) as exc:
+                report.degraded = (
+                    "lost_lease" if isinstance(exc, LostLease) else "redis_unreachable"
+                )
+                log.warning("rule %s not dispatched, stays due: %s", doc.id, exc)
+                return None
+        return (
+            doc.id,
+            scheduled,
+            next_run(rule.schedule, scheduled=scheduled, now=now, tz=rule.zone()),
+        )
+
+    async def _enqueue(
+        self,
+        doc: RuleDoc,
+        rule: Rule,
+        account: str,
+        entities: list[Entity],
+        scheduled: datetime,
+        now: datetime,
+        fence: int,
+        report: SweepReport,
+    ) -> None:
+        batch_id = batch_id_for(doc.id, account, scheduled)
+        marker = f"{c.DISPATCHED_KEY_PREFIX}{batch_id}"
+        if await self.queue.exists(marker):
+            report.duplicates += 1
+            self.metrics.jobs_duplicate.inc()
+            return
+        payload = EvaluateJob(
+            batch_id=batch_id,
+            rule_id=doc.id,
+            rule_version=doc.version,
+            rule={**doc.definition, "status": doc.status},
+            account=account,
+            token_ref=token_ref(account),
+            entities=entities,
+            scheduled_at=scheduled,
+            dispatched_at=now,
+            fence=fence,
+        )
+        job = await self.queue.enqueue_job(
+            c.EVALUATE_JOB,
+            payload.to_job(),
+            _job_id=evaluate_job_id(batch_id),
+            _queue_name=c.QUEUE_NAME,
+        )
+        # The marker is set only after the job is in: a crash in between re-enqueues, never loses.
+        await self.queue.set(marker, now.isoformat(), ex=DISPATCHED_TTL_S)
+        if job is None:
+            report.duplicates += 1
+            self.metrics.jobs_duplicate.inc()
+            return
+        report.jobs += 1
+        self.metrics.jobs_enqueued.inc()
+        self.metrics.dispatch_lag.observe(max(0.0, (self.clock() - scheduled).total_seconds()))
+
+
+# -------------------------------------------------------------------- process entry point
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options of ``python -m ruleengine.dispatch``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m ruleengine.dispatch",
+        description="The ruleengine dispatcher: every RULEENGINE_TICK_SECONDS, enqueue one arq job"
+        " per (due rule, ad account). Run two for a hot standby: only the holder of the Redis"
+        " lease dispatches. SIGTERM/SIGINT finish the current sweep, then exit 0.",
+    )
+    parser.add_argument("--once", action="store_true", help="run a single sweep and exit")
+    return parser
+
+
+async def run_dispatcher(settings: Settings, *, once: bool) -> int:
+    """Create the clients, tick until signalled (or once), close the clients."""
+    client = create_client(settings)
+    db = database(client, settings)
+    await ensure_indexes(db)
+    queue = connect_queue(settings)
+    session = GraphSession(settings, methods=READ_ONLY)
+    metrics = DispatcherMetrics()
+    serve(metrics.registry, settings.dispatcher_metrics_port, what="dispatcher")
+    dispatcher = Dispatcher(
+        settings, db=db, queue=queue, reader=GraphReader.from_settings(session), metrics=metrics
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        if once:
+            await dispatcher.tick()
+        else:
+            log.info("dispatcher %s ticking every %.1fs", dispatcher.owner, settings.tick_seconds)
+            await dispatcher.run(stop)
+    finally:
+        with contextlib.suppress(RedisError, OSError):
+            await dispatcher.lease.release()
+        await session.close()
+        await queue.aclose()
+        await client.close()
+        log.info("dispatcher %s stopped", dispatcher.owner)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m ruleengine.dispatch``."""
+    args = build_parser().parse_args(argv)
+    settings = Settings()
+    setup_logging(settings.log_level)
+    try:
+        return asyncio.run(run_dispatcher(settings, once=args.once))
+    except RuleEngineError as exc:
+        log.error("%s", exc)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""arq worker: ``arq ruleengine.jobs.WorkerSettings``.
+
+Jobs run once: retries are disabled (``max_tries=1``, ``retry_jobs=False``) and
+results are not kept (``keep_result=0``); the retry of a failed evaluation is
+the rule's next scheduled run. Jobs are serialised with orjson. Clients
+(MongoDB, Redis, the Graph session, Sheets, webhooks) are created in
+``on_startup`` and closed in ``on_shutdown``; a reaper runs every minute to
+close batches whose worker died.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from arq import cron
+from arq.worker import func
+
+from ruleengine import constants as c
+from ruleengine.actions import AccountLocks, ActionExecutor
+from ruleengine.engine import Engine, evaluate_account
+from ruleengine.meta.http import READ_WRITE, GraphSession
+from ruleengine.metrics import WorkerMetrics, serve
+from ruleengine.notify import Notifier
+from ruleengine.payload import EvaluateJob, deserialize, serialize
+from ruleengine.queue import connect_queue, redis_settings
+from ruleengine.reaper import Reaper
+from ruleengine.redact import setup_logging
+from ruleengine.settings import Settings
+from ruleengine.sheets import SheetsReader
+from ruleengine.store.credentials import CredentialStore, load_key
+from ruleengine.store.db import create_client, database, ensure_indexes
+from ruleengine.store.errorlog import ErrorLog
+from ruleengine.store.heartbeats import Heartbeats
+from ruleengine.store.records import BatchStore, CooldownStore, ExecutionStore, IntentStore
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_EVERY_S = 5.0
+
+
+def _worker_name() -> str:
+    return f"worker:{socket.gethostname()}:{os.getpid()}"
+
+
+async def startup(ctx: dict[str, Any]) -> None:
+    """Create the process's clients and the engine; start the heartbeat."""
+    settings: Settings = ctx.setdefault("settings", Settings())
+    client = create_client(settings)
+    db = database(client, settings)
+    await ensure_indexes(db)
+    errors = ErrorLog(db)
+    queue = connect_queue(settings)
+    metrics = WorkerMetrics()
+    serve(metrics.registry, settings.worker_metrics_port, what="worker")
+    engine = Engine(
+        settings=settings,
+        session=GraphSession(settings, methods=READ_WRITE),
+        batches=BatchStore(db),
+        executions=ExecutionStore(db),
+        cooldowns=CooldownStore(db),
+        credentials=CredentialStore(db, load_key(settings)),
+        errors=errors,
+        executor=ActionExecutor(
+            settings,
+            intents=IntentStore(db),
+            cooldowns=CooldownStore(db),
+            locks=AccountLocks(queue, timeout_s=settings.account_lock_timeout_s),
+            notifier=Notifier(settings, errors),
+        ),
+        sheets=_sheets(settings),
+        worker=_worker_name(),
+    )
+    ctx.update(mongo=client, db=db, queue=queue, engine=engine, metrics=metrics, jobs_done=0)
+    ctx["heartbeat"] = asyncio.create_task(_heartbeat(ctx, Heartbeats(db), engine.worker))
+    log.info("%s ready (max %d jobs at once)", engine.worker, settings.worker_max_jobs)
+
+
+def _sheets(settings: Settings) -> SheetsReader | None:
+    if settings.sheets_credentials_file is None:
+        return None
+    return SheetsReader(
+        credentials_file=settings.sheets_credentials_file,
+        api_url=settings.sheets_api_url,
+        cache_s=settings.sheets_cache_s,
+        call_interval_s=settings.sheets_call_interval_s,
+    )
+
+
+async def _heartbeat(ctx: dict[str, Any], beats: Heartbeats, name: str) -> None:
+    while True:
+        try:
+            await beats.beat(name, now=datetime.now(UTC), jobs_done=ctx.get("jobs_done", 0))
+        except Exception:
+            log.exception("worker heartbeat failed")
+        await asyncio.sleep(HEARTBEAT_EVERY_S)
+
+
+async def shutdown(ctx: dict[str, Any]) -> None:
+    """Stop the heartbeat and close every client."""
+    beat: asyncio.Task[None] | None = ctx.get("heartbeat")
+    if beat is not None:
+        beat.cancel()
+    engine: Engine | None = ctx.get("engine")
+    if engine is not None:
+        await engine.session.close()
+        await engine.executor.notifier.close()
+        if engine.sheets is not None:
+            await engine.sheets.close()
+        await Heartbeats(ctx["db"]).remove(engine.worker)
+    if "queue" in ctx:
+        await ctx["queue"].aclose()
+    if "mongo" in ctx:
+        await ctx["mongo"].close()
+
+
+async def evaluate_account_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """arq job: evaluate one rule on one ad account (see :mod:`ruleengine.engine`)."""
+    engine: Engine = ctx["engine"]
+    metrics: WorkerMetrics = ctx["metrics"]
+    job = EvaluateJob.model_validate(payload)
+    summary = await evaluate_account(engine, job, now=datetime.now(UTC), job_id=ctx.get("job_id"))
+    ctx["jobs_done"] = ctx.get("jobs_done", 0) + 1
+    metrics.jobs.labels(status=summary.status).inc()
+    metrics.job_seconds.observe(summary.duration_s)
+    metrics.graph_calls.inc(summary.cost.get("counted_calls", 0))
+    metrics.graph_requests.inc(summary.cost.get("http_requests", 0))
+    log.info(
+        "batch %s %s: %d evaluated, %d affected, %d applied, %d failed, %s Graph calls, %.2fs",
+        summary.batch_id,
+        summary.status,
+        summary.evaluated,
+        summary.affected,
+        summary.applied,
+        summary.failed,
+        summary.cost.get("counted_calls"),
+        summary.duration_s,
+    )
+    return {"batch_id": summary.batch_id, "status": summary.status, "applied": summary.applied}
+
+
+async def reap_job(ctx: dict[str, Any]) -> int:
+    """arq cron: mark batches whose worker died ABANDONED and reconcile their intents."""
+    engine: Engine = ctx["engine"]
+    reaper = Reaper(engine, intents=engine.executor.intents)
+    return await reaper.reap(now=datetime.now(UTC))
+
+
+def worker_kwargs(settings: Settings) -> dict[str, Any]:
+    """Every keyword argument of ``arq.Worker`` for this engine (what WorkerSettings holds)."""
+    return {
+        "functions": [
+            func(evaluate_account_job, name=c.EVALUATE_JOB, max_tries=1),
+        ],
+        "cron_jobs": [
+            cron(reap_job, name="reap_abandoned_batches", second=30, run_at_startup=True)
+        ],
+        "queue_name": c.QUEUE_NAME,
+        "redis_settings": redis_settings(settings),
+        "on_startup": startup,
+        "on_shutdown": shutdown,
+        "ctx": {"settings": settings},
+        "max_jobs": settings.worker_max_jobs,
+        "job_timeout": timedelta(seconds=settings.job_timeout_s),
+        "max_tries": 1,
+        "retry_jobs": False,
+        "keep_result": 0,
+        "keep_result_forever": False,
+        "health_check_interval": 5,
+        "job_serializer": serialize,
+        "job_deserializer": deserialize,
+        "poll_delay": 0.1,
+    }
+
+
+class _LazyWorkerSettings(dict[str, Any]):
+    """arq reads worker settings from a class or a dict when it starts; this dict builds
+    its entries only then, so importing this module never reads the environment."""
+
+    def _fill(self) -> None:
+        if not self:
+            settings = Settings()
+            setup_logging(settings.log_level)
+            super().update(worker_kwargs(settings))
+
+    def items(self) -> Any:  # arq's get_kwargs() reads the settings through items()
+        self._fill()
+        return super().items()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._fill()
+        return super().get(key, default)
+
+
+WorkerSettings = _LazyWorkerSettings()

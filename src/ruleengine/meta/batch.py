@@ -1,0 +1,172 @@
+"""Batched reads through Meta's Batch API: ≤ 50 GET sub-requests per HTTP call.
+
+The Batch API is a POST, so this module is not part of the read-only client the
+dispatcher uses; it still only ever carries GET sub-requests. Chunks are sent
+concurrently (bounded). Each item comes back on its own: a body, or an error,
+or — when Meta is having a moment — ``null``; null and transient items are
+retried in a further round, and whatever still fails is reported per item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+from urllib.parse import urlencode
+
+import orjson
+
+from ruleengine.constants import BATCH_MAX_ITEMS
+from ruleengine.meta.errors import (
+    GraphError,
+    MalformedResponseError,
+    TransientError,
+    error_from_body,
+)
+from ruleengine.meta.http import READ_WRITE, GraphSession, Usage, encode_params
+from ruleengine.meta.reader import RetryPolicy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SubRequest:
+    """One GET inside a batch: a Graph path and its parameters."""
+
+    path: str
+    params: dict[str, Any]
+
+    @property
+    def relative_url(self) -> str:
+        """``path?query`` as the Batch API wants it."""
+        query = urlencode(encode_params(self.params))
+        return f"{self.path.lstrip('/')}?{query}" if query else self.path.lstrip("/")
+
+
+@dataclass(frozen=True)
+class SubResult:
+    """One item's outcome: ``body`` on success, else ``error``."""
+
+    request: SubRequest
+    body: Any = None
+    error: GraphError | None = None
+
+
+def _item_headers(item: dict[str, Any]) -> dict[str, str]:
+    headers = item.get("headers")
+    if not isinstance(headers, list):
+        return {}
+    return {
+        str(h.get("name")): str(h.get("value"))
+        for h in headers
+        if isinstance(h, dict) and h.get("name")
+    }
+
+
+def parse_item(request: SubRequest, item: Any) -> SubResult | None:
+    """A batch item as a result; None for a ``null`` item (to be retried)."""
+    if item is None:
+        return None
+    if not isinstance(item, dict) or not isinstance(item.get("code"), int):
+        return SubResult(
+            request, error=MalformedResponseError("malformed batch item", response=item)
+        )
+    try:
+        body = orjson.loads(item.get("body") or "null")
+    except orjson.JSONDecodeError:
+        return SubResult(request, error=MalformedResponseError("batch item body is not JSON"))
+    code = item["code"]
+    if code >= 400 or (isinstance(body, dict) and "error" in body):
+        usage = Usage.from_headers(_item_headers(item))
+        return SubResult(
+            request,
+            error=error_from_body(body, http_status=code, retry_after_s=usage.regain_access_s),
+        )
+    return SubResult(request, body=body)
+
+
+class BatchReader:
+    """Send many GETs as Batch API calls.
+
+    Args:
+        session: a session allowed to POST (the batch call itself).
+        policy: retry policy for a whole batch call that fails.
+        concurrency: batch calls in flight at once.
+        item_rounds: extra rounds for ``null`` and transient items.
+    """
+
+    def __init__(
+        self,
+        session: GraphSession,
+        *,
+        policy: RetryPolicy,
+        concurrency: int = 4,
+        item_rounds: int = 2,
+    ) -> None:
+        self.session = session.view(methods=READ_WRITE, cost=session.cost)
+        self.policy = policy
+        self._limit = asyncio.Semaphore(concurrency)
+        self.item_rounds = item_rounds
+
+    async def get_many(
+        self, requests: Sequence[SubRequest], *, token: str, account_id: str | None = None
+    ) -> list[SubResult]:
+        """Results in the order of ``requests``."""
+        results: dict[int, SubResult] = {}
+        pending = list(range(len(requests)))
+        for round_number in range(self.item_rounds + 1):
+            outcome = await self._round([requests[i] for i in pending], token, account_id)
+            retry: list[int] = []
+            for index, result in zip(pending, outcome, strict=True):
+                if result is None or (
+                    isinstance(result.error, TransientError) and round_number < self.item_rounds
+                ):
+                    retry.append(index)
+                if result is not None:
+                    results[index] = result
+            if not retry:
+                break
+            log.info("retrying %d batch item(s) that came back empty or transient", len(retry))
+            pending = retry
+        empty = TransientError("the batch item came back empty (null) after retries")
+        return [results.get(i) or SubResult(requests[i], error=empty) for i in range(len(requests))]
+
+    async def _round(
+        self, requests: Sequence[SubRequest], token: str, account_id: str | None
+    ) -> list[SubResult | None]:
+        chunks = [
+            list(requests[i : i + BATCH_MAX_ITEMS])
+            for i in range(0, len(requests), BATCH_MAX_ITEMS)
+        ]
+        answers = await asyncio.gather(*(self._chunk(c, token, account_id) for c in chunks))
+        return [item for answer in answers for item in answer]
+
+    async def _chunk(
+        self, chunk: list[SubRequest], token: str, account_id: str | None
+    ) -> list[SubResult | None]:
+        batch = [{"method": "GET", "relative_url": r.relative_url} for r in chunk]
+        form = {"batch": batch, "include_headers": True}
+        async with self._limit:
+            try:
+                body = await self.policy.run(
+                    partial(self._post, form, token, len(chunk), account_id),
+                    what=f"batch of {len(chunk)}",
+                )
+            except GraphError as exc:
+                return [SubResult(r, error=exc) for r in chunk]
+        if not isinstance(body, list) or len(body) != len(chunk):
+            error = MalformedResponseError(
+                "the batch answer does not match the request", response=body
+            )
+            return [SubResult(r, error=error) for r in chunk]
+        return [parse_item(r, item) for r, item in zip(chunk, body, strict=True)]
+
+    async def _post(
+        self, form: dict[str, Any], token: str, items: int, account_id: str | None
+    ) -> Any:
+        return await self.session.request(
+            "POST", "", token=token, form=form, counted_calls=items, account_id=account_id
+        )

@@ -1,0 +1,249 @@
+"""The read-only Graph client: entity listing, object reads, Insights — GET only.
+
+This is the only Graph module the dispatcher imports. Its session is a view
+that allows GET and nothing else, so no code path through it can change an ad
+account. Reads retry transient errors (tenacity); entity listing makes 3 tries
+in total, waiting 1 s then 2 s; rate-limit errors wait as long as Meta's usage
+headers say, up to a cap; auth errors (an expired token, 190) are never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, Final, TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from ruleengine.meta.errors import MalformedResponseError, RateLimitError, TransientError
+from ruleengine.meta.http import READ_ONLY, GraphSession
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Sleep = Callable[[float], Awaitable[None]]
+IDS_PER_READ: Final = 50
+LIST_PAGE_SIZE: Final = 500
+
+
+class RetryPolicy:
+    """Which errors are retried and how long to wait before each retry.
+
+    Args:
+        waits_s: the wait before each retry; ``len(waits_s) + 1`` tries in total.
+        rate_limit_cap_s: the longest Meta-requested wait we accept; longer → give up now.
+        sleep: how to wait (tests pass a recorder instead of sleeping).
+    """
+
+    def __init__(
+        self, waits_s: Sequence[float], *, rate_limit_cap_s: float, sleep: Sleep = asyncio.sleep
+    ) -> None:
+        self.waits_s = tuple(waits_s)
+        self.rate_limit_cap_s = rate_limit_cap_s
+        self.sleep = sleep
+
+    def retryable(self, exc: BaseException) -> bool:
+        """Transient errors and call-count rate limits whose wait fits under the cap."""
+        if isinstance(exc, TransientError):
+            return True
+        if isinstance(exc, RateLimitError):
+            wait = exc.retry_after_s
+            return not exc.budget_change_limit and (wait is None or wait <= self.rate_limit_cap_s)
+        return False
+
+    def wait(self, state: RetryCallState) -> float:
+        """Meta's own estimate for rate limits, else the configured wait for this attempt."""
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, RateLimitError) and exc.retry_after_s is not None:
+            return min(exc.retry_after_s, self.rate_limit_cap_s)
+        index = min(state.attempt_number - 1, len(self.waits_s) - 1)
+        return self.waits_s[index] if self.waits_s else 0.0
+
+    async def run(self, call: Callable[[], Awaitable[T]], *, what: str) -> T:
+        """Run ``call`` under this policy; the last error is re-raised."""
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "%s failed (try %d of %d), retrying in %.1fs: %s",
+                what,
+                state.attempt_number,
+                len(self.waits_s) + 1,
+                self.wait(state),
+                exc,
+            )
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(len(self.waits_s) + 1),
+            wait=self.wait,
+            retry=retry_if_exception(self.retryable),
+            sleep=self.sleep,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await call()
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+
+def _data_list(body: Any, what: str) -> list[dict[str, Any]]:
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        raise MalformedResponseError(
+            f"{what}: expected {{'data': [...]}} from Graph", response=body
+        )
+    return data
+
+
+def next_cursor(body: Any) -> str | None:
+    """The ``after`` cursor when there is a next page (Meta omits ``paging.next`` on the last)."""
+    paging = body.get("paging") if isinstance(body, dict) else None
+    if not isinstance(paging, dict) or not paging.get("next"):
+        return None
+    cursors = paging.get("cursors")
+    after = cursors.get("after") if isinstance(cursors, dict) else None
+    return after if isinstance(after, str) and after else None
+
+
+class GraphReader:
+    """GET-only access to the Graph API.
+
+    Args:
+        session: any Graph session; the reader keeps a GET-only view of it.
+        listing: retry policy of entity listing (3 tries: wait 1 s, then 2 s).
+        reads: retry policy of other reads.
+    """
+
+    def __init__(self, session: GraphSession, *, listing: RetryPolicy, reads: RetryPolicy) -> None:
+        self.session = session.view(methods=READ_ONLY, cost=session.cost)
+        self.listing = listing
+        self.reads = reads
+
+    @classmethod
+    def from_settings(cls, session: GraphSession, *, sleep: Sleep = asyncio.sleep) -> GraphReader:
+        """A reader with the retry waits and rate-limit cap of the session's settings."""
+        s = session.settings
+        cap = s.rate_limit_max_wait_s
+        return cls(
+            session,
+            listing=RetryPolicy(s.listing_retry_waits_s, rate_limit_cap_s=cap, sleep=sleep),
+            reads=RetryPolicy(s.read_retry_waits_s, rate_limit_cap_s=cap, sleep=sleep),
+        )
+
+    async def _get(
+        self, path: str, *, token: str, params: dict[str, Any], account_id: str | None
+    ) -> Any:
+        return await self.session.request(
+            "GET", path, token=token, params=params, account_id=account_id
+        )
+
+    async def list_entities(
+        self,
+        account_id: str,
+        level: str,
+        *,
+        token: str,
+        fields: Sequence[str],
+        filtering: Sequence[dict[str, Any]] = (),
+        page_size: int = LIST_PAGE_SIZE,
+    ) -> list[dict[str, Any]]:
+        """Every campaign/ad set of an account matching ``filtering``, cursor by cursor.
+
+        Each page is tried 3 times in total (the listing policy); the last error is raised.
+        """
+        path = f"{account_id}/{'campaigns' if level == 'campaign' else 'adsets'}"
+        params: dict[str, Any] = {"fields": ",".join(fields), "limit": page_size}
+        if filtering:
+            params["filtering"] = list(filtering)
+        entities: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            page_params = params | ({"after": after} if after else {})
+            body = await self.listing.run(
+                partial(self._get, path, token=token, params=page_params, account_id=account_id),
+                what=f"listing {level}s of {account_id}",
+            )
+            entities.extend(_data_list(body, f"listing {path}"))
+            after = next_cursor(body)
+            if after is None:
+                return entities
+
+    async def get_object(
+        self, object_id: str, *, token: str, fields: Sequence[str], account_id: str | None = None
+    ) -> dict[str, Any]:
+        """One object's ``fields`` (re-read before a write, for the live value)."""
+        body = await self.reads.run(
+            partial(
+                self._get,
+                object_id,
+                token=token,
+                params={"fields": ",".join(fields)},
+                account_id=account_id,
+            ),
+            what=f"reading {object_id}",
+        )
+        if not isinstance(body, dict) or "id" not in body:
+            raise MalformedResponseError(
+                f"reading {object_id}: no object in the answer", response=body
+            )
+        return body
+
+    async def get_objects(
+        self,
+        ids: Sequence[str],
+        *,
+        token: str,
+        fields: Sequence[str],
+        account_id: str | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """Several objects by id (``GET /?ids=``), 50 ids per request."""
+        result: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), IDS_PER_READ):
+            chunk = list(ids[start : start + IDS_PER_READ])
+            params = {"ids": ",".join(chunk), "fields": ",".join(fields)}
+            body = await self.reads.run(
+                partial(self._get, "", token=token, params=params, account_id=account_id),
+                what=f"reading {len(chunk)} objects",
+            )
+            if not isinstance(body, dict):
+                raise MalformedResponseError("multi-id read: expected an object", response=body)
+            result |= {k: v for k, v in body.items() if isinstance(v, dict)}
+        return result
+
+    async def insights(
+        self, object_id: str, *, token: str, params: dict[str, Any], account_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Insights rows of one object or account, every page."""
+        rows: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            page = params | ({"after": after} if after else {})
+            body = await self.reads.run(
+                partial(
+                    self._get,
+                    f"{object_id}/insights",
+                    token=token,
+                    params=page,
+                    account_id=account_id,
+                ),
+                what=f"insights of {object_id}",
+            )
+            rows.extend(_data_list(body, f"insights of {object_id}"))
+            after = next_cursor(body)
+            if after is None:
+                return rows
+
+    async def ad_accounts(self, *, token: str) -> list[dict[str, Any]]:
+        """The ad accounts the token can see."""
+        params = {
+            "fields": "id,account_id,name,currency,timezone_name,account_status",
+            "limit": 500,
+        }
+        body = await self.reads.run(
+            partial(self._get, "me/adaccounts", token=token, params=params, account_id=None),
+            what="listing ad accounts",
+        )
+        return _data_list(body, "me/adaccounts")

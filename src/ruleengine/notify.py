@@ -1,0 +1,142 @@
+"""Notifications: render a template and post it to a named webhook (Slack-compatible JSON).
+
+Webhooks are named in ``RULEENGINE_WEBHOOKS`` (``{"ops": "https://hooks…"}``);
+rules refer to the name, never the URL. Delivery failures go to the error log
+and come back as :class:`NotifyError`; they never crash a job.
+"""
+
+from __future__ import annotations
+
+import logging
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import aiohttp
+
+from ruleengine.errors import ErrorReport, ErrorSink, RuleEngineError
+from ruleengine.redact import REDACTOR
+from ruleengine.rules.evaluate import ConditionResult
+from ruleengine.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class NotifyError(RuleEngineError):
+    """A message could not be delivered."""
+
+
+def _fmt(value: float | None) -> str:
+    return "no data" if value is None else f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
+
+
+def describe_conditions(results: list[ConditionResult]) -> str:
+    """``spend (today) 60 > 50 ✓; ctr (last_3d) no data < 0.6 ✗`` — what the rule saw."""
+    parts = []
+    for r in results:
+        where = f"{r.metric} ({r.period})" if r.period else r.metric
+        rhs = r.compare_to + f" = {_fmt(r.expected)}" if r.compare_to else _fmt(r.expected)
+        parts.append(f"{where} {_fmt(r.actual)} {r.operator} {rhs} {'✓' if r.passed else '✗'}")
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class MessageContext:
+    """What a notification template can refer to."""
+
+    rule: str
+    task: str
+    level: str
+    account: str
+    entity_id: str
+    entity_name: str
+    action: str
+    before: Any = None
+    after: Any = None
+    conditions: str = ""
+
+    def values(self, *, now: datetime, tz: ZoneInfo) -> dict[str, Any]:
+        """Placeholder values, including ``{date}`` and ``{time}`` in the rule's timezone."""
+        local = now.astimezone(tz)
+        return {
+            "rule": self.rule,
+            "task": self.task,
+            "level": self.level,
+            "account": self.account,
+            "entity_id": self.entity_id,
+            "entity_name": self.entity_name,
+            "action": self.action,
+            "before": "-" if self.before is None else self.before,
+            "after": "-" if self.after is None else self.after,
+            "conditions": self.conditions,
+            "date": local.date().isoformat(),
+            "time": local.strftime("%H:%M"),
+        }
+
+
+def render(template: str, values: Mapping[str, Any]) -> str:
+    """Fill ``{placeholders}``; unknown ones stay as written (templates are validated on save)."""
+    formatter = string.Formatter()
+    out: list[str] = []
+    for literal, name, spec, conversion in formatter.parse(template):
+        out.append(literal)
+        if name is None:
+            continue
+        if name not in values:
+            out.append("{" + name + "}")
+            continue
+        value = formatter.convert_field(values[name], conversion)
+        out.append(formatter.format_field(value, spec or ""))
+    return "".join(out)
+
+
+class Notifier:
+    """Posts messages to the webhooks configured in settings."""
+
+    def __init__(self, settings: Settings, sink: ErrorSink) -> None:
+        self._hooks = {name: url.get_secret_value() for name, url in settings.webhooks.items()}
+        for url in self._hooks.values():
+            REDACTOR.register(url)  # webhook URLs are secrets too
+        self._sink = sink
+        self._timeout = aiohttp.ClientTimeout(total=10)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def send(self, webhook: str, text: str, *, context: dict[str, Any]) -> None:
+        """Deliver ``text``; raises NotifyError (after logging it) when that fails."""
+        url = self._hooks.get(webhook)
+        try:
+            if url is None:
+                raise NotifyError(f"webhook '{webhook}' is not configured in RULEENGINE_WEBHOOKS")
+            if self._session is None or self._session.closed:
+                self._session = aiohttp.ClientSession(timeout=self._timeout)
+            async with self._session.post(url, json={"text": text}) as response:
+                if response.status >= 300:
+                    body = (await response.text())[:500]
+                    raise NotifyError(
+                        f"webhook '{webhook}' answered HTTP {response.status}: {body}"
+                    )
+        except (aiohttp.ClientError, TimeoutError, NotifyError) as exc:
+            error = (
+                exc
+                if isinstance(exc, NotifyError)
+                else NotifyError(f"webhook '{webhook}': {exc!r}")
+            )
+            log.warning("notification not delivered: %s", error)
+            await self._sink.report(
+                ErrorReport(
+                    function="notify.send",
+                    message=str(error),
+                    params={"webhook": webhook, "text": text},
+                    context=context,
+                )
+            )
+            raise error from None
+        log.info("notification sent to '%s' (%d chars)", webhook, len(text))
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        if self._session is not None and not self._session.closed:
+            await self._session.close()

@@ -1,0 +1,31 @@
+"""The arq queue on Redis: connection, the orjson serializer, and health probes."""
+
+from __future__ import annotations
+
+from arq.connections import ArqRedis, RedisSettings
+from redis.asyncio import ConnectionPool
+
+from ruleengine.constants import QUEUE_NAME
+from ruleengine.payload import deserialize, serialize
+from ruleengine.settings import Settings
+
+
+def redis_settings(settings: Settings) -> RedisSettings:
+    """arq's view of ``RULEENGINE_REDIS_URL`` (used by the worker)."""
+    parsed = RedisSettings.from_dsn(settings.redis_url)
+    parsed.conn_timeout = 2
+    parsed.conn_retries = 60  # a worker started before Redis waits up to a minute for it
+    return parsed
+
+
+def connect_queue(settings: Settings) -> ArqRedis:
+    """An arq client that connects lazily: a process can start (and tick) while Redis is down."""
+    pool = ConnectionPool.from_url(
+        settings.redis_url, socket_connect_timeout=2, socket_timeout=5, max_connections=64
+    )
+    return ArqRedis(
+        pool,
+        job_serializer=serialize,
+        job_deserializer=deserialize,
+        default_queue_name=QUEUE_NAME,
+    )

@@ -1,0 +1,142 @@
+"""A small async client for the sandbox's ``/_sandbox`` admin routes (tests and benchmarks).
+
+Usage::
+
+    async with SandboxAdmin("http://127.0.0.1:8081") as admin:
+        await admin.reset(seed=2)
+        await admin.set_clock(datetime(2026, 12, 1, 15, tzinfo=UTC))
+        await admin.set_faults(latency_ms=150)
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+
+from ruleengine.errors import RuleEngineError
+
+
+class SandboxAdminError(RuleEngineError):
+    """An admin call failed; the message carries the sandbox's answer."""
+
+
+class SandboxAdmin:
+    """Drives one sandbox's admin routes.
+
+    Args:
+        base_url: The sandbox's root, e.g. ``http://127.0.0.1:8081`` (no version prefix).
+        session: An aiohttp session to reuse; without one the client opens its own
+            on first use and ``close()`` closes it.
+    """
+
+    def __init__(self, base_url: str, session: aiohttp.ClientSession | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._session = session
+        self._owns_session = session is None
+
+    async def __aenter__(self) -> SandboxAdmin:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the session if this client opened it."""
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        url = f"{self.base_url}/_sandbox/{path}"
+        async with self._session.request(method, url, json=body) as response:
+            payload = await response.json(content_type=None)
+            if response.status >= 400:
+                raise SandboxAdminError(f"{method} {url} answered {response.status}: {payload}")
+            return payload
+
+    async def reset(self, **config: Any) -> dict[str, Any]:
+        """Rebuild the world (``seed``, ``scenario``, ``accounts``, ``campaigns_per_account``,
+        ``adsets_per_campaign``; missing ones take the app's defaults) and clear everything else."""
+        result: dict[str, Any] = await self._call("POST", "reset", config)
+        return result
+
+    async def world(self) -> dict[str, Any]:
+        """Seed, scenario, ad account ids and object counts of the current world."""
+        result: dict[str, Any] = await self._call("GET", "world")
+        return result
+
+    async def accounts(self) -> list[str]:
+        """The world's ad account ids (``act_…``), without a counted Graph call."""
+        return list((await self.world())["accounts"])
+
+    async def set_faults(self, **faults: Any) -> dict[str, Any]:
+        """Set ``latency_ms``, ``error_rate``, ``error_code``, ``null_item_rate``,
+        ``revoked_tokens`` or ``rules``; settings not named stay as they are."""
+        result: dict[str, Any] = await self._call("POST", "faults", faults)
+        return result
+
+    async def faults(self) -> dict[str, Any]:
+        """The faults in force (rules with their remaining counts)."""
+        result: dict[str, Any] = await self._call("GET", "faults")
+        return result
+
+    async def clear_faults(self) -> None:
+        """Remove every fault."""
+        await self._call("DELETE", "faults")
+
+    async def stats(self) -> dict[str, Any]:
+        """HTTP requests, counted calls and errors since the last reset or clear."""
+        result: dict[str, Any] = await self._call("GET", "stats")
+        return result
+
+    async def clear_stats(self) -> None:
+        """Zero the counters (the usage model keeps its windows)."""
+        await self._call("DELETE", "stats")
+
+    async def writes(self) -> list[dict[str, Any]]:
+        """Every POST to an object, in order, successful or not."""
+        result: list[dict[str, Any]] = await self._call("GET", "writes")
+        return result
+
+    async def object(self, object_id: str) -> dict[str, Any]:
+        """The stored campaign, ad set or ad account, raw."""
+        result: dict[str, Any] = await self._call("GET", f"objects/{object_id}")
+        return result
+
+    async def clock(self) -> dict[str, Any]:
+        """``{"now": iso, "frozen": bool}``."""
+        result: dict[str, Any] = await self._call("GET", "clock")
+        return result
+
+    async def set_clock(self, now: datetime | None) -> dict[str, Any]:
+        """Freeze the clock at ``now`` (naive means UTC), or return to real time with ``None``."""
+        if now is not None and now.tzinfo is None:
+            now = now.replace(tzinfo=UTC)
+        body = {"now": now.isoformat() if now is not None else None}
+        result: dict[str, Any] = await self._call("POST", "clock", body)
+        return result
+
+    async def advance_clock(self, seconds: float) -> dict[str, Any]:
+        """Move the clock forward by ``seconds``."""
+        result: dict[str, Any] = await self._call("POST", "clock", {"advance_s": seconds})
+        return result
+
+    async def set_limits(self, **limits: int) -> dict[str, Any]:
+        """Set ``account_calls_per_hour`` and/or ``app_calls_per_hour``."""
+        result: dict[str, Any] = await self._call("POST", "limits", limits)
+        return result
+
+    async def limits(self) -> dict[str, Any]:
+        """Capacities and current rolling-hour call counts."""
+        result: dict[str, Any] = await self._call("GET", "limits")
+        return result

@@ -1,0 +1,206 @@
+"""Admin routes under ``/_sandbox``: stats, reset, faults, write log, raw objects, clock, limits.
+
+For tests and benchmarks only: they need no token and are never counted.
+Bad input answers 400 with ``{"error": "<what was wrong>"}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ruleengine.sandbox.state import STATE, SandboxState
+from ruleengine.sandbox.stats import Stats
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class _Reset(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int | None = None
+    scenario: str | None = None
+    accounts: int | None = Field(default=None, ge=1)
+    campaigns_per_account: int | None = Field(default=None, ge=1)
+    adsets_per_campaign: int | None = Field(default=None, ge=1)
+
+
+class _Clock(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    now: datetime | None = None
+    advance_s: float | None = None
+
+
+class _Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    account_calls_per_hour: int | None = Field(default=None, ge=0)
+    app_calls_per_hour: int | None = Field(default=None, ge=0)
+
+
+def add_admin_routes(app: web.Application) -> None:
+    """Register the ``/_sandbox`` routes on ``app`` (before the Graph catch-all)."""
+    app.router.add_get("/_sandbox/stats", _guarded(_stats))
+    app.router.add_delete("/_sandbox/stats", _guarded(_clear_stats))
+    app.router.add_post("/_sandbox/reset", _guarded(_reset))
+    app.router.add_get("/_sandbox/faults", _guarded(_faults))
+    app.router.add_post("/_sandbox/faults", _guarded(_set_faults))
+    app.router.add_delete("/_sandbox/faults", _guarded(_clear_faults))
+    app.router.add_get("/_sandbox/writes", _guarded(_writes))
+    app.router.add_get("/_sandbox/objects/{id}", _guarded(_object))
+    app.router.add_get("/_sandbox/clock", _guarded(_clock))
+    app.router.add_post("/_sandbox/clock", _guarded(_set_clock))
+    app.router.add_get("/_sandbox/limits", _guarded(_limits))
+    app.router.add_post("/_sandbox/limits", _guarded(_set_limits))
+    app.router.add_get("/_sandbox/world", _guarded(_world))
+
+
+def _json(value: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(value), status=status, content_type="application/json")
+
+
+class _BadInput(Exception):
+    """Admin input that cannot be used; answered with 400 and the message."""
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _guarded(handler: Handler) -> Handler:
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except _BadInput as exc:
+            return _json({"error": str(exc)}, status=400)
+
+    return guarded
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise _BadInput("the body must be a JSON object") from exc
+    if not isinstance(body, dict):
+        raise _BadInput("the body must be a JSON object")
+    return body
+
+
+def _validated(model: type[M], body: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise _BadInput(str(exc)) from exc
+
+
+async def _stats(request: web.Request) -> web.Response:
+    return _json(request.app[STATE].stats.snapshot())
+
+
+async def _clear_stats(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    state.stats = Stats()
+    return _json(state.stats.snapshot())
+
+
+async def _reset(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    changes = _validated(_Reset, await _body(request)).model_dump(exclude_none=True)
+    try:
+        state.reset(dataclasses.replace(state.defaults, **changes))
+    except ValueError as exc:
+        raise _BadInput(str(exc)) from exc
+    return _json(_world_summary(state))
+
+
+async def _faults(request: web.Request) -> web.Response:
+    return _json(request.app[STATE].faults.describe())
+
+
+async def _set_faults(request: web.Request) -> web.Response:
+    faults = request.app[STATE].faults
+    try:
+        faults.update(await _body(request))
+    except ValidationError as exc:
+        raise _BadInput(str(exc)) from exc
+    return _json(faults.describe())
+
+
+async def _clear_faults(request: web.Request) -> web.Response:
+    faults = request.app[STATE].faults
+    faults.clear()
+    return _json(faults.describe())
+
+
+async def _writes(request: web.Request) -> web.Response:
+    return _json([record.as_json() for record in request.app[STATE].writes])
+
+
+async def _object(request: web.Request) -> web.Response:
+    world = request.app[STATE].world
+    object_id = request.match_info["id"]
+    found: Any = world.get(object_id) or world.account(object_id)
+    if found is None:
+        return _json({"error": f"no object {object_id} in this world"}, status=404)
+    raw = dataclasses.asdict(found)
+    return _json({name: value for name, value in raw.items() if not name.startswith("_")})
+
+
+def _clock_json(state: SandboxState) -> dict[str, Any]:
+    return {"now": state.now().isoformat(), "frozen": state.clock.frozen}
+
+
+async def _clock(request: web.Request) -> web.Response:
+    return _json(_clock_json(request.app[STATE]))
+
+
+async def _set_clock(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = _validated(_Clock, await _body(request))
+    if "now" in body.model_fields_set:
+        if body.now is None:
+            state.clock.reset()
+        else:
+            state.clock.freeze(body.now if body.now.tzinfo else body.now.replace(tzinfo=UTC))
+    if body.advance_s:
+        state.clock.advance(body.advance_s)
+    return _json(_clock_json(state))
+
+
+async def _limits(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return _json(state.usage.snapshot(state.now()))
+
+
+async def _set_limits(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = _validated(_Limits, await _body(request))
+    for name, value in body.model_dump(exclude_none=True).items():
+        setattr(state.usage.limits, name, value)
+    return _json(state.usage.snapshot(state.now()))
+
+
+async def _world(request: web.Request) -> web.Response:
+    return _json(_world_summary(request.app[STATE]))
+
+
+def _world_summary(state: SandboxState) -> dict[str, Any]:
+    world = state.world
+    campaigns = sum(1 for obj in world.objects.values() if obj.kind == "campaign")
+    return {
+        "seed": world.seed,
+        "scenario": world.scenario,
+        "accounts": list(world.accounts),
+        "campaigns": campaigns,
+        "adsets": len(world.objects) - campaigns,
+    }

@@ -1,0 +1,119 @@
+"""The sandbox's aiohttp application: Graph routes under any ``/vNN.0/`` prefix, plus admin routes.
+
+HTTP concerns live here (parameters from query, form or JSON; the token from
+``access_token`` or ``Authorization``; latency; the batch endpoint). What a
+call means is decided by the router, the same for direct and batch calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from ruleengine.sandbox.admin_routes import add_admin_routes
+from ruleengine.sandbox.batch import run_batch
+from ruleengine.sandbox.errors import GraphError, invalid_param
+from ruleengine.sandbox.limits import UseCase
+from ruleengine.sandbox.protocol import (
+    DEFAULT_VERSION,
+    GraphRequest,
+    GraphResponse,
+    as_param,
+    split_token,
+    split_version,
+)
+from ruleengine.sandbox.router import execute
+from ruleengine.sandbox.scenarios import WorldConfig
+from ruleengine.sandbox.state import STATE, SandboxState
+
+# Batch bodies of 50 sub-requests with long id filters exceed aiohttp's 1 MiB default.
+_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+def create_app(
+    *,
+    seed: int = 1,
+    scenario: str = "demo",
+    accounts: int | None = None,
+    campaigns_per_account: int | None = None,
+    adsets_per_campaign: int | None = None,
+) -> web.Application:
+    """Build a sandbox app holding a fresh world.
+
+    Args:
+        seed: Drives ids and numbers; the same seed always gives the same world.
+        scenario: ``demo`` (3 varied accounts) or ``bench`` (many uniform campaigns).
+        accounts: Number of ad accounts (scenario default when ``None``).
+        campaigns_per_account: Campaigns per ad account (scenario default when ``None``).
+        adsets_per_campaign: Ad sets per campaign (scenario default when ``None``).
+
+    Raises:
+        ValueError: Unknown scenario, or a size below 1.
+    """
+    config = WorldConfig(
+        seed=seed,
+        scenario=scenario,
+        accounts=accounts,
+        campaigns_per_account=campaigns_per_account,
+        adsets_per_campaign=adsets_per_campaign,
+    )
+    app = web.Application(client_max_size=_MAX_BODY_BYTES)
+    app[STATE] = SandboxState(config)
+    add_admin_routes(app)
+    app.router.add_route("*", "/{tail:.*}", _graph)
+    return app
+
+
+async def _graph(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    state.stats.http(request.method)
+    if state.faults.latency_s:
+        await asyncio.sleep(state.faults.latency_s)
+    try:
+        raw_params = await _params(request)
+    except GraphError as error:
+        state.stats.error(error.code)
+        return _http(_failure(state, error))
+    params, token = split_token(raw_params, request.headers.get("Authorization"))
+    version, path = split_version(request.match_info["tail"])
+    origin = f"{request.scheme}://{request.host}"
+    if request.method == "POST" and path == "/":
+        return _http(run_batch(state, params, token, origin))
+    base_url = f"{origin}/{version or DEFAULT_VERSION}"
+    return _http(execute(state, GraphRequest(request.method, path, params, token, base_url)))
+
+
+async def _params(request: web.Request) -> dict[str, str]:
+    """Query parameters, overlaid with form or JSON body parameters."""
+    params = {name: value for name, value in request.query.items()}
+    if request.method != "POST" or not request.can_read_body:
+        return params
+    if request.content_type == "application/json":
+        try:
+            body: Any = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            raise invalid_param("The request body is not valid JSON") from exc
+        if not isinstance(body, dict):
+            raise invalid_param("A JSON request body must be an object")
+        params |= {name: as_param(value) for name, value in body.items()}
+    else:
+        form = await request.post()
+        params |= {name: str(value) for name, value in form.items()}
+    return params
+
+
+def _failure(state: SandboxState, error: GraphError) -> GraphResponse:
+    headers = state.usage.headers(state.now(), (), UseCase.ADS_MANAGEMENT)
+    return GraphResponse(error.status, error.body(state.trace_id()), headers)
+
+
+def _http(response: GraphResponse) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(response.body),
+        status=response.status,
+        headers=response.headers,
+        content_type="application/json",
+    )

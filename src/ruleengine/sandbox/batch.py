@@ -1,0 +1,104 @@
+"""The Batch API: ``POST /`` with ``batch`` (at most 50 sub-requests), answered item by item.
+
+Each sub-request runs through the router exactly as if it had been sent
+alone, so it is counted, scoped, throttled and fault-injected alike; the batch
+itself adds no counted call. Under ``null_item_rate`` an item comes back as
+``null`` without having run (it still counts, as Meta counts it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+
+from ruleengine.constants import BATCH_MAX_ITEMS
+from ruleengine.sandbox.errors import GraphError, invalid_param
+from ruleengine.sandbox.limits import UseCase
+from ruleengine.sandbox.protocol import (
+    DEFAULT_VERSION,
+    GraphRequest,
+    GraphResponse,
+    as_param,
+    split_token,
+    split_version,
+)
+from ruleengine.sandbox.router import classify, execute
+from ruleengine.sandbox.state import SandboxState
+
+
+def run_batch(
+    state: SandboxState, params: dict[str, str], token: str | None, origin: str
+) -> GraphResponse:
+    """Answer a batch request.
+
+    Args:
+        state: The sandbox.
+        params: The batch request's parameters (``batch``, ``include_headers``), token removed.
+        token: The batch's access token; an item may carry its own instead.
+        origin: Scheme and host, e.g. ``http://127.0.0.1:8081`` (for ``paging.next``).
+    """
+    now = state.now()
+    try:
+        items = _parse(params.get("batch"))
+        requests = [_item_request(item, token, origin) for item in items]
+    except GraphError as error:
+        state.stats.error(error.code)
+        headers = state.usage.headers(now, (), UseCase.ADS_MANAGEMENT)
+        return GraphResponse(error.status, error.body(state.trace_id()), headers)
+    include_headers = (params.get("include_headers") or "true").lower() not in ("false", "0")
+    results = [_run_item(state, req, include_headers) for req in requests]
+    return GraphResponse(200, results, state.usage.headers(now, (), UseCase.ADS_MANAGEMENT))
+
+
+def _parse(raw: str | None) -> list[Any]:
+    if not raw:
+        raise invalid_param("The parameter batch is required")
+    try:
+        items = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_param("batch must be a JSON array of requests") from exc
+    if not isinstance(items, list) or not items:
+        raise invalid_param("batch must be a non-empty JSON array of requests")
+    if len(items) > BATCH_MAX_ITEMS:
+        raise invalid_param(
+            f"Too many requests in batch message. Maximum batch size is {BATCH_MAX_ITEMS}"
+        )
+    return items
+
+
+def _item_request(item: Any, token: str | None, origin: str) -> GraphRequest:
+    if not isinstance(item, dict) or not isinstance(item.get("relative_url"), str):
+        raise invalid_param("Each batch request needs a method and a relative_url")
+    path_part, _, query = item["relative_url"].partition("?")
+    version, path = split_version(path_part)
+    params = dict(parse_qsl(query, keep_blank_values=True))
+    body = item.get("body")
+    if isinstance(body, str):
+        params |= dict(parse_qsl(body, keep_blank_values=True))
+    elif isinstance(body, dict):
+        params |= {name: as_param(value) for name, value in body.items()}
+    rest, item_token = split_token(params, None)
+    return GraphRequest(
+        method=str(item.get("method") or "GET").upper(),
+        path=path,
+        params=rest,
+        token=item_token or token,
+        base_url=f"{origin}/{version or DEFAULT_VERSION}",
+    )
+
+
+def _run_item(
+    state: SandboxState, req: GraphRequest, include_headers: bool
+) -> dict[str, Any] | None:
+    if state.faults.null_item():
+        state.stats.call(classify(req))
+        return None
+    response = execute(state, req)
+    item: dict[str, Any] = {"code": response.status}
+    if include_headers:
+        headers = {"Content-Type": "application/json; charset=UTF-8", **response.headers}
+        item["headers"] = [{"name": name, "value": value} for name, value in headers.items()]
+    item["body"] = orjson.dumps(response.body).decode()
+    return item

@@ -1,0 +1,165 @@
+"""Graph API errors in Meta's shape, and the catalogue of codes the sandbox uses.
+
+Meta answers every failure with ``{"error": {message, type, code, error_subcode,
+fbtrace_id, is_transient}}``; clients decide what to do from ``code`` and
+``error_subcode``, not from the HTTP status, so the catalogue below keeps Meta's
+codes and messages and picks plausible statuses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: Subcode Meta sends with 80000/80004 ("too many calls to this ad account").
+ACCOUNT_THROTTLED_SUBCODE = 2446079
+#: Subcode of error 17 when an ad set's budget changed too often in an hour.
+BUDGET_CHANGE_LIMIT_SUBCODE = 1885172
+#: Subcode of error 190 for an expired or invalidated session.
+TOKEN_EXPIRED_SUBCODE = 463
+#: Subcode of error 100 for an object that does not exist.
+NONEXISTENT_OBJECT_SUBCODE = 33
+
+
+@dataclass(frozen=True)
+class _Default:
+    message: str
+    status: int
+    is_transient: bool = False
+
+
+_DEFAULTS: dict[int, _Default] = {
+    1: _Default("An unknown error occurred", 500, True),
+    2: _Default("An unexpected error has occurred. Please retry your request later.", 503, True),
+    4: _Default("(#4) Application request limit reached", 400, True),
+    17: _Default("(#17) User request limit reached", 400, True),
+    100: _Default("(#100) Invalid parameter", 400),
+    104: _Default("An access token is required to request this resource.", 400),
+    190: _Default("Error validating access token: Session has expired.", 400),
+    200: _Default("(#200) Permissions error", 403),
+    368: _Default("The action attempted has been deemed abusive or is otherwise disallowed", 400),
+    613: _Default("(#613) Calls to this api have exceeded the rate limit.", 400, True),
+    803: _Default("(#803) Some of the aliases you requested do not exist", 404),
+    80000: _Default(
+        "(#80000) There have been too many calls from this ad-account. Wait a bit and try again.",
+        400,
+        True,
+    ),
+    80004: _Default(
+        "(#80004) There have been too many calls to this ad-account. Wait a bit and try again.",
+        400,
+        True,
+    ),
+}
+
+
+class GraphError(Exception):
+    """A Graph API failure; ``body()`` renders it the way Meta does.
+
+    Args:
+        code: Meta's error code (``100``, ``190``, ``80004`` …).
+        message: The human message; defaults to Meta's wording for ``code``.
+        subcode: ``error_subcode``, omitted from the body when ``None`` (as Meta does).
+        status: HTTP status; defaults from the catalogue.
+        is_transient: Overrides the catalogue's ``is_transient``.
+        user_title: Optional ``error_user_title``.
+        user_msg: Optional ``error_user_msg``.
+    """
+
+    def __init__(
+        self,
+        code: int,
+        message: str | None = None,
+        *,
+        subcode: int | None = None,
+        status: int | None = None,
+        is_transient: bool | None = None,
+        user_title: str | None = None,
+        user_msg: str | None = None,
+    ) -> None:
+        default = _DEFAULTS.get(code, _Default(f"(#{code}) Simulated error", 400))
+        self.code = code
+        self.message = message or default.message
+        self.subcode = subcode
+        self.status = status or default.status
+        self.is_transient = default.is_transient if is_transient is None else is_transient
+        self.user_title = user_title
+        self.user_msg = user_msg
+        super().__init__(self.message)
+
+    def body(self, fbtrace_id: str) -> dict[str, Any]:
+        """The JSON body Meta would send for this error."""
+        error: dict[str, Any] = {
+            "message": self.message,
+            "type": "OAuthException",
+            "code": self.code,
+        }
+        if self.subcode is not None:
+            error["error_subcode"] = self.subcode
+        error["is_transient"] = self.is_transient
+        if self.user_title:
+            error["error_user_title"] = self.user_title
+        if self.user_msg:
+            error["error_user_msg"] = self.user_msg
+        error["fbtrace_id"] = fbtrace_id
+        return {"error": error}
+
+
+def invalid_param(message: str) -> GraphError:
+    """Error 100 with ``message`` prefixed the way Meta prefixes it."""
+    return GraphError(100, f"(#100) {message}")
+
+
+def nonexistent_object(object_id: str, method: str = "get") -> GraphError:
+    """Error 100/33: the id names nothing this token can see."""
+    return GraphError(
+        100,
+        f"Unsupported {method.lower()} request. Object with ID '{object_id}' does not exist, "
+        "cannot be loaded due to missing permissions, or does not support this operation.",
+        subcode=NONEXISTENT_OBJECT_SUBCODE,
+    )
+
+
+def missing_aliases(ids: list[str]) -> GraphError:
+    """Error 803 for ``?ids=`` naming unknown objects."""
+    return GraphError(
+        803, f"(#803) Some of the aliases you requested do not exist: {','.join(ids)}"
+    )
+
+
+def missing_token() -> GraphError:
+    """Error 104: no access token at all."""
+    return GraphError(104)
+
+
+def invalid_token() -> GraphError:
+    """Error 190/463: the token was revoked (the sandbox never says which token)."""
+    return GraphError(190, subcode=TOKEN_EXPIRED_SUBCODE)
+
+
+def no_permission(account_id: str) -> GraphError:
+    """Error 200: the ad account is not one this token may use."""
+    return GraphError(
+        200,
+        f"(#200) Ad account owner has NOT grant ads_management or ads_read permission "
+        f"({account_id} is not an ad account of this sandbox)",
+    )
+
+
+def account_throttled(*, insights: bool) -> GraphError:
+    """Error 80000 (Insights) or 80004 (ads management): the ad account is over its hourly quota."""
+    return GraphError(80000 if insights else 80004, subcode=ACCOUNT_THROTTLED_SUBCODE)
+
+
+def budget_change_limit(limit: int) -> GraphError:
+    """Error 17/1885172: an ad set's budget changed ``limit`` times within the last hour."""
+    return GraphError(
+        17,
+        f"(#17) Ad set budget change limit reached: an ad set's budget can change at most "
+        f"{limit} times per hour",
+        subcode=BUDGET_CHANGE_LIMIT_SUBCODE,
+        is_transient=False,
+        user_title="Ad set budget change limit reached",
+        user_msg=f"This ad set's budget has changed {limit} times in the last hour. "
+        "Wait before changing it again.",
+    )

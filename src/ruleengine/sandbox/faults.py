@@ -1,0 +1,111 @@
+"""Fault injection: latency, random errors, error rules, ``null`` batch items, revoked tokens.
+
+Randomness comes from a generator seeded with the world's seed, so a test that
+sets ``error_rate`` sees the same failures on every run.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ruleengine.sandbox.errors import GraphError
+
+
+class FaultRule(BaseModel):
+    """Fail the next ``times`` calls whose path contains ``path_contains`` (``None``: forever)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path_contains: str = ""
+    method: Literal["GET", "POST"] | None = None
+    code: int = 2
+    subcode: int | None = None
+    message: str | None = None
+    times: int | None = Field(default=None, ge=1)
+
+
+class FaultSettings(BaseModel):
+    """Everything ``POST /_sandbox/faults`` can set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    latency_ms: float = Field(default=0.0, ge=0)
+    error_rate: float = Field(default=0.0, ge=0, le=1)
+    error_code: int = 2
+    null_item_rate: float = Field(default=0.0, ge=0, le=1)
+    revoked_tokens: list[str] = Field(default_factory=list)
+    rules: list[FaultRule] = Field(default_factory=list)
+
+
+class Faults:
+    """The faults in force, and how many more times each rule will fire.
+
+    Args:
+        seed: Seeds the generator behind ``error_rate`` and ``null_item_rate``.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(f"faults:{seed}")
+        self.settings = FaultSettings()
+        self._remaining: list[int | None] = []
+
+    def update(self, changes: dict[str, Any]) -> None:
+        """Replace the settings named in ``changes``, keep the others.
+
+        Raises:
+            pydantic.ValidationError: A value is out of range or a key is unknown.
+        """
+        merged = self.settings.model_dump() | changes
+        self.settings = FaultSettings.model_validate(merged)
+        if "rules" in changes:
+            self._remaining = [rule.times for rule in self.settings.rules]
+
+    def clear(self) -> None:
+        """No faults at all."""
+        self.settings = FaultSettings()
+        self._remaining = []
+
+    @property
+    def latency_s(self) -> float:
+        """Delay added once to every Graph HTTP request."""
+        return self.settings.latency_ms / 1000
+
+    def token_revoked(self, token: str) -> bool:
+        """True for a token that was revoked through ``revoked_tokens``."""
+        return token in self.settings.revoked_tokens
+
+    def failure(self, method: str, path: str) -> GraphError | None:
+        """The error this call must fail with, if a rule or the random error rate says so."""
+        for index, rule in enumerate(self.settings.rules):
+            remaining = self._remaining[index]
+            if remaining == 0 or rule.path_contains not in path:
+                continue
+            if rule.method is not None and rule.method != method:
+                continue
+            if remaining is not None:
+                self._remaining[index] = remaining - 1
+            return GraphError(rule.code, rule.message, subcode=rule.subcode)
+        if self.settings.error_rate and self._rng.random() < self.settings.error_rate:
+            return GraphError(self.settings.error_code)
+        return None
+
+    def null_item(self) -> bool:
+        """True when a batch item must come back as ``null``."""
+        rate = self.settings.null_item_rate
+        return bool(rate) and self._rng.random() < rate
+
+    def describe(self) -> dict[str, Any]:
+        """The settings, with each rule's remaining count and tokens masked."""
+        described = self.settings.model_dump()
+        described["revoked_tokens"] = [_mask(token) for token in self.settings.revoked_tokens]
+        for rule, remaining in zip(described["rules"], self._remaining, strict=True):
+            rule["remaining"] = remaining
+        return described
+
+
+def _mask(token: str) -> str:
+    # Admin answers are response bodies too: never echo a token in full.
+    return f"…{token[-4:]}" if len(token) > 8 else "…"

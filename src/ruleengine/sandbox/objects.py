@@ -1,0 +1,160 @@
+"""Fields of ad accounts, campaigns and ad sets: their values, for rendering and for filtering.
+
+A field whose value is ``None`` (a budget the object does not have) is left
+out of the rendered object, as Meta leaves it out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from ruleengine.sandbox.periods import MAX_HISTORY_DAYS
+from ruleengine.sandbox.state import SandboxState
+from ruleengine.sandbox.world import Account, AdObject
+
+Getter = Callable[[SandboxState, AdObject], Any]
+
+_OPTIMIZATION_GOAL = {
+    "OUTCOME_LEADS": "LEAD_GENERATION",
+    "OUTCOME_AWARENESS": "REACH",
+}
+
+
+def meta_time(moment: datetime) -> str:
+    """Meta's timestamp format, e.g. ``2026-10-01T09:30:00+0000``."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def spent_cents(state: SandboxState, obj: AdObject, *, lifetime: bool) -> int:
+    """What a campaign or ad set has spent today (or since it was created)."""
+    now = state.now()
+    today = now.astimezone(state.world.account_of(obj).tz).date()
+    since = today - timedelta(days=MAX_HISTORY_DAYS) if lifetime else today
+    adsets = state.world.adsets_of(obj.id) if obj.kind == "campaign" else [obj]
+    return state.insights.totals(adsets, (since, today), now).spend_cents
+
+
+def _budget_remaining(state: SandboxState, obj: AdObject) -> int | None:
+    if obj.daily_budget is not None:
+        return max(0, obj.daily_budget - spent_cents(state, obj, lifetime=False))
+    if obj.lifetime_budget is not None:
+        return max(0, obj.lifetime_budget - spent_cents(state, obj, lifetime=True))
+    return None
+
+
+_COMMON: dict[str, Getter] = {
+    "id": lambda s, o: o.id,
+    "name": lambda s, o: o.name,
+    "status": lambda s, o: o.status,
+    "configured_status": lambda s, o: o.status,
+    "effective_status": lambda s, o: s.world.effective_status(o),
+    "account_id": lambda s, o: o.account_id,
+    "daily_budget": lambda s, o: o.daily_budget,
+    "lifetime_budget": lambda s, o: o.lifetime_budget,
+    "budget_remaining": _budget_remaining,
+    "created_time": lambda s, o: o.created_time,
+    "updated_time": lambda s, o: o.updated_time,
+    "start_time": lambda s, o: o.created_time,
+    "bid_strategy": lambda s, o: "LOWEST_COST_WITHOUT_CAP",
+}
+
+_CAMPAIGN: dict[str, Getter] = {
+    **_COMMON,
+    "objective": lambda s, o: o.objective,
+    "buying_type": lambda s, o: "AUCTION",
+    "source_campaign_id": lambda s, o: o.source_id or "0",
+}
+
+_ADSET: dict[str, Getter] = {
+    **_COMMON,
+    "campaign_id": lambda s, o: o.campaign_id,
+    "campaign": lambda s, o: {"id": o.campaign_id},
+    "optimization_goal": lambda s, o: _OPTIMIZATION_GOAL.get(o.objective, "OFFSITE_CONVERSIONS"),
+    "billing_event": lambda s, o: "IMPRESSIONS",
+    "source_adset_id": lambda s, o: o.source_id or "0",
+}
+
+CAMPAIGN_FIELDS = frozenset(_CAMPAIGN)
+ADSET_FIELDS = frozenset(_ADSET)
+
+# Fields ``filtering`` accepts, bare or prefixed with the object's kind.
+_FILTERABLE = (
+    "id",
+    "name",
+    "status",
+    "configured_status",
+    "effective_status",
+    "account_id",
+    "daily_budget",
+    "lifetime_budget",
+    "created_time",
+    "updated_time",
+)
+_CAMPAIGN_FILTERS = frozenset((*_FILTERABLE, "objective"))
+_ADSET_FILTERS = frozenset((*_FILTERABLE, "campaign_id"))
+
+ACCOUNT_FIELDS = frozenset(
+    {"id", "account_id", "name", "currency", "timezone_name", "account_status", "business_name"}
+)
+
+
+def getters(kind: str) -> dict[str, Getter]:
+    """Field getters of a ``campaign`` or an ``adset``."""
+    return _CAMPAIGN if kind == "campaign" else _ADSET
+
+
+def _rendered(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return meta_time(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def render_object(state: SandboxState, obj: AdObject, fields: list[str]) -> dict[str, Any]:
+    """The requested fields of a campaign or ad set; budgets as strings, as Meta sends them."""
+    table = getters(obj.kind)
+    out: dict[str, Any] = {}
+    for name in fields:
+        value = table[name](state, obj)
+        if value is not None:
+            out[name] = _rendered(value)
+    return out
+
+
+def render_account(account: Account, fields: list[str]) -> dict[str, Any]:
+    """The requested fields of an ad account."""
+    values: dict[str, Any] = {
+        "id": account.id,
+        "account_id": account.account_id,
+        "name": account.name,
+        "currency": account.currency,
+        "timezone_name": account.timezone_name,
+        "account_status": account.account_status,
+        "business_name": "Sandbox Business",
+    }
+    return {name: values[name] for name in fields}
+
+
+def filter_fields(kind: str) -> frozenset[str]:
+    """The ``filtering`` fields valid on a listing of ``kind`` objects."""
+    own = _CAMPAIGN_FILTERS if kind == "campaign" else _ADSET_FILTERS
+    names = set(own) | {f"{kind}.{name}" for name in own}
+    if kind == "adset":
+        names |= {f"campaign.{name}" for name in _CAMPAIGN_FILTERS}
+    return frozenset(names)
+
+
+def filter_value(state: SandboxState, obj: AdObject, field: str) -> Any:
+    """The value ``filtering`` compares for ``field`` of ``obj``; ``campaign.x`` reads the parent.
+
+    Times compare as Unix seconds, as Meta's filters take them.
+    """
+    prefix, _, name = field.rpartition(".")
+    target = obj
+    if prefix == "campaign" and obj.kind == "adset":
+        target = state.world.campaign_of(obj)
+    value = getters(target.kind)[name](state, target)
+    return int(value.timestamp()) if isinstance(value, datetime) else value

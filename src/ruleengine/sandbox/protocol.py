@@ -1,0 +1,115 @@
+"""One Graph call as the sandbox sees it, whether it came over HTTP or inside a batch.
+
+Both paths reduce a request to a :class:`GraphRequest` (method, versionless
+path, string parameters, token) and answer with a :class:`GraphResponse`, so a
+batch sub-request behaves exactly like the same request sent alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+from urllib.parse import urlencode
+
+import orjson
+
+from ruleengine.sandbox.query import Page
+
+DEFAULT_VERSION = "v25.0"
+_VERSION = re.compile(r"^v\d+\.\d+$")
+
+
+@dataclass(frozen=True)
+class GraphRequest:
+    """A Graph call.
+
+    Attributes:
+        method: ``GET`` or ``POST`` (anything else is refused by the router).
+        path: The path without its version prefix, e.g. ``/act_1001/campaigns``; ``/`` for the root.
+        params: Query and body parameters as strings, without ``access_token``.
+        token: The access token, or ``None`` when the caller sent none.
+        base_url: Scheme, host and version, e.g. ``http://127.0.0.1:8081/v25.0``, for
+            ``paging.next`` links.
+    """
+
+    method: str
+    path: str
+    params: Mapping[str, str]
+    token: str | None
+    base_url: str
+
+    @cached_property
+    def segments(self) -> tuple[str, ...]:
+        """The non-empty parts of ``path``."""
+        return tuple(part for part in self.path.split("/") if part)
+
+    def param(self, name: str) -> str | None:
+        """One parameter, or ``None``."""
+        return self.params.get(name)
+
+
+@dataclass
+class GraphResponse:
+    """What the sandbox answers to one call: status, JSON-able body, headers."""
+
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def split_version(raw_path: str) -> tuple[str | None, str]:
+    """``"v25.0/act_1/campaigns"`` → ``("v25.0", "/act_1/campaigns")``; no prefix: ``None``."""
+    parts = [part for part in raw_path.split("/") if part]
+    if parts and _VERSION.match(parts[0]):
+        return parts[0], "/" + "/".join(parts[1:])
+    return None, "/" + "/".join(parts)
+
+
+def as_param(value: Any) -> str:
+    """A JSON body value as the string a form field would carry."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if isinstance(value, int | float):
+        return str(value)
+    return orjson.dumps(value).decode()
+
+
+def split_token(
+    params: Mapping[str, str], authorization: str | None
+) -> tuple[dict[str, str], str | None]:
+    """Take the access token out of the parameters (or the ``Authorization`` header)."""
+    rest = {name: value for name, value in params.items() if name != "access_token"}
+    token = params.get("access_token") or None
+    if token is None and authorization:
+        scheme, _, credentials = authorization.partition(" ")
+        if scheme.lower() in ("oauth", "bearer") and credentials.strip():
+            token = credentials.strip()
+    return rest, token
+
+
+def page_body(req: GraphRequest, data: list[Any], page: Page[Any]) -> dict[str, Any]:
+    """``{"data": …, "paging": …}`` the way Meta pages an edge; no ``next`` on the last page."""
+    if not data:
+        return {"data": []}
+    paging: dict[str, Any] = {"cursors": {"before": page.before, "after": page.after}}
+    if page.has_previous and page.before:
+        paging["previous"] = _page_url(req, "before", page.before)
+    if page.has_next and page.after:
+        paging["next"] = _page_url(req, "after", page.after)
+    return {"data": data, "paging": paging}
+
+
+def _page_url(req: GraphRequest, direction: str, cursor: str) -> str:
+    # Like Meta's, the link carries the access token: a client must treat it as secret.
+    params = {k: v for k, v in req.params.items() if k not in ("after", "before")}
+    params[direction] = cursor
+    if req.token:
+        params["access_token"] = req.token
+    return f"{req.base_url}{req.path}?{urlencode(params)}"

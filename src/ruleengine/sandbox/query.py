@@ -1,0 +1,252 @@
+"""Graph query parameters: ``fields``, ``filtering``, ``limit`` and cursor pagination.
+
+Cursors are opaque to clients (base64, as Meta's are) but carry both the key
+of the item they point at and its position, so a page still follows on when an
+item vanished from the listing between two requests (paused by the engine, say).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Generic, TypeVar
+
+import orjson
+
+from ruleengine.sandbox.errors import invalid_param
+
+T = TypeVar("T")
+
+DEFAULT_LIMIT = 25
+MAX_LIMIT = 5000
+
+
+def parse_fields(
+    raw: str | None, *, default: Sequence[str], allowed: Collection[str], node: str
+) -> list[str]:
+    """The comma-separated ``fields`` parameter, checked against what ``node`` has.
+
+    Raises:
+        GraphError: 100 naming the first field the node does not have.
+    """
+    if not raw:
+        return list(default)
+    if "{" in raw or "." in raw:
+        raise invalid_param("Field expansion (a{b} or a.b) is not supported by the sandbox")
+    fields = [name.strip() for name in raw.split(",") if name.strip()]
+    for name in fields:
+        if name not in allowed:
+            raise invalid_param(f"Tried accessing nonexisting field ({name}) on node type ({node})")
+    return list(dict.fromkeys(fields))
+
+
+def parse_json_list(raw: str | None, name: str) -> list[Any]:
+    """A parameter carrying a JSON list (``filtering``, ``effective_status``); absent → ``[]``."""
+    if raw is None or raw == "":
+        return []
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_param(f"{name} must be a JSON array") from exc
+    if not isinstance(value, list):
+        raise invalid_param(f"{name} must be a JSON array")
+    return value
+
+
+def parse_limit(raw: str | None) -> int:
+    """``limit`` (default 25, at most 5000: larger values are capped as Meta caps them)."""
+    if raw is None or raw == "":
+        return DEFAULT_LIMIT
+    try:
+        limit = int(raw)
+    except ValueError as exc:
+        raise invalid_param("limit must be a positive integer") from exc
+    if limit < 1:
+        raise invalid_param("limit must be a positive integer")
+    return min(limit, MAX_LIMIT)
+
+
+_SET_OPERATORS = frozenset({"IN", "ANY", "NOT_IN", "NONE"})
+
+
+@dataclass(frozen=True)
+class Filter:
+    """One ``{field, operator, value}`` entry of ``filtering``."""
+
+    field: str
+    operator: str
+    value: Any
+
+    @cached_property
+    def _members(self) -> tuple[frozenset[str], frozenset[float]]:
+        items = _as_list(self.value)
+        numbers = frozenset(n for n in map(_number, items) if n is not None)
+        return frozenset(str(item) for item in items), numbers
+
+    def test(self, actual: object) -> bool:
+        """True when a field whose value is ``actual`` passes this filter."""
+        if self.operator in _SET_OPERATORS:
+            # Set lookups: an account-level Insights request filtered on 50
+            # campaign ids runs this for every ad set of the account.
+            strings, numbers = self._members
+            number = _number(actual)
+            hit = actual is not None and (str(actual) in strings or number in numbers)
+            return hit == (self.operator in ("IN", "ANY"))
+        return _TESTS[self.operator](actual, self.value)
+
+
+def parse_filtering(raw: str | None, allowed: Collection[str]) -> list[Filter]:
+    """The ``filtering`` parameter, each field and operator checked.
+
+    Raises:
+        GraphError: 100 for malformed JSON, an unknown field or an unknown operator.
+    """
+    filters = []
+    for entry in parse_json_list(raw, "filtering"):
+        if not isinstance(entry, dict) or not {"field", "operator"} <= entry.keys():
+            raise invalid_param("filtering entries must be objects with field, operator and value")
+        field, operator = str(entry["field"]), str(entry["operator"]).upper()
+        if field not in allowed:
+            raise invalid_param(f"Filtering field {field} is invalid")
+        if operator not in OPERATORS:
+            raise invalid_param(f"Filtering operator {operator} is invalid for field {field}")
+        filters.append(Filter(field, operator, entry.get("value")))
+    return filters
+
+
+def matches(filters: Sequence[Filter], value_of: Callable[[str], object]) -> bool:
+    """True when the item whose fields ``value_of`` reads passes every filter."""
+    return all(f.test(value_of(f.field)) for f in filters)
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _equal(actual: object, expected: object) -> bool:
+    if actual is None:
+        return False
+    if str(actual) == str(expected):
+        return True
+    a, b = _number(actual), _number(expected)
+    return a is not None and a == b
+
+
+def _as_list(value: object) -> list[object]:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _contains(actual: object, expected: object) -> bool:
+    return actual is not None and str(expected).lower() in str(actual).lower()
+
+
+def _in_range(actual: object, expected: object) -> bool:
+    bounds = [_number(item) for item in _as_list(expected)][:2]
+    a = _number(actual)
+    if a is None or len(bounds) != 2 or bounds[0] is None or bounds[1] is None:
+        return False
+    return bounds[0] <= a <= bounds[1]
+
+
+def _numeric(test: Callable[[float, float], bool]) -> Callable[[object, object], bool]:
+    def compare(actual: object, expected: object) -> bool:
+        a, b = _number(actual), _number(expected)
+        return a is not None and b is not None and test(a, b)
+
+    return compare
+
+
+def _any_of(actual: object, expected: object) -> bool:
+    return any(_equal(actual, item) for item in _as_list(expected))
+
+
+_TESTS: dict[str, Callable[[object, object], bool]] = {
+    "EQUAL": _equal,
+    "NOT_EQUAL": lambda a, e: not _equal(a, e),
+    "IN": _any_of,
+    "ANY": _any_of,
+    "NOT_IN": lambda a, e: not _any_of(a, e),
+    "NONE": lambda a, e: not _any_of(a, e),
+    "ALL": lambda a, e: all(_equal(a, item) for item in _as_list(e)),
+    "CONTAIN": _contains,
+    "NOT_CONTAIN": lambda a, e: not _contains(a, e),
+    "IN_RANGE": _in_range,
+    "NOT_IN_RANGE": lambda a, e: not _in_range(a, e),
+    "GREATER_THAN": _numeric(lambda a, b: a > b),
+    "GREATER_THAN_OR_EQUAL": _numeric(lambda a, b: a >= b),
+    "LESS_THAN": _numeric(lambda a, b: a < b),
+    "LESS_THAN_OR_EQUAL": _numeric(lambda a, b: a <= b),
+}
+
+OPERATORS = frozenset(_TESTS)
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a listing and the cursors around it."""
+
+    items: list[T]
+    before: str | None
+    after: str | None
+    has_next: bool
+    has_previous: bool
+
+
+def encode_cursor(offset: int, key: str) -> str:
+    """An opaque cursor pointing at item ``key`` found at ``offset``."""
+    return base64.urlsafe_b64encode(f"{offset}:{key}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, keys: Sequence[str]) -> tuple[int, bool]:
+    """Cursor position: ``(index, True)`` if its item is still listed, else its old offset."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        offset_text, key = raw.split(":", 1)
+        offset = int(offset_text)
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise invalid_param(f"Invalid cursor: {cursor}") from exc
+    try:
+        return keys.index(key), True
+    except ValueError:
+        return min(offset, len(keys)), False
+
+
+def paginate(
+    items: Sequence[T],
+    key: Callable[[T], str],
+    *,
+    limit: int,
+    after: str | None = None,
+    before: str | None = None,
+) -> Page[T]:
+    """The page of ``items`` after (or before) a cursor."""
+    keys = [key(item) for item in items]
+    if after:
+        # When the item the cursor names has gone, its successor moved into its place.
+        index, found = _decode_cursor(after, keys)
+        start = index + 1 if found else index
+        end = start + limit
+    elif before:
+        end, _ = _decode_cursor(before, keys)
+        start = max(0, end - limit)
+    else:
+        start, end = 0, limit
+    chosen = list(items[start:end])
+    if not chosen:
+        return Page([], None, None, has_next=False, has_previous=start > 0)
+    last = start + len(chosen) - 1
+    return Page(
+        chosen,
+        before=encode_cursor(start, keys[start]),
+        after=encode_cursor(last, keys[last]),
+        has_next=last + 1 < len(items),
+        has_previous=start > 0,
+    )

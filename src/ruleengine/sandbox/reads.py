@@ -1,0 +1,142 @@
+"""Reads: ``/me/adaccounts``, ``/act_{id}``, ``/act_{id}/campaigns|adsets``, ``/{id}``, ``?ids=``.
+
+The router has already checked that the ids exist (``scope``), so these
+handlers only read and render.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ruleengine.sandbox.errors import invalid_param
+from ruleengine.sandbox.objects import (
+    ACCOUNT_FIELDS,
+    filter_fields,
+    filter_value,
+    getters,
+    render_account,
+    render_object,
+)
+from ruleengine.sandbox.protocol import GraphRequest, page_body
+from ruleengine.sandbox.query import (
+    Filter,
+    matches,
+    paginate,
+    parse_fields,
+    parse_filtering,
+    parse_json_list,
+    parse_limit,
+)
+from ruleengine.sandbox.state import SandboxState
+from ruleengine.sandbox.world import AdObject
+
+EFFECTIVE_STATUSES = frozenset(
+    {
+        "ACTIVE",
+        "PAUSED",
+        "DELETED",
+        "ARCHIVED",
+        "CAMPAIGN_PAUSED",
+        "ADSET_PAUSED",
+        "IN_PROCESS",
+        "WITH_ISSUES",
+        "PENDING_REVIEW",
+        "DISAPPROVED",
+        "PREAPPROVED",
+        "PENDING_BILLING_INFO",
+    }
+)
+
+_NODE = {"campaign": "Campaign", "adset": "AdSet"}
+
+
+def list_accounts(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
+    """``GET /me/adaccounts``: every ad account of the world."""
+    fields = parse_fields(
+        req.param("fields"), default=("id",), allowed=ACCOUNT_FIELDS, node="AdAccount"
+    )
+    page = paginate(
+        list(state.world.accounts.values()),
+        lambda account: account.id,
+        limit=parse_limit(req.param("limit")),
+        after=req.param("after"),
+        before=req.param("before"),
+    )
+    return page_body(req, [render_account(a, fields) for a in page.items], page)
+
+
+def read(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
+    """``GET /{id}``, ``GET /act_{id}``, ``GET /me`` and ``GET /?ids=a,b``."""
+    if not req.segments:
+        ids = [part.strip() for part in (req.param("ids") or "").split(",") if part.strip()]
+        if not ids:
+            raise invalid_param("The parameter ids is required")
+        return {object_id: _read_one(state, req, object_id) for object_id in ids}
+    if req.segments == ("me",):
+        return {"id": "100000000000001", "name": "Sandbox User"}
+    return _read_one(state, req, req.segments[0])
+
+
+def _read_one(state: SandboxState, req: GraphRequest, object_id: str) -> dict[str, Any]:
+    account = state.world.account(object_id)
+    if account is not None:
+        fields = parse_fields(
+            req.param("fields"), default=("id",), allowed=ACCOUNT_FIELDS, node="AdAccount"
+        )
+        return render_account(account, fields)
+    obj = state.world.get(object_id)
+    assert obj is not None, "the router checks ids before reads"
+    return render_object(state, obj, _fields(req, obj.kind))
+
+
+def _fields(req: GraphRequest, kind: str) -> list[str]:
+    return parse_fields(
+        req.param("fields"), default=("id",), allowed=getters(kind).keys(), node=_NODE[kind]
+    )
+
+
+def list_objects(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
+    """``GET /act_{id}/campaigns|adsets`` and ``GET /{campaign_id}/adsets``."""
+    owner, edge = req.segments
+    kind = "campaign" if edge == "campaigns" else "adset"
+    items = _edge_items(state, owner, edge)
+    fields = _fields(req, kind)
+    filters = parse_filtering(req.param("filtering"), filter_fields(kind))
+    statuses = _effective_statuses(req.param("effective_status"))
+    selected = [obj for obj in items if _keep(state, obj, filters, statuses)]
+    page = paginate(
+        selected,
+        lambda obj: obj.id,
+        limit=parse_limit(req.param("limit")),
+        after=req.param("after"),
+        before=req.param("before"),
+    )
+    return page_body(req, [render_object(state, obj, fields) for obj in page.items], page)
+
+
+def _keep(
+    state: SandboxState, obj: AdObject, filters: list[Filter], statuses: frozenset[str]
+) -> bool:
+    if statuses and state.world.effective_status(obj) not in statuses:
+        return False
+    return matches(filters, lambda field: filter_value(state, obj, field))
+
+
+def _edge_items(state: SandboxState, owner: str, edge: str) -> list[AdObject]:
+    if owner.startswith("act_"):
+        return state.world.campaigns(owner) if edge == "campaigns" else state.world.adsets(owner)
+    parent = state.world.get(owner)
+    if parent is None or parent.kind != "campaign" or edge != "adsets":
+        raise invalid_param(f"Unknown path components: /{owner}/{edge}")
+    return state.world.adsets_of(owner)
+
+
+def _effective_statuses(raw: str | None) -> frozenset[str]:
+    statuses = frozenset(str(value) for value in parse_json_list(raw, "effective_status"))
+    unknown = statuses - EFFECTIVE_STATUSES
+    if unknown:
+        raise invalid_param(
+            f"Param effective_status[{sorted(unknown)[0]}] must be one of "
+            f"{{{', '.join(sorted(EFFECTIVE_STATUSES))}}}"
+        )
+    return statuses

@@ -1,0 +1,237 @@
+"""The scenarios the sandbox can load: ``demo`` (a small, varied world) and ``bench`` (a big one).
+
+The structure of each scenario is fixed; the seed picks the numbers (budgets,
+performance, creation times) and the ids. Creation times are anchored to a
+fixed date, not to the clock, so the same seed gives the same world whenever
+and wherever it is built.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+
+from ruleengine.sandbox.delivery import Archetype, Profile
+from ruleengine.sandbox.world import ACTIVE, PAUSED, Account, AdObject, World
+
+SCENARIOS = ("demo", "bench")
+
+#: Every object of a fresh world was created within ~6 weeks after this instant.
+EPOCH = datetime(2026, 9, 1, tzinfo=UTC)
+
+_TIMEZONES = ("America/New_York", "Europe/Berlin", "Asia/Jakarta")
+_AUDIENCES = (
+    "Lookalike 1%",
+    "Broad 18-65",
+    "Interests - Fitness",
+    "Website Visitors 30d",
+    "Advantage+ Audience",
+)
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """What to build: a scenario, a seed, and optional sizes.
+
+    ``None`` sizes take the scenario's defaults (demo: 3 accounts × 12
+    campaigns × 2–3 ad sets; bench: 3 × 500 × 1).
+    """
+
+    seed: int = 1
+    scenario: str = "demo"
+    accounts: int | None = None
+    campaigns_per_account: int | None = None
+    adsets_per_campaign: int | None = None
+
+
+@dataclass(frozen=True)
+class _CampaignSpec:
+    name: str
+    archetype: Archetype
+    budget: str  # "daily" or "lifetime" (campaign budget, CBO) or "adset"
+    budget_cents: int  # the campaign's budget, or each ad set's
+    adsets: int = 2
+    objective: str = "OUTCOME_SALES"
+    status: str = ACTIVE
+    paused_adset: bool = False
+
+
+_W, _M, _L = Archetype.WINNER, Archetype.MIDDLING, Archetype.LOSER
+
+# One demo account's campaigns; ``{cc}`` is the account's country code.
+_DEMO_CAMPAIGNS = (
+    _CampaignSpec("[AUTO] Prospecting {cc} 1", _W, "daily", 20000, adsets=3),
+    _CampaignSpec("[AUTO] Prospecting {cc} 2", _L, "daily", 30000, adsets=3),
+    _CampaignSpec("[AUTO] Prospecting {cc} 3", _M, "adset", 7000, adsets=3, paused_adset=True),
+    _CampaignSpec("[AUTO] Retargeting {cc} 1", _W, "daily", 12000),
+    _CampaignSpec("[AUTO] Retargeting {cc} 2", _L, "adset", 10000),
+    _CampaignSpec("[AUTO] Broad {cc} 1", _M, "lifetime", 600000),
+    _CampaignSpec("[AUTO] Creative Test {cc} 1", Archetype.NO_PURCHASE, "adset", 5000, adsets=3),
+    _CampaignSpec(
+        "[AUTO] Lead Gen {cc} 1", Archetype.LEADGEN, "daily", 8000, objective="OUTCOME_LEADS"
+    ),
+    _CampaignSpec(
+        "[AUTO] Lead Gen {cc} 2", Archetype.LEADGEN, "adset", 4000, objective="OUTCOME_LEADS"
+    ),
+    _CampaignSpec("[AUTO] Catalog Sales {cc} 1", _W, "daily", 15000, status=PAUSED),
+    _CampaignSpec(
+        "Brand Awareness {cc}", Archetype.AWARENESS, "daily", 5000, objective="OUTCOME_AWARENESS"
+    ),
+    _CampaignSpec("Seasonal Promo {cc}", Archetype.NO_DELIVERY, "adset", 6000),
+)
+
+_DEMO_ACCOUNTS = (
+    ("1001", "Demo Store US", "USD", "America/New_York", "US"),
+    ("1002", "Demo Store DE", "EUR", "Europe/Berlin", "DE"),
+    ("1003", "Demo Store ID", "USD", "Asia/Jakarta", "ID"),
+)
+
+_BENCH_MIX = (_W, _M, _L, Archetype.NO_PURCHASE, _M)
+
+
+def build_world(config: WorldConfig) -> World:
+    """Build the world ``config`` describes.
+
+    Raises:
+        ValueError: Unknown scenario or a size below 1.
+    """
+    if config.scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {config.scenario!r}; choose one of {SCENARIOS}")
+    for size in (config.accounts, config.campaigns_per_account, config.adsets_per_campaign):
+        if size is not None and size < 1:
+            raise ValueError("accounts, campaigns_per_account and adsets_per_campaign must be >= 1")
+    world = World(seed=config.seed, scenario=config.scenario)
+    rng = random.Random(f"{config.seed}:{config.scenario}")
+    if config.scenario == "demo":
+        _build_demo(world, rng, config)
+    else:
+        _build_bench(world, rng, config)
+    return world
+
+
+def _build_demo(world: World, rng: random.Random, config: WorldConfig) -> None:
+    for index in range(config.accounts or len(_DEMO_ACCOUNTS)):
+        number, name, currency, tz, cc = _DEMO_ACCOUNTS[index % len(_DEMO_ACCOUNTS)]
+        if index >= len(_DEMO_ACCOUNTS):
+            number, name = str(1001 + index), f"Demo Store {index + 1}"
+        world.add_account(Account(number, name, currency, tz))
+        for position in range(config.campaigns_per_account or len(_DEMO_CAMPAIGNS)):
+            spec = _DEMO_CAMPAIGNS[position % len(_DEMO_CAMPAIGNS)]
+            if position >= len(_DEMO_CAMPAIGNS):
+                spec = _renumbered(spec, position // len(_DEMO_CAMPAIGNS))
+            _add_campaign(world, rng, number, spec, cc, config.adsets_per_campaign)
+
+
+def _build_bench(world: World, rng: random.Random, config: WorldConfig) -> None:
+    for index in range(config.accounts or 3):
+        number = str(2001 + index)
+        tz = _TIMEZONES[index % len(_TIMEZONES)]
+        world.add_account(Account(number, f"Bench Account {index + 1}", "USD", tz))
+        for position in range(config.campaigns_per_account or 500):
+            spec = _CampaignSpec(
+                f"[AUTO] Bench {index + 1} Campaign {position + 1:04d}",
+                _BENCH_MIX[position % len(_BENCH_MIX)],
+                "daily",
+                rng.randrange(5000, 30001, 500),
+                adsets=config.adsets_per_campaign or 1,
+            )
+            _add_campaign(world, rng, number, spec, "", None)
+
+
+def _renumbered(spec: _CampaignSpec, round_: int) -> _CampaignSpec:
+    """A later copy of a demo template, so names stay unique when a demo account is enlarged."""
+    return _CampaignSpec(
+        f"{spec.name} r{round_ + 1}",
+        spec.archetype,
+        spec.budget,
+        spec.budget_cents,
+        spec.adsets,
+        spec.objective,
+        spec.status,
+        spec.paused_adset,
+    )
+
+
+def _add_campaign(
+    world: World,
+    rng: random.Random,
+    account_number: str,
+    spec: _CampaignSpec,
+    cc: str,
+    adsets_override: int | None,
+) -> None:
+    created = EPOCH + timedelta(days=rng.randrange(0, 40), minutes=rng.randrange(0, 24 * 60))
+    name = spec.name.format(cc=cc)
+    campaign = AdObject(
+        id=world.next_id("campaign"),
+        kind="campaign",
+        account_id=account_number,
+        name=name,
+        status=spec.status,
+        objective=spec.objective,
+        created_time=created,
+        updated_time=created + timedelta(hours=rng.randrange(1, 72)),
+        daily_budget=spec.budget_cents if spec.budget == "daily" else None,
+        lifetime_budget=spec.budget_cents if spec.budget == "lifetime" else None,
+    )
+    world.add(campaign)
+    _add_adsets(world, rng, campaign, spec, adsets_override or spec.adsets)
+
+
+def _add_adsets(
+    world: World, rng: random.Random, campaign: AdObject, spec: _CampaignSpec, count: int
+) -> None:
+    # A campaign budget is shared unevenly between its ad sets, as CBO does.
+    weights = [rng.uniform(0.6, 1.4) for _ in range(count)]
+    for position, weight in enumerate(weights):
+        if spec.budget == "adset":
+            spend = spec.budget_cents
+        else:
+            daily = spec.budget_cents if spec.budget == "daily" else spec.budget_cents // 30
+            spend = round(daily * weight / sum(weights))
+        paused = spec.paused_adset and position == count - 1
+        audience = _AUDIENCES[position % len(_AUDIENCES)]
+        world.add(
+            AdObject(
+                id=world.next_id("adset"),
+                kind="adset",
+                account_id=campaign.account_id,
+                name=f"{campaign.name.removeprefix('[AUTO] ')} - {audience}",
+                status=PAUSED if paused else ACTIVE,
+                objective=spec.objective,
+                created_time=campaign.created_time + timedelta(minutes=5 + position),
+                updated_time=campaign.updated_time,
+                campaign_id=campaign.id,
+                daily_budget=spec.budget_cents if spec.budget == "adset" else None,
+                profile=make_profile(rng, spec.archetype, spend),
+            )
+        )
+
+
+def make_profile(rng: random.Random, archetype: Archetype, budget_cents: int) -> Profile:
+    """A typical day for an ad set of ``archetype`` spending about ``budget_cents`` a day."""
+    base = Profile(
+        archetype,
+        spend_cents=round(budget_cents * rng.uniform(0.85, 1.0)),
+        cpm_cents=rng.randrange(900, 1500),
+        ctr=rng.uniform(0.012, 0.022),
+        link_share=rng.uniform(0.65, 0.85),
+        aov_cents=rng.randrange(3000, 6000, 100),
+        frequency=rng.uniform(1.2, 1.7),
+    )
+    if archetype is Archetype.NO_DELIVERY:
+        return replace(base, spend_cents=0)
+    if archetype is Archetype.AWARENESS:
+        return replace(
+            base,
+            cpm_cents=rng.randrange(400, 700),
+            ctr=rng.uniform(0.003, 0.006),
+            frequency=rng.uniform(1.8, 2.4),
+        )
+    if archetype is Archetype.LEADGEN:
+        return replace(base, lead_rate=rng.uniform(0.08, 0.15))
+    if archetype is Archetype.NO_PURCHASE:
+        return replace(base, cart_rate=rng.uniform(0.03, 0.06))
+    low, high = {_W: (3.8, 5.0), _M: (1.6, 2.6), _L: (0.5, 0.95)}[archetype]
+    return replace(base, roas=rng.uniform(low, high), cart_rate=rng.uniform(0.06, 0.1))

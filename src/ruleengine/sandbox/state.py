@@ -1,0 +1,95 @@
+"""Everything one sandbox app holds: world, clock, usage, faults, counters and the write log."""
+
+from __future__ import annotations
+
+import random
+import string
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+
+from ruleengine.sandbox.clock import SandboxClock
+from ruleengine.sandbox.faults import Faults
+from ruleengine.sandbox.insights import InsightsEngine
+from ruleengine.sandbox.limits import BudgetChangeLimiter, UsageModel
+from ruleengine.sandbox.scenarios import WorldConfig, build_world
+from ruleengine.sandbox.stats import Stats
+from ruleengine.sandbox.world import World
+
+_TRACE_ALPHABET = string.ascii_letters + string.digits
+
+
+@dataclass(frozen=True)
+class WriteRecord:
+    """One POST to an object, as ``GET /_sandbox/writes`` lists it."""
+
+    at: datetime
+    id: str
+    kind: str
+    params: dict[str, str]
+    ok: bool
+    error: dict[str, Any] | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The record as JSON (``at`` in ISO 8601)."""
+        return {
+            "at": self.at.isoformat(),
+            "id": self.id,
+            "kind": self.kind,
+            "params": self.params,
+            "ok": self.ok,
+            "error": self.error,
+        }
+
+
+class SandboxState:
+    """The mutable state of one sandbox app; ``reset`` rebuilds all of it.
+
+    Args:
+        config: The world to build now, and the defaults of later resets.
+    """
+
+    world: World
+    insights: InsightsEngine
+    usage: UsageModel
+    faults: Faults
+    stats: Stats
+    writes: list[WriteRecord]
+    budget_changes: BudgetChangeLimiter
+
+    def __init__(self, config: WorldConfig) -> None:
+        self.defaults = config
+        self.clock = SandboxClock()
+        self.reset(config)
+
+    def reset(self, config: WorldConfig) -> None:
+        """Build ``config``'s world and clear counters, usage, faults, the write log and the clock.
+
+        Raises:
+            ValueError: The config names an unknown scenario or a size below 1.
+        """
+        world = build_world(config)
+        self.config = config
+        self.world = world
+        self.insights = InsightsEngine(world)
+        self.usage = UsageModel()
+        self.faults = Faults(config.seed)
+        self.stats = Stats()
+        self.writes = []
+        self.budget_changes = BudgetChangeLimiter()
+        self.clock.reset()
+        self._trace_rng = random.Random(f"trace:{config.seed}")
+
+    def now(self) -> datetime:
+        """The sandbox clock's current instant."""
+        return self.clock.now()
+
+    def trace_id(self) -> str:
+        """A fresh ``fbtrace_id``-like string."""
+        return "A" + "".join(self._trace_rng.choices(_TRACE_ALPHABET, k=22))
+
+
+#: Where an aiohttp app keeps its sandbox state.
+STATE: web.AppKey[SandboxState] = web.AppKey("sandbox_state", SandboxState)

@@ -1,0 +1,54 @@
+"""Counters of what clients asked the sandbox, for tests and benchmarks to assert on.
+
+HTTP requests and counted calls are kept apart because Meta bills the second:
+a batch of 10 sub-requests is 1 HTTP request and 10 counted calls.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+#: Kinds of counted calls, always present in the snapshot (zero or not).
+KINDS = ("accounts", "list", "read", "insights", "write", "copies")
+
+
+class Stats:
+    """Request and call counters since the last reset."""
+
+    def __init__(self) -> None:
+        self.http_requests = 0
+        self.counted_calls = 0
+        self.http_by_method: Counter[str] = Counter()
+        self.calls_by_kind: Counter[str] = Counter()
+        self.calls_by_account: Counter[str] = Counter()
+        self.errors_by_code: Counter[str] = Counter()
+
+    def http(self, method: str) -> None:
+        """One HTTP request to the Graph routes (a batch is one)."""
+        self.http_requests += 1
+        self.http_by_method[method] += 1
+
+    def call(self, kind: str) -> None:
+        """One call Meta would count (each batch sub-request is one)."""
+        self.counted_calls += 1
+        self.calls_by_kind[kind] += 1
+
+    def accounts(self, accounts: tuple[str, ...]) -> None:
+        """The ad accounts the current call touched."""
+        self.calls_by_account.update(accounts)
+
+    def error(self, code: int) -> None:
+        """A call or a batch answered with Meta error ``code``."""
+        self.errors_by_code[str(code)] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters as JSON."""
+        return {
+            "http_requests": self.http_requests,
+            "counted_calls": self.counted_calls,
+            "http_by_method": {"GET": 0, "POST": 0, **self.http_by_method},
+            "calls_by_kind": {kind: 0 for kind in KINDS} | dict(self.calls_by_kind),
+            "calls_by_account": dict(self.calls_by_account),
+            "errors_by_code": dict(self.errors_by_code),
+        }

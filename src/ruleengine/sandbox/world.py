@@ -1,0 +1,149 @@
+"""The sandbox's world: ad accounts, campaigns and ad sets, stored in memory.
+
+Campaigns and ad sets share one :class:`AdObject` type (``kind`` tells them
+apart) because Graph treats them alike: both are read, filtered, updated and
+copied by id. Iteration order is creation order, which makes listings and
+cursors stable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+from typing import Literal
+from zoneinfo import ZoneInfo
+
+from ruleengine.sandbox.delivery import Profile
+
+Kind = Literal["campaign", "adset"]
+
+ACTIVE = "ACTIVE"
+PAUSED = "PAUSED"
+CAMPAIGN_PAUSED = "CAMPAIGN_PAUSED"
+
+# Ids look like Meta's (15 digits, numeric strings); the prefix keeps campaign
+# and ad set ids apart so ``GET /{id}`` never has to guess.
+_ID_PREFIX: dict[Kind, str] = {"campaign": "12021", "adset": "12022"}
+
+
+@dataclass
+class Account:
+    """One ad account (``id`` is ``act_<account_id>``)."""
+
+    account_id: str
+    name: str
+    currency: str
+    timezone_name: str
+    account_status: int = 1
+
+    @property
+    def id(self) -> str:
+        """The Graph id, ``act_<number>``."""
+        return f"act_{self.account_id}"
+
+    @cached_property
+    def tz(self) -> ZoneInfo:
+        """The account's timezone; Insights days are calendar days in it."""
+        return ZoneInfo(self.timezone_name)
+
+
+@dataclass
+class AdObject:
+    """A campaign or an ad set.
+
+    Budgets are integers in minor units, ``None`` when the object has no such
+    budget (an ad-set-budget campaign, or an ad set under a CBO campaign).
+    Only ad sets have a delivery ``profile``; a campaign delivers what its ad
+    sets deliver.
+    """
+
+    id: str
+    kind: Kind
+    account_id: str
+    name: str
+    status: str
+    objective: str
+    created_time: datetime
+    updated_time: datetime
+    campaign_id: str | None = None
+    daily_budget: int | None = None
+    lifetime_budget: int | None = None
+    profile: Profile | None = None
+    source_id: str | None = None
+
+
+class World:
+    """Every ad account and ad object of one scenario, with the lookups Graph needs."""
+
+    def __init__(self, *, seed: int, scenario: str) -> None:
+        self.seed = seed
+        self.scenario = scenario
+        self.accounts: dict[str, Account] = {}
+        self.objects: dict[str, AdObject] = {}
+        self._campaigns: dict[str, list[AdObject]] = {}
+        self._adsets: dict[str, list[AdObject]] = {}
+        self._children: dict[str, list[AdObject]] = {}
+        self._serial: dict[Kind, int] = {"campaign": 0, "adset": 0}
+
+    def add_account(self, account: Account) -> None:
+        """Register an ad account."""
+        self.accounts[account.id] = account
+        self._campaigns[account.id] = []
+        self._adsets[account.id] = []
+
+    def next_id(self, kind: Kind) -> str:
+        """A fresh id for a new campaign or ad set, deterministic from the seed and position."""
+        self._serial[kind] += 1
+        return f"{_ID_PREFIX[kind]}{self.seed % 1000:03d}{self._serial[kind]:07d}"
+
+    def add(self, obj: AdObject) -> None:
+        """Store a campaign or ad set (its account, and for an ad set its campaign, must exist)."""
+        self.objects[obj.id] = obj
+        act = f"act_{obj.account_id}"
+        if obj.kind == "campaign":
+            self._campaigns[act].append(obj)
+            self._children[obj.id] = []
+        else:
+            assert obj.campaign_id is not None, "an ad set needs its campaign_id"
+            self._adsets[act].append(obj)
+            self._children[obj.campaign_id].append(obj)
+
+    def account(self, act_id: str) -> Account | None:
+        """The ad account ``act_<n>``, or ``None``."""
+        return self.accounts.get(act_id)
+
+    def account_of(self, obj: AdObject) -> Account:
+        """The ad account an object belongs to."""
+        return self.accounts[f"act_{obj.account_id}"]
+
+    def get(self, object_id: str) -> AdObject | None:
+        """The campaign or ad set with this id, or ``None``."""
+        return self.objects.get(object_id)
+
+    def campaigns(self, act_id: str) -> list[AdObject]:
+        """The campaigns of an ad account, in creation order."""
+        return self._campaigns[act_id]
+
+    def adsets(self, act_id: str) -> list[AdObject]:
+        """The ad sets of an ad account, in creation order."""
+        return self._adsets[act_id]
+
+    def adsets_of(self, campaign_id: str) -> list[AdObject]:
+        """The ad sets of a campaign, in creation order."""
+        return self._children[campaign_id]
+
+    def campaign_of(self, adset: AdObject) -> AdObject:
+        """The campaign an ad set belongs to."""
+        assert adset.campaign_id is not None
+        return self.objects[adset.campaign_id]
+
+    def effective_status(self, obj: AdObject) -> str:
+        """Meta's ``effective_status``: an ad set under a paused campaign is ``CAMPAIGN_PAUSED``."""
+        if obj.kind == "adset" and self.campaign_of(obj).status != ACTIVE:
+            return CAMPAIGN_PAUSED
+        return obj.status
+
+    def delivering_now(self, adset: AdObject) -> bool:
+        """True when the ad set and its campaign are both active."""
+        return self.effective_status(adset) == ACTIVE

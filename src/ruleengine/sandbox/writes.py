@@ -1,0 +1,228 @@
+"""Write routes: ``POST /{id}`` (status, budgets, name) and ``POST /{id}/copies``.
+
+Validation follows Meta: every parameter is checked before anything changes,
+so a refused write leaves the object exactly as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from ruleengine.sandbox.errors import invalid_param
+from ruleengine.sandbox.protocol import GraphRequest
+from ruleengine.sandbox.state import SandboxState
+from ruleengine.sandbox.world import ACTIVE, PAUSED, AdObject
+
+#: Meta's smallest budget, in minor units (1.00 in the account currency).
+MIN_BUDGET = 100
+
+_UPDATABLE = frozenset({"status", "daily_budget", "lifetime_budget", "name"})
+_COPY_PARAMS = frozenset(
+    {"status_option", "rename_options", "deep_copy", "campaign_id", "start_time", "end_time"}
+)
+_STATUS_OPTIONS = ("ACTIVE", "PAUSED", "INHERITED_FROM_SOURCE")
+_RENAME_STRATEGIES = ("DEEP_RENAME", "ONLY_TOP_LEVEL_RENAME", "NO_RENAME")
+
+
+def _target(state: SandboxState, req: GraphRequest) -> AdObject:
+    obj = state.world.get(req.segments[0])
+    if obj is None:
+        # Ad accounts exist but take no writes here.
+        raise invalid_param(f"Unsupported post request on {req.segments[0]}")
+    return obj
+
+
+def update(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
+    """``POST /{id}``: change status, budgets or name; ``{"success": true}``."""
+    obj = _target(state, req)
+    changes = _validated(obj, req.params)
+    now = state.now()
+    budget_change = obj.kind == "adset" and bool(
+        {"daily_budget", "lifetime_budget"} & changes.keys()
+    )
+    if budget_change:
+        state.budget_changes.check(obj.id, now)
+    for name, value in changes.items():
+        setattr(obj, name, value)
+    obj.updated_time = now
+    if budget_change:
+        state.budget_changes.record(obj.id, now)
+    return {"success": True}
+
+
+def _validated(obj: AdObject, params: Mapping[str, str]) -> dict[str, Any]:
+    unknown = sorted(params.keys() - _UPDATABLE)
+    if unknown:
+        raise invalid_param(
+            f"Param {unknown[0]} is not supported; send status, daily_budget, lifetime_budget"
+            " or name"
+        )
+    if not params:
+        raise invalid_param("Nothing to update: send status, daily_budget, lifetime_budget or name")
+    changes: dict[str, Any] = {}
+    if "status" in params:
+        if params["status"] not in (ACTIVE, PAUSED):
+            raise invalid_param("Param status must be one of {ACTIVE, PAUSED}")
+        changes["status"] = params["status"]
+    for field in ("daily_budget", "lifetime_budget"):
+        if field in params:
+            changes[field] = _budget(obj, field, params[field])
+    if "name" in params:
+        if not params["name"].strip():
+            raise invalid_param("Param name must be a non-empty string")
+        changes["name"] = params["name"]
+    return changes
+
+
+def _budget(obj: AdObject, field: str, raw: str) -> int:
+    if getattr(obj, field) is None:
+        raise invalid_param(_no_budget(obj, field))
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise invalid_param(f"Param {field} must be an integer in minor units") from exc
+    if value < MIN_BUDGET:
+        label = field.replace("_", " ")
+        raise invalid_param(
+            f"The {label} is too low: it must be at least {MIN_BUDGET} "
+            f"(1.00 in the account currency)"
+        )
+    return value
+
+
+def _no_budget(obj: AdObject, field: str) -> str:
+    label = field.replace("_", " ")
+    if obj.kind == "adset" and obj.daily_budget is None and obj.lifetime_budget is None:
+        return (
+            f"This ad set has no {label}: its campaign's budget is shared across its ad sets "
+            "(campaign budget optimization)"
+        )
+    if obj.daily_budget is None and obj.lifetime_budget is None:
+        return f"This campaign has no {label}: its budgets are set on its ad sets"
+    return f"This {obj.kind.replace('adset', 'ad set')} has no {label}; it uses another budget type"
+
+
+def copy(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
+    """``POST /{id}/copies``: a new campaign (with its ad sets if ``deep_copy``) or ad set."""
+    source = _target(state, req)
+    options = _CopyOptions.parse(req.params)
+    if source.kind == "campaign":
+        campaign = _clone(state, source, options, top_level=True)
+        ids = [_copied("campaign", source, campaign)]
+        if options.deep_copy:
+            for adset in list(state.world.adsets_of(source.id)):
+                child = _clone(state, adset, options, top_level=False, parent=campaign)
+                ids.append(_copied("ad_set", adset, child))
+        return {"copied_campaign_id": campaign.id, "ad_object_ids": ids}
+    parent = state.world.campaign_of(source)
+    if options.campaign_id:
+        parent = _copy_target(state, source, options.campaign_id)
+    copied = _clone(state, source, options, top_level=True, parent=parent)
+    return {"copied_adset_id": copied.id, "ad_object_ids": [_copied("ad_set", source, copied)]}
+
+
+def _copied(kind: str, source: AdObject, copied: AdObject) -> dict[str, str]:
+    return {"ad_object_type": kind, "source_id": source.id, "copied_id": copied.id}
+
+
+def _copy_target(state: SandboxState, source: AdObject, campaign_id: str) -> AdObject:
+    target = state.world.get(campaign_id)
+    if target is None or target.kind != "campaign" or target.account_id != source.account_id:
+        raise invalid_param(f"Param campaign_id must be a campaign of act_{source.account_id}")
+    return target
+
+
+@dataclass(frozen=True)
+class _CopyOptions:
+    """The parameters of ``/copies``, checked."""
+
+    status_option: str
+    prefix: str
+    suffix: str
+    strategy: str
+    deep_copy: bool
+    campaign_id: str | None
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str]) -> _CopyOptions:
+        unknown = sorted(params.keys() - _COPY_PARAMS)
+        if unknown:
+            raise invalid_param(f"Param {unknown[0]} is not supported by /copies")
+        status_option = params.get("status_option") or "PAUSED"
+        if status_option not in _STATUS_OPTIONS:
+            raise invalid_param(
+                f"Param status_option must be one of {{{', '.join(_STATUS_OPTIONS)}}}"
+            )
+        rename = _rename_options(params.get("rename_options"))
+        strategy = str(rename.get("rename_strategy", "ONLY_TOP_LEVEL_RENAME"))
+        if strategy not in _RENAME_STRATEGIES:
+            raise invalid_param(f"rename_strategy must be one of {', '.join(_RENAME_STRATEGIES)}")
+        return cls(
+            status_option=status_option,
+            prefix=str(rename.get("rename_prefix", "")),
+            # Meta appends " - Copy" when the caller says nothing about names.
+            suffix=str(rename.get("rename_suffix", "" if rename else " - Copy")),
+            strategy=strategy,
+            deep_copy=(params.get("deep_copy") or "").lower() in ("true", "1"),
+            campaign_id=params.get("campaign_id") or None,
+        )
+
+    def name(self, original: str, *, top_level: bool) -> str:
+        renamed = self.strategy == "DEEP_RENAME" or (
+            top_level and self.strategy == "ONLY_TOP_LEVEL_RENAME"
+        )
+        return f"{self.prefix}{original}{self.suffix}" if renamed else original
+
+    def status(self, source_status: str) -> str:
+        return (
+            source_status if self.status_option == "INHERITED_FROM_SOURCE" else self.status_option
+        )
+
+
+def _rename_options(raw: str | None) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_param("rename_options must be a JSON object") from exc
+    if not isinstance(value, dict):
+        raise invalid_param("rename_options must be a JSON object")
+    return value
+
+
+def _clone(
+    state: SandboxState,
+    source: AdObject,
+    options: _CopyOptions,
+    *,
+    top_level: bool,
+    parent: AdObject | None = None,
+) -> AdObject:
+    """A fresh copy of ``source``: new id, created now, so it has no Insights history."""
+    now = state.now()
+    copied = replace(
+        source,
+        id=state.world.next_id(source.kind),
+        name=options.name(source.name, top_level=top_level),
+        status=options.status(source.status),
+        created_time=now,
+        updated_time=now,
+        source_id=source.id,
+    )
+    if parent is not None:
+        copied.campaign_id = parent.id
+        cbo = parent.daily_budget is not None or parent.lifetime_budget is not None
+        if cbo:
+            copied.daily_budget = copied.lifetime_budget = None
+        elif copied.daily_budget is None and copied.lifetime_budget is None:
+            # Moving into an ad-set-budget campaign: an ad set there needs its own budget.
+            copied.daily_budget = max(
+                MIN_BUDGET, source.profile.spend_cents if source.profile else 0
+            )
+    state.world.add(copied)
+    return copied

@@ -1,0 +1,187 @@
+"""The error log: failures grouped by function + normalised message, never a flood.
+
+Messages are normalised (timestamps, UUIDs, IP addresses, ad account ids,
+numeric ids of 6+ digits and trace ids masked) so that "campaign 1202… failed"
+for 50 campaigns is one group with a count of 50. Each group keeps the last 10
+samples, first/last seen, and a status: active, resolved or ignored. A resolved
+group that happens again becomes active again; an ignored one stays ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from bson import ObjectId
+from bson.errors import InvalidId
+from pydantic import BaseModel, ConfigDict
+from pymongo import DESCENDING, ReturnDocument
+from pymongo.errors import DuplicateKeyError, PyMongoError
+
+from ruleengine import constants as c
+from ruleengine.errors import ErrorReport, NotFoundError
+from ruleengine.redact import REDACTOR
+from ruleengine.store.db import Database, Document
+
+log = logging.getLogger(__name__)
+
+ErrorStatus = Literal["active", "resolved", "ignored"]
+SAMPLES_KEPT: Final = 10
+_MAX_TEXT: Final = 8000
+
+_MASKS: Final = (
+    (re.compile(r"fbtrace_id[=:]\s*\S+", re.I), "fbtrace_id=<trace>"),
+    (
+        re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?\b"),
+        "<time>",
+    ),
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}\b"), "<date>"),
+    (
+        re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I),
+        "<uuid>",
+    ),
+    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"), "<ip>"),
+    (re.compile(r"\b(?:[0-9a-f]{1,4}:){7}[0-9a-f]{1,4}\b", re.I), "<ip>"),
+    (re.compile(r"\bact_\d+\b"), "act_<id>"),
+    (re.compile(r"\b[0-9a-f]{24}\b"), "<oid>"),
+    (re.compile(r"\b\d{6,}\b"), "<id>"),
+)
+
+
+def normalise(message: str) -> str:
+    """The message with everything that varies between occurrences masked."""
+    for pattern, mask in _MASKS:
+        message = pattern.sub(mask, message)
+    return " ".join(message.split())[:_MAX_TEXT]
+
+
+def fingerprint(function: str, normalised: str) -> str:
+    """The group key of an error."""
+    return hashlib.sha1(f"{function}\n{normalised}".encode()).hexdigest()
+
+
+def _clip(value: Any) -> Any:
+    """Redacted and size-limited, so one huge response cannot bloat a group."""
+    value = REDACTOR.data(value)
+    if isinstance(value, str) and len(value) > _MAX_TEXT:
+        return value[:_MAX_TEXT] + "…"
+    return value
+
+
+class ErrorGroup(BaseModel):
+    """One group of the error log."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    function: str
+    message: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    status: ErrorStatus
+    samples: list[dict[str, Any]]
+
+    @classmethod
+    def from_mongo(cls, doc: Document) -> ErrorGroup:
+        """Build from an ``error_log`` document."""
+        return cls(
+            id=str(doc["_id"]),
+            function=doc["function"],
+            message=doc["message"],
+            count=doc["count"],
+            first_seen=doc["first_seen"],
+            last_seen=doc["last_seen"],
+            status=doc["status"],
+            samples=list(reversed(doc.get("samples", []))),  # newest first
+        )
+
+
+class ErrorLog:
+    """The MongoDB error log; also the :class:`~ruleengine.errors.ErrorSink` of the writer."""
+
+    def __init__(self, db: Database) -> None:
+        self._groups = db[c.ERROR_LOG]
+
+    async def report(self, report: ErrorReport) -> None:
+        """Record one occurrence (never raises: a broken error log must not break a job)."""
+        try:
+            await self.record(report, now=datetime.now(UTC))
+        except PyMongoError:
+            log.exception("could not write to the error log: %s", report.function)
+
+    async def record(self, report: ErrorReport, *, now: datetime) -> str:
+        """Record one occurrence and return the group id."""
+        message = REDACTOR.text(report.message)
+        normalised = normalise(message)
+        key = {"function": report.function, "fingerprint": fingerprint(report.function, normalised)}
+        sample = {
+            "at": now,
+            "message": _clip(message),
+            "params": _clip(report.params),
+            "response": _clip(report.response),
+            "stack": _clip(report.stack),
+            "context": _clip(report.context),
+        }
+        update = {
+            "$inc": {"count": 1},
+            "$set": {"last_seen": now, "message": normalised},
+            "$setOnInsert": {"first_seen": now, "status": "active"},
+            "$push": {"samples": {"$each": [sample], "$slice": -SAMPLES_KEPT}},
+        }
+        for attempt in range(2):
+            try:
+                doc = await self._groups.find_one_and_update(
+                    key, update, upsert=True, return_document=ReturnDocument.AFTER
+                )
+                break
+            except DuplicateKeyError:  # two first occurrences at once: the second one updates
+                if attempt:
+                    raise
+        assert doc is not None
+        if doc["status"] == "resolved":
+            await self._groups.update_one(
+                {"_id": doc["_id"], "status": "resolved"},
+                {"$set": {"status": "active", "reopened_at": now}},
+            )
+        return str(doc["_id"])
+
+    async def groups(
+        self, *, status: ErrorStatus | None = None, limit: int = 100, skip: int = 0
+    ) -> list[ErrorGroup]:
+        """Groups, most recently seen first."""
+        query = {} if status is None else {"status": status}
+        cursor = self._groups.find(query).sort("last_seen", DESCENDING).skip(skip).limit(limit)
+        return [ErrorGroup.from_mongo(d) async for d in cursor]
+
+    async def count(self, *, status: ErrorStatus | None = None) -> int:
+        """How many groups (with ``status``)."""
+        return await self._groups.count_documents({} if status is None else {"status": status})
+
+    async def get(self, group_id: str) -> ErrorGroup:
+        """One group; raises NotFoundError."""
+        doc = await self._groups.find_one({"_id": _oid(group_id)})
+        if doc is None:
+            raise NotFoundError(f"error group '{group_id}' does not exist")
+        return ErrorGroup.from_mongo(doc)
+
+    async def set_status(self, group_id: str, status: ErrorStatus, *, now: datetime) -> ErrorGroup:
+        """Resolve, ignore or re-activate a group."""
+        doc = await self._groups.find_one_and_update(
+            {"_id": _oid(group_id)},
+            {"$set": {"status": status, "status_changed_at": now}},
+            return_document=ReturnDocument.AFTER,
+        )
+        if doc is None:
+            raise NotFoundError(f"error group '{group_id}' does not exist")
+        return ErrorGroup.from_mongo(doc)
+
+
+def _oid(group_id: str) -> ObjectId:
+    try:
+        return ObjectId(group_id)
+    except (InvalidId, TypeError):
+        raise NotFoundError(f"error group '{group_id}' does not exist") from None

@@ -1,0 +1,163 @@
+"""Writes: status, budgets, names, Meta's validations, the budget-change limit, copies, the log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sandbox_helpers import TOKEN, Sandbox
+
+
+async def _objects(box: Sandbox, edge: str, fields: str) -> list[dict[str, Any]]:
+    reply = await box.get(f"/act_1001/{edge}", fields=fields, limit="100")
+    return list(reply.body["data"])
+
+
+async def _cbo_campaign(box: Sandbox) -> dict[str, Any]:
+    campaigns = await _objects(box, "campaigns", "id,daily_budget,updated_time")
+    return next(c for c in campaigns if "daily_budget" in c)
+
+
+async def _abo_adset(box: Sandbox) -> dict[str, Any]:
+    adsets = await _objects(box, "adsets", "id,daily_budget")
+    return next(a for a in adsets if "daily_budget" in a)
+
+
+async def test_pause_a_campaign_and_its_ad_sets_follow(sandbox: Sandbox) -> None:
+    campaign = await _cbo_campaign(sandbox)
+    reply = await sandbox.post(f"/{campaign['id']}", status="PAUSED")
+    assert reply.status == 200
+    assert reply.body == {"success": True}
+    after = await sandbox.get(f"/{campaign['id']}", fields="status,effective_status,updated_time")
+    assert after.body["status"] == "PAUSED"
+    assert after.body["updated_time"] == "2026-12-01T15:00:00+0000"
+    adsets = await sandbox.get(f"/{campaign['id']}/adsets", fields="effective_status")
+    assert {a["effective_status"] for a in adsets.body["data"]} == {"CAMPAIGN_PAUSED"}
+
+
+async def test_budget_write_updates_budget_and_remaining(sandbox: Sandbox) -> None:
+    campaign = await _cbo_campaign(sandbox)
+    before = await sandbox.get(f"/{campaign['id']}", fields="daily_budget,budget_remaining")
+    new_budget = int(before.body["daily_budget"]) + 5000
+    reply = await sandbox.post(f"/{campaign['id']}", daily_budget=str(new_budget))
+    assert reply.body == {"success": True}
+    after = await sandbox.get(f"/{campaign['id']}", fields="daily_budget,budget_remaining")
+    assert after.body["daily_budget"] == str(new_budget)
+    remaining_delta = int(after.body["budget_remaining"]) - int(before.body["budget_remaining"])
+    assert remaining_delta == 5000
+
+
+async def test_json_bodies_are_accepted_too(sandbox: Sandbox) -> None:
+    campaign = await _cbo_campaign(sandbox)
+    reply = await sandbox.fetch(
+        "POST",
+        f"{sandbox.graph}/{campaign['id']}",
+        json={"name": "Renamed by JSON", "access_token": TOKEN},
+    )
+    assert reply.body == {"success": True}
+    assert (await sandbox.get(f"/{campaign['id']}", fields="name")).body["name"] == (
+        "Renamed by JSON"
+    )
+
+
+async def test_budget_on_an_object_without_that_budget_is_error_100(sandbox: Sandbox) -> None:
+    campaigns = await _objects(sandbox, "campaigns", "id,daily_budget,lifetime_budget")
+    abo = next(c for c in campaigns if "daily_budget" not in c and "lifetime_budget" not in c)
+    reply = await sandbox.post(f"/{abo['id']}", daily_budget="10000")
+    assert reply.status == 400
+    assert reply.error["code"] == 100
+    cbo_adsets = await _objects(sandbox, "adsets", "id,daily_budget")
+    under_cbo = next(a for a in cbo_adsets if "daily_budget" not in a)
+    reply = await sandbox.post(f"/{under_cbo['id']}", daily_budget="10000")
+    assert reply.error["code"] == 100
+    lifetime = next(c for c in campaigns if "lifetime_budget" in c)
+    assert (await sandbox.post(f"/{lifetime['id']}", daily_budget="10000")).error["code"] == 100
+
+
+async def test_invalid_values_are_error_100_and_change_nothing(sandbox: Sandbox) -> None:
+    campaign = await _cbo_campaign(sandbox)
+    for form in (
+        {"daily_budget": "99"},
+        {"daily_budget": "12.5"},
+        {"status": "SLEEPING"},
+        {"name": " "},
+        {"colour": "red"},
+        {},
+        {"daily_budget": "20000", "status": "WRONG"},
+    ):
+        reply = await sandbox.post(f"/{campaign['id']}", **form)
+        assert (reply.status, reply.error["code"]) == (400, 100), form
+    after = await sandbox.get(f"/{campaign['id']}", fields="daily_budget,updated_time")
+    assert after.body["daily_budget"] == campaign["daily_budget"]
+    assert after.body["updated_time"] == campaign["updated_time"]
+
+
+async def test_fifth_ad_set_budget_change_in_an_hour_is_error_17(sandbox: Sandbox) -> None:
+    adset = await _abo_adset(sandbox)
+    for step in range(4):
+        reply = await sandbox.post(f"/{adset['id']}", daily_budget=str(5000 + step * 100))
+        assert reply.body == {"success": True}
+        await sandbox.admin.advance_clock(60)
+    refused = await sandbox.post(f"/{adset['id']}", daily_budget="9000")
+    assert refused.status == 400
+    assert refused.error["code"] == 17
+    assert refused.error["error_subcode"] == 1885172
+    assert refused.error["is_transient"] is False
+    assert "budget change limit" in refused.error["message"]
+    assert (await sandbox.post(f"/{adset['id']}", status="PAUSED")).body == {"success": True}
+    await sandbox.admin.advance_clock(3600 - 3 * 60)
+    assert (await sandbox.post(f"/{adset['id']}", daily_budget="9000")).body == {"success": True}
+    stats = await sandbox.admin.stats()
+    assert stats["errors_by_code"] == {"17": 1}
+
+
+async def test_copy_a_campaign_deeply(sandbox: Sandbox) -> None:
+    campaign = await _cbo_campaign(sandbox)
+    source = await sandbox.get(f"/{campaign['id']}", fields="name,status")
+    reply = await sandbox.post(
+        f"/{campaign['id']}/copies",
+        deep_copy="true",
+        status_option="ACTIVE",
+        rename_options={"rename_suffix": " - Copy 2"},
+    )
+    copied_id = reply.body["copied_campaign_id"]
+    assert copied_id != campaign["id"]
+    assert copied_id.isdigit()
+    assert [o["ad_object_type"] for o in reply.body["ad_object_ids"]][:2] == ["campaign", "ad_set"]
+    copy = await sandbox.get(f"/{copied_id}", fields="name,status,daily_budget,created_time")
+    assert copy.body["name"] == source.body["name"] + " - Copy 2"
+    assert copy.body["status"] == "ACTIVE"
+    assert copy.body["daily_budget"] == campaign["daily_budget"]
+    assert copy.body["created_time"] == "2026-12-01T15:00:00+0000"
+    adsets = await sandbox.get(f"/{copied_id}/adsets")
+    assert len(adsets.body["data"]) == len(reply.body["ad_object_ids"]) - 1
+    assert (await sandbox.get(f"/{copied_id}/insights", date_preset="last_7d")).body == {"data": []}
+    await sandbox.admin.advance_clock(3600)
+    assert (await sandbox.get(f"/{copied_id}/insights", date_preset="today")).body["data"]
+
+
+async def test_copy_an_ad_set_paused_by_default(sandbox: Sandbox) -> None:
+    adset = await _abo_adset(sandbox)
+    reply = await sandbox.post(f"/{adset['id']}/copies")
+    copied = reply.body["copied_adset_id"]
+    copy = await sandbox.get(f"/{copied}", fields="name,status,campaign_id,daily_budget")
+    assert copy.body["status"] == "PAUSED"
+    assert copy.body["name"].endswith(" - Copy")
+    assert copy.body["daily_budget"] == adset["daily_budget"]
+
+
+async def test_write_log_records_every_post_without_the_token(sandbox: Sandbox) -> None:
+    campaign = await _cbo_campaign(sandbox)
+    await sandbox.post(f"/{campaign['id']}", status="PAUSED")
+    await sandbox.post(f"/{campaign['id']}", daily_budget="1")
+    await sandbox.post(f"/{campaign['id']}/copies")
+    log = await sandbox.admin.writes()
+    assert [(w["id"], w["kind"], w["ok"]) for w in log] == [
+        (campaign["id"], "update", True),
+        (campaign["id"], "update", False),
+        (campaign["id"], "copies", True),
+    ]
+    assert log[0]["params"] == {"status": "PAUSED"}
+    assert log[1]["error"]["code"] == 100
+    assert log[0]["error"] is None
+    assert log[0]["at"].startswith("2026-12-01T15:00:00")
+    assert TOKEN not in str(log)
