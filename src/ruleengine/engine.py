@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ruleengine.actions import ActionExecutor, ActResult, JobRun
+from ruleengine.actions import AccountLocks, ActionExecutor, ActResult, JobRun
 from ruleengine.errors import ErrorReport
 from ruleengine.meta.batch import BatchReader
-from ruleengine.meta.http import Cost, GraphSession
+from ruleengine.meta.http import READ_WRITE, Cost, GraphSession
 from ruleengine.meta.insights import InsightsResult, fetch_insights
 from ruleengine.meta.reader import GraphReader, RetryPolicy
 from ruleengine.meta.writer import GraphWriter
+from ruleengine.notify import Notifier
 from ruleengine.payload import EvaluateJob
 from ruleengine.rules.entity import Entity, currency_offset
 from ruleengine.rules.evaluate import EvalContext, TaskVerdict, evaluate_task
@@ -31,9 +32,16 @@ from ruleengine.rules.fetch import custom_metric_names, fetch_groups
 from ruleengine.rules.model import Rule, Task
 from ruleengine.settings import Settings
 from ruleengine.sheets import CustomMetricTable, SheetsError, SheetsReader
-from ruleengine.store.credentials import CredentialStore
+from ruleengine.store.credentials import CredentialStore, load_key
+from ruleengine.store.db import Database
 from ruleengine.store.errorlog import ErrorLog
-from ruleengine.store.records import BatchStart, BatchStore, CooldownStore, ExecutionStore
+from ruleengine.store.records import (
+    BatchStart,
+    BatchStore,
+    CooldownStore,
+    ExecutionStore,
+    IntentStore,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +73,46 @@ class Engine:
         policy = RetryPolicy(s.read_retry_waits_s, rate_limit_cap_s=s.rate_limit_max_wait_s)
         batch = BatchReader(view, policy=policy, concurrency=s.graph_concurrency)
         return reader, batch, GraphWriter(view, self.errors)
+
+
+def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = "worker") -> Engine:
+    """The engine with every store and client it needs (worker startup, web preview)."""
+    errors = ErrorLog(db)
+    executor = ActionExecutor(
+        settings,
+        intents=IntentStore(db),
+        cooldowns=CooldownStore(db),
+        locks=AccountLocks(redis, timeout_s=settings.account_lock_timeout_s),
+        notifier=Notifier(settings, errors),
+    )
+    sheets = None
+    if settings.sheets_credentials_file is not None:
+        sheets = SheetsReader(
+            credentials_file=settings.sheets_credentials_file,
+            api_url=settings.sheets_api_url,
+            cache_s=settings.sheets_cache_s,
+            call_interval_s=settings.sheets_call_interval_s,
+        )
+    return Engine(
+        settings=settings,
+        session=GraphSession(settings, methods=READ_WRITE),
+        batches=BatchStore(db),
+        executions=ExecutionStore(db),
+        cooldowns=CooldownStore(db),
+        credentials=CredentialStore(db, load_key(settings)),
+        errors=errors,
+        executor=executor,
+        sheets=sheets,
+        worker=worker,
+    )
+
+
+async def close_engine(engine: Engine) -> None:
+    """Close the engine's clients."""
+    await engine.session.close()
+    await engine.executor.notifier.close()
+    if engine.sheets is not None:
+        await engine.sheets.close()
 
 
 @dataclass

@@ -21,22 +21,15 @@ from arq import cron
 from arq.worker import func
 
 from ruleengine import constants as c
-from ruleengine.actions import AccountLocks, ActionExecutor
-from ruleengine.engine import Engine, evaluate_account
-from ruleengine.meta.http import READ_WRITE, GraphSession
+from ruleengine.engine import Engine, build_engine, close_engine, evaluate_account
 from ruleengine.metrics import WorkerMetrics, serve
-from ruleengine.notify import Notifier
 from ruleengine.payload import EvaluateJob, deserialize, serialize
 from ruleengine.queue import connect_queue, redis_settings
 from ruleengine.reaper import Reaper
 from ruleengine.redact import setup_logging
 from ruleengine.settings import Settings
-from ruleengine.sheets import SheetsReader
-from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import create_client, database, ensure_indexes
-from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.heartbeats import Heartbeats
-from ruleengine.store.records import BatchStore, CooldownStore, ExecutionStore, IntentStore
 
 log = logging.getLogger(__name__)
 
@@ -53,42 +46,13 @@ async def startup(ctx: dict[str, Any]) -> None:
     client = create_client(settings)
     db = database(client, settings)
     await ensure_indexes(db)
-    errors = ErrorLog(db)
     queue = connect_queue(settings)
     metrics = WorkerMetrics()
     serve(metrics.registry, settings.worker_metrics_port, what="worker")
-    engine = Engine(
-        settings=settings,
-        session=GraphSession(settings, methods=READ_WRITE),
-        batches=BatchStore(db),
-        executions=ExecutionStore(db),
-        cooldowns=CooldownStore(db),
-        credentials=CredentialStore(db, load_key(settings)),
-        errors=errors,
-        executor=ActionExecutor(
-            settings,
-            intents=IntentStore(db),
-            cooldowns=CooldownStore(db),
-            locks=AccountLocks(queue, timeout_s=settings.account_lock_timeout_s),
-            notifier=Notifier(settings, errors),
-        ),
-        sheets=_sheets(settings),
-        worker=_worker_name(),
-    )
+    engine = build_engine(settings, db=db, redis=queue, worker=_worker_name())
     ctx.update(mongo=client, db=db, queue=queue, engine=engine, metrics=metrics, jobs_done=0)
     ctx["heartbeat"] = asyncio.create_task(_heartbeat(ctx, Heartbeats(db), engine.worker))
     log.info("%s ready (max %d jobs at once)", engine.worker, settings.worker_max_jobs)
-
-
-def _sheets(settings: Settings) -> SheetsReader | None:
-    if settings.sheets_credentials_file is None:
-        return None
-    return SheetsReader(
-        credentials_file=settings.sheets_credentials_file,
-        api_url=settings.sheets_api_url,
-        cache_s=settings.sheets_cache_s,
-        call_interval_s=settings.sheets_call_interval_s,
-    )
 
 
 async def _heartbeat(ctx: dict[str, Any], beats: Heartbeats, name: str) -> None:
@@ -107,10 +71,7 @@ async def shutdown(ctx: dict[str, Any]) -> None:
         beat.cancel()
     engine: Engine | None = ctx.get("engine")
     if engine is not None:
-        await engine.session.close()
-        await engine.executor.notifier.close()
-        if engine.sheets is not None:
-            await engine.sheets.close()
+        await close_engine(engine)
         await Heartbeats(ctx["db"]).remove(engine.worker)
     if "queue" in ctx:
         await ctx["queue"].aclose()
