@@ -13,6 +13,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,9 @@ from ruleengine.embedded import (
     start_mongodb,
     start_redis,
 )
+from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
+from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
 
 # Read before the autouse fixture below clears the environment for each test.
@@ -123,3 +126,42 @@ async def redis(settings: Settings) -> AsyncIterator[Any]:
     finally:
         await client.flushdb()
         await client.aclose()
+
+
+# The sandbox's clock is frozen here in every test: 13:00 in New York, so "today" has
+# spend on act_1001 (America/New_York) and the numbers never depend on when tests run.
+SANDBOX_NOW = datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
+SANDBOX_TOKEN = "EAAGsandboxTESTtoken0123456789abcdefXYZ"
+SANDBOX_ACCOUNTS = {
+    "act_1001": ("Demo Store US", "America/New_York", "USD"),
+    "act_1002": ("Demo Store DE", "Europe/Berlin", "EUR"),
+    "act_1003": ("Demo Store ID", "Asia/Jakarta", "USD"),
+}
+
+
+@pytest.fixture
+async def sandbox(servers: Servers) -> AsyncIterator[SandboxAdmin]:
+    """The session's Graph sandbox, reset to the demo world with its clock frozen."""
+    admin = SandboxAdmin(servers.sandbox_url)
+    await admin.reset(seed=1, scenario="demo")
+    await admin.set_clock(SANDBOX_NOW)
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def accounts(db: Database, settings: Settings, sandbox: SandboxAdmin) -> list[str]:
+    """The sandbox's demo accounts registered with a (sandbox) token."""
+    store = CredentialStore(db, load_key(settings))
+    for account, (name, timezone, currency) in SANDBOX_ACCOUNTS.items():
+        await store.add(
+            account,
+            SANDBOX_TOKEN,
+            now=SANDBOX_NOW,
+            name=name,
+            timezone=timezone,
+            currency=currency,
+        )
+    return list(SANDBOX_ACCOUNTS)

@@ -54,12 +54,13 @@ class RetryPolicy:
         return False
 
     def wait(self, state: RetryCallState) -> float:
-        """Meta's own estimate for rate limits, else the configured wait for this attempt."""
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, RateLimitError) and exc.retry_after_s is not None:
-            return min(exc.retry_after_s, self.rate_limit_cap_s)
+        """The configured wait for this attempt, or longer when Meta asked for longer."""
         index = min(state.attempt_number - 1, len(self.waits_s) - 1)
-        return self.waits_s[index] if self.waits_s else 0.0
+        wait = self.waits_s[index] if self.waits_s else 0.0
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, RateLimitError) and exc.retry_after_s:
+            wait = max(wait, exc.retry_after_s)
+        return min(wait, self.rate_limit_cap_s) if isinstance(exc, RateLimitError) else wait
 
     async def run(self, call: Callable[[], Awaitable[T]], *, what: str) -> T:
         """Run ``call`` under this policy; the last error is re-raised."""

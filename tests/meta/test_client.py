@@ -1,0 +1,321 @@
+"""The Graph client against the sandbox over HTTP: listing, batches, retries, redaction, strategies."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from conftest import SANDBOX_TOKEN
+
+from ruleengine.errors import ErrorReport
+from ruleengine.meta.batch import BatchReader, SubRequest
+from ruleengine.meta.errors import AuthError, InvalidRequestError, RateLimitError, TransientError
+from ruleengine.meta.http import READ_WRITE, GraphSession, ReadOnlyViolation
+from ruleengine.meta.insights import fetch_insights
+from ruleengine.meta.reader import GraphReader, RetryPolicy
+from ruleengine.meta.writer import GraphWriter, WriteContext
+from ruleengine.sandbox.admin import SandboxAdmin
+from ruleengine.settings import Settings
+
+FIELDS = ["id", "name", "effective_status", "daily_budget", "created_time"]
+
+
+class SleepRecorder:
+    """Stands in for asyncio.sleep: records how long the client asked to wait."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+class ListSink:
+    """An error sink that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.reports: list[ErrorReport] = []
+
+    async def report(self, report: ErrorReport) -> None:
+        self.reports.append(report)
+
+
+@pytest.fixture
+async def session(settings: Settings) -> AsyncIterator[GraphSession]:
+    graph = GraphSession(
+        settings.model_copy(update={"listing_retry_waits_s": (1.0, 2.0)}), methods=READ_WRITE
+    )
+    try:
+        yield graph
+    finally:
+        await graph.close()
+
+
+def reader_with(session: GraphSession, sleep: SleepRecorder, *, cap_s: float = 60.0) -> GraphReader:
+    return GraphReader(
+        session,
+        listing=RetryPolicy((1.0, 2.0), rate_limit_cap_s=cap_s, sleep=sleep),
+        reads=RetryPolicy((0.5, 1.0), rate_limit_cap_s=cap_s, sleep=sleep),
+    )
+
+
+async def campaign_ids(admin: SandboxAdmin, account: str = "act_1001") -> list[str]:
+    world = await admin.world()
+    return [c["id"] for c in world["accounts"][account]["campaigns"]] if "accounts" in world else []
+
+
+async def test_listing_follows_cursors_with_filters(
+    session: GraphSession, sandbox: SandboxAdmin
+) -> None:
+    reader = reader_with(session, SleepRecorder())
+    tagged = await reader.list_entities(
+        "act_1001",
+        "campaign",
+        token=SANDBOX_TOKEN,
+        fields=FIELDS,
+        filtering=[{"field": "name", "operator": "CONTAIN", "value": "[AUTO]"}],
+        page_size=3,
+    )
+    assert len(tagged) == 10
+    assert len({c["id"] for c in tagged}) == 10
+    assert all("[AUTO]" in c["name"] for c in tagged)
+    stats = await sandbox.stats()
+    assert stats["calls_by_kind"]["list"] == 4  # 3 + 3 + 3 + 1
+    active = await reader.list_entities(
+        "act_1001",
+        "campaign",
+        token=SANDBOX_TOKEN,
+        fields=FIELDS,
+        filtering=[{"field": "effective_status", "operator": "IN", "value": ["PAUSED"]}],
+    )
+    assert [c["effective_status"] for c in active] == ["PAUSED"]
+
+
+async def test_a_batch_of_120_reads_is_3_http_calls_with_per_item_errors(
+    session: GraphSession, sandbox: SandboxAdmin
+) -> None:
+    reader = reader_with(session, SleepRecorder())
+    campaigns = await reader.list_entities(
+        "act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"]
+    )
+    ids = [c["id"] for c in campaigns]
+    requests = [SubRequest(ids[i % len(ids)], {"fields": "id,name"}) for i in range(118)]
+    requests += [
+        SubRequest("999999999999999", {"fields": "id"}),
+        SubRequest(ids[0], {"fields": "bogus_field"}),
+    ]
+    await sandbox.clear_stats()
+    batch = BatchReader(session, policy=RetryPolicy((0.01,), rate_limit_cap_s=1))
+    results = await batch.get_many(requests, token=SANDBOX_TOKEN, account_id="act_1001")
+    stats = await sandbox.stats()
+    assert stats["http_requests"] == 3
+    assert stats["counted_calls"] == 120
+    assert session.cost.counted_calls >= 120
+    assert all(r.error is None and r.body["id"] for r in results[:118])
+    assert isinstance(results[118].error, InvalidRequestError)
+    assert isinstance(results[119].error, InvalidRequestError)
+    assert results[119].error.code == 100
+
+
+async def test_null_batch_items_are_retried(session: GraphSession, sandbox: SandboxAdmin) -> None:
+    reader = reader_with(session, SleepRecorder())
+    ids = [
+        c["id"]
+        for c in await reader.list_entities(
+            "act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"]
+        )
+    ]
+    await sandbox.set_faults(null_item_rate=0.3)
+    await sandbox.clear_stats()
+    batch = BatchReader(session, policy=RetryPolicy((0.01,), rate_limit_cap_s=1), item_rounds=6)
+    results = await batch.get_many(
+        [SubRequest(i, {"fields": "id"}) for i in ids * 3], token=SANDBOX_TOKEN
+    )
+    assert all(r.error is None for r in results)
+    assert (await sandbox.stats())["counted_calls"] > len(ids) * 3
+
+
+async def test_listing_fails_twice_then_succeeds_waiting_1s_then_2s(
+    session: GraphSession, sandbox: SandboxAdmin
+) -> None:
+    sleep = SleepRecorder()
+    await sandbox.set_faults(
+        rules=[{"path_contains": "/act_1001/campaigns", "method": "GET", "code": 2, "times": 2}]
+    )
+    entities = await reader_with(session, sleep).list_entities(
+        "act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"]
+    )
+    assert len(entities) == 12
+    assert sleep.waits == [1.0, 2.0]
+
+
+async def test_three_listing_failures_raise_after_3s_of_waiting(
+    session: GraphSession, sandbox: SandboxAdmin
+) -> None:
+    sleep = SleepRecorder()
+    await sandbox.set_faults(
+        rules=[{"path_contains": "/act_1001/campaigns", "code": 2, "times": 3}]
+    )
+    with pytest.raises(TransientError) as info:
+        await reader_with(session, sleep).list_entities(
+            "act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"]
+        )
+    assert sum(sleep.waits) == 3.0
+    assert info.value.code == 2
+    assert info.value.fbtrace_id
+    assert (await sandbox.stats())["calls_by_kind"]["list"] == 3
+
+
+async def test_expired_token_is_never_retried(session: GraphSession, sandbox: SandboxAdmin) -> None:
+    sleep = SleepRecorder()
+    await sandbox.set_faults(revoked_tokens=[SANDBOX_TOKEN])
+    with pytest.raises(AuthError) as info:
+        await reader_with(session, sleep).list_entities(
+            "act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"]
+        )
+    assert info.value.code == 190
+    assert sleep.waits == []
+    assert SANDBOX_TOKEN not in str(info.value)
+
+
+async def test_ad_account_rate_limit_waits_as_the_headers_say(
+    session: GraphSession, sandbox: SandboxAdmin
+) -> None:
+    await sandbox.set_limits(account_calls_per_hour=3)
+    sleep = SleepRecorder()
+    reader = reader_with(session, sleep, cap_s=3600)
+    for _ in range(3):
+        await reader.get_object(
+            "act_1001", token=SANDBOX_TOKEN, fields=["id"], account_id="act_1001"
+        )
+    with pytest.raises(RateLimitError) as info:
+        await reader.list_entities("act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"])
+    assert info.value.code in (80004, 80000)
+    assert info.value.retry_after_s and info.value.retry_after_s > 0
+    assert sleep.waits and sleep.waits[0] == info.value.retry_after_s  # waited as Meta asked
+    assert session.usage("act_1001").account_pct >= 100
+
+
+async def test_rate_limit_beyond_the_cap_gives_up_at_once(
+    session: GraphSession, sandbox: SandboxAdmin
+) -> None:
+    await sandbox.set_limits(account_calls_per_hour=1)
+    sleep = SleepRecorder()
+    reader = reader_with(session, sleep, cap_s=1)
+    await reader.get_object("act_1001", token=SANDBOX_TOKEN, fields=["id"], account_id="act_1001")
+    with pytest.raises(RateLimitError):
+        await reader.list_entities("act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"])
+    assert sleep.waits == []
+
+
+async def test_user_rate_limit_17_without_estimate_uses_the_configured_waits(
+    session: GraphSession, sandbox: SandboxAdmin
+) -> None:
+    await sandbox.set_faults(
+        rules=[{"path_contains": "/act_1001/campaigns", "code": 17, "times": 1}]
+    )
+    sleep = SleepRecorder()
+    await reader_with(session, sleep).list_entities(
+        "act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"]
+    )
+    assert sleep.waits == [1.0]
+
+
+async def test_the_reader_refuses_post(session: GraphSession, sandbox: SandboxAdmin) -> None:
+    reader = reader_with(session, SleepRecorder())
+    with pytest.raises(ReadOnlyViolation, match="refusing POST"):
+        await reader.session.request("POST", "act_1001", token=SANDBOX_TOKEN, form={"name": "x"})
+    with pytest.raises(ReadOnlyViolation):
+        reader.session.view(methods=READ_WRITE)
+    assert (await sandbox.stats())["http_by_method"].get("POST", 0) == 0
+
+
+async def test_writer_reports_failures_with_the_exact_redacted_request(
+    session: GraphSession, sandbox: SandboxAdmin, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    sink = ListSink()
+    writer = GraphWriter(session, sink)
+    reader = reader_with(session, SleepRecorder())
+    campaigns = await reader.list_entities(
+        "act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id", "name", "daily_budget"]
+    )
+    abo = next(c for c in campaigns if "daily_budget" not in c)
+    ctx = WriteContext("act_1001", abo["id"], "rule-1", "batch-1")
+    with pytest.raises(InvalidRequestError):
+        await writer.set_budget("daily_budget", 12000, token=SANDBOX_TOKEN, ctx=ctx)
+    assert len(sink.reports) == 1
+    report = sink.reports[0]
+    assert report.function == "meta.writer.set_budget"
+    assert report.params == {
+        "method": "POST",
+        "path": abo["id"],
+        "params": {"daily_budget": "12000"},
+    }
+    assert report.response["error"]["code"] == 100  # type: ignore[index]
+    assert "Traceback" in report.stack
+    await writer.set_name(
+        "Renamed", token=SANDBOX_TOKEN, ctx=WriteContext("act_1001", campaigns[0]["id"])
+    )
+    assert (await sandbox.object(campaigns[0]["id"]))["name"] == "Renamed"
+    everything = caplog.text + repr(sink.reports) + repr(await sandbox.writes())
+    assert SANDBOX_TOKEN not in everything
+
+
+async def test_no_token_in_logs_when_pages_carry_it_in_next_urls(
+    session: GraphSession, sandbox: SandboxAdmin, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    await sandbox.set_faults(
+        rules=[{"path_contains": "/act_1001/campaigns", "code": 2, "times": 1}]
+    )
+    await reader_with(session, SleepRecorder()).list_entities(
+        "act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"], page_size=2
+    )
+    assert "retrying" in caplog.text
+    assert SANDBOX_TOKEN not in caplog.text
+
+
+@pytest.mark.parametrize("level", ["campaign", "adset"])
+async def test_both_strategies_return_the_same_values_at_a_tenth_of_the_cost(
+    settings: Settings, sandbox: SandboxAdmin, level: str
+) -> None:
+    await sandbox.reset(
+        scenario="bench", accounts=1, campaigns_per_account=60, adsets_per_campaign=1
+    )
+    account = (await sandbox.accounts())[0]
+    groups = {
+        "today": ["spend", "clicks", "ctr"],
+        "last_7d": ["spend", "purchase_roas", "actions"],
+        "last_14d": ["cpc", "action_values"],
+    }
+    results: dict[str, Any] = {}
+    costs: dict[str, int] = {}
+    for strategy in ("per_campaign", "account_level"):
+        graph = GraphSession(settings, methods=READ_WRITE)
+        reader = reader_with(graph, SleepRecorder())
+        entities = await reader.list_entities(account, level, token=SANDBOX_TOKEN, fields=["id"])
+        batch = BatchReader(graph, policy=RetryPolicy((0.01,), rate_limit_cap_s=1), concurrency=8)
+        before = graph.cost.counted_calls
+        result = await fetch_insights(
+            batch,
+            strategy=strategy,  # type: ignore[arg-type]
+            account_id=account,
+            level=level,
+            entity_ids=[e["id"] for e in entities],
+            groups=groups,
+            token=SANDBOX_TOKEN,
+        )
+        costs[strategy] = graph.cost.counted_calls - before
+        results[strategy] = {
+            eid: {p: {f: row.get(f) for f in groups[p]} for p, row in rows.items()}
+            for eid, rows in result.rows.items()
+        }
+        assert not result.errors
+        await graph.close()
+    assert len(results["per_campaign"]) == 60
+    assert results["per_campaign"] == results["account_level"]
+    assert costs["per_campaign"] == 180
+    assert costs["account_level"] * 10 <= costs["per_campaign"]
