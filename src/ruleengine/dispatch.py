@@ -52,7 +52,7 @@ from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.heartbeats import Heartbeats
 from ruleengine.store.rules import RuleDoc, RuleStore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("ruleengine.dispatch")
 
 Clock = Callable[[], datetime]
 DISPATCHED_TTL_S = 2 * 24 * 3600
@@ -281,7 +281,7 @@ class Dispatcher:
         await self.errors.report(
             ErrorReport(
                 function="dispatch.list_entities",
-                message=str(error),
+                message=f"listing {key.level}s of {key.account} failed: {error}",
                 stack="".join(traceback.format_exception(error)),
                 params={
                     "account": key.account,

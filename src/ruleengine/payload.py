@@ -63,7 +63,7 @@ class EvaluateJob(BaseModel):
 
     def to_job(self) -> dict[str, Any]:
         """JSON-ready form for ``enqueue_job``."""
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", exclude_none=True)
 
 
 def short_hash(*parts: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from arq.connections import ArqRedis, RedisSettings
-from redis.asyncio import ConnectionPool
 
 from ruleengine.constants import QUEUE_NAME
 from ruleengine.payload import deserialize, serialize
@@ -19,13 +18,14 @@ def redis_settings(settings: Settings) -> RedisSettings:
 
 
 def connect_queue(settings: Settings) -> ArqRedis:
-    """An arq client that connects lazily: a process can start (and tick) while Redis is down."""
-    pool = ConnectionPool.from_url(
+    """An arq client that connects lazily: a process can start (and tick) while Redis is down.
+
+    ``aclose()`` closes its connection pool too.
+    """
+    queue: ArqRedis = ArqRedis.from_url(
         settings.redis_url, socket_connect_timeout=2, socket_timeout=5, max_connections=64
     )
-    return ArqRedis(
-        pool,
-        job_serializer=serialize,
-        job_deserializer=deserialize,
-        default_queue_name=QUEUE_NAME,
-    )
+    queue.job_serializer = serialize
+    queue.job_deserializer = deserialize
+    queue.default_queue_name = QUEUE_NAME
+    return queue

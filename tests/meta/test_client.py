@@ -1,4 +1,4 @@
-"""The Graph client against the sandbox over HTTP: listing, batches, retries, redaction, strategies."""
+"""The Graph client against the sandbox over HTTP: listing, batches, retries, redaction."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from conftest import SANDBOX_TOKEN
 
+from conftest import SANDBOX_TOKEN
 from ruleengine.errors import ErrorReport
 from ruleengine.meta.batch import BatchReader, SubRequest
 from ruleengine.meta.errors import AuthError, InvalidRequestError, RateLimitError, TransientError
@@ -193,8 +193,10 @@ async def test_ad_account_rate_limit_waits_as_the_headers_say(
     with pytest.raises(RateLimitError) as info:
         await reader.list_entities("act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"])
     assert info.value.code in (80004, 80000)
-    assert info.value.retry_after_s and info.value.retry_after_s > 0
-    assert sleep.waits and sleep.waits[0] == info.value.retry_after_s  # waited as Meta asked
+    assert info.value.retry_after_s
+    assert info.value.retry_after_s > 0
+    assert sleep.waits
+    assert sleep.waits[0] == info.value.retry_after_s
     assert session.usage("act_1001").account_pct >= 100
 
 

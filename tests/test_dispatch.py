@@ -1,0 +1,461 @@
+"""The dispatcher against real Redis, the MongoDB-compatible server and the sandbox."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from conftest import SANDBOX_TOKEN
+from ruleengine import constants as c
+from ruleengine.dispatch import Dispatcher
+from ruleengine.embedded import ProcessGroup, free_port, start_redis
+from ruleengine.meta.http import GraphSession
+from ruleengine.meta.reader import GraphReader
+from ruleengine.payload import EvaluateJob, deserialize
+from ruleengine.queue import connect_queue
+from ruleengine.rules.model import parse_rule
+from ruleengine.sandbox.admin import SandboxAdmin
+from ruleengine.settings import Settings
+from ruleengine.store.db import Database
+from ruleengine.store.rules import RuleDoc, RuleStore
+
+T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+SRC = Path(__file__).parents[1] / "src" / "ruleengine"
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def rule_data(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": "Scale winners",
+        "level": "campaign",
+        "ad_accounts": ["act_1001", "act_1002", "act_1003"],
+        "filters": [{"field": "name", "operator": "CONTAIN", "value": "[AUTO]"}],
+        "schedule": {"mode": "interval", "every_minutes": 15},
+        "tasks": [
+            {
+                "id": "scale",
+                "conditions": [
+                    {
+                        "metric": "spend",
+                        "period": "today",
+                        "operator": ">",
+                        "compare_to": {"metric": "daily_budget", "multiplier": 0.5},
+                    }
+                ],
+                "action": {"type": "increase_budget", "percent": 20},
+            }
+        ],
+    }
+    return data | overrides
+
+
+async def save(db: Database, now: datetime = T0, **overrides: Any) -> RuleDoc:
+    result = await RuleStore(db).save(
+        parse_rule(rule_data(**overrides)), now=now, author="t", source="t"
+    )
+    return result.rule
+
+
+@pytest.fixture
+async def make_dispatcher(
+    settings: Settings, db: Database, redis: Any, accounts: list[str]
+) -> AsyncIterator[Any]:
+    made: list[tuple[Dispatcher, GraphSession]] = []
+
+    def make(clock: Clock, *, owner: str | None = None, redis_url: str | None = None) -> Dispatcher:
+        cfg = (
+            settings if redis_url is None else settings.model_copy(update={"redis_url": redis_url})
+        )
+        session = GraphSession(cfg)
+        dispatcher = Dispatcher(
+            cfg,
+            db=db,
+            queue=connect_queue(cfg),
+            reader=GraphReader.from_settings(session),
+            owner=owner,
+            clock=clock,
+        )
+        made.append((dispatcher, session))
+        return dispatcher
+
+    yield make
+    for dispatcher, session in made:
+        await session.close()
+        await dispatcher.queue.aclose()
+
+
+async def queued_jobs(redis: Any) -> list[dict[str, Any]]:
+    ids = await redis.zrange(c.QUEUE_NAME, 0, -1)
+    jobs = []
+    for job_id in ids:
+        raw = await redis.get(b"arq:job:" + job_id)
+        jobs.append(deserialize(raw))
+    return jobs
+
+
+async def all_redis_bytes(redis: Any) -> bytes:
+    blob = b""
+    async for key in redis.scan_iter():
+        kind = await redis.type(key)
+        if kind == b"string":
+            blob += await redis.get(key)
+        elif kind == b"zset":
+            blob += b"".join(await redis.zrange(key, 0, -1))
+    return blob
+
+
+async def test_a_rule_over_three_accounts_becomes_three_jobs(
+    make_dispatcher: Any, db: Database, redis: Any
+) -> None:
+    rule = await save(db)
+    report = await make_dispatcher(Clock(T0 + timedelta(seconds=3))).tick()
+    assert report is not None
+    assert (report.due, report.jobs, report.listings, report.advanced) == (1, 3, 3, 1)
+    jobs = await queued_jobs(redis)
+    assert sorted(j["a"][0]["account"] for j in jobs) == ["act_1001", "act_1002", "act_1003"]
+    payload = EvaluateJob.model_validate(jobs[0]["a"][0])
+    assert payload.rule_id == rule.id
+    assert payload.rule_version == 1
+    assert payload.rule["tasks"][0]["id"] == "scale"
+    assert payload.scheduled_at == T0
+    assert payload.token_ref == f"account:{payload.account}"
+    assert payload.batch_id == f"{rule.id}-{payload.account}-20261201T100000Z"
+    assert len(payload.entities) == 10  # the [AUTO] campaigns
+    assert any(e.daily_budget for e in payload.entities)  # budget fields: the rule references one
+    assert jobs[0]["f"] == c.EVALUATE_JOB
+    assert SANDBOX_TOKEN.encode() not in await all_redis_bytes(redis)
+    stored = await RuleStore(db).get(rule.id)
+    assert stored.next_execute_at == T0 + timedelta(minutes=15)
+    assert stored.last_execute_at == T0 + timedelta(seconds=3)
+
+
+async def test_budget_fields_are_listed_only_when_referenced(
+    make_dispatcher: Any, db: Database, redis: Any
+) -> None:
+    plain = rule_data()
+    plain["tasks"][0]["conditions"] = [
+        {"metric": "spend", "period": "today", "operator": ">", "value": 1}
+    ]
+    await RuleStore(db).save(parse_rule(plain), now=T0, author="t", source="t")
+    await make_dispatcher(Clock(T0)).tick()
+    job = (await queued_jobs(redis))[0]["a"][0]
+    assert all("daily_budget" not in e for e in job["entities"])
+
+
+async def test_the_same_scheduled_time_is_never_enqueued_twice(
+    make_dispatcher: Any, db: Database, redis: Any
+) -> None:
+    rule = await save(db)
+    dispatcher = make_dispatcher(Clock(T0))
+    await dispatcher.tick()
+    # as if the dispatcher died after enqueuing, before advancing the schedule
+    await db[c.RULES].update_one({"_id": rule.id}, {"$set": {"next_execute_at": T0}})
+    report = await dispatcher.tick()
+    assert report is not None
+    assert (report.jobs, report.duplicates) == (0, 3)
+    assert len(await queued_jobs(redis)) == 3
+
+
+async def test_an_interval_rule_keeps_its_cadence_when_sweeps_run_late(
+    make_dispatcher: Any, db: Database
+) -> None:
+    rule = await save(db)
+    clock = Clock(T0 + timedelta(seconds=7))
+    dispatcher = make_dispatcher(clock)
+    await dispatcher.tick()
+    assert (await RuleStore(db).get(rule.id)).next_execute_at == T0 + timedelta(minutes=15)
+    clock.now = T0 + timedelta(minutes=15, seconds=40)
+    await dispatcher.tick()
+    assert (await RuleStore(db).get(rule.id)).next_execute_at == T0 + timedelta(minutes=30)
+    clock.now = T0 + timedelta(minutes=62)  # two slots missed: skipped, not burst
+    report = await dispatcher.tick()
+    assert report is not None
+    assert report.jobs == 3
+    assert (await RuleStore(db).get(rule.id)).next_execute_at == T0 + timedelta(minutes=75)
+
+
+async def test_a_timetable_rule_runs_at_its_slot_and_not_before(
+    make_dispatcher: Any, db: Database
+) -> None:
+    slot = {"mode": "timetable", "slots": {"tue": ["12:00"]}}  # 2026-12-01 is a Tuesday
+    rule = await save(db, schedule=slot, timezone="UTC")
+    clock = Clock(datetime(2026, 12, 1, 11, 59, 59, tzinfo=UTC))
+    dispatcher = make_dispatcher(clock)
+    report = await dispatcher.tick()
+    assert report is not None
+    assert report.due == 0
+    clock.now = datetime(2026, 12, 1, 12, 0, 1, tzinfo=UTC)
+    report = await dispatcher.tick()
+    assert report is not None
+    assert (report.due, report.jobs) == (1, 3)
+    assert (await RuleStore(db).get(rule.id)).next_execute_at == datetime(
+        2026, 12, 8, 12, tzinfo=UTC
+    )
+
+
+async def test_a_rule_outside_its_date_range_is_not_dispatched(
+    make_dispatcher: Any, db: Database, redis: Any
+) -> None:
+    await save(db, date_range={"start": "2026-12-05"})
+    await save(db, name="Over", date_range={"end": "2026-11-30"})
+    report = await make_dispatcher(Clock(T0)).tick()
+    assert report is not None
+    assert report.due == 0
+    assert await queued_jobs(redis) == []
+
+
+async def test_listing_failing_twice_then_working_still_dispatches(
+    make_dispatcher: Any, db: Database, sandbox: SandboxAdmin
+) -> None:
+    await save(db)
+    await sandbox.set_faults(
+        rules=[{"path_contains": "/act_1001/campaigns", "code": 2, "times": 2}]
+    )
+    report = await make_dispatcher(Clock(T0)).tick()
+    assert report is not None
+    assert (report.jobs, report.skipped) == (3, [])
+
+
+async def test_three_listing_failures_skip_only_that_account(
+    make_dispatcher: Any, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    rule = await save(db)
+    await sandbox.set_faults(
+        rules=[{"path_contains": "/act_1001/campaigns", "code": 2, "times": 3}]
+    )
+    dispatcher = make_dispatcher(Clock(T0))
+    report = await dispatcher.tick()
+    assert report is not None
+    assert report.jobs == 2
+    assert report.skipped == [f"{rule.id}/act_1001"]
+    assert sorted(j["a"][0]["account"] for j in await queued_jobs(redis)) == [
+        "act_1002",
+        "act_1003",
+    ]
+    assert report.advanced == 1  # the rest of the rule goes on; act_1001 is retried next run
+    group = await db[c.ERROR_LOG].find_one({"function": "dispatch.list_entities"})
+    assert group is not None
+    assert group["count"] == 1
+    assert "act_<id>" in group["message"]
+    assert dispatcher.metrics.listing_failures.labels(account="act_1001")._value.get() == 1
+
+
+async def test_two_dispatchers_only_one_enqueues(
+    make_dispatcher: Any, db: Database, redis: Any
+) -> None:
+    await save(db)
+    first = make_dispatcher(Clock(T0), owner="one")
+    second = make_dispatcher(Clock(T0), owner="two")
+    reports = await asyncio.gather(first.tick(), second.tick())
+    assert sorted(r is None for r in reports) == [False, True]
+    assert len(await queued_jobs(redis)) == 3
+    assert await second.tick() is None
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[tuple[ProcessGroup, int]]:
+    """A Redis of this test's own, which the test may stop and restart."""
+    with ProcessGroup(log_dir=tmp_path) as group:
+        port = free_port()
+        start_redis(group, port=port, data_dir=None)
+        yield group, port
+
+
+async def test_redis_down_during_a_sweep_holds_the_rule_back_until_it_returns(
+    make_dispatcher: Any, db: Database, sandbox: SandboxAdmin, own_redis: tuple[ProcessGroup, int]
+) -> None:
+    group, port = own_redis
+    rule = await save(db)
+    dispatcher = make_dispatcher(Clock(T0), redis_url=f"redis://127.0.0.1:{port}/0")
+    await sandbox.set_faults(latency_ms=600)
+    sweep = asyncio.create_task(dispatcher.tick())
+    await asyncio.sleep(0.3)  # the lease is taken; listings are in flight
+    group.stop_all()
+    report = await sweep
+    assert report is not None
+    assert report.degraded == "redis_unreachable"
+    assert (report.jobs, report.advanced) == (0, 0)
+    assert (await RuleStore(db).get(rule.id)).next_execute_at == T0
+    down = await dispatcher.tick()  # keeps ticking, no crash
+    assert down is not None
+    assert down.degraded == "redis_unreachable"
+    await sandbox.clear_faults()
+    start_redis(group, port=port, data_dir=None)
+    back = await dispatcher.tick()
+    assert back is not None
+    assert (back.jobs, back.advanced) == (3, 1)
+    assert (await RuleStore(db).get(rule.id)).next_execute_at == T0 + timedelta(minutes=15)
+
+
+# ---------------------------------------------------------------- processes
+
+
+def dispatcher_env(settings: Settings) -> dict[str, str]:
+    assert settings.token_encryption_key is not None
+    return {
+        **os.environ,
+        "RULEENGINE_MONGODB_URL": settings.mongodb_url,
+        "RULEENGINE_MONGODB_DATABASE": settings.mongodb_database,
+        "RULEENGINE_REDIS_URL": settings.redis_url,
+        "RULEENGINE_GRAPH_URL": settings.graph_url,
+        "RULEENGINE_TOKEN_ENCRYPTION_KEY": settings.token_encryption_key.get_secret_value(),
+        "RULEENGINE_TICK_SECONDS": "0.3",
+        "RULEENGINE_DISPATCHER_METRICS_PORT": "0",
+    }
+
+
+def start_dispatcher(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "ruleengine.dispatch"],
+            env=dispatcher_env(settings),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+async def heartbeat_owner(db: Database) -> str | None:
+    doc = await db[c.HEARTBEATS].find_one({"_id": "dispatcher"})
+    return None if doc is None else str(doc["owner"])
+
+
+async def wait_for(predicate: Any, timeout_s: float = 20.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        value = await predicate()
+        if value:
+            return value
+        await asyncio.sleep(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+async def test_sigkill_of_the_leader_lets_the_standby_take_over(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], tmp_path: Path
+) -> None:
+    first = start_dispatcher(settings, tmp_path / "first.log")
+    try:
+        leader = await wait_for(lambda: heartbeat_owner(db))
+        second = start_dispatcher(settings, tmp_path / "second.log")
+        try:
+            await wait_for(lambda: db[c.HEARTBEATS].find_one({"role": "standby"}))
+            assert await heartbeat_owner(db) == leader
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+
+            async def new_leader() -> str | None:
+                owner = await heartbeat_owner(db)
+                return owner if owner not in (None, leader) else None
+
+            taken = await wait_for(new_leader, timeout_s=10)
+            assert taken.endswith(str(second.pid)) or str(second.pid) in taken
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(timeout=15) == 0
+        finally:
+            if second.poll() is None:
+                second.kill()
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert b"is now the leader" in (tmp_path / "second.log").read_bytes()
+
+
+def test_dispatch_once_runs_a_single_sweep(settings: Settings, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ruleengine.dispatch", "--once"],
+        env=dispatcher_env(settings),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert b"tick: 0 due" in result.stderr
+
+
+# ---------------------------------------------------------------- read-only by construction
+
+
+def _imports_of(path: Path) -> set[str]:
+    """Every ruleengine module a file imports, at module level or inside functions."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("ruleengine")
+        ):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("ruleengine"))
+    return found
+
+
+def _module_file(module: str) -> Path | None:
+    parts = module.split(".")[1:]
+    if not parts:
+        return SRC / "__init__.py"
+    relative = Path(*parts)
+    for candidate in (SRC / relative.with_suffix(".py"), SRC / relative / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def test_no_import_path_from_the_dispatcher_reaches_a_graph_writer() -> None:
+    reachable: set[str] = set()
+    todo = ["ruleengine.dispatch"]
+    while todo:
+        module = todo.pop()
+        if module in reachable:
+            continue
+        path = _module_file(module)
+        if path is None:
+            continue
+        reachable.add(module)
+        todo.extend(_imports_of(path))
+    assert "ruleengine.meta.reader" in reachable
+    forbidden = {
+        "ruleengine.meta.writer",
+        "ruleengine.meta.batch",
+        "ruleengine.actions",
+        "ruleengine.engine",
+    }
+    assert reachable.isdisjoint(forbidden), reachable & forbidden
+
+
+def test_importing_the_dispatcher_loads_no_writer() -> None:
+    code = "import sys, ruleengine.dispatch; print(','.join(sorted(sys.modules)))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert "ruleengine.dispatch" in loaded
+    assert "ruleengine.meta.writer" not in loaded
+    assert "ruleengine.meta.batch" not in loaded
+
+
+def test_payload_round_trips_through_the_orjson_serializer() -> None:
+    payload = {"batch_id": "b", "when": T0.isoformat(), "n": 1}
+    from ruleengine.payload import serialize
+
+    assert deserialize(serialize(payload)) == payload
+    assert orjson.loads(serialize({"x": 1})) == {"x": 1}
