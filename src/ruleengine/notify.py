@@ -30,7 +30,11 @@ class NotifyError(RuleEngineError):
 
 
 def _fmt(value: float | None) -> str:
-    return "no data" if value is None else f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
+    if value is None:
+        return "no data"
+    if value == int(value):
+        return f"{int(value):,}"
+    return f"{value:,.2f}" if abs(value) >= 100 else f"{value:.4g}"
 
 
 def describe_conditions(results: list[ConditionResult]) -> str:
