@@ -16,6 +16,7 @@ from aiohttp import web
 from ruleengine.sandbox.admin_routes import add_admin_routes
 from ruleengine.sandbox.batch import run_batch
 from ruleengine.sandbox.errors import GraphError, invalid_param
+from ruleengine.sandbox.extras import add_extras, seed_sheets
 from ruleengine.sandbox.limits import UseCase
 from ruleengine.sandbox.protocol import (
     DEFAULT_VERSION,
@@ -63,6 +64,14 @@ def create_app(
     app = web.Application(client_max_size=_MAX_BODY_BYTES)
     app[STATE] = SandboxState(config)
     add_admin_routes(app)
+    add_extras(app)
+    state = app[STATE]
+
+    def reseed(state: SandboxState) -> None:
+        seed_sheets(app, state.world, seed=state.config.seed, scenario=state.config.scenario)
+
+    state.on_reset = reseed  # a reset reloads the demo spreadsheet for the new world
+    reseed(state)
     app.router.add_route("*", "/{tail:.*}", _graph)
     return app
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -62,6 +63,7 @@ class SandboxState:
     def __init__(self, config: WorldConfig) -> None:
         self.defaults = config
         self.clock = SandboxClock()
+        self.on_reset: Callable[[SandboxState], None] | None = None
         self.reset(config)
 
     def reset(self, config: WorldConfig) -> None:
@@ -81,6 +83,8 @@ class SandboxState:
         self.budget_changes = BudgetChangeLimiter()
         self.clock.reset()
         self._trace_rng = random.Random(f"trace:{config.seed}")
+        if self.on_reset is not None:
+            self.on_reset(self)
 
     def now(self) -> datetime:
         """The sandbox clock's current instant."""
