@@ -13,15 +13,15 @@ import asyncio
 import time
 from datetime import UTC, datetime
 
-from _common import TOKEN, figures, percentile, say, stack
 from cryptography.fernet import Fernet
-from redis.asyncio import Redis
 
+from _common import TOKEN, figures, percentile, say, stack
 from ruleengine import constants as c
 from ruleengine.engine import build_engine, close_engine, evaluate_account
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob, batch_id_for
+from ruleengine.queue import connect_queue
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
@@ -123,7 +123,7 @@ async def main() -> None:
             scheduled_at=now,
             dispatched_at=now,
         )
-        redis = Redis.from_url(settings.redis_url)
+        redis = connect_queue(settings)
         engine = build_engine(settings, db=db, redis=redis, worker="bench")
         started = time.perf_counter()
         summary = await evaluate_account(engine, job, now=datetime.now(UTC))

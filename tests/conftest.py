@@ -13,7 +13,6 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
+from support import SANDBOX_ACCOUNTS, SANDBOX_NOW, SANDBOX_TOKEN
 
 # Read before the autouse fixture below clears the environment for each test.
 _EXTERNAL_MONGODB = os.environ.get("RULEENGINE_MONGODB_URL")
@@ -126,17 +126,6 @@ async def redis(settings: Settings) -> AsyncIterator[Any]:
     finally:
         await client.flushdb()
         await client.aclose()
-
-
-# The sandbox's clock is frozen here in every test: 13:00 in New York, so "today" has
-# spend on act_1001 (America/New_York) and the numbers never depend on when tests run.
-SANDBOX_NOW = datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
-SANDBOX_TOKEN = "EAAGsandboxTESTtoken0123456789abcdefXYZ"
-SANDBOX_ACCOUNTS = {
-    "act_1001": ("Demo Store US", "America/New_York", "USD"),
-    "act_1002": ("Demo Store DE", "Europe/Berlin", "EUR"),
-    "act_1003": ("Demo Store ID", "Asia/Jakarta", "USD"),
-}
 
 
 @pytest.fixture

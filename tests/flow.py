@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from arq.utils import timestamp_ms
 from arq.worker import Worker
 
 from ruleengine.dispatch import Dispatcher
+from ruleengine.engine import Engine, build_engine, close_engine
 from ruleengine.jobs import worker_kwargs
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
@@ -46,15 +50,45 @@ async def dispatch(settings: Settings, db: Database, *, now: datetime | None = N
         await queue.aclose()
 
 
+class _Idle(Exception):
+    """No job is due and none is running."""
+
+
+class DueBurstWorker(Worker):
+    """arq's burst mode waits for *delayed* jobs too; this one stops once nothing is due."""
+
+    async def _poll_iteration(self) -> None:
+        await super()._poll_iteration()
+        self.tasks = {k: t for k, t in self.tasks.items() if not t.done()}
+        due = await self.pool.zcount(self.queue_name, "-inf", timestamp_ms())
+        if not due and not self.tasks:
+            raise _Idle
+
+
 async def work(settings: Settings) -> Worker:
-    """Run an arq worker (the production settings) until the queue is empty."""
-    kwargs = worker_kwargs(settings) | {"burst": True, "poll_delay": 0, "handle_signals": False}
-    worker = Worker(**kwargs)
+    """Run an arq worker (the production settings) until no job is due."""
+    kwargs = worker_kwargs(settings) | {"poll_delay": 0.01, "handle_signals": False}
+    kwargs["cron_jobs"] = []  # the reaper is tested on its own
+    worker = DueBurstWorker(**kwargs)
     try:
         await worker.main()
+    except _Idle:
+        pass
     finally:
         await worker.close()
     return worker
+
+
+@asynccontextmanager
+async def engine_for(settings: Settings, db: Database) -> AsyncIterator[Engine]:
+    """The worker's engine, as a worker process builds it, closed afterwards."""
+    queue = connect_queue(settings)
+    engine = build_engine(settings, db=db, redis=queue)
+    try:
+        yield engine
+    finally:
+        await close_engine(engine)
+        await queue.aclose()
 
 
 async def run_rule(settings: Settings, db: Database, data: dict[str, Any]) -> RuleDoc:

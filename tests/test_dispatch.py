@@ -16,7 +16,6 @@ from typing import Any
 import orjson
 import pytest
 
-from conftest import SANDBOX_TOKEN
 from ruleengine import constants as c
 from ruleengine.dispatch import Dispatcher
 from ruleengine.embedded import ProcessGroup, free_port, start_redis
@@ -29,6 +28,7 @@ from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleDoc, RuleStore
+from support import SANDBOX_TOKEN
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 SRC = Path(__file__).parents[1] / "src" / "ruleengine"
@@ -82,10 +82,8 @@ async def make_dispatcher(
 ) -> AsyncIterator[Any]:
     made: list[tuple[Dispatcher, GraphSession]] = []
 
-    def make(clock: Clock, *, owner: str | None = None, redis_url: str | None = None) -> Dispatcher:
-        cfg = (
-            settings if redis_url is None else settings.model_copy(update={"redis_url": redis_url})
-        )
+    def make(clock: Clock, *, owner: str | None = None, **overrides: Any) -> Dispatcher:
+        cfg = settings.model_copy(update=overrides)
         session = GraphSession(cfg)
         dispatcher = Dispatcher(
             cfg,
@@ -264,8 +262,9 @@ async def test_two_dispatchers_only_one_enqueues(
     make_dispatcher: Any, db: Database, redis: Any
 ) -> None:
     await save(db)
-    first = make_dispatcher(Clock(T0), owner="one")
-    second = make_dispatcher(Clock(T0), owner="two")
+    # a long tick (and so a long lease) keeps this test independent of the machine's speed
+    first = make_dispatcher(Clock(T0), owner="one", tick_seconds=10)
+    second = make_dispatcher(Clock(T0), owner="two", tick_seconds=10)
     reports = await asyncio.gather(first.tick(), second.tick())
     assert sorted(r is None for r in reports) == [False, True]
     assert len(await queued_jobs(redis)) == 3

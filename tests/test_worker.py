@@ -21,7 +21,6 @@ from aiohttp import web
 from arq.worker import Worker
 from pydantic import SecretStr
 
-from conftest import SANDBOX_TOKEN
 from flow import dispatch, records, run_rule, save_rule, work
 from ruleengine import constants as c
 from ruleengine.engine import build_engine, close_engine
@@ -32,6 +31,7 @@ from ruleengine.reaper import Reaper
 from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from support import SANDBOX_NOW, SANDBOX_TOKEN
 
 
 def campaign_rule(
@@ -424,6 +424,7 @@ async def test_fifty_similar_write_failures_become_one_group(
 ) -> None:
     caplog.set_level(logging.INFO)
     await sandbox.reset(scenario="bench", accounts=1, campaigns_per_account=60)
+    await sandbox.set_clock(SANDBOX_NOW)
     from ruleengine.store.credentials import CredentialStore, load_key
 
     await CredentialStore(db, load_key(settings)).add(

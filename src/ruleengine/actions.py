@@ -24,6 +24,7 @@ from typing import Any, Literal
 from redis.exceptions import RedisError
 
 from ruleengine import constants as c
+from ruleengine.followups import FollowupDoc
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
@@ -97,6 +98,20 @@ class JobRun:
     def write_context(self, entity_id: str) -> WriteContext:
         """Who is writing, for the writer's logs and error reports."""
         return WriteContext(self.account, entity_id, self.rule_id, self.batch_id)
+
+
+@dataclass(frozen=True)
+class ActKey:
+    """What an intent is recorded under: the task (or follow-up) and its action."""
+
+    task_id: str
+    action_type: str
+    cooldown_minutes: int = 0
+
+    @classmethod
+    def of(cls, task: Task) -> ActKey:
+        """The key of a task's own action."""
+        return cls(task.id, task.action.type, task.cooldown_minutes)
 
 
 class LockTimeout(Exception):
@@ -209,7 +224,9 @@ class ActionExecutor:
             if isinstance(action, DuplicateAction):
                 return await self._duplicate(run, entity, task, action)
             field_name, fields, planner, writer = self._parts(run, entity, action)
-            return await self._apply(run, entity, task, field_name, fields, planner, writer)
+            return await self._apply(
+                run, entity, ActKey.of(task), field_name, fields, planner, writer
+            )
         except LockTimeout as exc:
             return ActResult("failed", "account_lock_timeout", error={"message": str(exc)})
         except RedisError as exc:
@@ -288,7 +305,7 @@ class ActionExecutor:
         self,
         run: JobRun,
         entity: Entity,
-        task: Task,
+        key: ActKey,
         field_name: str,
         fields: list[str],
         planner: Planner,
@@ -297,7 +314,7 @@ class ActionExecutor:
         if run.dry_run:
             return self._preview(planner(await self._read_live(run, entity, fields)), field_name)
         async with self.locks.hold(run.account):
-            intent = await self.intents.get(run.batch_id, task.id, entity.id)
+            intent = await self.intents.get(run.batch_id, key.task_id, entity.id)
             if intent is not None and intent.status != "pending":
                 return _settled(intent)
             live = await self._read_live(run, entity, fields)
@@ -315,9 +332,7 @@ class ActionExecutor:
                 return ActResult(
                     "skipped", "meta_budget_change_limit", field=field_name, before=plan.before
                 )
-            intent = await self.intents.begin(
-                self._intent_doc(run, entity, task, plan), now=run.now
-            )
+            intent = await self.intents.begin(self._intent_doc(run, entity, key, plan), now=run.now)
             if not intent.created:
                 return _settled(intent)
             return await self._write(intent, plan, writer, run)
@@ -339,21 +354,21 @@ class ActionExecutor:
         return changes >= c.ADSET_BUDGET_CHANGES_PER_HOUR
 
     @staticmethod
-    def _intent_doc(run: JobRun, entity: Entity, task: Task, plan: Plan) -> dict[str, Any]:
+    def _intent_doc(run: JobRun, entity: Entity, key: ActKey, plan: Plan) -> dict[str, Any]:
         return {
             "batch_id": run.batch_id,
-            "task_id": task.id,
+            "task_id": key.task_id,
             "entity_id": entity.id,
             "rule_id": run.rule_id,
             "rule_version": run.rule_version,
             "account": run.account,
-            "action": task.action.type,
+            "action": key.action_type,
             "field": plan.field,
             "before": plan.before,
             "target": plan.after,
             "requested": plan.requested,
             "clamped_by": plan.clamped_by,
-            "cooldown_minutes": task.cooldown_minutes,
+            "cooldown_minutes": key.cooldown_minutes,
         }
 
     async def _write(self, intent: Intent, plan: Plan, writer: Writer, run: JobRun) -> ActResult:
@@ -426,10 +441,10 @@ class ActionExecutor:
     # ---------------------------------------------------------------- copies and messages
 
     async def _once(
-        self, run: JobRun, entity: Entity, task: Task, field_name: str, before: Any, target: Any
+        self, run: JobRun, entity: Entity, key: ActKey, field_name: str, before: Any, target: Any
     ) -> Intent | ActResult:
         """An intent for an effect that cannot be verified afterwards (copies, messages)."""
-        intent = await self.intents.get(run.batch_id, task.id, entity.id)
+        intent = await self.intents.get(run.batch_id, key.task_id, entity.id)
         if intent is not None and intent.status == "pending":
             # Did the copy/message go out before the crash? It cannot be checked: never risk twice.
             await self.intents.resolve(
@@ -439,7 +454,7 @@ class ActionExecutor:
         if intent is not None:
             return _settled(intent)
         plan = Plan(field_name, before, target)
-        intent = await self.intents.begin(self._intent_doc(run, entity, task, plan), now=run.now)
+        intent = await self.intents.begin(self._intent_doc(run, entity, key, plan), now=run.now)
         return intent if intent.created else _settled(intent)
 
     async def _duplicate(
@@ -448,7 +463,7 @@ class ActionExecutor:
         if run.dry_run or run.writer is None:
             return ActResult("would_apply", None, "copies", entity.name, f"copy of {entity.id}")
         async with self.locks.hold(run.account):
-            intent = await self._once(run, entity, task, "copies", entity.name, None)
+            intent = await self._once(run, entity, ActKey.of(task), "copies", entity.name, None)
             if isinstance(intent, ActResult):
                 return intent
             try:
@@ -479,13 +494,88 @@ class ActionExecutor:
         message = self.message(run, entity, task, action.template, verdict=verdict)
         if run.dry_run:
             return ActResult("would_apply", None, "notify", None, message)
-        intent = await self._once(run, entity, task, "notify", None, action.webhook)
+        intent = await self._once(run, entity, ActKey.of(task), "notify", None, action.webhook)
         if isinstance(intent, ActResult):
             return intent
         try:
             await self.notifier.send(
                 action.webhook, message, context={"batch_id": run.batch_id, "entity_id": entity.id}
             )
+        except NotifyError as exc:
+            await self.intents.resolve(
+                intent.id, status="failed", now=run.now, error={"message": str(exc)}
+            )
+            return ActResult(
+                "failed", "notify_failed", "notify", None, message, error={"message": str(exc)}
+            )
+        await self.intents.resolve(intent.id, status="done", now=run.now)
+        return ActResult("applied", None, "notify", None, message)
+
+    # ---------------------------------------------------------------- follow-ups
+
+    async def follow_up(self, run: JobRun, entity: Entity, followup: FollowupDoc) -> ActResult:
+        """Carry out a follow-up after re-checking the live state it expects.
+
+        Skips with ``changed_by_someone_else`` when the field the original action
+        changed no longer holds the value it left, and with ``entity_gone`` when
+        the entity no longer exists.
+        """
+        key = ActKey(f"{followup.task_id}:then", f"then:{followup.do}")
+        try:
+            if followup.do == "notify":
+                return await self._followup_notify(run, entity, key, followup)
+            field_name, fields, target = _followup_target(followup)
+            planner = _followup_planner(followup, field_name, target, self.settings)
+            writer = self._followup_writer(run, entity, field_name)
+            return await self._apply(run, entity, key, field_name, fields, planner, writer)
+        except GraphError as exc:
+            if exc.code in (100, 803):
+                return ActResult("skipped", "entity_gone", error=exc.as_dict())
+            return ActResult("failed", "live_read_failed", error=exc.as_dict())
+        except LockTimeout as exc:
+            return ActResult("failed", "account_lock_timeout", error={"message": str(exc)})
+        except RedisError as exc:
+            return ActResult("failed", "lock_unavailable", error={"message": str(exc)})
+
+    def _followup_writer(self, run: JobRun, entity: Entity, field_name: str) -> Writer:
+        ctx = run.write_context(entity.id)
+
+        async def write(plan: Plan) -> Any:
+            assert run.writer is not None
+            if field_name == "status":
+                return await run.writer.set_status(str(plan.after), token=run.token, ctx=ctx)
+            if field_name == "daily_budget":
+                return await run.writer.set_budget(
+                    "daily_budget", int(plan.after), token=run.token, ctx=ctx
+                )
+            return await run.writer.set_name(str(plan.after), token=run.token, ctx=ctx)
+
+        return write
+
+    async def _followup_notify(
+        self, run: JobRun, entity: Entity, key: ActKey, followup: FollowupDoc
+    ) -> ActResult:
+        await self._read_live(run, entity, ["name"])  # the entity must still exist
+        template = followup.template or "{rule}: follow-up on {entity_name} ({entity_id})"
+        task = key.task_id.removesuffix(":then")
+        context = MessageContext(
+            rule=run.rule.name,
+            task=task,
+            level=run.rule.level,
+            account=run.account,
+            entity_id=entity.id,
+            entity_name=entity.name,
+            action=key.action_type,
+            before=followup.previous,
+            after=followup.set_value,
+        )
+        message = render(template, context.values(now=run.now, tz=run.rule.zone()))
+        intent = await self._once(run, entity, key, "notify", None, followup.webhook)
+        if isinstance(intent, ActResult):
+            return intent
+        try:
+            assert followup.webhook is not None
+            await self.notifier.send(followup.webhook, message, context={"followup": followup.id})
         except NotifyError as exc:
             await self.intents.resolve(
                 intent.id, status="failed", now=run.now, error={"message": str(exc)}
@@ -522,6 +612,33 @@ class ActionExecutor:
             conditions=describe_conditions(verdict.conditions) if verdict else "",
         )
         return render(template, context.values(now=run.now, tz=run.rule.zone()))
+
+
+def _followup_target(followup: FollowupDoc) -> tuple[str, list[str], Any]:
+    if followup.do in ("activate", "pause"):
+        return "status", ["status"], "ACTIVE" if followup.do == "activate" else "PAUSED"
+    if followup.do == "restore_budget":
+        return "daily_budget", ["daily_budget", "lifetime_budget"], followup.previous
+    return "name", ["name"], followup.previous
+
+
+def _followup_planner(
+    followup: FollowupDoc, field_name: str, target: Any, settings: Settings
+) -> Planner:
+    def plan(live: dict[str, Any]) -> Plan | ActResult:
+        current = live_value(live, field_name)
+        if followup.field == field_name and current != followup.set_value:
+            # someone (or something) changed what the rule set: leave their change alone
+            return ActResult("skipped", "changed_by_someone_else", field_name, current, current)
+        if field_name == "daily_budget":
+            restore = SetBudgetAction(type="set_budget", amount=int(target))
+            return plan_budget(
+                restore, live=int(current), max_change_pct=settings.max_budget_change_pct
+            )
+        reason = None if current != target else f"already_{str(target).lower()}"
+        return Plan(field_name, current, target, reason=reason if field_name == "status" else None)
+
+    return plan
 
 
 def live_value(live: dict[str, Any], field_name: str) -> Any:

@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 
 from ruleengine import constants as c
 from ruleengine.errors import ErrorReport, RuleEngineError
+from ruleengine.followups import FollowupScheduler
 from ruleengine.lease import Lease
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.http import READ_ONLY, GraphSession
@@ -147,9 +148,7 @@ class Dispatcher:
         ttl_ms = int(max(3 * settings.tick_seconds, 1.0) * 1000)
         self.lease = Lease(queue, owner=self.owner, ttl_ms=ttl_ms)
         self._limit = asyncio.Semaphore(settings.dispatch_concurrency)
-        self.on_leader_tick: list[
-            Callable[[datetime], Any]
-        ] = []  # extra duties (follow-up re-arming)
+        self.followups = FollowupScheduler(db, queue=queue)
 
     # ---------------------------------------------------------------- the loop
 
@@ -182,10 +181,18 @@ class Dispatcher:
             await self._beat(f"dispatcher-standby:{self.owner}", now, role="standby", report=None)
             return None
         report = await self.sweep(now, fence)
-        for duty in self.on_leader_tick:
-            await duty(now)
+        await self._rearm_followups(now, report)
         await self._beat("dispatcher", now, role="leader", report=report)
         return report
+
+    async def _rearm_followups(self, now: datetime, report: SweepReport) -> None:
+        """Re-arm follow-up timers that Redis lost (or never got) — only while Redis answers."""
+        if report.degraded:
+            return
+        try:
+            self.metrics.followups_rearmed.inc(await self.followups.rearm(now=now))
+        except (RedisError, OSError) as exc:
+            log.warning("follow-ups not re-armed this tick: %s", exc)
 
     async def _beat(
         self, name: str, now: datetime, *, role: str, report: SweepReport | None

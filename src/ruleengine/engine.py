@@ -17,8 +17,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from pymongo.errors import PyMongoError
+
 from ruleengine.actions import AccountLocks, ActionExecutor, ActResult, JobRun
 from ruleengine.errors import ErrorReport
+from ruleengine.followups import FollowupScheduler, Origin
 from ruleengine.meta.batch import BatchReader
 from ruleengine.meta.http import READ_WRITE, Cost, GraphSession
 from ruleengine.meta.insights import InsightsResult, fetch_insights
@@ -42,6 +45,7 @@ from ruleengine.store.records import (
     ExecutionStore,
     IntentStore,
 )
+from ruleengine.store.rules import RuleStore
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +67,8 @@ class Engine:
     executor: ActionExecutor
     sheets: SheetsReader | None = None
     worker: str = "worker"
-    followups: Any = None  # FollowupScheduler, when follow-ups are enabled
+    followups: FollowupScheduler | None = None
+    rules: RuleStore | None = None
 
     def graph(self, cost: Cost) -> tuple[GraphReader, BatchReader, GraphWriter]:
         """Per-job Graph clients sharing the process session, counting into ``cost``."""
@@ -104,6 +109,8 @@ def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = 
         executor=executor,
         sheets=sheets,
         worker=worker,
+        followups=FollowupScheduler(db, queue=redis),
+        rules=RuleStore(db),
     )
 
 
@@ -143,6 +150,7 @@ class _Pair:
     until: datetime | None = None  # cooldown
     error: dict[str, Any] | None = None
     trace: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+    followup: dict[str, Any] | None = None
 
 
 class _Stopwatch:
@@ -323,19 +331,48 @@ class Evaluation:
             pair.result = await self.engine.executor.act(
                 self.run_ctx, pair.entity, pair.task, pair.verdict
             )
-            if (
-                pair.result.fired
-                and pair.task.action.then is not None
-                and self.engine.followups
-                and not self.dry_run
-            ):
-                await self.engine.followups.schedule(
-                    self.run_ctx, pair.entity, pair.task, pair.result
-                )
+            await self._follow_up(pair)
             pair.trace["act"] = time.perf_counter() - started
             self.stage_totals["act"] += pair.trace["act"]
             done_entities.add(pair.entity.id)
             await self._progress(len(done_entities), total)
+
+    async def _follow_up(self, pair: _Pair) -> None:
+        """Schedule the action's ``then`` (a redelivery only fills in a missing one)."""
+        result, then = pair.result, pair.task.action.then
+        scheduler = self.engine.followups
+        if result is None or not result.fired or then is None or scheduler is None or self.dry_run:
+            return
+        origin = Origin(
+            batch_id=self.job.batch_id,
+            rule_id=self.job.rule_id,
+            rule_version=self.job.rule_version,
+            rule=self.rule,
+            task_id=pair.task.id,
+            account=self.job.account,
+            entity_id=pair.entity.id,
+            entity_name=pair.entity.name,
+            field=result.field,
+            set_value=result.after,
+            previous=result.before,
+        )
+        try:
+            doc = await scheduler.schedule(
+                origin, then, now=self.now, only_if_missing=result.reason == "already_applied"
+            )
+        except PyMongoError as exc:  # the action is done and recorded; say what was lost
+            log.exception("could not store the follow-up of %s/%s", pair.task.id, pair.entity.id)
+            pair.followup = {"error": str(exc)}
+            await self._report(exc)
+            return
+        if doc is not None:
+            pair.followup = {
+                "key": doc.id,
+                "do": doc.do,
+                "due_at": doc.due_at,
+                "status": doc.status,
+                "reason": doc.reason,
+            }
 
     async def _progress(self, done: int, total: int) -> None:
         if self.dry_run or time.perf_counter() - self._last_progress < PROGRESS_EVERY_S:
@@ -377,6 +414,7 @@ class Evaluation:
             "next_execute_at": pair.until or cooldown_until,
             "error": (result.error if result else None) or pair.error,
             "response": result.response if result else None,
+            "followup": pair.followup,
             "trace": {k: round(v, 6) for k, v in pair.trace.items()},
             "duration_s": round(sum(pair.trace.values()), 6),
             "scheduled_at": self.job.scheduled_at,

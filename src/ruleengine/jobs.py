@@ -22,6 +22,7 @@ from arq.worker import func
 
 from ruleengine import constants as c
 from ruleengine.engine import Engine, build_engine, close_engine, evaluate_account
+from ruleengine.followup_runner import run_followup
 from ruleengine.metrics import WorkerMetrics, serve
 from ruleengine.payload import EvaluateJob, deserialize, serialize
 from ruleengine.queue import connect_queue, redis_settings
@@ -50,6 +51,10 @@ async def startup(ctx: dict[str, Any]) -> None:
     metrics = WorkerMetrics()
     serve(metrics.registry, settings.worker_metrics_port, what="worker")
     engine = build_engine(settings, db=db, redis=queue, worker=_worker_name())
+    if engine.followups is not None:
+        engine.followups.on_result = lambda result, n: metrics.followups.labels(result=result).inc(
+            n
+        )
     ctx.update(mongo=client, db=db, queue=queue, engine=engine, metrics=metrics, jobs_done=0)
     ctx["heartbeat"] = asyncio.create_task(_heartbeat(ctx, Heartbeats(db), engine.worker))
     log.info("%s ready (max %d jobs at once)", engine.worker, settings.worker_max_jobs)
@@ -104,6 +109,13 @@ async def evaluate_account_job(ctx: dict[str, Any], payload: dict[str, Any]) -> 
     return {"batch_id": summary.batch_id, "status": summary.status, "applied": summary.applied}
 
 
+async def run_followup_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """arq job: a follow-up's timer fired (see :mod:`ruleengine.followup_runner`)."""
+    result = await run_followup(ctx["engine"], payload, now=datetime.now(UTC))
+    ctx["metrics"].followups.labels(result=result["status"]).inc()
+    return result
+
+
 async def reap_job(ctx: dict[str, Any]) -> int:
     """arq cron: mark batches whose worker died ABANDONED and reconcile their intents."""
     engine: Engine = ctx["engine"]
@@ -116,6 +128,7 @@ def worker_kwargs(settings: Settings) -> dict[str, Any]:
     return {
         "functions": [
             func(evaluate_account_job, name=c.EVALUATE_JOB, max_tries=1),
+            func(run_followup_job, name=c.FOLLOWUP_JOB, max_tries=1),
         ],
         "cron_jobs": [
             cron(reap_job, name="reap_abandoned_batches", second=30, run_at_startup=True)

@@ -42,6 +42,8 @@ class Reaper:
         """Abandon stale batches; returns how many were abandoned."""
         cutoff = now - timedelta(seconds=self.engine.settings.job_timeout_s + GRACE_S)
         abandoned = 0
+        if self.engine.followups is not None:
+            await self.engine.followups.release_stale(older_than=cutoff, now=now)
         for batch in await self.engine.batches.stale_running(older_than=cutoff):
             if await self.engine.batches.abandon(batch["_id"], started_before=cutoff, now=now):
                 abandoned += 1

@@ -118,3 +118,14 @@ def describe(schedule: Schedule) -> str:
     return "; ".join(
         f"{day.capitalize()} {', '.join(times)}" for day, times in schedule.slots.items()
     )
+
+
+def next_local_time(hhmm: str, *, after: datetime, tz: ZoneInfo) -> datetime:
+    """The next ``HH:MM`` wall-clock time in ``tz`` strictly after ``after`` (aware UTC)."""
+    _require_aware(after, "after")
+    local_day = after.astimezone(tz).date()
+    for offset in range(3):  # today, tomorrow — and one more day across a DST gap
+        candidate = _local_slot(local_day + timedelta(days=offset), parse_hhmm(hhmm), tz)
+        if candidate > after:
+            return candidate
+    raise AssertionError("unreachable: a time of day recurs within two days")

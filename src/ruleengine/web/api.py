@@ -1,0 +1,262 @@
+"""REST API for rules under ``/api/rules`` (the route table of the whole API is at the end).
+
+Rule bodies are validated exactly as the CLI validates files, against the
+registered ad accounts and the configured webhooks; every save is recorded with
+author ``api`` and source ``web``. See ``docs/api.md`` for the reference.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from ruleengine.errors import FieldError, RuleValidationError
+from ruleengine.preview import preview_rule
+from ruleengine.rules.model import Rule, parse_rule
+from ruleengine.rules.schedule import describe
+from ruleengine.store.rules import RuleDoc, VersionDoc
+from ruleengine.web import api_admin, api_records
+from ruleengine.web.jsonio import (
+    ApiError,
+    invalid,
+    json_response,
+    read_json,
+    read_object,
+)
+from ruleengine.web.state import services, settings_of
+
+AUTHOR = "api"
+SOURCE = "web"
+_ETAG = re.compile(r'^(?:W/)?"?(\d+)"?$')
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def rule_summary(doc: RuleDoc) -> dict[str, Any]:
+    """A rule as listed: state, version, schedule in words, next/last run."""
+    rule = doc.rule()
+    return {
+        "id": doc.id,
+        "name": doc.name,
+        "status": doc.status,
+        "version": doc.version,
+        "latest_version": doc.latest_version,
+        "level": rule.level,
+        "ad_accounts": rule.ad_accounts,
+        "schedule": describe(rule.schedule),
+        "timezone": rule.timezone,
+        "tasks": len(rule.tasks),
+        "next_execute_at": doc.next_execute_at,
+        "last_execute_at": doc.last_execute_at,
+        "created_at": doc.created_at,
+        "updated_at": doc.updated_at,
+    }
+
+
+def rule_detail(doc: RuleDoc) -> dict[str, Any]:
+    """A rule with its active definition and checksum."""
+    return rule_summary(doc) | {"checksum": doc.checksum, "definition": doc.definition}
+
+
+def version_entry(version: VersionDoc, active: int) -> dict[str, Any]:
+    """One version of a rule, marked when it is the active one."""
+    return version.model_dump() | {"active": version.version == active}
+
+
+async def validated_rule(request: web.Request, body: Any) -> Rule:
+    """``body`` parsed into a Rule, against registered accounts and configured webhooks."""
+    svc = services(request)
+    try:
+        return parse_rule(
+            body,
+            accounts=await svc.credentials.ids(),
+            webhooks=set(settings_of(request).webhooks),
+        )
+    except RuleValidationError as exc:
+        raise invalid("invalid rule", exc.errors, valid=False) from None
+
+
+def _int_field(body: dict[str, Any], name: str, *, required: bool) -> int | None:
+    value = body.get(name)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        shown = "missing" if value is None else repr(value)
+        raise invalid(
+            "invalid request", [FieldError(name, f"needs a version number ≥ 1, not {shown}")]
+        )
+    return value
+
+
+def expected_version(request: web.Request) -> int | None:
+    """The version a write is conditional on: ``If-Match`` header or ``?expected_version=``."""
+    for where, raw in (
+        ("If-Match", request.headers.get("If-Match")),
+        ("expected_version", request.query.get("expected_version")),
+    ):
+        if raw:
+            match = _ETAG.match(raw.strip())
+            if match is None or int(match.group(1)) < 1:
+                message = f"'{raw}' is not a rule version; send the version number, e.g. 3"
+                raise invalid("invalid request", [FieldError(where, message)])
+            return int(match.group(1))
+    return None
+
+
+def _rule_response(doc: RuleDoc, *, status: int = 200, **extra: Any) -> web.Response:
+    return json_response(
+        rule_detail(doc) | extra, status=status, headers={"ETag": f'"{doc.version}"'}
+    )
+
+
+# ---------------------------------------------------------------- handlers
+
+
+async def list_rules(request: web.Request) -> web.Response:
+    """``GET /api/rules``."""
+    docs = await services(request).rules.all()
+    return json_response({"items": [rule_summary(d) for d in docs], "total": len(docs)})
+
+
+async def create_rule(request: web.Request) -> web.Response:
+    """``POST /api/rules``: 201 with the stored rule; 409 when the name is taken."""
+    rule = await validated_rule(request, await read_json(request, what="rule"))
+    store = services(request).rules
+    existing = await store.find_by_name(rule.name)
+    if existing is not None:
+        raise ApiError(
+            409,
+            f"a rule named '{rule.name}' already exists (id {existing.id}); change it with"
+            f" PUT /api/rules/{existing.id} or pick another name",
+        )
+    result = await store.save(rule, now=_now(), author=AUTHOR, source=SOURCE)
+    if not result.created:  # another request created it between the check and the save
+        raise ApiError(409, f"a rule named '{rule.name}' already exists")
+    response = _rule_response(result.rule, status=201, new_version=True)
+    response.headers["Location"] = f"/api/rules/{result.rule.id}"
+    return response
+
+
+async def get_rule(request: web.Request) -> web.Response:
+    """``GET /api/rules/{id}``."""
+    return _rule_response(await services(request).rules.get(request.match_info["id"]))
+
+
+async def update_rule(request: web.Request) -> web.Response:
+    """``PUT /api/rules/{id}``: a new version only when the definition changed."""
+    store = services(request).rules
+    existing = await store.get(request.match_info["id"])
+    expected = expected_version(request)
+    body = await read_json(request, what="rule")
+    if isinstance(body, dict) and "status" not in body:
+        body = {**body, "status": existing.status}  # an edit never (re)activates by omission
+    rule = await validated_rule(request, body)
+    result = await store.save(
+        rule,
+        now=_now(),
+        author=AUTHOR,
+        source=SOURCE,
+        rule_id=existing.id,
+        expected_version=expected,
+    )
+    return _rule_response(result.rule, new_version=result.new_version)
+
+
+async def pause_rule(request: web.Request) -> web.Response:
+    """``POST /api/rules/{id}/pause``."""
+    doc = await services(request).rules.set_status(request.match_info["id"], "PAUSED", now=_now())
+    return _rule_response(doc)
+
+
+async def activate_rule(request: web.Request) -> web.Response:
+    """``POST /api/rules/{id}/activate`` (re-arms the schedule from now)."""
+    doc = await services(request).rules.set_status(request.match_info["id"], "ACTIVE", now=_now())
+    return _rule_response(doc)
+
+
+async def list_versions(request: web.Request) -> web.Response:
+    """``GET /api/rules/{id}/versions``, newest first."""
+    store = services(request).rules
+    rule_id = request.match_info["id"]
+    doc = await store.get(rule_id)
+    versions = await store.versions(rule_id)
+    return json_response(
+        {
+            "rule_id": rule_id,
+            "active": doc.version,
+            "items": [version_entry(v, doc.version) for v in versions],
+        }
+    )
+
+
+async def rollback_rule(request: web.Request) -> web.Response:
+    """``POST /api/rules/{id}/rollback`` with ``{"version": n, "expected_version": m?}``."""
+    body = await read_object(request)
+    version = _int_field(body, "version", required=True)
+    expected = _int_field(body, "expected_version", required=False) or expected_version(request)
+    assert version is not None
+    doc = await services(request).rules.rollback(
+        request.match_info["id"], version, now=_now(), expected_version=expected
+    )
+    return _rule_response(doc)
+
+
+async def preview_stored(request: web.Request) -> web.Response:
+    """``POST /api/rules/{id}/preview``: the stored rule, or the draft in the body."""
+    existing = await services(request).rules.get(request.match_info["id"])
+    body = await read_json(request, what="rule", optional=True)
+    if body is None:
+        return await _preview(
+            request, existing.rule(), rule_id=existing.id, version=existing.version
+        )
+    rule = await validated_rule(request, body)
+    return await _preview(request, rule, rule_id=existing.id, version=0)
+
+
+async def preview_draft(request: web.Request) -> web.Response:
+    """``POST /api/rules/preview``: a rule that is not saved yet."""
+    rule = await validated_rule(request, await read_json(request, what="rule"))
+    return await _preview(request, rule, rule_id="draft", version=0)
+
+
+async def _preview(request: web.Request, rule: Rule, *, rule_id: str, version: int) -> web.Response:
+    now = _now()
+    preview = await preview_rule(
+        services(request).engine, rule, rule_id=rule_id, version=version, now=now
+    )
+    return json_response(
+        preview.as_dict()
+        | {"rule_id": rule_id, "rule_version": version, "draft": version == 0, "previewed_at": now}
+    )
+
+
+async def validate_rule(request: web.Request) -> web.Response:
+    """``POST /api/rules/validate``: 200 ``{"valid": true}`` or 422 with every error."""
+    await validated_rule(request, await read_json(request, what="rule"))
+    return json_response({"valid": True})
+
+
+# ---------------------------------------------------------------- route table
+
+
+def add_routes(app: web.Application) -> None:
+    """Register every ``/api`` route."""
+    r = app.router
+    r.add_get("/api/rules", list_rules, name="api.rules")
+    r.add_post("/api/rules", create_rule)
+    r.add_post("/api/rules/validate", validate_rule, name="api.validate")
+    r.add_post("/api/rules/preview", preview_draft, name="api.preview_draft")
+    r.add_get("/api/rules/{id}", get_rule, name="api.rule")
+    r.add_put("/api/rules/{id}", update_rule)
+    r.add_post("/api/rules/{id}/pause", pause_rule)
+    r.add_post("/api/rules/{id}/activate", activate_rule)
+    r.add_get("/api/rules/{id}/versions", list_versions)
+    r.add_post("/api/rules/{id}/rollback", rollback_rule)
+    r.add_post("/api/rules/{id}/preview", preview_stored)
+    api_records.add_routes(app)
+    api_admin.add_routes(app)

@@ -1,0 +1,81 @@
+"""Bearer-token access to ``/api``: every write needs the token, reads only when configured.
+
+The token travels in the ``Authorization`` header (the UI keeps it in
+``localStorage``), never in a cookie, so a foreign page cannot make the browser
+send it: there is no CSRF surface to defend. Tokens are compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Final
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from ruleengine.settings import Settings
+from ruleengine.web.jsonio import ApiError, error_response
+
+WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Writes by method that change nothing: validation answers about a body, nothing more.
+# (Preview does not write either, but it spends Meta rate limit, so it needs the token.)
+NON_WRITING_POSTS: Final = frozenset({"/api/rules/validate"})
+_CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="ruleengine"'}
+
+
+def needs_token(method: str, path: str, settings: Settings) -> bool:
+    """Whether a request to ``path`` must carry the API token."""
+    if not path.startswith("/api/"):
+        return False  # UI shells, health, metrics, static files
+    if method in WRITE_METHODS and path not in NON_WRITING_POSTS:
+        return True
+    return settings.api_reads_require_token
+
+
+def _presented(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def check_token(request: web.Request, settings: Settings) -> None:
+    """Raise a 401 :class:`ApiError` unless the request carries the configured token."""
+    if settings.api_token is None:
+        raise ApiError(
+            401,
+            "this needs an API token, but the web app has none configured: set"
+            " RULEENGINE_API_TOKEN and restart it",
+            headers=_CHALLENGE,
+        )
+    presented = _presented(request)
+    if presented is None:
+        raise ApiError(
+            401,
+            "missing API token: send the value of RULEENGINE_API_TOKEN as a bearer token"
+            " in the Authorization header",
+            headers=_CHALLENGE,
+        )
+    expected = settings.api_token.get_secret_value()
+    if not hmac.compare_digest(presented.encode(), expected.encode()):
+        raise ApiError(
+            401,
+            "wrong API token: use the value of RULEENGINE_API_TOKEN",
+            headers={"WWW-Authenticate": 'Bearer realm="ruleengine", error="invalid_token"'},
+        )
+
+
+def auth_middleware(settings: Settings) -> Middleware:
+    """A middleware enforcing :func:`needs_token` for ``settings``."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if needs_token(request.method, request.path, settings):
+            try:
+                check_token(request, settings)
+            except ApiError as exc:
+                return error_response(exc)
+        return await handler(request)
+
+    return middleware

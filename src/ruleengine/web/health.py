@@ -1,0 +1,159 @@
+"""Liveness (``/health``) and readiness (``/health/ready``) of the product.
+
+Readiness asks each dependency with a short timeout, all at once, so a dead
+Redis or MongoDB makes the endpoint answer 503 quickly instead of hanging the
+load balancer's probe: MongoDB ping, Redis ping, the freshest worker heartbeat,
+the dispatcher's last tick, and the depth of the arq queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from aiohttp import web
+
+from ruleengine import __version__
+from ruleengine.constants import QUEUE_NAME
+from ruleengine.settings import Settings
+from ruleengine.store.db import Document
+from ruleengine.web.jsonio import json_response
+from ruleengine.web.state import Services, services, settings_of, uptime_s
+
+CHECK_TIMEOUT_S: Final = 1.5
+WORKER_FRESH_S: Final = 30.0
+WORKER_PREFIX: Final = "worker:"
+DISPATCHER: Final = "dispatcher"
+
+Detail = dict[str, Any]
+
+
+def dispatcher_max_age_s(settings: Settings) -> float:
+    """How old the dispatcher's last tick may be: 3 ticks, and never under 30 s."""
+    return max(3 * settings.tick_seconds, 30.0)
+
+
+@dataclass(frozen=True)
+class Beats:
+    """Heartbeat ages in seconds: every worker's, and the dispatcher's (None: never beat)."""
+
+    workers: list[float]
+    dispatcher: float | None
+
+    @classmethod
+    def from_docs(cls, docs: list[Document], *, now: datetime) -> Beats:
+        """Ages from ``heartbeats`` documents (``_id`` = name, ``at`` = last beat)."""
+        workers: list[float] = []
+        dispatcher: float | None = None
+        for doc in docs:
+            at = doc.get("at")
+            if not isinstance(at, datetime):
+                continue
+            age = max(0.0, (now - at).total_seconds())
+            name = str(doc.get("_id"))
+            if name.startswith(WORKER_PREFIX):
+                workers.append(age)
+            elif name == DISPATCHER:
+                dispatcher = age
+        return cls(workers=workers, dispatcher=dispatcher)
+
+    def live_workers(self) -> int:
+        """Workers that beat within the last 30 s."""
+        return sum(age <= WORKER_FRESH_S for age in self.workers)
+
+
+async def read_beats(svc: Services) -> Beats:
+    """The current heartbeat ages."""
+    return Beats.from_docs(await svc.heartbeats.all(), now=datetime.now(UTC))
+
+
+async def queue_depth(svc: Services) -> int:
+    """Jobs waiting in the arq queue (a sorted set)."""
+    return int(await svc.queue.zcard(QUEUE_NAME))
+
+
+async def bounded(probe: Callable[[], Awaitable[Detail]]) -> Detail:
+    """Run one probe with the check timeout; failures become ``{"ok": false, "error": …}``."""
+    started = time.perf_counter()
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_S):
+            detail = await probe()
+    except TimeoutError:
+        return {"ok": False, "error": f"no answer within {CHECK_TIMEOUT_S:g} s"}
+    except Exception as exc:  # any failure of a dependency is an unhealthy check, not a 500
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+    detail.setdefault("latency_ms", round((time.perf_counter() - started) * 1000, 1))
+    return detail
+
+
+def _probes(svc: Services, settings: Settings) -> dict[str, Callable[[], Awaitable[Detail]]]:
+    async def mongodb() -> Detail:
+        await svc.db.command("ping")
+        return {"ok": True}
+
+    async def redis() -> Detail:
+        await svc.queue.ping()
+        return {"ok": True}
+
+    async def workers() -> Detail:
+        beats = await read_beats(svc)
+        live = beats.live_workers()
+        newest = min(beats.workers, default=None)
+        return {"ok": live > 0, "live": live, "newest_age_s": _round(newest)} | (
+            {} if live else {"error": f"no worker heartbeat within {WORKER_FRESH_S:g} s"}
+        )
+
+    async def dispatcher() -> Detail:
+        age, limit = (await read_beats(svc)).dispatcher, dispatcher_max_age_s(settings)
+        ok = age is not None and age <= limit
+        detail: Detail = {"ok": ok, "age_s": _round(age), "max_age_s": limit}
+        if not ok:
+            detail["error"] = "no dispatcher tick recorded" if age is None else "last tick too old"
+        return detail
+
+    async def queue() -> Detail:
+        return {"ok": True, "depth": await queue_depth(svc)}
+
+    return {
+        "mongodb": mongodb,
+        "redis": redis,
+        "workers": workers,
+        "dispatcher": dispatcher,
+        "queue": queue,
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+async def readiness(svc: Services, settings: Settings) -> dict[str, Any]:
+    """Every check, run concurrently: ``{"status", "failing", "checks"}``."""
+    probes = _probes(svc, settings)
+    results = await asyncio.gather(*(bounded(p) for p in probes.values()))
+    checks = dict(zip(probes, results, strict=True))
+    failing = [name for name, detail in checks.items() if not detail["ok"]]
+    return {"status": "unhealthy" if failing else "ok", "failing": failing, "checks": checks}
+
+
+async def health(request: web.Request) -> web.Response:
+    """``GET /health``: the process is up (no dependency is asked)."""
+    return json_response(
+        {"status": "ok", "uptime_s": round(uptime_s(request.app), 3), "version": __version__}
+    )
+
+
+async def ready(request: web.Request) -> web.Response:
+    """``GET /health/ready``: 200 when every dependency is healthy, else 503 naming them."""
+    report = await readiness(services(request), settings_of(request))
+    return json_response(report, status=503 if report["failing"] else 200)
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the health routes."""
+    app.router.add_get("/health", health, name="health")
+    app.router.add_get("/health/ready", ready, name="ready")

@@ -1,0 +1,167 @@
+"""``GET /metrics``: Prometheus text for the web process, in a registry of its own.
+
+Request counters are updated by a middleware; the gauges that describe the
+whole product (queue depth, dispatcher tick age, live workers, active error
+groups, batches of the last hour) are read at scrape time, each with the
+readiness check's timeout. A source that cannot be read reports NaN rather than
+a stale number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable
+from datetime import UTC, datetime, timedelta
+from typing import Final, TypeVar, get_args
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from ruleengine import constants as c
+from ruleengine.store.records import BatchStatus
+from ruleengine.web.health import CHECK_TIMEOUT_S, queue_depth, read_beats
+from ruleengine.web.state import Services, services
+
+log = logging.getLogger(__name__)
+
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+BATCH_STATUSES: Final[tuple[str, ...]] = get_args(BatchStatus)
+T = TypeVar("T")
+
+
+class WebMetrics:
+    """The web process's metrics (one registry per app, never the global one)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "ruleengine_web_requests_total",
+            "HTTP requests by method, route and status",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "ruleengine_web_request_seconds",
+            "HTTP request duration by route",
+            ["route"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "ruleengine_queue_depth", "Jobs waiting in the arq queue", registry=r
+        )
+        self.dispatcher_tick_age = Gauge(
+            "ruleengine_dispatcher_last_tick_age_seconds",
+            "Seconds since the dispatcher's last tick",
+            registry=r,
+        )
+        self.live_workers = Gauge(
+            "ruleengine_live_workers", "Workers with a heartbeat in the last 30 s", registry=r
+        )
+        self.active_error_groups = Gauge(
+            "ruleengine_error_groups_active", "Error log groups with status active", registry=r
+        )
+        self.batches_last_hour = Gauge(
+            "ruleengine_batches_last_hour",
+            "Batches started in the last hour, by status",
+            ["status"],
+            registry=r,
+        )
+
+
+METRICS = web.AppKey("metrics", WebMetrics)
+
+
+def route_label(request: web.Request) -> str:
+    """The matched route's template (bounded label values), or ``unmatched``."""
+    resource = getattr(request.match_info.route, "resource", None)
+    canonical = getattr(resource, "canonical", None)
+    return str(canonical) if canonical else "unmatched"
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count every request by route and final status."""
+    metrics = request.app[METRICS]
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        route = route_label(request)
+        metrics.requests.labels(request.method, route, str(status)).inc()
+        metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
+
+
+async def _batches_last_hour(svc: Services) -> dict[str, int]:
+    since = datetime.now(UTC) - timedelta(hours=1)
+    collection = svc.db[c.BATCHES]
+    counts = await asyncio.gather(
+        *(
+            collection.count_documents({"status": s, "started_at": {"$gte": since}})
+            for s in BATCH_STATUSES
+        )
+    )
+    return dict(zip(BATCH_STATUSES, counts, strict=True))
+
+
+async def _read(what: str, source: Awaitable[T]) -> T | None:
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_S):
+            return await source
+    except Exception as exc:  # an unreadable source is reported as NaN, never a failed scrape
+        log.warning("metrics: could not read %s: %s", what, exc)
+        return None
+
+
+def _value(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+async def refresh(metrics: WebMetrics, svc: Services) -> None:
+    """Read the product-wide gauges (concurrently, each bounded by the check timeout)."""
+    depth, beats, active, batches = await asyncio.gather(
+        _read("queue depth", queue_depth(svc)),
+        _read("heartbeats", read_beats(svc)),
+        _read("error groups", svc.errors.count(status="active")),
+        _read("batches", _batches_last_hour(svc)),
+    )
+    metrics.queue_depth.set(_value(depth))
+    metrics.active_error_groups.set(_value(active))
+    metrics.live_workers.set(_value(None if beats is None else beats.live_workers()))
+    metrics.dispatcher_tick_age.set(_value(None if beats is None else beats.dispatcher))
+    for status in BATCH_STATUSES:
+        metrics.batches_last_hour.labels(status).set(_value((batches or {}).get(status)))
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    """``GET /metrics``: Prometheus text exposition."""
+    metrics = request.app[METRICS]
+    await refresh(metrics, services(request))
+    return web.Response(
+        body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+def setup_metrics(app: web.Application) -> None:
+    """Give ``app`` its metrics, the request middleware and the ``/metrics`` route."""
+    app[METRICS] = WebMetrics()
+    app.middlewares.append(metrics_middleware)
+    app.router.add_get("/metrics", metrics_handler, name="metrics")

@@ -1,0 +1,114 @@
+"""The web app's state: typed app keys and the clients opened for the app's lifetime.
+
+MongoDB, the arq/Redis client and the preview engine are created in a cleanup
+context (startup) and closed when the app shuts down, never at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from arq.connections import ArqRedis
+from pymongo import AsyncMongoClient
+from pymongo.errors import PyMongoError
+
+from ruleengine.engine import Engine, build_engine, close_engine
+from ruleengine.queue import connect_queue
+from ruleengine.redact import REDACTOR
+from ruleengine.settings import Settings
+from ruleengine.store.credentials import CredentialStore, load_key
+from ruleengine.store.db import Database, Document, create_client, database, ensure_indexes
+from ruleengine.store.errorlog import ErrorLog
+from ruleengine.store.heartbeats import Heartbeats
+from ruleengine.store.records import BatchStore, ExecutionStore
+from ruleengine.store.rules import RuleStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    """Every client and store the handlers use, opened once per app."""
+
+    mongo: AsyncMongoClient[Document]
+    db: Database
+    queue: ArqRedis
+    engine: Engine
+    rules: RuleStore
+    batches: BatchStore
+    executions: ExecutionStore
+    errors: ErrorLog
+    credentials: CredentialStore
+    heartbeats: Heartbeats
+
+
+SETTINGS = web.AppKey("settings", Settings)
+SERVICES = web.AppKey("services", Services)
+STARTED_AT = web.AppKey("started_at", float)  # time.monotonic() at startup
+
+
+def services(request: web.Request) -> Services:
+    """The app's services (only valid once the app has started)."""
+    return request.app[SERVICES]
+
+
+def settings_of(request: web.Request) -> Settings:
+    """The app's settings."""
+    return request.app[SETTINGS]
+
+
+def _open(settings: Settings) -> Services:
+    # load_key first: a missing key fails startup with a message that says what to set.
+    key = load_key(settings)
+    client = create_client(settings)
+    db = database(client, settings)
+    queue = connect_queue(settings)
+    engine = build_engine(settings, db=db, redis=queue, worker="web-preview")
+    return Services(
+        mongo=client,
+        db=db,
+        queue=queue,
+        engine=engine,
+        rules=RuleStore(db),
+        batches=BatchStore(db),
+        executions=ExecutionStore(db),
+        errors=ErrorLog(db),
+        credentials=CredentialStore(db, key),
+        heartbeats=Heartbeats(db),
+    )
+
+
+async def _close(svc: Services) -> None:
+    await close_engine(svc.engine)
+    await svc.queue.aclose(close_connection_pool=True)
+    await svc.mongo.close()
+
+
+async def services_context(app: web.Application) -> AsyncIterator[None]:
+    """Cleanup context: open the clients on startup, close them on shutdown."""
+    settings = app[SETTINGS]
+    if settings.api_token is not None:
+        REDACTOR.register(settings.api_token.get_secret_value())
+    svc = _open(settings)
+    try:
+        await ensure_indexes(svc.db)
+    except PyMongoError as exc:
+        # Keep serving: /health/ready will name MongoDB until it is back.
+        log.warning("could not ensure MongoDB indexes at startup: %s", exc)
+    app[SERVICES] = svc
+    app[STARTED_AT] = time.monotonic()
+    try:
+        yield
+    finally:
+        await _close(svc)
+
+
+def uptime_s(app: web.Application) -> float:
+    """Seconds since the app started."""
+    started: Any = app.get(STARTED_AT)
+    return 0.0 if started is None else time.monotonic() - float(started)

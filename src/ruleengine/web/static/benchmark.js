@@ -1,0 +1,81 @@
+/* Benchmark screen: the slow-rule report (p95 with a 4-stage bar) and batch rows with Graph cost. */
+"use strict";
+
+(() => {
+  const { api, el, badge, failed, timeCell, fmtSeconds, pager } = RE;
+  const $ = (id) => document.getElementById(id);
+  const STAGES = ["cooldown", "fetch", "evaluate", "act"];
+  const LIMIT = 25;
+  const state = { offset: 0 };
+
+  /* The mean batch split into its stages; the bar's length is relative to the slowest rule. */
+  function stageBar(stages, longest) {
+    const total = STAGES.reduce((sum, s) => sum + (stages[s] || 0), 0);
+    const bar = el("div", { class: "stackbar", title: STAGES.map((s) => `${s} ${fmtSeconds(stages[s] || 0)}`).join(" · ") });
+    bar.style.width = (longest > 0 ? Math.max(2, (100 * total) / longest) : 0) + "%";
+    for (const stage of STAGES) {
+      const seg = el("span", { class: "seg stage-" + stage, dataset: { stage } });
+      seg.style.width = (total > 0 ? (100 * (stages[stage] || 0)) / total : 0) + "%";
+      bar.append(seg);
+    }
+    return el("div", { class: "stackbar-track" }, bar);
+  }
+
+  async function loadSlowRules() {
+    let report;
+    try {
+      report = await api("GET", "/api/benchmark/slow-rules?since_hours=" + $("since-hours").value);
+    } catch (err) {
+      failed(err, "could not load the slow-rule report");
+      return;
+    }
+    const totals = report.rules.map((r) => STAGES.reduce((sum, s) => sum + (r.stages_mean_s[s] || 0), 0));
+    const longest = Math.max(0, ...totals);
+    $("slow-table").tBodies[0].replaceChildren(...report.rules.map((r, i) => el("tr", { dataset: { ruleId: r.rule_id } },
+      el("td", { class: "num" }, i + 1),
+      el("td", {}, el("a", { href: "/rules/" + encodeURIComponent(r.rule_id) }, r.rule_name)),
+      el("td", { class: "num" }, r.count),
+      el("td", { class: "num" }, fmtSeconds(r.p50_s)),
+      el("td", { class: "num strong" }, fmtSeconds(r.p95_s)),
+      el("td", { class: "num" }, fmtSeconds(r.max_s)),
+      el("td", { class: "bar-cell" }, stageBar(r.stages_mean_s, longest)),
+      el("td", { class: "num" }, r.graph_calls_mean.toFixed(1)),
+      el("td", { class: "num" }, r.http_requests_mean.toFixed(1)))));
+    $("slow-empty").classList.toggle("hidden", report.rules.length > 0);
+  }
+
+  async function loadBatches() {
+    let page;
+    try {
+      page = await api("GET", `/api/batches?limit=${LIMIT}&offset=${state.offset}`);
+    } catch (err) {
+      failed(err, "could not load the batches");
+      return;
+    }
+    $("bench-batches").tBodies[0].replaceChildren(...page.items.map((b) => {
+      const graph = b.graph || {};
+      const perEntity = b.evaluated_count ? (graph.counted_calls || 0) / b.evaluated_count : null;
+      return el("tr", { dataset: { batchId: b.batch_id } },
+        timeCell(b.started_at),
+        el("td", {}, b.rule_name || b.rule_id, el("span", { class: "muted" }, " v" + b.rule_version)),
+        el("td", {}, b.account),
+        el("td", {}, badge(b.status)),
+        el("td", { class: "num" }, b.evaluated_count ?? "—"),
+        el("td", { class: "num" }, fmtSeconds(b.duration_s)),
+        el("td", { class: "num" }, graph.http_requests ?? "—"),
+        el("td", { class: "num" }, graph.counted_calls ?? "—"),
+        el("td", { class: "num" }, perEntity === null ? "—" : perEntity.toFixed(2)));
+    }));
+    pager($("page-info"), state.offset, LIMIT, page.total);
+    $("prev-page").disabled = state.offset === 0;
+    $("next-page").disabled = state.offset + LIMIT >= page.total;
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    $("since-hours").addEventListener("change", loadSlowRules);
+    $("prev-page").addEventListener("click", () => { state.offset = Math.max(0, state.offset - LIMIT); loadBatches(); });
+    $("next-page").addEventListener("click", () => { state.offset += LIMIT; loadBatches(); });
+    loadSlowRules();
+    loadBatches();
+  });
+})();

@@ -1,0 +1,336 @@
+/* Rules screen: list, JSON editor with live validation, save, pause/activate, versions, preview. */
+"use strict";
+
+(() => {
+  const { api, el, badge, flash, failed, fmtTime, fmtAgo, timeCell, debounce } = RE;
+  const $ = (id) => document.getElementById(id);
+  const state = { current: null, isNew: false, seq: 0 };
+
+  const NEW_RULE = {
+    name: "New rule",
+    status: "PAUSED",
+    level: "campaign",
+    ad_accounts: ["act_1001"],
+    filters: [{ field: "effective_status", operator: "IN", value: ["ACTIVE"] }],
+    schedule: { mode: "interval", every_minutes: 15 },
+    timezone: "UTC",
+    tasks: [{
+      id: "main",
+      match: "all",
+      conditions: [{ metric: "spend", period: "today", operator: ">", value: 50 }],
+      action: { type: "pause" },
+      cooldown_minutes: 60,
+    }],
+  };
+
+  // ---------------------------------------------------------------- list
+
+  async function loadRules() {
+    let data;
+    try {
+      data = await api("GET", "/api/rules");
+    } catch (err) {
+      failed(err, "could not load the rules");
+      return;
+    }
+    const body = $("rules-table").tBodies[0];
+    body.replaceChildren(...data.items.map(ruleRow));
+    $("rules-empty").classList.toggle("hidden", data.items.length > 0);
+    markSelected();
+  }
+
+  function ruleRow(rule) {
+    const next = rule.status === "ACTIVE" ? rule.next_execute_at : null;
+    const open = async () => {
+      await selectRule(rule.id);
+      $("rule-detail").scrollIntoView({ block: "start" });
+    };
+    return el("tr", { class: "clickable", dataset: { ruleId: rule.id }, onclick: open },
+      el("td", {}, el("a", { href: "/rules/" + encodeURIComponent(rule.id), onclick: (e) => e.preventDefault() }, rule.name)),
+      el("td", {}, badge(rule.status)),
+      el("td", {}, rule.schedule, el("span", { class: "muted" }, " · " + rule.timezone)),
+      next ? timeCell(next) : el("td", { class: "muted" }, rule.status === "ACTIVE" ? "—" : "paused"),
+      timeCell(rule.last_execute_at),
+      el("td", { class: "num" }, "v" + rule.version));
+  }
+
+  function markSelected() {
+    for (const row of $("rules-table").tBodies[0].rows) {
+      row.classList.toggle("selected", !!state.current && row.dataset.ruleId === state.current.id);
+    }
+  }
+
+  // ---------------------------------------------------------------- detail
+
+  async function selectRule(id) {
+    let rule;
+    try {
+      rule = await api("GET", "/api/rules/" + encodeURIComponent(id));
+    } catch (err) {
+      failed(err, "could not load the rule");
+      return;
+    }
+    state.current = rule;
+    state.isNew = false;
+    history.replaceState(null, "", "/rules/" + encodeURIComponent(id));
+    showDetail();
+    $("rule-editor").value = JSON.stringify(rule.definition, null, 2);
+    $("rule-editor").scrollTop = 0;
+    markSelected();
+    validateNow();
+    loadVersions();
+  }
+
+  function showDetail() {
+    const rule = state.current;
+    $("rule-detail").classList.remove("hidden");
+    $("preview-block").classList.add("hidden");
+    $("detail-title").textContent = state.isNew ? "New rule" : rule.name;
+    $("detail-status").replaceChildren(state.isNew ? "" : badge(rule.status));
+    $("detail-version").textContent = state.isNew ? "not saved yet"
+      : `version ${rule.version} of ${rule.latest_version} · ${rule.schedule} · next run ${rule.status === "ACTIVE" ? fmtAgo(rule.next_execute_at) || "—" : "— (paused)"}`;
+    $("pause-rule").classList.toggle("hidden", state.isNew || rule.status !== "ACTIVE");
+    $("activate-rule").classList.toggle("hidden", state.isNew || rule.status === "ACTIVE");
+    $("versions-block").classList.toggle("hidden", state.isNew);
+    $("save-rule").textContent = state.isNew ? "Create" : "Save";
+  }
+
+  async function newRule() {
+    state.current = null;
+    state.isNew = true;
+    const draft = structuredClone(NEW_RULE);
+    try {
+      const accounts = await api("GET", "/api/accounts");
+      if (accounts.items.length) draft.ad_accounts = [accounts.items[0].id];
+    } catch (_err) {
+      // keep the placeholder account; validation will say if it is not registered
+    }
+    history.replaceState(null, "", "/rules");
+    showDetail();
+    $("rule-editor").value = JSON.stringify(draft, null, 2);
+    markSelected();
+    validateNow();
+  }
+
+  // ---------------------------------------------------------------- validation
+
+  /* Where each JSON path starts in the editor text, e.g. "tasks[0].action.percent" → offset. */
+  function locatePaths(text) {
+    const spots = new Map();
+    let i = 0;
+    const ws = () => { while (i < text.length && /\s/.test(text[i])) i++; };
+    const str = () => {
+      const start = i++;
+      while (i < text.length && text[i] !== '"') i += text[i] === "\\" ? 2 : 1;
+      i++;
+      return JSON.parse(text.slice(start, i));
+    };
+    const value = (path, at) => {
+      ws();
+      spots.set(path, at === undefined ? i : at);
+      if (text[i] === "{") {
+        i++; ws();
+        while (text[i] !== "}") {
+          ws(); const keyAt = i; const key = str(); ws(); i++;
+          value(path ? path + "." + key : key, keyAt); ws();
+          if (text[i] === ",") i++;
+          ws();
+        }
+        i++;
+      } else if (text[i] === "[") {
+        i++; ws();
+        for (let n = 0; text[i] !== "]"; n++) {
+          value(path + "[" + n + "]"); ws();
+          if (text[i] === ",") i++;
+          ws();
+        }
+        i++;
+      } else if (text[i] === '"') str();
+      else while (i < text.length && !/[,\]}\s]/.test(text[i])) i++;
+    };
+    try { value(""); } catch (_err) { /* only called on valid JSON; partial map is fine */ }
+    return spots;
+  }
+
+  function parentPath(path) {
+    const match = path.match(/^(.*?)(\.[^.[\]]+|\[\d+\])$/);
+    return match ? match[1] : "";
+  }
+
+  function lineOf(text, path) {
+    const spots = locatePaths(text);
+    let probe = path;
+    while (probe && !spots.has(probe)) probe = parentPath(probe);  // a missing field: its parent
+    const offset = spots.get(probe) || 0;
+    return { line: text.slice(0, offset).split("\n").length, offset };
+  }
+
+  function showErrors(errors) {
+    const text = $("rule-editor").value;
+    const list = $("field-errors");
+    list.replaceChildren(...errors.map((e) => {
+      const where = lineOf(text, e.path);
+      return el("li", { class: "field-error", dataset: { path: e.path }, title: "go to line " + where.line,
+        onclick: () => focusOffset(where.offset) },
+      el("code", { class: "path" }, e.path || "(whole rule)"),
+      el("span", { class: "line" }, "line " + where.line),
+      el("span", { class: "message" }, e.message));
+    }));
+    const valid = errors.length === 0;
+    $("validity").textContent = valid ? "✓ valid" : `✗ ${errors.length} problem${errors.length > 1 ? "s" : ""}`;
+    $("validity").className = "validity " + (valid ? "ok" : "bad");
+  }
+
+  function focusOffset(offset) {
+    const editor = $("rule-editor");
+    editor.focus();
+    const end = editor.value.indexOf("\n", offset);
+    editor.setSelectionRange(offset, end < 0 ? editor.value.length : end);
+  }
+
+  function parseEditor() {
+    try {
+      return { value: JSON.parse($("rule-editor").value) };
+    } catch (err) {
+      return { error: { path: "", message: "not valid JSON: " + err.message } };
+    }
+  }
+
+  async function validateNow() {
+    const seq = ++state.seq;
+    const parsed = parseEditor();
+    if (parsed.error) {
+      showErrors([parsed.error]);
+      return;
+    }
+    try {
+      await api("POST", "/api/rules/validate", parsed.value);
+      if (seq === state.seq) showErrors([]);
+    } catch (err) {
+      if (seq !== state.seq) return;  // an older answer arriving late
+      if (err.status === 422) showErrors(err.body.errors || []);
+      else failed(err, "could not validate");
+    }
+  }
+
+  // ---------------------------------------------------------------- actions
+
+  async function save() {
+    const parsed = parseEditor();
+    if (parsed.error) {
+      showErrors([parsed.error]);
+      return;
+    }
+    try {
+      let rule;
+      if (state.isNew) {
+        rule = await api("POST", "/api/rules", parsed.value);
+        flash(`created “${rule.name}” (version 1)`);
+      } else {
+        const id = encodeURIComponent(state.current.id);
+        rule = await api("PUT", "/api/rules/" + id, parsed.value, { "If-Match": String(state.current.version) });
+        flash(rule.new_version ? `saved as version ${rule.version}` : "no change: the definition is identical, no new version");
+      }
+      await loadRules();
+      await selectRule(rule.id);
+    } catch (err) {
+      if (err.status === 422) showErrors(err.body.errors || []);
+      failed(err, "not saved");
+    }
+  }
+
+  async function setStatus(action) {
+    try {
+      await api("POST", `/api/rules/${encodeURIComponent(state.current.id)}/${action}`);
+      flash(action === "pause" ? "rule paused" : "rule activated");
+      await loadRules();
+      await selectRule(state.current.id);
+    } catch (err) {
+      failed(err, action + " failed");
+    }
+  }
+
+  async function loadVersions() {
+    const id = state.current.id;
+    let data;
+    try {
+      data = await api("GET", `/api/rules/${encodeURIComponent(id)}/versions`);
+    } catch (err) {
+      failed(err, "could not load the versions");
+      return;
+    }
+    $("versions-table").tBodies[0].replaceChildren(...data.items.map((v) => el("tr", { class: v.active ? "selected" : "" },
+      el("td", {}, "v" + v.version, v.active ? el("span", { class: "badge status-active" }, "active") : null),
+      el("td", { title: v.created_at }, fmtTime(v.created_at)),
+      el("td", {}, v.author, el("span", { class: "muted" }, " · " + v.source)),
+      el("td", { title: v.checksum }, el("code", {}, v.checksum.slice(0, 10))),
+      el("td", {}, v.active ? "" : el("button", { type: "button", class: "small secondary", dataset: { version: v.version },
+        onclick: () => rollback(v.version) }, "Roll back")))));
+  }
+
+  async function rollback(version) {
+    try {
+      const rule = await api("POST", `/api/rules/${encodeURIComponent(state.current.id)}/rollback`,
+        { version, expected_version: state.current.version });
+      flash(`rolled back: version ${rule.version} is active`);
+      await loadRules();
+      await selectRule(rule.id);
+    } catch (err) {
+      failed(err, "rollback failed");
+    }
+  }
+
+  // ---------------------------------------------------------------- preview
+
+  async function preview() {
+    const parsed = parseEditor();
+    if (parsed.error) {
+      showErrors([parsed.error]);
+      return;
+    }
+    const stored = state.current && JSON.stringify(state.current.definition) === JSON.stringify(parsed.value);
+    const path = state.isNew ? "/api/rules/preview" : `/api/rules/${encodeURIComponent(state.current.id)}/preview`;
+    $("preview-rule").disabled = true;
+    $("preview-meta").textContent = "running…";
+    $("preview-block").classList.remove("hidden");
+    try {
+      renderPreview(await api("POST", path, stored ? undefined : parsed.value));
+    } catch (err) {
+      $("preview-meta").textContent = "";
+      if (err.status === 422) showErrors(err.body.errors || []);
+      failed(err, "preview failed");
+    } finally {
+      $("preview-rule").disabled = false;
+    }
+  }
+
+  function renderPreview(result) {
+    const s = result.summary;
+    $("preview-meta").textContent = `${result.draft ? "unsaved draft" : "version " + result.rule_version} · ` +
+      `${s.evaluated} evaluated, ${s.matched} matched, ${s.would_apply} would apply · ` +
+      `${result.graph.counted_calls} Graph calls · nothing was written`;
+    $("preview-errors").replaceChildren(...Object.entries(result.errors).map(([account, message]) =>
+      el("li", { class: "error-line" }, el("code", {}, account), " " + message)));
+    $("preview-table").tBodies[0].replaceChildren(...result.records.map((r) => el("tr", { class: "outcome-" + r.outcome },
+      el("td", {}, el("div", {}, r.entity_name || r.entity_id), el("div", { class: "muted" }, r.entity_id + " · " + r.account)),
+      el("td", {}, r.task_id),
+      el("td", {}, RE.conditionList(r.conditions)),
+      el("td", {}, RE.changeText(r)),
+      el("td", {}, badge(r.outcome)),
+      el("td", {}, r.reason || ""))));
+  }
+
+  // ---------------------------------------------------------------- wiring
+
+  document.addEventListener("DOMContentLoaded", async () => {
+    $("new-rule").addEventListener("click", newRule);
+    $("save-rule").addEventListener("click", save);
+    $("preview-rule").addEventListener("click", preview);
+    $("pause-rule").addEventListener("click", () => setStatus("pause"));
+    $("activate-rule").addEventListener("click", () => setStatus("activate"));
+    $("rule-editor").addEventListener("input", debounce(validateNow, 350));
+    await loadRules();
+    const wanted = document.body.dataset.ruleId;
+    if (wanted) await selectRule(wanted);
+  });
+})();

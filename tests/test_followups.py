@@ -1,0 +1,409 @@
+"""Follow-ups: delayed second steps, replaced on reschedule, re-checked, never lost or doubled."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+from arq.constants import job_key_prefix
+from arq.utils import timestamp_ms
+from pydantic import SecretStr
+
+from flow import dispatch, engine_for, records, run_rule, save_rule, work
+from ruleengine import constants as c
+from ruleengine.embedded import ProcessGroup, free_port, start_redis
+from ruleengine.engine import evaluate_account
+from ruleengine.followup_runner import run_followup
+from ruleengine.followups import FollowupScheduler, due_time, followup_job_id
+from ruleengine.payload import EvaluateJob
+from ruleengine.queue import connect_queue
+from ruleengine.rules.model import FollowUp, parse_rule
+from ruleengine.rules.schedule import next_local_time
+from ruleengine.sandbox.admin import SandboxAdmin
+from ruleengine.settings import Settings
+from ruleengine.store.db import Database
+from support import SANDBOX_TOKEN
+
+LOSER = {
+    "metric": "purchase_roas.omni_purchase",
+    "period": "last_7d",
+    "operator": "<",
+    "value": 1.2,
+}
+HUMAN_TOKEN = "EAAGhumanTOKEN0123456789abcdef"
+ONE_LOSER = [{"field": "name", "operator": "EQUAL", "value": "[AUTO] Prospecting US 2"}]
+
+
+def pause_then(then: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "name": extra.pop("name", "Pause losers for a while"),
+        "level": "campaign",
+        "ad_accounts": ["act_1001"],
+        "filters": extra.pop("filters", ONE_LOSER),
+        "schedule": {"mode": "interval", "every_minutes": 15},
+        "timezone": "America/New_York",
+        "tasks": [
+            {
+                "id": "cool-off",
+                "conditions": [LOSER],
+                "action": extra.pop("action", {"type": "pause"}) | {"then": then},
+            }
+        ],
+    }
+
+
+async def fast_forward(redis: Any) -> int:
+    """Make every delayed timer due now (the test controls time)."""
+    timers = await redis.zrange(c.QUEUE_NAME, 0, -1)
+    for job_id in timers:
+        await redis.zadd(c.QUEUE_NAME, {job_id: timestamp_ms() - 1})  # arq skips a score of 0
+    return len(timers)
+
+
+async def engine_writes(sandbox: SandboxAdmin, entity_id: str) -> list[dict[str, Any]]:
+    return [w for w in await sandbox.writes() if w["id"] == entity_id and w["ok"]]
+
+
+@pytest.fixture
+async def wired(settings: Settings, db: Database, redis: Any, accounts: list[str]) -> Settings:
+    return settings
+
+
+async def test_pause_now_activate_later_happens_once(
+    wired: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    rule = await run_rule(wired, db, pause_then({"after_minutes": 120, "do": "activate"}))
+    (paused,) = await records(db, rule_id=rule.id, outcome="applied")
+    entity = paused["entity_id"]
+    assert (await sandbox.object(entity))["status"] == "PAUSED"
+    followup = await db[c.FOLLOWUPS].find_one({})
+    assert followup is not None
+    assert (followup["status"], followup["do"], followup["generation"]) == (
+        "scheduled",
+        "activate",
+        1,
+    )
+    assert (followup["field"], followup["set_value"], followup["previous"]) == (
+        "status",
+        "PAUSED",
+        "ACTIVE",
+    )
+    assert abs((followup["due_at"] - paused["created_at"]).total_seconds() - 7200) < 1
+    assert paused["followup"]["key"] == followup["_id"]
+    job_id = followup_job_id(followup["_id"], 1).encode()
+    due_ms = await redis.zscore(c.QUEUE_NAME, job_id)
+    assert due_ms == pytest.approx(followup["due_at"].timestamp() * 1000, abs=2)
+    raw = await redis.get(job_key_prefix.encode() + job_id)
+    assert SANDBOX_TOKEN.encode() not in raw
+
+    await work(wired)  # not due yet: nothing happens
+    assert (await sandbox.object(entity))["status"] == "PAUSED"
+    assert await fast_forward(redis) == 1
+    await work(wired)
+    assert (await sandbox.object(entity))["status"] == "ACTIVE"
+    done = await db[c.FOLLOWUPS].find_one({"_id": followup["_id"]})
+    assert done is not None and done["status"] == "done"
+    (record,) = await records(db, kind="followup")
+    assert record["batch_id"] == paused["batch_id"]  # linked to the execution that created it
+    assert (record["outcome"], record["before"], record["after"]) == ("applied", "PAUSED", "ACTIVE")
+    await fast_forward(redis)
+    await work(wired)
+    assert [w["params"].get("status") for w in await engine_writes(sandbox, entity)] == [
+        "PAUSED",
+        "ACTIVE",
+    ]
+
+
+async def test_a_follow_up_delivered_twice_acts_once(
+    wired: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    await run_rule(wired, db, pause_then({"after_minutes": 30, "do": "activate"}))
+    followup = await db[c.FOLLOWUPS].find_one({})
+    assert followup is not None
+    payload = {"key": followup["_id"], "generation": followup["generation"]}
+    async with engine_for(wired, db) as engine:
+        now = datetime.now(UTC)
+        first = await run_followup(engine, payload, now=now)
+        second = await run_followup(engine, payload, now=now)
+    assert (first["status"], second["status"]) == ("done", "already_handled")
+    writes = await engine_writes(sandbox, followup["entity_id"])
+    assert [w["params"].get("status") for w in writes] == ["PAUSED", "ACTIVE"]
+
+
+async def test_a_worker_lost_mid_follow_up_does_not_double_it(
+    wired: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    await run_rule(wired, db, pause_then({"after_minutes": 30, "do": "activate"}))
+    followup = await db[c.FOLLOWUPS].find_one({})
+    assert followup is not None
+    async with engine_for(wired, db) as engine:
+        payload = {"key": followup["_id"], "generation": 1}
+        assert (await run_followup(engine, payload, now=datetime.now(UTC)))["status"] == "done"
+        # as if the worker died after the write, before closing the follow-up
+        await db[c.FOLLOWUPS].update_one({}, {"$set": {"status": "running"}})
+        assert engine.followups is not None
+        later = datetime.now(UTC) + timedelta(hours=1)
+        assert await engine.followups.release_stale(older_than=later, now=later) == 1
+        assert await engine.followups.rearm(now=later) == 1
+        again = await run_followup(engine, payload, now=later)
+    assert again["reason"] == "already_applied"
+    writes = await engine_writes(sandbox, followup["entity_id"])
+    assert [w["params"].get("status") for w in writes] == ["PAUSED", "ACTIVE"]
+
+
+async def test_someone_reactivating_by_hand_makes_the_follow_up_step_aside(
+    wired: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    await run_rule(wired, db, pause_then({"after_minutes": 60, "do": "activate"}))
+    followup = await db[c.FOLLOWUPS].find_one({})
+    assert followup is not None
+    entity = followup["entity_id"]
+    async with aiohttp.ClientSession() as http:  # an ad-ops colleague, in Ads Manager
+        url = f"{sandbox.base_url}/v25.0/{entity}"
+        await http.post(url, data={"status": "ACTIVE", "access_token": HUMAN_TOKEN})
+    await fast_forward(redis)
+    await work(wired)
+    skipped = await db[c.FOLLOWUPS].find_one({})
+    assert skipped is not None
+    assert (skipped["status"], skipped["reason"]) == ("skipped", "changed_by_someone_else")
+    (record,) = await records(db, kind="followup")
+    assert (record["outcome"], record["reason"]) == ("skipped", "changed_by_someone_else")
+    statuses = [w["params"].get("status") for w in await sandbox.writes() if w["id"] == entity]
+    assert statuses == ["PAUSED", "ACTIVE"]  # the rule's pause, the colleague's activation
+
+
+async def test_a_budget_changed_by_hand_is_not_restored(
+    wired: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    winner = [{"field": "name", "operator": "EQUAL", "value": "[AUTO] Prospecting US 1"}]
+    data = pause_then(
+        {"after_minutes": 60, "do": "restore_budget"},
+        filters=winner,
+        action={"type": "increase_budget", "percent": 20},
+    )
+    data["tasks"][0]["conditions"] = [
+        {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
+    ]
+    await run_rule(wired, db, data)
+    followup = await db[c.FOLLOWUPS].find_one({})
+    assert followup is not None
+    assert followup["field"] == "daily_budget"
+    async with aiohttp.ClientSession() as http:
+        url = f"{sandbox.base_url}/v25.0/{followup['entity_id']}"
+        await http.post(url, data={"daily_budget": "31000", "access_token": HUMAN_TOKEN})
+    await fast_forward(redis)
+    await work(wired)
+    done = await db[c.FOLLOWUPS].find_one({})
+    assert done is not None
+    assert (done["status"], done["reason"]) == ("skipped", "changed_by_someone_else")
+    assert int((await sandbox.object(followup["entity_id"]))["daily_budget"]) == 31000
+
+
+async def test_a_restored_budget_returns_to_the_value_before(
+    wired: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    winner = [{"field": "name", "operator": "EQUAL", "value": "[AUTO] Prospecting US 1"}]
+    data = pause_then(
+        {"at_time": "23:00", "do": "restore_budget"},
+        filters=winner,
+        action={"type": "increase_budget", "percent": 20},
+    )
+    data["tasks"][0]["conditions"] = [
+        {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
+    ]
+    await run_rule(wired, db, data)
+    followup = await db[c.FOLLOWUPS].find_one({})
+    assert followup is not None
+    local_due = followup["due_at"].astimezone(ZoneInfo("America/New_York"))
+    assert (local_due.hour, local_due.minute) == (23, 0)
+    await fast_forward(redis)
+    await work(wired)
+    assert (
+        int((await sandbox.object(followup["entity_id"]))["daily_budget"]) == followup["previous"]
+    )
+
+
+async def test_rescheduling_the_same_key_replaces_the_earlier_follow_up(
+    wired: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    winner = [{"field": "name", "operator": "EQUAL", "value": "[AUTO] Prospecting US 1"}]
+    data = pause_then(
+        {"after_minutes": 60, "do": "restore_budget"},
+        filters=winner,
+        action={"type": "increase_budget", "percent": 10},
+    )
+    data["tasks"][0]["conditions"] = [
+        {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
+    ]
+    rule = await save_rule(db, data)
+    start = datetime.now(UTC)
+    for run in range(2):
+        await dispatch(wired, db, now=start + timedelta(minutes=15 * run))
+        await work(wired)
+    followups = [d async for d in db[c.FOLLOWUPS].find({})]
+    assert len(followups) == 1  # never two follow-ups for one key
+    assert followups[0]["generation"] == 2
+    timers = await redis.zrange(c.QUEUE_NAME, 0, -1)
+    assert timers == [followup_job_id(followups[0]["_id"], 2).encode()]  # the old timer is gone
+    async with engine_for(wired, db) as engine:
+        old = await run_followup(
+            engine, {"key": followups[0]["_id"], "generation": 1}, now=datetime.now(UTC)
+        )
+    assert old["status"] == "superseded"
+    await fast_forward(redis)
+    await work(wired)
+    restores = [r for r in await records(db, rule_id=rule.id, kind="followup")]
+    assert len(restores) == 1
+    assert restores[0]["outcome"] == "applied"
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[tuple[ProcessGroup, int]]:
+    with ProcessGroup(log_dir=tmp_path) as group:
+        port = free_port()
+        start_redis(group, port=port, data_dir=None)
+        yield group, port
+
+
+async def test_redis_down_while_scheduling_keeps_the_follow_up_pending_then_runs_it_late_once(
+    wired: Settings,
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+    own_redis: tuple[ProcessGroup, int],
+) -> None:
+    group, port = own_redis
+    # PAUSED: the test evaluates it itself; the dispatcher below must only re-arm timers
+    rule_doc = await save_rule(
+        db, pause_then({"after_minutes": 5, "do": "activate"}) | {"status": "PAUSED"}
+    )
+    rule = parse_rule({**rule_doc.definition, "status": "ACTIVE"})
+    timer_redis = wired.model_copy(update={"redis_url": f"redis://127.0.0.1:{port}/0"})
+    dead_timer = connect_queue(timer_redis)
+    group.stop_all()  # Redis, as the timer, is gone
+    then = datetime.now(UTC) - timedelta(minutes=30)
+    async with engine_for(wired, db) as engine:
+        engine.followups = FollowupScheduler(db, queue=dead_timer)
+        async with aiohttp.ClientSession() as http:
+            url = f"{sandbox.base_url}/v25.0/act_1001/campaigns"
+            params = {
+                "fields": ",".join(rule.entity_fields()),
+                "filtering": orjson.dumps(ONE_LOSER).decode(),
+                "access_token": SANDBOX_TOKEN,
+            }
+            async with http.get(url, params=params) as response:
+                entities = (await response.json())["data"]
+        job = EvaluateJob(
+            batch_id="b-outage",
+            rule_id=rule_doc.id,
+            rule_version=1,
+            rule=rule.model_dump(mode="json"),
+            account="act_1001",
+            token_ref="account:act_1001",
+            entities=entities,
+            scheduled_at=then,
+            dispatched_at=then,
+        )
+        summary = await evaluate_account(engine, job, now=then)
+    await dead_timer.aclose()
+    assert (summary.status, summary.applied) == ("DONE", 1)  # the action completed
+    pending = await db[c.FOLLOWUPS].find_one({})
+    assert pending is not None
+    assert (pending["status"], pending["reason"]) == ("pending", "redis_unavailable")
+    (record,) = await records(db, batch_id="b-outage")
+    assert record["followup"]["status"] == "pending"
+    # Redis is back: the dispatcher's next tick re-arms it; it was due 25 minutes ago
+    start_redis(group, port=port, data_dir=None)
+    report = await dispatch(timer_redis, db)
+    assert report is not None and report.degraded is None
+    armed = await db[c.FOLLOWUPS].find_one({})
+    assert armed is not None and armed["status"] == "scheduled"
+    await work(timer_redis)
+    await work(timer_redis)
+    done = await db[c.FOLLOWUPS].find_one({})
+    assert done is not None and done["status"] == "done"
+    assert done["late_s"] >= 24 * 60
+    (late,) = await records(db, kind="followup")
+    assert late["late_s"] >= 24 * 60
+    writes = await engine_writes(sandbox, pending["entity_id"])
+    assert [w["params"].get("status") for w in writes] == ["PAUSED", "ACTIVE"]
+
+
+@pytest.fixture
+async def hook(settings: Settings) -> AsyncIterator[tuple[Settings, list[dict[str, Any]]]]:
+    received: list[dict[str, Any]] = []
+
+    async def receive(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/hook", receive)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = SecretStr(f"http://127.0.0.1:{runner.addresses[0][1]}/hook")
+    try:
+        yield settings.model_copy(update={"webhooks": {"ops": url}}), received
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_notify_follow_up_posts_the_rendered_text(
+    hook: tuple[Settings, list[dict[str, Any]]],
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+) -> None:
+    settings, received = hook
+    then = {
+        "after_minutes": 10,
+        "do": "notify",
+        "webhook": "ops",
+        "template": "{rule}: {entity_name} was {after} since {before}",
+    }
+    await run_rule(settings, db, pause_then(then))
+    await fast_forward(redis)
+    await work(settings)
+    assert received == [
+        {"text": "Pause losers for a while: [AUTO] Prospecting US 2 was PAUSED since ACTIVE"}
+    ]
+
+
+async def test_a_failing_webhook_goes_to_the_error_log_not_a_crash(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    dead = settings.model_copy(update={"webhooks": {"ops": SecretStr("http://127.0.0.1:1/hook")}})
+    rule = await run_rule(
+        dead, db, pause_then({"after_minutes": 10, "do": "notify", "webhook": "ops"})
+    )
+    await fast_forward(redis)
+    await work(dead)
+    done = await db[c.FOLLOWUPS].find_one({})
+    assert done is not None and (done["status"], done["reason"]) == ("failed", "notify_failed")
+    assert await db[c.ERROR_LOG].find_one({"function": "notify.send"})
+    batch = await db[c.BATCHES].find_one({"rule_id": rule.id})
+    assert batch is not None and batch["status"] == "DONE"
+
+
+def test_due_times() -> None:
+    now = datetime(2026, 12, 1, 22, 30, tzinfo=UTC)
+    rule = parse_rule(pause_then({"after_minutes": 120, "do": "activate"}))
+    assert due_time(
+        FollowUp(after_minutes=120, do="activate"), now=now, rule=rule
+    ) == now + timedelta(hours=2)
+    # 23:00 in New York (UTC-5) after 17:30 local: the same evening
+    assert due_time(FollowUp(at_time="23:00", do="activate"), now=now, rule=rule) == datetime(
+        2026, 12, 2, 4, tzinfo=UTC
+    )
+    assert next_local_time("07:00", after=now, tz=ZoneInfo("UTC")) == datetime(
+        2026, 12, 2, 7, tzinfo=UTC
+    )

@@ -1,0 +1,256 @@
+"""The 4 screens in Debian's Chromium, driven by Playwright against the real app and servers.
+
+Skipped where ``/usr/bin/chromium`` is absent (``apt-get install -y chromium``);
+``playwright install`` is never needed. Screenshots land in ``test-output/web/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from web_helpers import API_TOKEN, AUTH, Client, insert_batch, rule_body, run_batch
+
+from ruleengine.errors import ErrorReport
+from ruleengine.rules.model import parse_rule
+from ruleengine.settings import Settings
+from ruleengine.store.db import Database
+from ruleengine.store.errorlog import ErrorLog
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    pytest.skip(
+        "browser tests need Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)",
+        allow_module_level=True,
+    )
+playwright_api = pytest.importorskip("playwright.async_api")
+
+pytestmark = pytest.mark.browser
+
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SHOTS = Path(__file__).resolve().parents[2] / "test-output" / "web"
+HOSTILE = '<img src=x onerror="window.__xss=1">Evil'
+TIMEOUT_MS = 10_000
+
+
+@dataclass
+class Seeded:
+    """What the screens show: a rule, its real batch, a running batch and an error group."""
+
+    base: str
+    rule_id: str
+    batch_id: str
+    error_id: str
+
+
+@dataclass
+class Console:
+    """Console errors and uncaught exceptions of a page."""
+
+    errors: list[str] = field(default_factory=list)
+
+    def watch(self, page: Any) -> None:
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
+
+
+@pytest.fixture
+async def seeded(client: Client, web_settings: Settings, db: Database, redis: Any) -> Seeded:
+    body = rule_body(name=f"Pause spenders {HOSTILE}")
+    created = await (await client.post("/api/rules", json=body, headers=AUTH)).json()
+    batch_id = await run_batch(
+        web_settings,
+        db,
+        redis,
+        rule_id=created["id"],
+        version=1,
+        rule=parse_rule(body),
+        account="act_1001",
+    )
+    await insert_batch(
+        db,
+        batch_id="running-1",
+        rule_id=created["id"],
+        rule_name=body["name"],
+        started_at=datetime.now(UTC),
+        status="RUNNING",
+        total=8,
+    )
+    error_id = await ErrorLog(db).record(
+        ErrorReport(
+            function="writer.update",
+            message=f"campaign 1202000111 {HOSTILE} failed",
+            params={"path": "/1202000111", "body": {"name": HOSTILE}},
+            response={"error": {"code": 100, "message": "Invalid parameter"}},
+        ),
+        now=datetime.now(UTC),
+    )
+    return Seeded(str(client.make_url("")).rstrip("/"), created["id"], batch_id, error_id)
+
+
+@pytest.fixture
+async def page(tmp_path: Path) -> AsyncIterator[Any]:
+    async with playwright_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            context = await browser.new_context(viewport={"width": 1280, "height": 900})
+            page = await context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            yield page
+        finally:
+            await browser.close()
+
+
+async def _open(page: Any, url: str) -> Console:
+    console = Console()
+    console.watch(page)
+    await page.goto(url)
+    await page.wait_for_load_state("networkidle")
+    return console
+
+
+async def _shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+async def test_every_screen_loads_without_console_errors(page: Any, seeded: Seeded) -> None:
+    console = await _open(page, f"{seeded.base}/#token={API_TOKEN}")
+    assert page.url.endswith("/")  # the token left the address bar …
+    assert await page.evaluate("localStorage.getItem('ruleengine.apiToken')") == API_TOKEN
+    await page.wait_for_selector("#rules-table tbody tr")
+    # … and a hostile name is shown as text, never run as HTML.
+    assert HOSTILE in await page.inner_text("#rules-table")
+    assert await page.evaluate("window.__xss") is None
+    await _shot(page, "rules")
+    for path, ready, name in (
+        ("/logs", "#batches-table tbody tr", "logs"),
+        ("/benchmark", "#slow-table tbody tr", "benchmark"),
+        ("/errors", "#errors-table tbody tr", "errors"),
+    ):
+        await page.goto(seeded.base + path)
+        await page.wait_for_selector(ready)
+        await page.wait_for_load_state("networkidle")
+        await _shot(page, name)
+    await page.wait_for_selector("#errors-table tbody tr .message-cell")
+    assert HOSTILE in await page.inner_text("#errors-table")
+    assert await page.evaluate("window.__xss") is None
+    assert console.errors == []
+
+
+async def test_expanding_a_batch_shows_its_conditions(page: Any, seeded: Seeded) -> None:
+    console = await _open(page, f"{seeded.base}/logs")
+    running = page.locator('tr.batch-row[data-batch-id="running-1"]')
+    await running.locator(".progress").wait_for()
+    row = page.locator(f'tr.batch-row[data-batch-id="{seeded.batch_id}"]')
+    await row.click()
+    detail = page.locator("tr.detail-row table.executions")
+    await detail.wait_for()
+    first = detail.locator("ul.conditions").first
+    text = await first.inner_text()
+    assert "spend (today) > 1" in text
+    assert "seen" in text
+    assert "✓" in text or "✗" in text
+    assert "ACTIVE → PAUSED" in await detail.inner_text()
+    await _shot(page, "logs-expanded")
+    await page.select_option("#filter-status", "RUNNING")
+    await page.wait_for_function(
+        "() => document.querySelectorAll('#batches-table tbody tr.batch-row').length === 1"
+    )
+    assert console.errors == []
+
+
+async def test_an_invalid_edit_shows_the_error_at_its_path(page: Any, seeded: Seeded) -> None:
+    console = await _open(page, f"{seeded.base}/rules/{seeded.rule_id}#token={API_TOKEN}")
+    editor = page.locator("#rule-editor")
+    await page.wait_for_function("() => document.querySelector('#rule-editor').value.length > 0")
+    await page.wait_for_selector("#validity.ok")
+    definition = await editor.input_value()
+    broken = definition.replace('"cooldown_minutes": 60', '"cooldown_minutes": -5')
+    assert broken != definition
+    await editor.fill(broken)
+    error = page.locator('li.field-error[data-path="tasks[0].cooldown_minutes"]')
+    await error.wait_for()
+    assert "greater than or equal to 0" in await error.inner_text()
+    assert "line" in await error.locator(".line").inner_text()
+    await _shot(page, "rules-invalid-edit")
+    await page.click("#save-rule")  # refused with the same error, nothing saved
+    await page.wait_for_selector("#flash.error")
+    versions = page.locator("#versions-table tbody tr")
+    assert await versions.count() == 1
+    # 422 answers show up as failed resource loads; anything else is a real error.
+    assert [e for e in console.errors if "422" not in e] == []
+
+
+async def test_preview_renders_would_be_records(page: Any, seeded: Seeded) -> None:
+    await _open(page, f"{seeded.base}/rules/{seeded.rule_id}#token={API_TOKEN}")
+    await page.wait_for_selector("#validity.ok")
+    await page.click("#preview-rule")
+    table = page.locator("#preview-table tbody tr")
+    await table.first.wait_for()
+    assert "nothing was written" in await page.inner_text("#preview-meta")
+    assert "seen" in await table.first.locator("ul.conditions").inner_text()
+    await _shot(page, "rules-preview")
+
+
+async def test_resolving_an_error_group_changes_its_status(
+    page: Any, seeded: Seeded, db: Database
+) -> None:
+    console = await _open(page, f"{seeded.base}/errors#token={API_TOKEN}")
+    row = page.locator(f'tr.group-row[data-group-id="{seeded.error_id}"]')
+    await row.locator('button[data-action="resolved"]').click()
+    await page.wait_for_selector(
+        f'tr.group-row[data-group-id="{seeded.error_id}"][data-status="resolved"]'
+    )
+    assert "resolved" in await row.locator(".group-status").inner_text()
+    stored = await db["error_log"].find_one({})
+    assert stored is not None
+    assert stored["status"] == "resolved"
+    await row.get_by_role("button", name="Samples (1)").click()
+    sample = page.locator("tr.detail-row .sample")
+    await sample.wait_for()
+    assert "Invalid parameter" in await sample.inner_text()
+    await _shot(page, "errors-resolved")
+    assert console.errors == []
+
+
+async def test_create_edit_pause_and_roll_back_from_the_editor(
+    page: Any, client: Client, db: Database
+) -> None:
+    console = await _open(page, f"{client.make_url('/rules')}#token={API_TOKEN}")
+    await page.click("#new-rule")
+    await page.wait_for_selector("#validity.ok")
+    await page.click("#save-rule")  # "Create"
+    await page.wait_for_selector("#versions-table tbody tr")
+    rule = await db["rules"].find_one({"name": "New rule"})
+    assert rule is not None
+    assert (rule["status"], rule["version"]) == ("PAUSED", 1)
+
+    editor = page.locator("#rule-editor")
+    await editor.fill((await editor.input_value()).replace('"value": 50', '"value": 75'))
+    await page.wait_for_selector("#validity.ok")
+    await page.click("#save-rule")
+    await page.wait_for_selector("#versions-table tbody tr:nth-child(2)")
+    await page.click("#activate-rule")
+    await page.wait_for_selector("#detail-status .status-active")
+    await page.click('#versions-table button[data-version="1"]')
+    await page.wait_for_function(
+        "() => document.querySelector('#detail-version').textContent.startsWith('version 1 of 2')"
+    )
+    rule = await db["rules"].find_one({"_id": rule["_id"]})
+    assert rule is not None
+    assert (rule["status"], rule["version"], rule["latest_version"]) == ("ACTIVE", 1, 2)
+    assert rule["definition"]["tasks"][0]["conditions"][0]["value"] == 50
+    await _shot(page, "rules-rolled-back")
+    assert console.errors == []

@@ -1,0 +1,159 @@
+"""Helpers shared by the web tests: the API token, rule bodies, and real batches."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from ruleengine.engine import build_engine, close_engine, evaluate_account
+from ruleengine.meta.http import READ_ONLY
+from ruleengine.meta.reader import GraphReader
+from ruleengine.payload import EvaluateJob, batch_id_for
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.model import Rule
+from ruleengine.settings import Settings
+from ruleengine.store.credentials import token_ref
+from ruleengine.store.db import Database
+from ruleengine.store.records import BatchStart, BatchStore
+from ruleengine.web.app import create_app
+
+API_TOKEN = "web-test-api-token-7f3a9c2e41b8d6"
+AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
+
+Client = TestClient[web.Request, web.Application]
+
+
+async def start_client(settings: Settings) -> Client:
+    """A started test client of ``create_app(settings)``; close it with ``client.close()``."""
+    client: Client = TestClient(TestServer(create_app(settings), host="127.0.0.1"))
+    await client.start_server()
+    return client
+
+
+def rule_body(name: str = "Pause spenders", **overrides: Any) -> dict[str, Any]:
+    """A valid rule on act_1001 whose condition passes for the sandbox's spending campaigns."""
+    body: dict[str, Any] = {
+        "name": name,
+        "level": "campaign",
+        "ad_accounts": ["act_1001"],
+        "filters": [{"field": "effective_status", "operator": "IN", "value": ["ACTIVE"]}],
+        "schedule": {"mode": "interval", "every_minutes": 15},
+        "timezone": "America/New_York",
+        "tasks": [
+            {
+                "id": "pause-spenders",
+                "match": "all",
+                "conditions": [
+                    {"metric": "spend", "period": "today", "operator": ">", "value": 1},
+                    {
+                        "metric": "purchase_roas.omni_purchase",
+                        "period": "last_7d",
+                        "operator": "<",
+                        "value": 100,
+                    },
+                ],
+                "action": {"type": "pause"},
+                "cooldown_minutes": 60,
+            }
+        ],
+    }
+    body.update(overrides)
+    return body
+
+
+async def run_batch(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    *,
+    rule_id: str,
+    version: int,
+    rule: Rule,
+    account: str,
+    now: datetime | None = None,
+) -> str:
+    """Evaluate ``rule`` on ``account`` with the real engine (it writes to the sandbox).
+
+    Returns:
+        The batch id.
+    """
+    now = now or datetime.now(UTC)
+    engine = build_engine(settings, db=db, redis=redis, worker="worker:test:1")
+    try:
+        token = await engine.credentials.token(token_ref(account))
+        reader = GraphReader.from_settings(engine.session.view(methods=READ_ONLY))
+        raw = await reader.list_entities(
+            account,
+            rule.level,
+            token=token,
+            fields=rule.entity_fields(),
+            filtering=[f.model_dump(mode="json") for f in rule.filters],
+        )
+        job = EvaluateJob(
+            batch_id=batch_id_for(rule_id, account, now),
+            rule_id=rule_id,
+            rule_version=version,
+            rule=rule.model_dump(mode="json"),
+            account=account,
+            token_ref=token_ref(account),
+            entities=[Entity.model_validate(item) for item in raw],
+            scheduled_at=now,
+            dispatched_at=now,
+        )
+        summary = await evaluate_account(engine, job, now=now, job_id=f"evaluate:{job.batch_id}")
+        return summary.batch_id
+    finally:
+        await close_engine(engine)
+
+
+async def insert_batch(
+    db: Database,
+    *,
+    batch_id: str,
+    rule_id: str,
+    rule_name: str,
+    account: str = "act_1001",
+    started_at: datetime,
+    status: str = "DONE",
+    duration_s: float = 1.0,
+    trace: dict[str, float] | None = None,
+    graph: dict[str, int] | None = None,
+    total: int = 10,
+) -> None:
+    """A batch row written through BatchStore as the engine writes it (start, then finish)."""
+    store = BatchStore(db)
+    await store.start(
+        BatchStart(
+            batch_id=batch_id,
+            rule_id=rule_id,
+            rule_name=rule_name,
+            rule_version=1,
+            account=account,
+            level="campaign",
+            scheduled_at=started_at,
+            total=total,
+            job_id=f"evaluate:{batch_id}",
+            worker="worker:test:1",
+        ),
+        now=started_at,
+    )
+    if status == "RUNNING":
+        await store.progress(batch_id, done=total // 2, total=total)
+        return
+    await store.finish(
+        batch_id,
+        status=status,  # type: ignore[arg-type]
+        now=started_at,
+        progress={"done": total, "total": total},
+        evaluated_count=total,
+        affected_count=total // 2,
+        applied_count=total // 4,
+        failed_count=0,
+        graph=graph or {"http_requests": 2, "counted_calls": 4},
+        trace=trace or {"cooldown": 0.01, "fetch": 0.5, "evaluate": 0.02, "act": 0.3},
+        duration_s=duration_s,
+        error=None,
+    )
