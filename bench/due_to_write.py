@@ -1,0 +1,152 @@
+"""Due → budget written: how long after a rule's scheduled time its budget change lands at Meta.
+
+An idle system: the embedded servers, the Graph sandbox, one dispatcher and one
+worker as real processes (default 10 s tick). Twenty budget rules, each on its
+own campaign, fall due at staggered moments over half a minute; the figure is
+the time from each rule's scheduled time to the sandbox receiving its write.
+Target (SPEC §11): p50 ≤ tick + 2 s. Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from cryptography.fernet import Fernet
+
+from _common import TOKEN, figures, percentile, say, stack
+from ruleengine import constants as c
+from ruleengine.embedded import ProcessGroup, free_port, port_answers
+from ruleengine.meta.http import GraphSession
+from ruleengine.meta.reader import GraphReader
+from ruleengine.rules.model import parse_rule
+from ruleengine.sandbox.admin import SandboxAdmin
+from ruleengine.settings import Settings
+from ruleengine.store.credentials import CredentialStore, load_key
+from ruleengine.store.db import create_client, database, ensure_indexes
+from ruleengine.store.rules import RuleStore
+
+RULES = 20
+SPREAD_S = 30
+TICK_S = 10.0
+
+
+def rule(index: int, campaign_id: str) -> dict[str, object]:
+    return {
+        "name": f"due-to-write {index:02d}",
+        "level": "campaign",
+        "ad_accounts": ["act_2001"],
+        "filters": [{"field": "id", "operator": "EQUAL", "value": campaign_id}],
+        "schedule": {"mode": "interval", "every_minutes": 60},
+        "tasks": [
+            {
+                "id": "raise",
+                "conditions": [
+                    {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
+                ],
+                "action": {"type": "increase_budget", "percent": 5},
+            }
+        ],
+    }
+
+
+def start_engine(group: ProcessGroup, env: dict[str, str]) -> None:
+    for name, argv, port_name in (
+        (
+            "dispatcher",
+            [sys.executable, "-m", "ruleengine.dispatch"],
+            "RULEENGINE_DISPATCHER_METRICS_PORT",
+        ),
+        (
+            "worker",
+            [str(Path(sys.executable).with_name("arq")), "ruleengine.jobs.WorkerSettings"],
+            "RULEENGINE_WORKER_METRICS_PORT",
+        ),
+    ):
+        port = int(env[port_name])
+        group.start(
+            name,
+            argv,
+            address=f"http://127.0.0.1:{port}",
+            ready=lambda p=port: port_answers(p),
+            env=env,
+        )
+
+
+async def main() -> None:
+    args = ("--scenario", "bench", "--accounts", "1", "--campaigns", str(RULES))
+    with stack(databases=True, sandbox_args=args) as servers:
+        assert servers.mongodb_url and servers.redis_url
+        key = Fernet.generate_key().decode()
+        settings = Settings(
+            mongodb_url=servers.mongodb_url,
+            redis_url=servers.redis_url,
+            graph_url=servers.sandbox_url,
+            token_encryption_key=key,
+        )
+        client = create_client(settings)
+        db = database(client, settings)
+        await ensure_indexes(db)
+        now = datetime.now(UTC)
+        await CredentialStore(db, load_key(settings)).add("act_2001", TOKEN, now=now)
+        admin = SandboxAdmin(servers.sandbox_url)
+        graph = GraphSession(settings)
+        campaigns = await GraphReader.from_settings(graph).list_entities(
+            "act_2001", "campaign", token=TOKEN, fields=["id"]
+        )
+        await graph.close()
+        store = RuleStore(db)
+        start = now + timedelta(seconds=5)
+        due: dict[str, datetime] = {}
+        for index, campaign in enumerate(campaigns[:RULES]):
+            doc = (
+                await store.save(
+                    parse_rule(rule(index, campaign["id"])), now=now, author="bench", source="bench"
+                )
+            ).rule
+            at = start + timedelta(seconds=SPREAD_S * index / RULES)
+            await db[c.RULES].update_one({"_id": doc.id}, {"$set": {"next_execute_at": at}})
+            due[campaign["id"]] = at
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("RULEENGINE_")},
+            "RULEENGINE_MONGODB_URL": servers.mongodb_url,
+            "RULEENGINE_REDIS_URL": servers.redis_url,
+            "RULEENGINE_GRAPH_URL": servers.sandbox_url,
+            "RULEENGINE_TOKEN_ENCRYPTION_KEY": key,
+            "RULEENGINE_TICK_SECONDS": str(TICK_S),
+            "RULEENGINE_DISPATCHER_METRICS_PORT": str(free_port()),
+            "RULEENGINE_WORKER_METRICS_PORT": str(free_port()),
+        }
+        with ProcessGroup(log_dir=Path("var") / "bench-logs") as group:
+            start_engine(group, env)
+            say(f"dispatcher and worker up (tick {TICK_S:g}s); {RULES} rules due over {SPREAD_S}s")
+            deadline = time.monotonic() + SPREAD_S + 5 + TICK_S * 3
+            writes: dict[str, datetime] = {}
+            while time.monotonic() < deadline and len(writes) < len(due):
+                await asyncio.sleep(1)
+                for write in await admin.writes():
+                    if write["ok"] and write["id"] in due:
+                        writes.setdefault(write["id"], datetime.fromisoformat(write["at"]))
+            say(f"{len(writes)} of {len(due)} writes landed")
+        latencies = [(writes[cid] - due[cid]).total_seconds() for cid in writes]
+        figures(
+            {
+                "rules": len(due),
+                "tick_s": TICK_S,
+                "writes": len(writes),
+                "due_to_write_p50_s": round(percentile(latencies, 50), 3),
+                "due_to_write_p95_s": round(percentile(latencies, 95), 3),
+                "due_to_write_max_s": round(max(latencies, default=0.0), 3),
+                "target_p50_s": TICK_S + 2,
+            }
+        )
+        await admin.close()
+        await client.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
