@@ -497,17 +497,19 @@ class ActionExecutor:
         intent = await self._once(run, entity, ActKey.of(task), "notify", None, action.webhook)
         if isinstance(intent, ActResult):
             return intent
+        context = {"batch_id": run.batch_id, "entity_id": entity.id}
+        return await self._deliver(intent, action.webhook, message, run, context)
+
+    async def _deliver(
+        self, intent: Intent, webhook: str, message: str, run: JobRun, context: dict[str, Any]
+    ) -> ActResult:
+        """Send a notification recorded by ``intent`` and resolve the intent with the outcome."""
         try:
-            await self.notifier.send(
-                action.webhook, message, context={"batch_id": run.batch_id, "entity_id": entity.id}
-            )
+            await self.notifier.send(webhook, message, context=context)
         except NotifyError as exc:
-            await self.intents.resolve(
-                intent.id, status="failed", now=run.now, error={"message": str(exc)}
-            )
-            return ActResult(
-                "failed", "notify_failed", "notify", None, message, error={"message": str(exc)}
-            )
+            error = {"message": str(exc)}
+            await self.intents.resolve(intent.id, status="failed", now=run.now, error=error)
+            return ActResult("failed", "notify_failed", "notify", None, message, error=error)
         await self.intents.resolve(intent.id, status="done", now=run.now)
         return ActResult("applied", None, "notify", None, message)
 
@@ -573,18 +575,10 @@ class ActionExecutor:
         intent = await self._once(run, entity, key, "notify", None, followup.webhook)
         if isinstance(intent, ActResult):
             return intent
-        try:
-            assert followup.webhook is not None
-            await self.notifier.send(followup.webhook, message, context={"followup": followup.id})
-        except NotifyError as exc:
-            await self.intents.resolve(
-                intent.id, status="failed", now=run.now, error={"message": str(exc)}
-            )
-            return ActResult(
-                "failed", "notify_failed", "notify", None, message, error={"message": str(exc)}
-            )
-        await self.intents.resolve(intent.id, status="done", now=run.now)
-        return ActResult("applied", None, "notify", None, message)
+        assert followup.webhook is not None  # the model requires it for "notify"
+        return await self._deliver(
+            intent, followup.webhook, message, run, {"followup": followup.id}
+        )
 
     @staticmethod
     def message(

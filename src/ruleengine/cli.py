@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,7 +21,7 @@ from ruleengine.errors import RuleEngineError, RuleValidationError
 from ruleengine.rules.model import Rule, parse_rule, rule_json_schema
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
-from ruleengine.store.db import create_client, database, ensure_indexes
+from ruleengine.store.db import Database, create_client, database, ensure_indexes
 from ruleengine.store.rules import RuleStore
 
 Handler = Callable[[argparse.Namespace, Settings], int]
@@ -28,6 +29,18 @@ Handler = Callable[[argparse.Namespace, Settings], int]
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+@contextlib.asynccontextmanager
+async def _database(settings: Settings) -> AsyncIterator[Database]:
+    """The engine's database (indexes ensured) for one command."""
+    client = create_client(settings)
+    try:
+        db = database(client, settings)
+        await ensure_indexes(db)
+        yield db
+    finally:
+        await client.close()
 
 
 # ---------------------------------------------------------------- rules
@@ -78,10 +91,7 @@ def cmd_rules_validate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
-    client = create_client(settings)
-    try:
-        db = database(client, settings)
-        await ensure_indexes(db)
+    async with _database(settings) as db:
         accounts = await CredentialStore(db, load_key(settings, create=False)).ids()
         valid = _validate_files(args.files, sys.stdout, accounts=accounts)
         if len(valid) != len(args.files):
@@ -90,37 +100,26 @@ async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
         store = RuleStore(db)
         for path, rule in valid:
             result = await store.save(rule, now=_now(), author=args.author, source=str(path))
-            state = (
-                "created"
-                if result.created
-                else "new version"
-                if result.new_version
-                else "unchanged"
-            )
+            state = "created" if result.created else "unchanged"
+            state = "new version" if result.new_version and not result.created else state
             print(f"{path}: {result.rule.id} v{result.rule.version} {state} ({rule.name})")
         return 0
-    finally:
-        await client.close()
 
 
 async def _rules_list(args: argparse.Namespace, settings: Settings) -> int:
     from ruleengine.rules.schedule import describe
 
-    client = create_client(settings)
-    try:
-        rules = await RuleStore(database(client, settings)).all()
-        for doc in rules:
-            rule = doc.rule()
-            nxt = doc.next_execute_at.isoformat() if doc.next_execute_at else "-"
-            print(
-                f"{doc.id}  v{doc.version:<3} {doc.status:<7} {describe(rule.schedule):<24}"
-                f" next {nxt}  {doc.name}"
-            )
-        if not rules:
-            print("no rules yet; add some with `ruleengine rules apply FILE…`")
-        return 0
-    finally:
-        await client.close()
+    async with _database(settings) as db:
+        rules = await RuleStore(db).all()
+    for doc in rules:
+        nxt = doc.next_execute_at.isoformat() if doc.next_execute_at else "-"
+        print(
+            f"{doc.id}  v{doc.version:<3} {doc.status:<7} {describe(doc.rule().schedule):<24}"
+            f" next {nxt}  {doc.name}"
+        )
+    if not rules:
+        print("no rules yet; add some with `ruleengine rules apply FILE…`")
+    return 0
 
 
 # ---------------------------------------------------------------- accounts
@@ -143,10 +142,7 @@ def _read_token(args: argparse.Namespace) -> str:
 
 async def _accounts_add(args: argparse.Namespace, settings: Settings) -> int:
     token = _read_token(args)
-    client = create_client(settings)
-    try:
-        db = database(client, settings)
-        await ensure_indexes(db)
+    async with _database(settings) as db:
         store = CredentialStore(db, load_key(settings, create=args.create_key))
         account = await store.add(
             args.account,
@@ -156,28 +152,21 @@ async def _accounts_add(args: argparse.Namespace, settings: Settings) -> int:
             timezone=args.timezone,
             currency=args.currency,
         )
-        print(f"{account.id} registered ({account.name}, token …{account.token_fingerprint})")
-        return 0
-    finally:
-        await client.close()
+    print(f"{account.id} registered ({account.name}, token …{account.token_fingerprint})")
+    return 0
 
 
 async def _accounts_list(args: argparse.Namespace, settings: Settings) -> int:
-    client = create_client(settings)
-    try:
-        accounts = await CredentialStore(
-            database(client, settings), load_key(settings, create=False)
-        ).all()
-        for account in accounts:
-            print(
-                f"{account.id:<20} {account.currency:<4} {account.timezone:<22}"
-                f" token …{account.token_fingerprint}  {account.name}"
-            )
-        if not accounts:
-            print("no ad accounts registered; add one with `ruleengine accounts add act_…`")
-        return 0
-    finally:
-        await client.close()
+    async with _database(settings) as db:
+        accounts = await CredentialStore(db, load_key(settings, create=False)).all()
+    for account in accounts:
+        print(
+            f"{account.id:<20} {account.currency:<4} {account.timezone:<22}"
+            f" token …{account.token_fingerprint}  {account.name}"
+        )
+    if not accounts:
+        print("no ad accounts registered; add one with `ruleengine accounts add act_…`")
+    return 0
 
 
 def cmd_accounts_new_key(args: argparse.Namespace, settings: Settings) -> int:

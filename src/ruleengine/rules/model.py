@@ -204,12 +204,10 @@ def _check_metric(name: str) -> str:
     return name
 
 
-class CompareTo(_Model):
-    """The right-hand side of a metric-vs-metric condition: ``multiplier × metric(period)``."""
+class _MetricRef(_Model):
+    """Something that names a metric of the catalogue."""
 
     metric: str
-    period: Period | None = None
-    multiplier: float = Field(default=1.0, gt=0)
 
     @field_validator("metric")
     @classmethod
@@ -222,24 +220,20 @@ class CompareTo(_Model):
         return resolve_metric(self.metric)
 
 
-class Condition(_Model):
+class CompareTo(_MetricRef):
+    """The right-hand side of a metric-vs-metric condition: ``multiplier × metric(period)``."""
+
+    period: Period | None = None
+    multiplier: float = Field(default=1.0, gt=0)
+
+
+class Condition(_MetricRef):
     """One test: ``metric(period) <operator> value`` or ``… <operator> compare_to``."""
 
-    metric: str
     period: Period | None = None
     operator: Operator
     value: float | None = None
     compare_to: CompareTo | None = None
-
-    @field_validator("metric")
-    @classmethod
-    def _metric(cls, value: str) -> str:
-        return _check_metric(value)
-
-    @property
-    def spec(self) -> MetricSpec:
-        """The catalogue entry of the metric."""
-        return resolve_metric(self.metric)
 
     @property
     def compare_period(self) -> Period | None:
