@@ -576,3 +576,50 @@ async def test_the_reaper_fails_an_intent_whose_write_never_landed(
     assert intent is not None and (intent["status"], intent["reason"]) == ("failed", "not_applied")
     assert await db[c.COOLDOWNS].count_documents({}) == 0
     assert await sandbox.writes() == []
+
+
+async def test_custom_metrics_come_from_the_sheet_once_per_job(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+    tmp_path: Path,
+) -> None:
+    from ruleengine.sandbox.extras import write_sheets_credentials
+
+    key_file = write_sheets_credentials(tmp_path / "sheets.json", sandbox.base_url)
+    with_sheet = settings.model_copy(
+        update={
+            "sheets_credentials_file": key_file,
+            "sheets_api_url": f"{sandbox.base_url}/sheets",
+            "sheets_call_interval_s": 0.0,
+        }
+    )
+    data = campaign_rule(
+        {"type": "pause"},
+        [
+            {
+                "metric": "purchase_roas.omni_purchase",
+                "period": "last_7d",
+                "operator": "<",
+                "compare_to": {"metric": "custom:target_roas"},
+            },
+            {"metric": "custom:missing_column", "operator": ">", "value": 0},
+        ],
+        custom_metrics={"spreadsheet_id": "demo-margins", "worksheet": "targets", "key": "id"},
+    )
+    data["tasks"][0]["match"] = "any"
+    rule = await run_rule(with_sheet, db, data)
+    evaluated = await records(db, rule_id=rule.id)
+    assert len(evaluated) == 12
+    for record in evaluated:
+        target, missing = record["conditions"]
+        assert target["compare_to"] == "custom:target_roas"
+        assert target["expected"] is not None and 1.4 <= target["expected"] <= 2.6  # from the sheet
+        assert (missing["actual"], missing["reason"]) == (None, "no_data")
+    assert await records(db, rule_id=rule.id, outcome="applied")  # losers sit below their target
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{sandbox.base_url}/sheets/_admin/stats") as response:
+            counts = (await response.json())["counts"]
+    assert counts["values.get"] == 1  # read once for the job, not once per campaign
