@@ -619,7 +619,7 @@ async def test_custom_metrics_come_from_the_sheet_once_per_job(
         assert target["expected"] is not None and 1.4 <= target["expected"] <= 2.6  # from the sheet
         assert (missing["actual"], missing["reason"]) == (None, "no_data")
     assert await records(db, rule_id=rule.id, outcome="applied")  # losers sit below their target
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"{sandbox.base_url}/sheets/_admin/stats") as response:
-            counts = (await response.json())["counts"]
+    stats_url = f"{sandbox.base_url}/sheets/_admin/stats"
+    async with aiohttp.ClientSession() as http, http.get(stats_url) as response:
+        counts = (await response.json())["counts"]
     assert counts["values.get"] == 1  # read once for the job, not once per campaign
