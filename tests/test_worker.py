@@ -438,7 +438,22 @@ async def test_fifty_similar_write_failures_become_one_group(
         [{"metric": "impressions", "period": "today", "operator": ">", "value": 0}],
     )
     data["ad_accounts"] = ["act_2001"]
-    await run_rule(settings, db, data)
+    await save_rule(db, data)
+    await dispatch(settings, db)
+    worker = await work(settings)
+    registry = worker.ctx["metrics"].registry
+    assert (
+        registry.get_sample_value("ruleengine_actions_total", {"type": "pause", "result": "failed"})
+        == 50
+    )
+    assert (
+        registry.get_sample_value(
+            "ruleengine_actions_total", {"type": "pause", "result": "applied"}
+        )
+        == 10
+    )
+    assert registry.get_sample_value("ruleengine_graph_errors_total", {"code": "2"}) == 50
+    assert registry.get_sample_value("ruleengine_evaluations_total", {"outcome": "failed"}) == 50
     groups = [g async for g in db[c.ERROR_LOG].find({"function": "meta.writer.set_status"})]
     assert len(groups) == 1
     group = groups[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -136,6 +137,9 @@ class Summary:
     cost: dict[str, int] = field(default_factory=dict)
     duration_s: float = 0.0
     error: str | None = None
+    outcomes: Counter[str] = field(default_factory=Counter)  # outcome → evaluations
+    actions: Counter[tuple[str, str]] = field(default_factory=Counter)  # (type, outcome) → n
+    graph_errors: Counter[str] = field(default_factory=Counter)  # Meta error code → n
 
 
 @dataclass
@@ -449,6 +453,9 @@ class Evaluation:
             failed=outcomes.count("failed"),
             records=[self.record(p) for p in pairs] if self.dry_run else [],
             error=_first_error(pairs) if status == "FAILED" else None,
+            outcomes=Counter(outcomes),
+            actions=Counter((p.task.action.type, p.result.outcome) for p in pairs if p.result),
+            graph_errors=Counter(_error_codes(pairs)),
         )
 
     async def _start(self) -> None:
@@ -522,6 +529,11 @@ def _no_data(verdict: TaskVerdict | None) -> str | None:
     if verdict and any(c.reason == "no_data" for c in verdict.conditions):
         return "no_data"
     return None
+
+
+def _error_codes(pairs: list[_Pair]) -> list[str]:
+    errors = [p.error or (p.result.error if p.result else None) for p in pairs]
+    return [str(e.get("code")) for e in errors if e and e.get("code") is not None]
 
 
 def _first_error(pairs: list[_Pair]) -> str | None:

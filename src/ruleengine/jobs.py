@@ -95,6 +95,12 @@ async def evaluate_account_job(ctx: dict[str, Any], payload: dict[str, Any]) -> 
     metrics.job_seconds.observe(summary.duration_s)
     metrics.graph_calls.inc(summary.cost.get("counted_calls", 0))
     metrics.graph_requests.inc(summary.cost.get("http_requests", 0))
+    for outcome, count in summary.outcomes.items():
+        metrics.evaluations.labels(outcome=outcome).inc(count)
+    for (action, outcome), count in summary.actions.items():
+        metrics.actions.labels(type=action, result=outcome).inc(count)
+    for code, count in summary.graph_errors.items():
+        metrics.graph_errors.labels(code=code).inc(count)
     log.info(
         "batch %s %s: %d evaluated, %d affected, %d applied, %d failed, %s Graph calls, %.2fs",
         summary.batch_id,
