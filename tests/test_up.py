@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -53,6 +54,19 @@ def read_until_ready(process: subprocess.Popen[str], timeout_s: float) -> list[s
         if line == "ready":
             return seen
     raise AssertionError(f"no 'ready' line; got: {seen}")
+
+
+def _free_pair() -> int:
+    """A port whose successor is free too."""
+    while True:
+        port = free_port()
+        if port < 65535 and not port_answers(port + 1):
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
 
 
 def test_up_starts_everything_and_ctrl_c_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -38,7 +38,13 @@ async def test_reads_are_open_by_default_and_closed_when_configured(
     assert (await client.get("/api/rules")).status == 200
     closed = await start_client(web_settings.model_copy(update={"api_reads_require_token": True}))
     try:
-        for path in ("/api/rules", "/api/batches", "/api/errors", "/api/accounts"):
+        for path in (
+            "/api/rules",
+            "/api/batches",
+            "/api/errors",
+            "/api/accounts",
+            "/api/followups",
+        ):
             assert (await closed.get(path)).status == 401, path
             assert (await closed.get(path, headers=AUTH)).status == 200, path
         validate = await closed.post("/api/rules/validate", json=rule_body())

@@ -6,15 +6,27 @@ Skipped where ``/usr/bin/chromium`` is absent (``apt-get install -y chromium``);
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
-from web_helpers import API_TOKEN, AUTH, Client, insert_batch, rule_body, run_batch
+from web_helpers import (
+    API_TOKEN,
+    AUTH,
+    Client,
+    fire_followup,
+    insert_batch,
+    rule_body,
+    run_batch,
+    run_followup_rule,
+)
 
+from ruleengine import constants as c
 from ruleengine.errors import ErrorReport
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
@@ -42,6 +54,7 @@ ARGS = [
 SHOTS = Path(__file__).resolve().parents[2] / "test-output" / "web"
 HOSTILE = '<img src=x onerror="window.__xss=1">Evil'
 TIMEOUT_MS = 10_000
+BROWSER_ZONE = "Asia/Jakarta"  # the page shows times in the browser's zone, not UTC
 
 
 @dataclass
@@ -104,7 +117,9 @@ async def page(tmp_path: Path) -> AsyncIterator[Any]:
     async with playwright_api.async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
-            context = await browser.new_context(viewport={"width": 1280, "height": 900})
+            context = await browser.new_context(
+                viewport={"width": 1280, "height": 900}, timezone_id=BROWSER_ZONE
+            )
             page = await context.new_page()
             page.set_default_timeout(TIMEOUT_MS)
             yield page
@@ -253,4 +268,60 @@ async def test_create_edit_pause_and_roll_back_from_the_editor(
     assert (rule["status"], rule["version"], rule["latest_version"]) == ("ACTIVE", 1, 2)
     assert rule["definition"]["tasks"][0]["conditions"][0]["value"] == 50
     await _shot(page, "rules-rolled-back")
+    assert console.errors == []
+
+
+@dataclass
+class FollowupBatch:
+    """A real run that paused two campaigns: one follow-up already ran, one still waits."""
+
+    base: str
+    batch_id: str
+    done: dict[str, Any]
+    waiting: dict[str, Any]
+
+
+@pytest.fixture
+async def followup_batch(
+    client: Client, web_settings: Settings, db: Database, redis: Any
+) -> FollowupBatch:
+    _, batch_id = await run_followup_rule(web_settings, db)
+    done, waiting = [d async for d in db[c.FOLLOWUPS].find({}).sort("_id")]
+    await fire_followup(web_settings, redis, done["_id"])
+    # whatever a reason holds reaches the page as text only
+    await db[c.FOLLOWUPS].update_one({"_id": waiting["_id"]}, {"$set": {"reason": HOSTILE}})
+    return FollowupBatch(str(client.make_url("")).rstrip("/"), batch_id, done, waiting)
+
+
+def _local(when: datetime) -> str:
+    return when.astimezone(ZoneInfo(BROWSER_ZONE)).strftime("%Y-%m-%d %H:%M:%S")
+
+
+async def test_an_expanded_batch_shows_each_follow_up_under_its_execution(
+    page: Any, followup_batch: FollowupBatch
+) -> None:
+    seeded = followup_batch
+    console = await _open(page, f"{seeded.base}/logs")
+    await page.locator(f'tr.batch-row[data-batch-id="{seeded.batch_id}"]').click()
+    waiting = page.locator(f'tr.followup-row[data-followup-key="{seeded.waiting["_id"]}"]')
+    await waiting.wait_for()
+    # right under the execution of the same campaign
+    above = waiting.locator("xpath=preceding-sibling::tr[1]")
+    assert await above.get_attribute("data-entity-id") == seeded.waiting["entity_id"]
+    text = await waiting.inner_text()
+    assert "then: activate" in text
+    assert _local(seeded.waiting["due_at"]) in text  # local browser time
+    assert re.search(r"\(in (\d+ min|1 h)\)", text), text  # relative to the browser's clock
+    assert HOSTILE in text  # the live reason, shown as text
+    assert await waiting.locator(".badge").inner_text() == "scheduled"
+    assert await waiting.locator(".followup-run").count() == 0
+
+    done = page.locator(f'tr.followup-row[data-followup-key="{seeded.done["_id"]}"]')
+    # the live status, not the "scheduled" of the record's snapshot
+    assert await done.locator(".followup-plan .badge").inner_text() == "done"
+    run = await done.locator(".followup-run").inner_text()
+    assert "then: activate — done, ran on time" in run
+    assert "status: PAUSED → ACTIVE" in run
+    await _shot(page, "logs-followups")
+    assert await page.evaluate("window.__xss") is None
     assert console.errors == []

@@ -39,10 +39,18 @@ async def test_ready_is_200_when_everything_is_healthy(
     answer = await response.json()
     assert response.status == 200, answer
     assert (answer["status"], answer["failing"]) == ("ok", [])
-    assert set(answer["checks"]) == {"mongodb", "redis", "workers", "dispatcher", "queue"}
+    assert set(answer["checks"]) == {
+        "mongodb",
+        "redis",
+        "workers",
+        "dispatcher",
+        "queue",
+        "followups",
+    }
     assert all(check["ok"] for check in answer["checks"].values())
     assert answer["checks"]["queue"]["depth"] == 2
     assert answer["checks"]["workers"]["live"] == 1
+    assert answer["checks"]["followups"]["pending"] == 0
 
 
 async def test_ready_names_stale_workers_and_dispatcher(client: Client, db: Database) -> None:

@@ -7,8 +7,12 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from arq.utils import timestamp_ms
 
+from flow import records, run_rule, work
+from ruleengine import constants as c
 from ruleengine.engine import build_engine, close_engine, evaluate_account
+from ruleengine.followups import followup_job_id
 from ruleengine.meta.http import READ_ONLY
 from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob, batch_id_for
@@ -18,6 +22,7 @@ from ruleengine.settings import Settings
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Database
 from ruleengine.store.records import BatchStart, BatchStore
+from ruleengine.store.rules import RuleDoc
 from ruleengine.web.app import create_app
 
 API_TOKEN = "web-test-api-token-7f3a9c2e41b8d6"
@@ -157,3 +162,52 @@ async def insert_batch(
         duration_s=duration_s,
         error=None,
     )
+
+
+# The two losing campaigns of act_1001: purchase ROAS over the last 7 days below 1.2.
+LOSERS = ["[AUTO] Prospecting US 2", "[AUTO] Retargeting US 2"]
+
+
+def pause_then_body(name: str = "Pause losers for an hour", **then: Any) -> dict[str, Any]:
+    """A rule pausing the losers of act_1001 now and re-activating them 60 minutes later."""
+    return {
+        "name": name,
+        "level": "campaign",
+        "ad_accounts": ["act_1001"],
+        "filters": [{"field": "name", "operator": "IN", "value": LOSERS}],
+        "schedule": {"mode": "interval", "every_minutes": 15},
+        "timezone": "America/New_York",
+        "tasks": [
+            {
+                "id": "cool-off",
+                "conditions": [
+                    {
+                        "metric": "purchase_roas.omni_purchase",
+                        "period": "last_7d",
+                        "operator": "<",
+                        "value": 1.2,
+                    }
+                ],
+                "action": {"type": "pause", "then": {"after_minutes": 60, "do": "activate"} | then},
+            }
+        ],
+    }
+
+
+async def run_followup_rule(settings: Settings, db: Database) -> tuple[RuleDoc, str]:
+    """Run :func:`pause_then_body` through the real dispatcher and a worker.
+
+    Returns:
+        The rule and the batch id of its run (one batch: one account).
+    """
+    rule = await run_rule(settings, db, pause_then_body())
+    (batch_id,) = {r["batch_id"] for r in await records(db, rule_id=rule.id)}
+    return rule, batch_id
+
+
+async def fire_followup(settings: Settings, redis: Any, key: str, *, generation: int = 1) -> None:
+    """Make one follow-up's timer due now and let a real worker run it."""
+    job_id = followup_job_id(key, generation)
+    assert await redis.zscore(c.QUEUE_NAME, job_id) is not None, f"no timer for {key}"
+    await redis.zadd(c.QUEUE_NAME, {job_id: timestamp_ms() - 1})  # arq skips a score of 0
+    await work(settings)

@@ -67,6 +67,7 @@ _INDEXES: dict[str, list[IndexModel]] = {
     c.FOLLOWUPS: [
         IndexModel([("status", ASCENDING), ("due_at", ASCENDING)]),
         IndexModel([("batch_id", ASCENDING)]),
+        IndexModel([("rule_id", ASCENDING), ("due_at", ASCENDING)]),
     ],
 }
 

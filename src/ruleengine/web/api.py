@@ -18,7 +18,7 @@ from ruleengine.preview import preview_rule
 from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.rules.schedule import describe
 from ruleengine.store.rules import RuleDoc, VersionDoc
-from ruleengine.web import api_admin, api_records
+from ruleengine.web import api_admin, api_followups, api_records
 from ruleengine.web.jsonio import (
     ApiError,
     invalid,
@@ -259,4 +259,5 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/rules/{id}/rollback", rollback_rule)
     r.add_post("/api/rules/{id}/preview", preview_stored)
     api_records.add_routes(app)
+    api_followups.add_routes(app)
     api_admin.add_routes(app)

@@ -3,7 +3,11 @@
 Readiness asks each dependency with a short timeout, all at once, so a dead
 Redis or MongoDB makes the endpoint answer 503 quickly instead of hanging the
 load balancer's probe: MongoDB ping, Redis ping, the freshest worker heartbeat,
-the dispatcher's last tick, and the depth of the arq queue.
+the dispatcher's last tick, the depth of the arq queue, and the follow-ups:
+how many wait ``pending`` (stored while Redis was away, to be re-armed) and how
+many are overdue (their timer did not fire: see
+:mod:`ruleengine.web.followupreads`). Pending alone is healthy — that is the
+graceful degradation working; overdue is not.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ruleengine import __version__
 from ruleengine.constants import QUEUE_NAME
 from ruleengine.settings import Settings
 from ruleengine.store.db import Document
+from ruleengine.web.followupreads import OVERDUE_AFTER
 from ruleengine.web.jsonio import json_response
 from ruleengine.web.state import Services, services, settings_of, uptime_s
 
@@ -118,13 +123,32 @@ def _probes(svc: Services, settings: Settings) -> dict[str, Callable[[], Awaitab
     async def queue() -> Detail:
         return {"ok": True, "depth": await queue_depth(svc)}
 
+    async def followups() -> Detail:
+        return await followups_check(svc)
+
     return {
         "mongodb": mongodb,
         "redis": redis,
         "workers": workers,
         "dispatcher": dispatcher,
         "queue": queue,
+        "followups": followups,
     }
+
+
+async def followups_check(svc: Services) -> Detail:
+    """Pending and overdue follow-ups: unhealthy while any is overdue."""
+    pending, overdue = await asyncio.gather(
+        svc.followups.count(status="pending"), svc.followups.overdue(now=datetime.now(UTC))
+    )
+    limit = OVERDUE_AFTER.total_seconds()
+    detail: Detail = {"ok": overdue == 0, "pending": pending, "overdue": overdue}
+    if overdue:
+        detail["error"] = (
+            f"{overdue} follow-up(s) more than {limit / 60:g} min past due: their timer did not"
+            " fire (is a worker running? is Redis up?)"
+        )
+    return detail
 
 
 def _round(value: float | None) -> float | None:

@@ -2,7 +2,8 @@
 
 Request counters are updated by a middleware; the gauges that describe the
 whole product (queue depth, dispatcher tick age, live workers, active error
-groups, batches of the last hour) are read at scrape time, each with the
+groups, batches of the last hour, follow-ups by status and overdue) are read at
+scrape time, each with the
 readiness check's timeout. A source that cannot be read reports NaN rather than
 a stale number.
 """
@@ -30,6 +31,7 @@ from prometheus_client import (
 
 from ruleengine import constants as c
 from ruleengine.store.records import BatchStatus
+from ruleengine.web.followupreads import FOLLOWUP_STATUSES
 from ruleengine.web.health import CHECK_TIMEOUT_S, queue_depth, read_beats
 from ruleengine.web.state import Services, services
 
@@ -77,6 +79,17 @@ class WebMetrics:
             "ruleengine_batches_last_hour",
             "Batches started in the last hour, by status",
             ["status"],
+            registry=r,
+        )
+        self.followups = Gauge(
+            "ruleengine_followups_by_status",
+            "Follow-ups by status (pending, scheduled, running, done, skipped, failed)",
+            ["status"],
+            registry=r,
+        )
+        self.followups_overdue = Gauge(
+            "ruleengine_followups_overdue",
+            "Follow-ups still pending or scheduled more than 5 min past their due time",
             registry=r,
         )
 
@@ -137,11 +150,13 @@ def _value(value: float | None) -> float:
 
 async def refresh(metrics: WebMetrics, svc: Services) -> None:
     """Read the product-wide gauges (concurrently, each bounded by the check timeout)."""
-    depth, beats, active, batches = await asyncio.gather(
+    depth, beats, active, batches, followups, overdue = await asyncio.gather(
         _read("queue depth", queue_depth(svc)),
         _read("heartbeats", read_beats(svc)),
         _read("error groups", svc.errors.count(status="active")),
         _read("batches", _batches_last_hour(svc)),
+        _read("follow-ups", svc.followups.counts()),
+        _read("overdue follow-ups", svc.followups.overdue(now=datetime.now(UTC))),
     )
     metrics.queue_depth.set(_value(depth))
     metrics.active_error_groups.set(_value(active))
@@ -149,6 +164,9 @@ async def refresh(metrics: WebMetrics, svc: Services) -> None:
     metrics.dispatcher_tick_age.set(_value(None if beats is None else beats.dispatcher))
     for status in BATCH_STATUSES:
         metrics.batches_last_hour.labels(status).set(_value((batches or {}).get(status)))
+    for status in FOLLOWUP_STATUSES:
+        metrics.followups.labels(status).set(_value((followups or {}).get(status)))
+    metrics.followups_overdue.set(_value(overdue))
 
 
 async def metrics_handler(request: web.Request) -> web.Response:

@@ -27,6 +27,7 @@ from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.heartbeats import Heartbeats
 from ruleengine.store.records import BatchStore, ExecutionStore
 from ruleengine.store.rules import RuleStore
+from ruleengine.web.followupreads import FollowupReads
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class Services:
     errors: ErrorLog
     credentials: CredentialStore
     heartbeats: Heartbeats
+    followups: FollowupReads
 
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -80,6 +82,7 @@ def _open(settings: Settings) -> Services:
         errors=ErrorLog(db),
         credentials=CredentialStore(db, key),
         heartbeats=Heartbeats(db),
+        followups=FollowupReads(db),
     )
 
 

@@ -115,6 +115,27 @@ const RE = (() => {
     return seconds >= 0 ? "in " + text : text + " ago";
   }
 
+  /* 7080 → "1 h 58 min", 180 → "3 min", 42 → "42 s", 97200 → "1 d 3 h". */
+  function fmtDuration(seconds) {
+    const abs = Math.abs(Number(seconds));
+    if (!Number.isFinite(abs)) return "";
+    if (abs < 60) return Math.round(abs) + " s";
+    const minutes = Math.round(abs / 60);
+    if (minutes < 60) return minutes + " min";
+    const hours = Math.floor(minutes / 60);
+    if (hours < 24) return hours + " h" + (minutes % 60 ? " " + (minutes % 60) + " min" : "");
+    const days = Math.floor(hours / 24);
+    return days + " d" + (hours % 24 ? " " + (hours % 24) + " h" : "");
+  }
+
+  /* "in 1 h 58 min" or "3 min ago", from now. */
+  function fmtRelative(iso) {
+    if (!iso) return "";
+    const seconds = (new Date(iso).getTime() - Date.now()) / 1000;
+    if (!Number.isFinite(seconds)) return "";
+    return seconds >= 0 ? "in " + fmtDuration(seconds) : fmtDuration(seconds) + " ago";
+  }
+
   function timeCell(iso) {
     return el("td", { title: iso || "" }, fmtTime(iso), iso ? el("span", { class: "muted ago" }, fmtAgo(iso)) : null);
   }
@@ -223,7 +244,8 @@ const RE = (() => {
   document.addEventListener("DOMContentLoaded", initTokenBox);
 
   return {
-    api, el, badge, pretty, flash, failed, fmtTime, fmtAgo, fmtSeconds, fmtValue, timeCell,
+    api, el, badge, pretty, flash, failed, fmtTime, fmtAgo, fmtDuration, fmtRelative, fmtSeconds,
+    fmtValue, timeCell,
     pager, debounce, token, ApiFailure, conditionList, changeText,
   };
 })();

@@ -1,4 +1,5 @@
-/* Rule Logs screen: one row per batch, filters, pagination, live progress, per-entity detail. */
+/* Rule Logs screen: one row per batch, filters, pagination, live progress, per-entity detail,
+ * and under each execution with a `then` its follow-up (live status from /api/followups). */
 "use strict";
 
 (() => {
@@ -94,25 +95,112 @@
     const cell = el("td", { colspan: 8 }, el("span", { class: "muted" }, "loading…"));
     row.after(el("tr", { class: "detail-row", dataset: { batchId: row.dataset.batchId } }, cell));
     try {
-      const data = await api("GET", `/api/batches/${encodeURIComponent(row.dataset.batchId)}/executions`);
-      cell.replaceChildren(executionsTable(data.items));
+      const batchId = row.dataset.batchId;
+      const data = await api("GET", `/api/batches/${encodeURIComponent(batchId)}/executions`);
+      const live = data.items.some((r) => r.followup && r.followup.key) ? await liveFollowups(batchId) : new Map();
+      cell.replaceChildren(executionsTable(data.items, live));
     } catch (err) {
       cell.replaceChildren(el("span", { class: "error-line" }, err.message));
     }
   }
 
-  function executionsTable(items) {
+  /* The batch's follow-ups as they are now (key → follow-up), or null when they cannot be read. */
+  async function liveFollowups(batchId) {
+    try {
+      const page = await api("GET", "/api/followups?" + new URLSearchParams({ batch_id: batchId, limit: 500 }).toString());
+      return new Map(page.items.map((f) => [f.id, f]));
+    } catch (_err) {
+      return null;  // the rows say the status shown is the one recorded
+    }
+  }
+
+  function executionsTable(items, live) {
     if (!items.length) return el("p", { class: "muted" }, "No execution records (yet) for this batch.");
+    const runs = new Map();  // follow-up key → its execution records in this batch
+    for (const r of items.filter((r) => r.kind === "followup")) {
+      runs.set(r.followup_key, [...(runs.get(r.followup_key) || []), r]);
+    }
+    const rows = [];
+    for (const r of items.filter((r) => r.kind !== "followup")) {
+      rows.push(executionRow(r));
+      if (!r.followup) continue;
+      rows.push(followupRow(r, live, runs.get(r.followup.key) || []));
+      runs.delete(r.followup.key);
+    }
+    for (const orphans of runs.values()) rows.push(...orphans.map(followupRecordRow));
     return el("table", { class: "grid compact executions" },
       el("thead", {}, el("tr", {}, ["Entity", "Task", "Conditions", "Before → after", "Outcome", "Reason", "Next allowed"].map((h) => el("th", {}, h)))),
-      el("tbody", {}, items.map((r) => el("tr", { class: "outcome-" + r.outcome, dataset: { entityId: r.entity_id } },
-        el("td", {}, el("div", {}, r.entity_name || r.entity_id), el("div", { class: "muted" }, r.entity_id)),
-        el("td", {}, r.task_id, el("div", { class: "muted" }, "match " + r.match)),
-        el("td", {}, RE.conditionList(r.conditions)),
-        el("td", {}, RE.changeText(r), r.clamped_by && r.clamped_by.length ? el("div", { class: "muted" }, "clamped by " + r.clamped_by.join(", ")) : null),
-        el("td", {}, badge(r.outcome)),
-        el("td", {}, r.reason || "", r.error ? el("div", { class: "error-line" }, r.error.message || JSON.stringify(r.error)) : null),
-        el("td", { title: r.next_execute_at || "" }, r.next_execute_at ? fmtTime(r.next_execute_at) : "—")))));
+      el("tbody", {}, rows));
+  }
+
+  function entityCell(r) {
+    return el("td", {}, el("div", {}, r.entity_name || r.entity_id), el("div", { class: "muted" }, r.entity_id));
+  }
+
+  function executionRow(r) {
+    return el("tr", { class: "outcome-" + r.outcome, dataset: { entityId: r.entity_id } },
+      entityCell(r),
+      el("td", {}, r.task_id, el("div", { class: "muted" }, "match " + r.match)),
+      el("td", {}, RE.conditionList(r.conditions)),
+      el("td", {}, RE.changeText(r), r.clamped_by && r.clamped_by.length ? el("div", { class: "muted" }, "clamped by " + r.clamped_by.join(", ")) : null),
+      el("td", {}, badge(r.outcome)),
+      el("td", {}, r.reason || "", r.error ? el("div", { class: "error-line" }, r.error.message || JSON.stringify(r.error)) : null),
+      el("td", { title: r.next_execute_at || "" }, r.next_execute_at ? fmtTime(r.next_execute_at) : "—"));
+  }
+
+  /* Under an execution: what its `then` will do and when, where it stands now, and how it ran. */
+  function followupRow(record, live, runs) {
+    const snapshot = record.followup;
+    const body = snapshot.key
+      ? [followupPlan(snapshot, live), ...runs.map(runLine)]
+      : [el("div", { class: "error-line" }, "the follow-up could not be stored: " + (snapshot.error || "unknown error"))];
+    return el("tr", { class: "followup-row", dataset: { followupKey: snapshot.key || "", entityId: record.entity_id } },
+      el("td", { class: "muted followup-arrow" }, "↳ follow-up"),
+      el("td", { colspan: 6 }, body));
+  }
+
+  function followupPlan(snapshot, live) {
+    const current = live ? live.get(snapshot.key) : null;
+    const followup = current || snapshot;
+    let note = null;
+    if (!live) note = "status as recorded when it was scheduled (live status unavailable)";
+    else if (!current) note = "replaced by a later run of this rule (status as recorded)";
+    else if (current.overdue) note = "overdue: its timer did not fire — is a worker running, is Redis up?";
+    return el("div", { class: "followup-plan" },
+      el("strong", {}, "then: " + followup.do), " · due ",
+      el("span", { class: "due", title: followup.due_at || "" }, fmtTime(followup.due_at)),
+      el("span", { class: "muted" }, " (" + RE.fmtRelative(followup.due_at) + ") "),
+      badge(followup.status),
+      followup.reason ? el("span", { class: "reason" }, followup.reason) : null,
+      note ? el("div", { class: current && current.overdue ? "warn-line" : "muted" }, note) : null);
+  }
+
+  function lateText(lateS) {
+    if (lateS === null || lateS === undefined) return "";
+    return Number(lateS) < 60 ? "ran on time" : "ran " + RE.fmtDuration(lateS) + " late";
+  }
+
+  /* "then: activate — done, ran 25 min late · status: PAUSED → ACTIVE" or "… — skipped: changed_by_someone_else". */
+  function runText(run) {
+    const what = String((run.action && run.action.type) || "then").replace(/^then:/, "then: ");
+    const result = { applied: "done", no_change: "done (nothing to change)" }[run.outcome]
+      || run.outcome + (run.reason ? ": " + run.reason : "");
+    const parts = [what + " — " + result, lateText(run.late_s)].filter(Boolean);
+    const change = RE.changeText(run);
+    return [parts.join(", "), change !== "—" ? el("span", { class: "muted" }, " · " + change) : null,
+      run.error ? el("div", { class: "error-line" }, run.error.message || JSON.stringify(run.error)) : null];
+  }
+
+  function runLine(run) {
+    return el("div", { class: "followup-run outcome-" + run.outcome }, runText(run));
+  }
+
+  /* A follow-up's execution record whose original execution is not in this batch's list. */
+  function followupRecordRow(run) {
+    return el("tr", { class: "followup-record outcome-" + run.outcome, dataset: { entityId: run.entity_id, followupKey: run.followup_key } },
+      entityCell(run),
+      el("td", {}, run.task_id, el("div", { class: "muted" }, "follow-up")),
+      el("td", { colspan: 5 }, runLine(run)));
   }
 
   /* Refresh only the RUNNING rows, in place, so expanded rows stay open. */

@@ -1,0 +1,104 @@
+"""docs/rules.md stays true to the rule model, and every example rule stays valid.
+
+The reference names every action type, follow-up, special key, period, metric and
+top-level property the model knows; every JSON block in it that is a whole rule
+validates; so does every file in ``examples/rules``. Change the model and this test
+says which part of the reference to update.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, get_args
+
+import orjson
+import pytest
+
+from ruleengine.errors import RuleValidationError
+from ruleengine.rules.metrics import SPECIAL_KEYS, known_names
+from ruleengine.rules.model import (
+    ACTION_TYPES,
+    FILTER_FIELDS,
+    NOTIFY_PLACEHOLDERS,
+    RENAME_PLACEHOLDERS,
+    FilterOperator,
+    FollowUpDo,
+    Period,
+    parse_rule,
+    rule_json_schema,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES_MD = ROOT / "docs" / "rules.md"
+EXAMPLES = sorted((ROOT / "examples" / "rules").glob("*.json"))
+_JSON_BLOCK = re.compile(r"```json\n(.*?)```", re.DOTALL)
+
+
+@pytest.fixture(scope="module")
+def reference() -> str:
+    return RULES_MD.read_text(encoding="utf-8")
+
+
+def _missing(reference: str, names: Any) -> list[str]:
+    """The names that do not appear in the reference as inline code (`name`)."""
+    return sorted(n for n in names if f"`{n}`" not in reference)
+
+
+@pytest.mark.parametrize(
+    ("what", "names"),
+    [
+        ("action types", ACTION_TYPES),
+        ("follow-up 'do' values", get_args(FollowUpDo)),
+        ("special keys", SPECIAL_KEYS),
+        ("periods", get_args(Period)),
+        ("filter operators", get_args(FilterOperator)),
+        ("filter fields", set().union(*FILTER_FIELDS.values())),
+        ("metrics", [n.split(".<")[0] for n in known_names()]),
+        ("top-level properties", rule_json_schema()["properties"]),
+        ("notification placeholders", [f"{{{p}}}" for p in NOTIFY_PLACEHOLDERS]),
+        ("rename placeholders", [f"{{{p}}}" for p in RENAME_PLACEHOLDERS]),
+    ],
+)
+def test_the_reference_mentions_everything_the_model_knows(
+    reference: str, what: str, names: Any
+) -> None:
+    assert _missing(reference, names) == [], f"docs/rules.md does not mention these {what}"
+
+
+def _whole_rules(reference: str) -> list[tuple[int, str]]:
+    """(line number, text) of every ```json block that looks like a whole rule."""
+    blocks = []
+    for match in _JSON_BLOCK.finditer(reference):
+        if '"tasks"' in match.group(1):
+            blocks.append((reference.count("\n", 0, match.start()) + 1, match.group(1)))
+    return blocks
+
+
+def test_the_reference_has_whole_rule_examples(reference: str) -> None:
+    assert len(_whole_rules(reference)) >= 2
+
+
+def test_every_whole_rule_in_the_reference_is_valid(reference: str) -> None:
+    problems = []
+    for line, text in _whole_rules(reference):
+        try:
+            parse_rule(text)
+        except RuleValidationError as exc:
+            problems.append(f"docs/rules.md:{line}: {exc}")
+    assert problems == []
+
+
+def test_every_json_block_in_the_reference_is_json(reference: str) -> None:
+    for match in _JSON_BLOCK.finditer(reference):
+        orjson.loads(match.group(1))  # a typo in a snippet fails here, with its text
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_every_example_rule_is_valid(path: Path) -> None:
+    rule = parse_rule(path.read_bytes())
+    assert rule.name
+
+
+def test_there_are_example_rules() -> None:
+    assert EXAMPLES, "examples/rules/*.json is empty"
