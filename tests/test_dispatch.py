@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import gc
 import os
 import signal
 import subprocess
 import sys
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -141,6 +143,9 @@ async def test_a_rule_over_three_accounts_becomes_three_jobs(
     assert len(payload.entities) == 10  # the [AUTO] campaigns
     assert any(e.daily_budget for e in payload.entities)  # budget fields: the rule references one
     assert jobs[0]["f"] == c.EVALUATE_JOB
+    # a job not started before the rule's next run expires instead of running late
+    ttl_ms = await redis.pttl(b"arq:job:" + (await redis.zrange(c.QUEUE_NAME, 0, 0))[0])
+    assert 0 < ttl_ms <= (15 * 60 - 3) * 1000
     assert SANDBOX_TOKEN.encode() not in await all_redis_bytes(redis)
     stored = await RuleStore(db).get(rule.id)
     assert stored.next_execute_at == T0 + timedelta(minutes=15)
@@ -459,3 +464,38 @@ def test_payload_round_trips_through_the_orjson_serializer() -> None:
 
     assert deserialize(serialize(payload)) == payload
     assert orjson.loads(serialize({"x": 1})) == {"x": 1}
+
+
+async def test_a_mongodb_outage_does_not_stop_the_dispatcher(
+    settings: Settings, redis: Any, tmp_path: Path
+) -> None:
+    from ruleengine.embedded import start_mongodb
+    from ruleengine.store.db import create_client, database, ensure_indexes
+
+    with ProcessGroup(log_dir=tmp_path) as group:
+        mongo = start_mongodb(group, port=free_port(), storage_path=":memory:")
+        own = settings.model_copy(update={"mongodb_url": mongo.address})
+        client = create_client(own, serverSelectionTimeoutMS=300)
+        db = database(client, own)
+        await ensure_indexes(db)
+        session = GraphSession(own)
+        queue = connect_queue(own)
+        dispatcher = Dispatcher(
+            own, db=db, queue=queue, reader=GraphReader.from_settings(session), owner="t"
+        )
+        try:
+            group.stop_all()
+            report = await dispatcher.tick()
+            assert report is not None
+            assert report.degraded == "mongodb_unreachable"
+            assert (await dispatcher.tick()) is not None  # and it keeps ticking
+        finally:
+            await session.close()
+            await queue.aclose()
+            await client.close()
+            await asyncio.sleep(0.2)
+            # pymongo leaves the socket of a reconnect attempt to the dead server to the
+            # garbage collector; collect it here, where that is expected
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ResourceWarning)
+                gc.collect()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import random
 import signal
 import socket
 import subprocess
@@ -12,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from ruleengine.embedded import free_port, port_answers
+from ruleengine.embedded import port_answers
 
 COMPONENTS = (
     "mongodb",
@@ -56,23 +57,36 @@ def read_until_ready(process: subprocess.Popen[str], timeout_s: float) -> list[s
     raise AssertionError(f"no 'ready' line; got: {seen}")
 
 
-def _free_pair() -> int:
-    """A port whose successor is free too."""
-    while True:
-        port = free_port()
-        if port < 65535 and not port_answers(port + 1):
-            with socket.socket() as probe:
-                try:
-                    probe.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-            return port
+def _quiet_ports(count: int) -> list[int]:
+    """Free ports below the kernel's ephemeral range, in consecutive pairs' reach.
+
+    The stack's own outgoing connections take ephemeral ports; a port picked from
+    that range could be taken by one of them before the component listens on it.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    candidates = list(range(max(1024, low - 8000), low - 2, 2))
+    random.shuffle(candidates)
+    ports: list[int] = []
+    for port in candidates:
+        if all(_bindable(p) for p in (port, port + 1)):
+            ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise AssertionError("no free ports below the ephemeral range")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def test_up_starts_everything_and_ctrl_c_leaves_nothing_behind(tmp_path: Path) -> None:
-    ports = {
-        name: free_port() for name in ("mongodb", "redis", "sandbox", "web", "dispatcher", "worker")
-    }
+    names = ("mongodb", "redis", "sandbox", "web", "dispatcher", "worker")  # worker-2: worker + 1
+    ports = dict(zip(names, _quiet_ports(len(names)), strict=True))
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("RULEENGINE_")},
         "RULEENGINE_DATA_DIR": str(tmp_path / "var"),

@@ -62,13 +62,18 @@ def _file_error(message: str) -> Any:
 
 
 def _validate_files(
-    paths: Sequence[Path], out: TextIO, *, accounts: set[str] | None = None
+    paths: Sequence[Path],
+    out: TextIO,
+    *,
+    accounts: set[str] | None = None,
+    webhooks: set[str] | None = None,
 ) -> list[tuple[Path, Rule]]:
     """Parse every file; print ``FILE: path: message`` per problem. Returns the valid rules."""
     valid: list[tuple[Path, Rule]] = []
     for path in paths:
         try:
-            valid.append((path, parse_rule(_load_file(path), accounts=accounts)))
+            rule = parse_rule(_load_file(path), accounts=accounts, webhooks=webhooks)
+            valid.append((path, rule))
         except RuleValidationError as exc:
             for error in exc.errors:
                 where = f"{error.path}: " if error.path else ""
@@ -93,7 +98,8 @@ def cmd_rules_validate(args: argparse.Namespace, settings: Settings) -> int:
 async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
     async with _database(settings) as db:
         accounts = await CredentialStore(db, load_key(settings, create=False)).ids()
-        valid = _validate_files(args.files, sys.stdout, accounts=accounts)
+        webhooks = set(settings.webhooks)
+        valid = _validate_files(args.files, sys.stdout, accounts=accounts, webhooks=webhooks)
         if len(valid) != len(args.files):
             print("nothing applied: fix the errors above first", file=sys.stderr)
             return 1
@@ -269,8 +275,12 @@ def _add_accounts(sub: Any) -> None:
     )
     add.add_argument("account", help="ad account id, e.g. act_123456")
     add.add_argument("--name", help="display name")
-    add.add_argument("--timezone", default="UTC", help="the account's timezone (UTC)")
-    add.add_argument("--currency", default="USD", help="the account currency (USD)")
+    add.add_argument(
+        "--timezone", help="the account's timezone (new accounts: UTC; kept when re-adding)"
+    )
+    add.add_argument(
+        "--currency", help="the account currency (new accounts: USD; kept when re-adding)"
+    )
     add.add_argument("--token-env", metavar="VAR", help="read the token from this variable")
     add.add_argument(
         "--create-key",

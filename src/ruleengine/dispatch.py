@@ -25,11 +25,12 @@ import traceback
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 from arq.connections import ArqRedis
+from pymongo.errors import PyMongoError
 from redis.exceptions import RedisError
 
 from ruleengine import constants as c
@@ -117,6 +118,18 @@ class SweepReport:
         }
 
 
+@dataclass(frozen=True)
+class _RuleRun:
+    """One scheduled execution of a rule being dispatched."""
+
+    doc: RuleDoc
+    rule: Rule
+    scheduled: datetime
+    next_at: datetime
+    now: datetime
+    fence: int
+
+
 class LostLease(RuleEngineError):
     """Another dispatcher took the lease during the sweep."""
 
@@ -180,8 +193,13 @@ class Dispatcher:
         if fence is None:
             await self._beat(f"dispatcher-standby:{self.owner}", now, role="standby", report=None)
             return None
-        report = await self.sweep(now, fence)
-        await self._rearm_followups(now, report)
+        try:
+            report = await self.sweep(now, fence)
+            await self._rearm_followups(now, report)
+        except PyMongoError as exc:
+            # keep ticking: MongoDB coming back is the next tick's business
+            log.warning("MongoDB unreachable (%s): nothing dispatched this tick", exc)
+            report = SweepReport(degraded="mongodb_unreachable")
         await self._beat("dispatcher", now, role="leader", report=report)
         return report
 
@@ -313,6 +331,8 @@ class Dispatcher:
         """Enqueue a rule's jobs; the (id, expected, next) advance when all went out."""
         assert doc.next_execute_at is not None
         scheduled = doc.next_execute_at
+        next_at = next_run(rule.schedule, scheduled=scheduled, now=now, tz=rule.zone())
+        run = _RuleRun(doc, rule, scheduled, next_at, now, fence)
         async with self._limit:
             if report.degraded:
                 return None
@@ -327,30 +347,19 @@ class Dispatcher:
                         )
                         report.skipped.append(f"{doc.id}/{account}")
                         continue
-                    await self._enqueue(doc, rule, account, listing, scheduled, now, fence, report)
+                    await self._enqueue(run, account, listing, report)
             except (RedisError, OSError, LostLease) as exc:
                 report.degraded = (
                     "lost_lease" if isinstance(exc, LostLease) else "redis_unreachable"
                 )
                 log.warning("rule %s not dispatched, stays due: %s", doc.id, exc)
                 return None
-        return (
-            doc.id,
-            scheduled,
-            next_run(rule.schedule, scheduled=scheduled, now=now, tz=rule.zone()),
-        )
+        return doc.id, scheduled, next_at
 
     async def _enqueue(
-        self,
-        doc: RuleDoc,
-        rule: Rule,
-        account: str,
-        entities: list[Entity],
-        scheduled: datetime,
-        now: datetime,
-        fence: int,
-        report: SweepReport,
+        self, run: _RuleRun, account: str, entities: list[Entity], report: SweepReport
     ) -> None:
+        doc, scheduled, now = run.doc, run.scheduled, run.now
         batch_id = batch_id_for(doc.id, account, scheduled)
         marker = f"{c.DISPATCHED_KEY_PREFIX}{batch_id}"
         if await self.queue.exists(marker):
@@ -367,13 +376,16 @@ class Dispatcher:
             entities=entities,
             scheduled_at=scheduled,
             dispatched_at=now,
-            fence=fence,
+            fence=run.fence,
         )
         job = await self.queue.enqueue_job(
             c.EVALUATE_JOB,
             payload.to_job(),
             _job_id=evaluate_job_id(batch_id),
             _queue_name=c.QUEUE_NAME,
+            # A job that could not start before the rule's next run is dropped, not run late:
+            # after a worker outage the backlog never bursts, the next scheduled run decides.
+            _expires=max(run.next_at - now, timedelta(seconds=self.settings.tick_seconds)),
         )
         # The marker is set only after the job is in: a crash in between re-enqueues, never loses.
         await self.queue.set(marker, now.isoformat(), ex=DISPATCHED_TTL_S)
@@ -409,7 +421,12 @@ async def run_dispatcher(settings: Settings, *, once: bool) -> int:
     queue = connect_queue(settings)
     session = GraphSession(settings, methods=READ_ONLY)
     metrics = DispatcherMetrics()
-    serve(metrics.registry, settings.dispatcher_metrics_port, what="dispatcher")
+    serve(
+        metrics.registry,
+        settings.dispatcher_metrics_port,
+        what="dispatcher",
+        host=settings.metrics_host,
+    )
     dispatcher = Dispatcher(
         settings, db=db, queue=queue, reader=GraphReader.from_settings(session), metrics=metrics
     )

@@ -49,7 +49,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     await ensure_indexes(db)
     queue = connect_queue(settings)
     metrics = WorkerMetrics()
-    serve(metrics.registry, settings.worker_metrics_port, what="worker")
+    serve(metrics.registry, settings.worker_metrics_port, what="worker", host=settings.metrics_host)
     engine = build_engine(settings, db=db, redis=queue, worker=_worker_name())
     if engine.followups is not None:
         engine.followups.on_result = lambda result, n: metrics.followups.labels(result=result).inc(
@@ -146,6 +146,9 @@ def worker_kwargs(settings: Settings) -> dict[str, Any]:
         "ctx": {"settings": settings},
         "max_jobs": settings.worker_max_jobs,
         "job_timeout": timedelta(seconds=settings.job_timeout_s),
+        # on SIGTERM (a deploy, systemctl restart) let running jobs finish instead of
+        # cancelling them half-way, which would leave their batches to the reaper
+        "job_completion_wait": settings.job_timeout_s,
         "max_tries": 1,
         "retry_jobs": False,
         "keep_result": 0,

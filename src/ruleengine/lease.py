@@ -55,6 +55,7 @@ class Lease:
         self.owner = owner
         self.ttl_ms = ttl_ms
         self.fence: int | None = None
+        self._role: str | None = None  # for logging changes of role only
 
     async def acquire(self) -> int | None:
         """Take or renew the lease; the fencing token when we hold it, else None."""
@@ -62,14 +63,15 @@ class Lease:
             await self._redis.eval(_ACQUIRE, 2, LEASE_KEY, FENCE_KEY, self.owner, self.ttl_ms)
         )
         fence = result if result > 0 else None
-        if fence != self.fence:
+        role = "leader" if fence is not None else "standby"
+        if role != self._role or fence != self.fence:
             if fence is not None:
                 log.info("dispatcher %s is now the leader (fence %d)", self.owner, fence)
             else:
                 log.info(
                     "dispatcher %s is on standby: another instance holds the lease", self.owner
                 )
-        self.fence = fence
+        self.fence, self._role = fence, role
         return fence
 
     async def holds(self, fence: int) -> bool:

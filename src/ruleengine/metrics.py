@@ -87,12 +87,12 @@ class WorkerMetrics:
         )
 
 
-def serve(registry: CollectorRegistry, port: int, *, what: str) -> None:
-    """Serve ``registry`` on 127.0.0.1:``port`` (0 = off); a busy port is logged, not fatal."""
+def serve(registry: CollectorRegistry, port: int, *, what: str, host: str = "127.0.0.1") -> None:
+    """Serve ``registry`` on ``host:port`` (port 0 = off); a busy port is logged, not fatal."""
     if port <= 0:
         return
     try:
-        start_http_server(port, addr="127.0.0.1", registry=registry)
-        log.info("%s metrics on http://127.0.0.1:%d/metrics", what, port)
+        start_http_server(port, addr=host, registry=registry)
+        log.info("%s metrics on http://%s:%d/metrics", what, host, port)
     except OSError as exc:
         log.warning("%s metrics port %d unavailable (%s); metrics not served", what, port, exc)

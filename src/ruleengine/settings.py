@@ -42,6 +42,7 @@ class Settings(BaseSettings):
     tick_seconds: float = Field(default=10.0, gt=0)
     dispatch_concurrency: int = Field(default=32, ge=1)
     dispatcher_metrics_port: int = 9101
+    metrics_host: str = "127.0.0.1"
 
     # worker
     worker_max_jobs: int = Field(default=10, ge=1)

@@ -45,3 +45,13 @@ def test_key_file_is_created_only_when_asked(settings: Settings) -> None:
     key = load_key(bare, create=True)
     assert load_key(bare) == key
     assert (bare.data_dir / "token-encryption.key").stat().st_mode & 0o777 == 0o600
+
+
+async def test_rotating_a_token_keeps_the_accounts_timezone_and_currency(db: Database) -> None:
+    store = CredentialStore(db, Fernet.generate_key())
+    await store.add("act_9", TOKEN, now=NOW, name="Tokyo", timezone="Asia/Tokyo", currency="jpy")
+    rotated = await store.add("act_9", TOKEN + "new", now=NOW)
+    assert (rotated.name, rotated.timezone, rotated.currency) == ("Tokyo", "Asia/Tokyo", "JPY")
+    assert await store.token(token_ref("act_9")) == TOKEN + "new"
+    fresh = await store.add("act_10", TOKEN, now=NOW)
+    assert (fresh.name, fresh.timezone, fresh.currency) == ("act_10", "UTC", "USD")

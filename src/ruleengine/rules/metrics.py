@@ -73,8 +73,6 @@ _COUNT_FIELDS: Final = frozenset(
         "unique_clicks",
         "inline_link_clicks",
         "unique_inline_link_clicks",
-        "outbound_clicks_total",
-        "conversions_total",
     }
 )
 _MONEY_FIELDS: Final = frozenset({"spend", "social_spend"})

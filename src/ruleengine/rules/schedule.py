@@ -4,9 +4,9 @@ Interval schedules count from the previous *scheduled* time, not from when the
 dispatcher got round to it, so dispatch lag never makes a schedule drift; slots
 missed while the dispatcher was behind are skipped, never burst. Timetable
 slots are local wall-clock times in the rule's timezone (zoneinfo, so DST is
-handled): a slot that falls into a spring-forward gap runs at the same instant
-the clock jumps to, and a slot inside a fall-back hour runs once, at its first
-occurrence.
+handled): a slot that falls into a spring-forward gap runs shifted by the gap
+(02:30 becomes 03:30 when clocks jump from 02:00 to 03:00), and a slot inside a
+fall-back hour runs once, at its first occurrence.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def next_interval(scheduled: datetime, *, every: timedelta, now: datetime) -> da
 
 def _local_slot(day: date, slot: time, tz: ZoneInfo) -> datetime:
     # fold=0: in a fall-back hour this is the first occurrence; in a spring-forward
-    # gap zoneinfo applies the pre-transition offset, i.e. the instant the clock jumps to.
+    # gap zoneinfo applies the pre-transition offset, shifting the slot by the gap.
     return datetime.combine(day, slot, tzinfo=tz).replace(fold=0).astimezone(UTC)
 
 

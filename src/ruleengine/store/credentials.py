@@ -97,24 +97,31 @@ class CredentialStore:
         *,
         now: datetime,
         name: str | None = None,
-        timezone: str = "UTC",
-        currency: str = "USD",
+        timezone: str | None = None,
+        currency: str | None = None,
     ) -> Account:
-        """Register (or update) an account and its token."""
+        """Register an account, or rotate its token (what is not given is kept).
+
+        A new account without ``timezone``/``currency`` gets UTC/USD.
+        """
         if not token.strip():
             raise CredentialsError("the access token is empty")
+        given = {"name": name, "timezone": timezone, "currency": currency and currency.upper()}
+        changes = {k: v for k, v in given.items() if v}
+        defaults = {"name": account_id, "timezone": "UTC", "currency": "USD"}
         doc = await self._accounts.find_one_and_update(
             {"_id": account_id},
             {
                 "$set": {
-                    "name": name or account_id,
-                    "timezone": timezone,
-                    "currency": currency.upper(),
+                    **changes,
                     "token_encrypted": self._fernet.encrypt(token.strip().encode()),
                     "token_fingerprint": fingerprint(token.strip()),
                     "updated_at": now,
                 },
-                "$setOnInsert": {"created_at": now},
+                "$setOnInsert": {
+                    "created_at": now,
+                    **{k: v for k, v in defaults.items() if k not in changes},
+                },
             },
             upsert=True,
             return_document=ReturnDocument.AFTER,

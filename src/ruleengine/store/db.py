@@ -21,9 +21,8 @@ def create_client(settings: Settings, **options: Any) -> AsyncMongoClient[Docume
         settings.mongodb_url,
         tz_aware=True,
         tzinfo=UTC,
-        serverSelectionTimeoutMS=5000,
         appname="ruleengine",
-        **options,
+        **({"serverSelectionTimeoutMS": 5000} | options),
     )
 
 
