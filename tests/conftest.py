@@ -154,3 +154,27 @@ async def accounts(db: Database, settings: Settings, sandbox: SandboxAdmin) -> l
             currency=currency,
         )
     return list(SANDBOX_ACCOUNTS)
+
+
+@pytest.fixture
+async def webhook(settings: Settings) -> AsyncIterator[tuple[Settings, list[dict[str, Any]]]]:
+    """A local webhook receiver named ``ops`` in a copy of the settings, and what it received."""
+    from aiohttp import web
+    from pydantic import SecretStr
+
+    received: list[dict[str, Any]] = []
+
+    async def receive(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/hook", receive)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = SecretStr(f"http://127.0.0.1:{runner.addresses[0][1]}/hook")
+    try:
+        yield settings.model_copy(update={"webhooks": {"ops": url}}), received
+    finally:
+        await runner.cleanup()

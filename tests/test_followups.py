@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -11,7 +11,6 @@ from zoneinfo import ZoneInfo
 import aiohttp
 import orjson
 import pytest
-from aiohttp import web
 from arq.constants import job_key_prefix
 from arq.utils import timestamp_ms
 from pydantic import SecretStr
@@ -57,6 +56,16 @@ def pause_then(then: dict[str, Any], **extra: Any) -> dict[str, Any]:
             }
         ],
     }
+
+
+def raise_then(then: dict[str, Any], *, percent: int) -> dict[str, Any]:
+    """A rule raising the budget of "[AUTO] Prospecting US 1" by ``percent``, then ``then``."""
+    winner = [{"field": "name", "operator": "EQUAL", "value": "[AUTO] Prospecting US 1"}]
+    data = pause_then(then, filters=winner, action={"type": "increase_budget", "percent": percent})
+    data["tasks"][0]["conditions"] = [
+        {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
+    ]
+    return data
 
 
 async def fast_forward(redis: Any) -> int:
@@ -182,15 +191,7 @@ async def test_someone_reactivating_by_hand_makes_the_follow_up_step_aside(
 async def test_a_budget_changed_by_hand_is_not_restored(
     wired: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
 ) -> None:
-    winner = [{"field": "name", "operator": "EQUAL", "value": "[AUTO] Prospecting US 1"}]
-    data = pause_then(
-        {"after_minutes": 60, "do": "restore_budget"},
-        filters=winner,
-        action={"type": "increase_budget", "percent": 20},
-    )
-    data["tasks"][0]["conditions"] = [
-        {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
-    ]
+    data = raise_then({"after_minutes": 60, "do": "restore_budget"}, percent=20)
     await run_rule(wired, db, data)
     followup = await db[c.FOLLOWUPS].find_one({})
     assert followup is not None
@@ -209,15 +210,7 @@ async def test_a_budget_changed_by_hand_is_not_restored(
 async def test_a_restored_budget_returns_to_the_value_before(
     wired: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
 ) -> None:
-    winner = [{"field": "name", "operator": "EQUAL", "value": "[AUTO] Prospecting US 1"}]
-    data = pause_then(
-        {"at_time": "23:00", "do": "restore_budget"},
-        filters=winner,
-        action={"type": "increase_budget", "percent": 20},
-    )
-    data["tasks"][0]["conditions"] = [
-        {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
-    ]
+    data = raise_then({"at_time": "23:00", "do": "restore_budget"}, percent=20)
     await run_rule(wired, db, data)
     followup = await db[c.FOLLOWUPS].find_one({})
     assert followup is not None
@@ -233,15 +226,7 @@ async def test_a_restored_budget_returns_to_the_value_before(
 async def test_rescheduling_the_same_key_replaces_the_earlier_follow_up(
     wired: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
 ) -> None:
-    winner = [{"field": "name", "operator": "EQUAL", "value": "[AUTO] Prospecting US 1"}]
-    data = pause_then(
-        {"after_minutes": 60, "do": "restore_budget"},
-        filters=winner,
-        action={"type": "increase_budget", "percent": 10},
-    )
-    data["tasks"][0]["conditions"] = [
-        {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
-    ]
+    data = raise_then({"after_minutes": 60, "do": "restore_budget"}, percent=10)
     rule = await save_rule(db, data)
     start = datetime.now(UTC)
     for run in range(2):
@@ -336,34 +321,14 @@ async def test_redis_down_while_scheduling_keeps_the_follow_up_pending_then_runs
     assert [w["params"].get("status") for w in writes] == ["PAUSED", "ACTIVE"]
 
 
-@pytest.fixture
-async def hook(settings: Settings) -> AsyncIterator[tuple[Settings, list[dict[str, Any]]]]:
-    received: list[dict[str, Any]] = []
-
-    async def receive(request: web.Request) -> web.Response:
-        received.append(await request.json())
-        return web.json_response({"ok": True})
-
-    app = web.Application()
-    app.router.add_post("/hook", receive)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = SecretStr(f"http://127.0.0.1:{runner.addresses[0][1]}/hook")
-    try:
-        yield settings.model_copy(update={"webhooks": {"ops": url}}), received
-    finally:
-        await runner.cleanup()
-
-
 async def test_a_notify_follow_up_posts_the_rendered_text(
-    hook: tuple[Settings, list[dict[str, Any]]],
+    webhook: tuple[Settings, list[dict[str, Any]]],
     db: Database,
     redis: Any,
     accounts: list[str],
     sandbox: SandboxAdmin,
 ) -> None:
-    settings, received = hook
+    settings, received = webhook
     then = {
         "after_minutes": 10,
         "do": "notify",

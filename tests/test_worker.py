@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,7 @@ from zoneinfo import ZoneInfo
 
 import aiohttp
 import pytest
-from aiohttp import web
 from arq.worker import Worker
-from pydantic import SecretStr
 
 from flow import dispatch, records, run_rule, save_rule, work
 from ruleengine import constants as c
@@ -252,29 +249,6 @@ async def test_ad_set_budgets_change_at_most_4_times_an_hour(
 
 
 # ---------------------------------------------------------------- every action
-
-
-@pytest.fixture
-async def webhook(settings: Settings) -> AsyncIterator[tuple[Settings, list[dict[str, Any]]]]:
-    received: list[dict[str, Any]] = []
-
-    async def hook(request: web.Request) -> web.Response:
-        received.append(await request.json())
-        return web.json_response({"ok": True})
-
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    hook_url = SecretStr(f"http://127.0.0.1:{port}/hook")
-    configured = settings.model_copy(update={"webhooks": {"ops": hook_url}})
-    try:
-        yield configured, received
-    finally:
-        await runner.cleanup()
 
 
 async def test_every_action_type_changes_the_sandbox_and_records_before_after(
