@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -102,3 +103,18 @@ async def run_rule(settings: Settings, db: Database, data: dict[str, Any]) -> Ru
 async def records(db: Database, **query: Any) -> list[dict[str, Any]]:
     """Execution records matching ``query``, oldest first."""
     return [d async for d in db["executions"].find(query).sort("_id")]
+
+
+def process_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment of a child process (dispatcher, worker, web) using ``settings``."""
+    assert settings.token_encryption_key is not None
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RULEENGINE_")}
+    return base | {
+        "RULEENGINE_MONGODB_URL": settings.mongodb_url,
+        "RULEENGINE_MONGODB_DATABASE": settings.mongodb_database,
+        "RULEENGINE_REDIS_URL": settings.redis_url,
+        "RULEENGINE_GRAPH_URL": settings.graph_url,
+        "RULEENGINE_TOKEN_ENCRYPTION_KEY": settings.token_encryption_key.get_secret_value(),
+        "RULEENGINE_DATA_DIR": str(settings.data_dir),
+        **{f"RULEENGINE_{k.upper()}": v for k, v in extra.items()},
+    }

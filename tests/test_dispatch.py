@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import gc
-import os
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
+from flow import process_env
 from ruleengine import constants as c
 from ruleengine.dispatch import Dispatcher
 from ruleengine.embedded import ProcessGroup, free_port, start_redis
@@ -316,17 +316,7 @@ async def test_redis_down_during_a_sweep_holds_the_rule_back_until_it_returns(
 
 
 def dispatcher_env(settings: Settings) -> dict[str, str]:
-    assert settings.token_encryption_key is not None
-    return {
-        **os.environ,
-        "RULEENGINE_MONGODB_URL": settings.mongodb_url,
-        "RULEENGINE_MONGODB_DATABASE": settings.mongodb_database,
-        "RULEENGINE_REDIS_URL": settings.redis_url,
-        "RULEENGINE_GRAPH_URL": settings.graph_url,
-        "RULEENGINE_TOKEN_ENCRYPTION_KEY": settings.token_encryption_key.get_secret_value(),
-        "RULEENGINE_TICK_SECONDS": "0.3",
-        "RULEENGINE_DISPATCHER_METRICS_PORT": "0",
-    }
+    return process_env(settings, tick_seconds="0.3", dispatcher_metrics_port="0")
 
 
 def start_dispatcher(settings: Settings, log: Path) -> subprocess.Popen[bytes]:

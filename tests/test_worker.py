@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import aiohttp
 import pytest
 from arq.worker import Worker
 
-from flow import dispatch, records, run_rule, save_rule, work
+from flow import dispatch, process_env, records, run_rule, save_rule, work
 from ruleengine import constants as c
 from ruleengine.engine import build_engine, close_engine
 from ruleengine.jobs import WorkerSettings, worker_kwargs
@@ -454,16 +453,7 @@ async def test_fifty_similar_write_failures_become_one_group(
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
-    assert settings.token_encryption_key is not None
-    return {
-        **os.environ,
-        "RULEENGINE_MONGODB_URL": settings.mongodb_url,
-        "RULEENGINE_MONGODB_DATABASE": settings.mongodb_database,
-        "RULEENGINE_REDIS_URL": settings.redis_url,
-        "RULEENGINE_GRAPH_URL": settings.graph_url,
-        "RULEENGINE_TOKEN_ENCRYPTION_KEY": settings.token_encryption_key.get_secret_value(),
-        "RULEENGINE_WORKER_METRICS_PORT": "0",
-    }
+    return process_env(settings, worker_metrics_port="0")
 
 
 async def reap(settings: Settings, db: Database, redis: Any, *, now: datetime) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from typing import Any
 import orjson
 from web_helpers import API_TOKEN
 
+from flow import process_env
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 
@@ -20,18 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env(settings: Settings) -> dict[str, str]:
-    assert settings.token_encryption_key is not None
-    return {
-        **os.environ,
-        "RULEENGINE_MONGODB_URL": settings.mongodb_url,
-        "RULEENGINE_MONGODB_DATABASE": settings.mongodb_database,
-        "RULEENGINE_REDIS_URL": settings.redis_url,
-        "RULEENGINE_GRAPH_URL": settings.graph_url,
-        "RULEENGINE_TOKEN_ENCRYPTION_KEY": settings.token_encryption_key.get_secret_value(),
-        "RULEENGINE_API_TOKEN": API_TOKEN,
-        "RULEENGINE_DATA_DIR": str(settings.data_dir),
-        "RULEENGINE_WEB_PORT": "0",
-    }
+    return process_env(settings, api_token=API_TOKEN, web_port="0")
 
 
 def test_help_describes_the_command() -> None:
