@@ -262,6 +262,9 @@ def run_up(settings: Settings, *, demo: bool, workers: int) -> int:
     load_key(settings, create=True)
     api_token = _api_token(settings, data_dir)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    # Started in the background by a shell without job control, a process inherits SIGINT
+    # as ignored; Ctrl-C (or kill -INT) must still stop the stack.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.perf_counter()
     try:
         with ProcessGroup(log_dir=data_dir / "logs") as group:
@@ -284,3 +287,4 @@ def run_up(settings: Settings, *, demo: bool, workers: int) -> int:
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
