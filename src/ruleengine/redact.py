@@ -99,5 +99,10 @@ def setup_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # The arq CLI configures a handler of its own on "arq" before our settings are read; its
+    # lines would be printed twice and bypass redaction. Let them go through the root handler.
+    arq = logging.getLogger("arq")
+    arq.handlers.clear()
+    arq.propagate = True
     for noisy in ("aiohttp.access", "pymongo", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
