@@ -178,3 +178,12 @@ async def webhook(settings: Settings) -> AsyncIterator[tuple[Settings, list[dict
         yield settings.model_copy(update={"webhooks": {"ops": url}}), received
     finally:
         await runner.cleanup()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[tuple[ProcessGroup, int]]:
+    """A Redis of this test's own, which the test may stop and restart on the same port."""
+    with ProcessGroup(log_dir=tmp_path / "own-redis") as group:
+        port = free_port()
+        start_redis(group, port=port, data_dir=None)
+        yield group, port

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -275,15 +275,6 @@ async def test_two_dispatchers_only_one_enqueues(
     assert len(await queued_jobs(redis)) == 3
     standby = second if reports[1] is None else first  # whichever lost the race
     assert await standby.tick() is None
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[tuple[ProcessGroup, int]]:
-    """A Redis of this test's own, which the test may stop and restart."""
-    with ProcessGroup(log_dir=tmp_path) as group:
-        port = free_port()
-        start_redis(group, port=port, data_dir=None)
-        yield group, port
 
 
 async def test_redis_down_during_a_sweep_holds_the_rule_back_until_it_returns(

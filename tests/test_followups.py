@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -17,7 +15,7 @@ from pydantic import SecretStr
 
 from flow import dispatch, engine_for, records, run_rule, save_rule, work
 from ruleengine import constants as c
-from ruleengine.embedded import ProcessGroup, free_port, start_redis
+from ruleengine.embedded import ProcessGroup, start_redis
 from ruleengine.engine import evaluate_account
 from ruleengine.followup_runner import run_followup
 from ruleengine.followups import FollowupScheduler, due_time, followup_job_id
@@ -247,14 +245,6 @@ async def test_rescheduling_the_same_key_replaces_the_earlier_follow_up(
     restores = [r for r in await records(db, rule_id=rule.id, kind="followup")]
     assert len(restores) == 1
     assert restores[0]["outcome"] == "applied"
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[tuple[ProcessGroup, int]]:
-    with ProcessGroup(log_dir=tmp_path) as group:
-        port = free_port()
-        start_redis(group, port=port, data_dir=None)
-        yield group, port
 
 
 async def test_redis_down_while_scheduling_keeps_the_follow_up_pending_then_runs_it_late_once(
