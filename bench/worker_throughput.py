@@ -22,10 +22,9 @@ from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob, batch_id_for
 from ruleengine.queue import connect_queue
-from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
-from ruleengine.store.credentials import CredentialStore, load_key, token_ref
+from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import create_client, database, ensure_indexes
 from ruleengine.store.rules import RuleStore
 
@@ -105,21 +104,16 @@ async def main() -> None:
         rule = parse_rule(RULE)
         doc = (await RuleStore(db).save(rule, now=now, author="bench", source="bench")).rule
         graph = GraphSession(settings)
-        listed = await GraphReader.from_settings(graph).list_entities(
-            ACCOUNT, "campaign", token=TOKEN, fields=rule.entity_fields()
-        )
+        entities = await GraphReader.from_settings(graph).list_for_rule(rule, ACCOUNT, token=TOKEN)
         await graph.close()
-        say(
-            f"{len(listed)} campaigns listed; running evaluate_account with {len(rule.tasks)} tasks"
-        )
-        job = EvaluateJob(
+        say(f"{len(entities)} campaigns listed; evaluate_account with {len(rule.tasks)} tasks")
+        job = EvaluateJob.of(
+            rule,
             batch_id=batch_id_for(doc.id, ACCOUNT, now),
             rule_id=doc.id,
-            rule_version=doc.version,
-            rule={**doc.definition, "status": doc.status},
+            version=doc.version,
             account=ACCOUNT,
-            token_ref=token_ref(ACCOUNT),
-            entities=[Entity.model_validate(e) for e in listed],
+            entities=entities,
             scheduled_at=now,
             dispatched_at=now,
         )
@@ -136,7 +130,7 @@ async def main() -> None:
         )
         figures(
             {
-                "campaigns": len(listed),
+                "campaigns": len(entities),
                 "tasks": len(rule.tasks),
                 "evaluations": evaluations,
                 "applied": summary.applied,

@@ -7,7 +7,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import aiohttp
-import orjson
 import pytest
 from arq.constants import job_key_prefix
 from arq.utils import timestamp_ms
@@ -19,6 +18,7 @@ from ruleengine.embedded import ProcessGroup, start_redis
 from ruleengine.engine import evaluate_account
 from ruleengine.followup_runner import run_followup
 from ruleengine.followups import FollowupScheduler, due_time, followup_job_id
+from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import FollowUp, parse_rule
@@ -266,23 +266,14 @@ async def test_redis_down_while_scheduling_keeps_the_follow_up_pending_then_runs
     then = datetime.now(UTC) - timedelta(minutes=30)
     async with engine_for(wired, db) as engine:
         engine.followups = FollowupScheduler(db, queue=dead_timer)
-        async with aiohttp.ClientSession() as http:
-            url = f"{sandbox.base_url}/v25.0/act_1001/campaigns"
-            params = {
-                "fields": ",".join(rule.entity_fields()),
-                "filtering": orjson.dumps(ONE_LOSER).decode(),
-                "access_token": SANDBOX_TOKEN,
-            }
-            async with http.get(url, params=params) as response:
-                entities = (await response.json())["data"]
-        job = EvaluateJob(
+        reader = GraphReader.from_settings(engine.session)
+        job = EvaluateJob.of(
+            rule,
             batch_id="b-outage",
             rule_id=rule_doc.id,
-            rule_version=1,
-            rule=rule.model_dump(mode="json"),
+            version=1,
             account="act_1001",
-            token_ref="account:act_1001",
-            entities=entities,
+            entities=await reader.list_for_rule(rule, "act_1001", token=SANDBOX_TOKEN),
             scheduled_at=then,
             dispatched_at=then,
         )

@@ -77,11 +77,10 @@ class ListingKey:
     @classmethod
     def of(cls, rule: Rule, account: str) -> ListingKey:
         """The listing ``rule`` needs on ``account``."""
-        filters = [f.model_dump(mode="json") for f in rule.filters]
         return cls(
             account=account,
             level=rule.level,
-            filtering=orjson.dumps(filters, option=orjson.OPT_SORT_KEYS).decode(),
+            filtering=orjson.dumps(rule.filtering(), option=orjson.OPT_SORT_KEYS).decode(),
             fields=tuple(rule.entity_fields()),
         )
 
@@ -366,13 +365,12 @@ class Dispatcher:
             report.duplicates += 1
             self.metrics.jobs_duplicate.inc()
             return
-        payload = EvaluateJob(
+        payload = EvaluateJob.of(
+            run.rule,
             batch_id=batch_id,
             rule_id=doc.id,
-            rule_version=doc.version,
-            rule={**doc.definition, "status": doc.status},
+            version=doc.version,
             account=account,
-            token_ref=token_ref(account),
             entities=entities,
             scheduled_at=scheduled,
             dispatched_at=now,

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule
+from ruleengine.store.credentials import token_ref
 
 
 def serialize(value: dict[str, Any]) -> bytes:
@@ -56,6 +57,34 @@ class EvaluateJob(BaseModel):
     scheduled_at: datetime
     dispatched_at: datetime
     fence: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        rule: Rule,
+        *,
+        batch_id: str,
+        rule_id: str,
+        version: int,
+        account: str,
+        entities: list[Entity],
+        scheduled_at: datetime,
+        dispatched_at: datetime,
+        fence: int | None = None,
+    ) -> EvaluateJob:
+        """The job evaluating ``rule`` (that version's full definition) on ``account``."""
+        return cls(
+            batch_id=batch_id,
+            rule_id=rule_id,
+            rule_version=version,
+            rule=rule.model_dump(mode="json"),
+            account=account,
+            token_ref=token_ref(account),
+            entities=entities,
+            scheduled_at=scheduled_at,
+            dispatched_at=dispatched_at,
+            fence=fence,
+        )
 
     def parsed_rule(self) -> Rule:
         """The rule snapshot as a model (it was valid when saved, so this does not fail)."""

@@ -18,7 +18,6 @@ from ruleengine.errors import RuleEngineError
 from ruleengine.meta.http import READ_ONLY
 from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob
-from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule
 from ruleengine.store.credentials import token_ref
 
@@ -57,24 +56,17 @@ async def preview_rule(
     for account in rule.ad_accounts:
         try:
             token = await engine.credentials.token(token_ref(account))
-            raw = await reader.list_entities(
-                account,
-                rule.level,
-                token=token,
-                fields=rule.entity_fields(),
-                filtering=[f.model_dump(mode="json") for f in rule.filters],
-            )
-        except RuleEngineError as exc:
+            entities = await reader.list_for_rule(rule, account, token=token)
+        except (RuleEngineError, ValueError) as exc:
             result.errors[account] = str(exc)
             continue
-        job = EvaluateJob(
+        job = EvaluateJob.of(
+            rule,
             batch_id=f"preview-{rule_id}-{account}",
             rule_id=rule_id,
-            rule_version=version,
-            rule=rule.model_dump(mode="json"),
+            version=version,
             account=account,
-            token_ref=token_ref(account),
-            entities=[Entity.model_validate(item) for item in raw],
+            entities=entities,
             scheduled_at=now,
             dispatched_at=now,
         )

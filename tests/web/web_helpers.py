@@ -16,7 +16,6 @@ from ruleengine.followups import followup_job_id
 from ruleengine.meta.http import READ_ONLY
 from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob, batch_id_for
-from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import token_ref
@@ -90,21 +89,13 @@ async def run_batch(
     try:
         token = await engine.credentials.token(token_ref(account))
         reader = GraphReader.from_settings(engine.session.view(methods=READ_ONLY))
-        raw = await reader.list_entities(
-            account,
-            rule.level,
-            token=token,
-            fields=rule.entity_fields(),
-            filtering=[f.model_dump(mode="json") for f in rule.filters],
-        )
-        job = EvaluateJob(
+        job = EvaluateJob.of(
+            rule,
             batch_id=batch_id_for(rule_id, account, now),
             rule_id=rule_id,
-            rule_version=version,
-            rule=rule.model_dump(mode="json"),
+            version=version,
             account=account,
-            token_ref=token_ref(account),
-            entities=[Entity.model_validate(item) for item in raw],
+            entities=await reader.list_for_rule(rule, account, token=token),
             scheduled_at=now,
             dispatched_at=now,
         )

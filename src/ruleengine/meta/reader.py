@@ -19,6 +19,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from ruleengine.meta.errors import MalformedResponseError, RateLimitError, TransientError
 from ruleengine.meta.http import READ_ONLY, GraphSession
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.model import Rule
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +173,21 @@ class GraphReader:
             after = next_cursor(body)
             if after is None:
                 return entities
+
+    async def list_for_rule(self, rule: Rule, account_id: str, *, token: str) -> list[Entity]:
+        """The entities ``rule`` applies to on ``account_id``, with the fields it needs.
+
+        Raises:
+            ValueError: an entity Meta sent does not parse.
+        """
+        raw = await self.list_entities(
+            account_id,
+            rule.level,
+            token=token,
+            fields=rule.entity_fields(),
+            filtering=rule.filtering(),
+        )
+        return [Entity.model_validate(item) for item in raw]
 
     async def get_object(
         self, object_id: str, *, token: str, fields: Sequence[str], account_id: str | None = None

@@ -555,6 +555,10 @@ class Rule(_Model):
                     specs.append(condition.compare_to.spec)
         return specs
 
+    def filtering(self) -> list[dict[str, Any]]:
+        """The filters as Meta's ``filtering`` parameter."""
+        return [f.model_dump(mode="json") for f in self.filters]
+
     def entity_fields(self) -> list[str]:
         """Object fields the entity listing must ask for (budgets only when referenced)."""
         fields = ["id", "name", "created_time", "effective_status", "status"]
