@@ -11,8 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from cryptography.fernet import Fernet
+from pymongo import AsyncMongoClient
 
 from ruleengine.embedded import ProcessGroup, free_port, port_answers, start_mongodb, start_redis
+from ruleengine.settings import Settings
+from ruleengine.store.db import Database, Document, create_client, database, ensure_indexes
 
 TOKEN = "EAAGbenchTOKEN0123456789abcdefghijklmn"
 
@@ -24,6 +28,29 @@ class Stack:
     sandbox_url: str
     mongodb_url: str | None = None
     redis_url: str | None = None
+
+
+def stack_settings(servers: Stack, **overrides: Any) -> Settings:
+    """Settings pointing at the benchmark's servers, with a fresh token key and metrics off."""
+    assert servers.mongodb_url
+    assert servers.redis_url
+    values: dict[str, Any] = {
+        "mongodb_url": servers.mongodb_url,
+        "redis_url": servers.redis_url,
+        "graph_url": servers.sandbox_url,
+        "token_encryption_key": Fernet.generate_key().decode(),
+        "dispatcher_metrics_port": 0,
+        "worker_metrics_port": 0,
+    }
+    return Settings(**(values | overrides))
+
+
+async def open_database(settings: Settings) -> tuple[AsyncMongoClient[Document], Database]:
+    """A client and the engine's database with its indexes (close the client when done)."""
+    client = create_client(settings)
+    db = database(client, settings)
+    await ensure_indexes(db)
+    return client, db
 
 
 def say(message: str) -> None:

@@ -13,9 +13,7 @@ import asyncio
 import time
 from datetime import UTC, datetime
 
-from cryptography.fernet import Fernet
-
-from _common import TOKEN, figures, percentile, say, stack
+from _common import TOKEN, figures, open_database, percentile, say, stack, stack_settings
 from ruleengine import constants as c
 from ruleengine.dispatch import Dispatcher
 from ruleengine.meta.http import GraphSession
@@ -24,9 +22,7 @@ from ruleengine.payload import deserialize
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.sandbox.admin import SandboxAdmin
-from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
-from ruleengine.store.db import create_client, database, ensure_indexes
 from ruleengine.store.rules import RuleStore
 
 RULES = 1000
@@ -83,18 +79,8 @@ async def lags(queue: object, redis_keys: list[bytes]) -> list[float]:
 
 async def main() -> None:
     with stack(databases=True) as servers:
-        assert servers.mongodb_url
-        assert servers.redis_url
-        settings = Settings(
-            mongodb_url=servers.mongodb_url,
-            redis_url=servers.redis_url,
-            graph_url=servers.sandbox_url,
-            token_encryption_key=Fernet.generate_key().decode(),
-            dispatcher_metrics_port=0,
-        )
-        client = create_client(settings)
-        db = database(client, settings)
-        await ensure_indexes(db)
+        settings = stack_settings(servers)
+        client, db = await open_database(settings)
         credentials = CredentialStore(db, load_key(settings))
         now = datetime.now(UTC)
         for account in ACCOUNTS:

@@ -16,18 +16,14 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from cryptography.fernet import Fernet
-
-from _common import TOKEN, figures, percentile, say, stack
+from _common import TOKEN, figures, open_database, percentile, say, stack, stack_settings
 from ruleengine import constants as c
 from ruleengine.embedded import ProcessGroup, free_port, port_answers
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.model import parse_rule
 from ruleengine.sandbox.admin import SandboxAdmin
-from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
-from ruleengine.store.db import create_client, database, ensure_indexes
 from ruleengine.store.rules import RuleStore
 
 RULES = 20
@@ -80,17 +76,9 @@ def start_engine(group: ProcessGroup, env: dict[str, str]) -> None:
 async def main() -> None:
     args = ("--scenario", "bench", "--accounts", "1", "--campaigns", str(RULES))
     with stack(databases=True, sandbox_args=args) as servers:
-        assert servers.mongodb_url and servers.redis_url
-        key = Fernet.generate_key().decode()
-        settings = Settings(
-            mongodb_url=servers.mongodb_url,
-            redis_url=servers.redis_url,
-            graph_url=servers.sandbox_url,
-            token_encryption_key=key,
-        )
-        client = create_client(settings)
-        db = database(client, settings)
-        await ensure_indexes(db)
+        settings = stack_settings(servers)
+        assert settings.token_encryption_key is not None
+        client, db = await open_database(settings)
         now = datetime.now(UTC)
         await CredentialStore(db, load_key(settings)).add("act_2001", TOKEN, now=now)
         admin = SandboxAdmin(servers.sandbox_url)
@@ -113,10 +101,10 @@ async def main() -> None:
             due[campaign["id"]] = at
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("RULEENGINE_")},
-            "RULEENGINE_MONGODB_URL": servers.mongodb_url,
-            "RULEENGINE_REDIS_URL": servers.redis_url,
+            "RULEENGINE_MONGODB_URL": settings.mongodb_url,
+            "RULEENGINE_REDIS_URL": settings.redis_url,
             "RULEENGINE_GRAPH_URL": servers.sandbox_url,
-            "RULEENGINE_TOKEN_ENCRYPTION_KEY": key,
+            "RULEENGINE_TOKEN_ENCRYPTION_KEY": settings.token_encryption_key.get_secret_value(),
             "RULEENGINE_TICK_SECONDS": str(TICK_S),
             "RULEENGINE_DISPATCHER_METRICS_PORT": str(free_port()),
             "RULEENGINE_WORKER_METRICS_PORT": str(free_port()),

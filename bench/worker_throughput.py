@@ -13,9 +13,7 @@ import asyncio
 import time
 from datetime import UTC, datetime
 
-from cryptography.fernet import Fernet
-
-from _common import TOKEN, figures, percentile, say, stack
+from _common import TOKEN, figures, open_database, percentile, say, stack, stack_settings
 from ruleengine import constants as c
 from ruleengine.engine import build_engine, close_engine, evaluate_account
 from ruleengine.meta.http import GraphSession
@@ -23,9 +21,7 @@ from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob, batch_id_for
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
-from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
-from ruleengine.store.db import create_client, database, ensure_indexes
 from ruleengine.store.rules import RuleStore
 
 CAMPAIGNS = 2000
@@ -88,17 +84,8 @@ def stages(records: list[dict[str, object]]) -> dict[str, float]:
 async def main() -> None:
     args = ("--scenario", "bench", "--accounts", "1", "--campaigns", str(CAMPAIGNS))
     with stack(databases=True, sandbox_args=args) as servers:
-        assert servers.mongodb_url and servers.redis_url
-        settings = Settings(
-            mongodb_url=servers.mongodb_url,
-            redis_url=servers.redis_url,
-            graph_url=servers.sandbox_url,
-            token_encryption_key=Fernet.generate_key().decode(),
-            worker_metrics_port=0,
-        )
-        client = create_client(settings)
-        db = database(client, settings)
-        await ensure_indexes(db)
+        settings = stack_settings(servers)
+        client, db = await open_database(settings)
         now = datetime.now(UTC)
         await CredentialStore(db, load_key(settings)).add(ACCOUNT, TOKEN, now=now)
         rule = parse_rule(RULE)
