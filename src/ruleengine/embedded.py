@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -268,20 +268,3 @@ def start_redis(group: ProcessGroup, *, port: int, data_dir: Path | None) -> Chi
         address=f"redis://127.0.0.1:{port}/0",
         ready=lambda: redis_pings(port),
     )
-
-
-@contextlib.contextmanager
-def embedded_servers(
-    *, data_dir: Path | None, mongodb_port: int, redis_port: int, log_dir: Path | None = None
-) -> Iterator[tuple[Child, Child]]:
-    """MongoDB-compatible server and Redis for the duration of the block.
-
-    With ``data_dir`` None both are ephemeral (tests); otherwise they persist under it.
-    """
-    with ProcessGroup(log_dir=log_dir) as group:
-        storage = ":memory:" if data_dir is None else str(data_dir / "mongodb")
-        mongo = start_mongodb(group, port=mongodb_port, storage_path=storage)
-        redis = start_redis(
-            group, port=redis_port, data_dir=None if data_dir is None else data_dir / "redis"
-        )
-        yield mongo, redis

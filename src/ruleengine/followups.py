@@ -29,7 +29,7 @@ from typing import Any, Literal
 from arq.connections import ArqRedis
 from arq.constants import job_key_prefix
 from pydantic import BaseModel, ConfigDict
-from pymongo import ASCENDING, ReturnDocument
+from pymongo import ReturnDocument
 from redis.exceptions import RedisError
 
 from ruleengine import constants as c
@@ -137,18 +137,6 @@ class FollowupScheduler:
         """The follow-up of a key, if any."""
         doc = await self._followups.find_one({"_id": key})
         return None if doc is None else FollowupDoc.from_mongo(doc)
-
-    async def find(
-        self, *, status: str | None = None, batch_id: str | None = None, limit: int = 200
-    ) -> list[FollowupDoc]:
-        """Follow-ups, soonest due first."""
-        query = {k: v for k, v in {"status": status, "batch_id": batch_id}.items() if v is not None}
-        cursor = self._followups.find(query).sort("due_at", ASCENDING).limit(limit)
-        return [FollowupDoc.from_mongo(d) async for d in cursor]
-
-    async def count(self, *, status: str) -> int:
-        """How many follow-ups have ``status``."""
-        return await self._followups.count_documents({"status": status})
 
     async def schedule(
         self, origin: Origin, then: FollowUp, *, now: datetime, only_if_missing: bool = False

@@ -7,7 +7,6 @@ reference*, never a token.
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
 from typing import Any
 
@@ -93,8 +92,3 @@ class EvaluateJob(BaseModel):
     def to_job(self) -> dict[str, Any]:
         """JSON-ready form for ``enqueue_job``."""
         return self.model_dump(mode="json", exclude_none=True)
-
-
-def short_hash(*parts: str) -> str:
-    """A short stable hash of some strings (for keys that must stay small)."""
-    return hashlib.sha1("\x1f".join(parts).encode()).hexdigest()[:16]

@@ -322,3 +322,23 @@ async def test_both_strategies_return_the_same_values_at_a_tenth_of_the_cost(
     assert results["per_campaign"] == results["account_level"]
     assert costs["per_campaign"] == 180
     assert costs["account_level"] * 10 <= costs["per_campaign"]
+
+
+async def test_multi_id_reads_take_50_ids_per_request(
+    session: GraphSession, sandbox: SandboxAdmin
+) -> None:
+    await sandbox.reset(scenario="bench", accounts=1, campaigns_per_account=120)
+    reader = reader_with(session, SleepRecorder())
+    ids = [
+        c["id"]
+        for c in await reader.list_entities(
+            "act_2001", "campaign", token=SANDBOX_TOKEN, fields=["id"]
+        )
+    ]
+    await sandbox.clear_stats()
+    objects = await reader.get_objects(
+        ids, token=SANDBOX_TOKEN, fields=["id", "name", "daily_budget"]
+    )
+    assert sorted(objects) == sorted(ids)
+    assert all(o["daily_budget"] for o in objects.values())
+    assert (await sandbox.stats())["http_requests"] == 3  # 50 + 50 + 20

@@ -15,7 +15,7 @@ from ruleengine.engine import build_engine, close_engine, evaluate_account
 from ruleengine.followups import followup_job_id
 from ruleengine.meta.http import READ_ONLY
 from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob, batch_id_for
+from ruleengine.payload import EvaluateJob, batch_id_for, evaluate_job_id
 from ruleengine.rules.model import Rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import token_ref
@@ -99,7 +99,7 @@ async def run_batch(
             scheduled_at=now,
             dispatched_at=now,
         )
-        summary = await evaluate_account(engine, job, now=now, job_id=f"evaluate:{job.batch_id}")
+        summary = await evaluate_account(engine, job, now=now, job_id=evaluate_job_id(job.batch_id))
         return summary.batch_id
     finally:
         await close_engine(engine)
@@ -131,7 +131,7 @@ async def insert_batch(
             level="campaign",
             scheduled_at=started_at,
             total=total,
-            job_id=f"evaluate:{batch_id}",
+            job_id=evaluate_job_id(batch_id),
             worker="worker:test:1",
         ),
         now=started_at,
