@@ -1,31 +1,36 @@
 """The write path: one action on one entity, safe to repeat.
 
-Per ad account, writes are sequential across all workers: a short Redis lock
-is held around the write only (never around fetches). Inside it the action
+Per ad account, writes are sequential across all workers: a fenced, renewed
+Redis lock (:mod:`ruleengine.locks`) is held around the write only (never
+around fetches, never while waiting out a rate limit). Inside it the action
 re-reads the live value, plans the absolute target (clamped), records an
-*intent* keyed by batch + task + entity, writes through the instrumented
-writer, and marks the intent done with Meta's answer. A redelivered job finds
-the done intent and writes nothing (``already_applied``); a pending intent
-left by a crash is reconciled against the live value before anything is written.
+*intent* keyed by batch + task + entity, checks that the lock is still its own,
+writes through the instrumented writer, and marks the intent done with Meta's
+answer (compare-and-set). A redelivered job finds the done intent and writes
+nothing (``already_applied``); a pending intent of its own batch is reconciled
+against the live value before anything is written. A pending intent of
+*another* batch on the same field blocks the write until its owner is provably
+gone (then it is settled from the live value first), so two changes computed
+from the same live value can never both land.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from redis.exceptions import RedisError
 
 from ruleengine import constants as c
 from ruleengine.followups import FollowupDoc
-from ruleengine.meta.errors import GraphError
+from ruleengine.locks import AccountLocks, HeldLock, LockLost, LockTimeout
+from ruleengine.meta.errors import GraphError, RateLimitError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
 from ruleengine.notify import MessageContext, Notifier, NotifyError, describe_conditions, render
@@ -44,16 +49,20 @@ from ruleengine.rules.model import (
 )
 from ruleengine.rules.plan import Plan, plan_budget, plan_name, plan_status
 from ruleengine.settings import Settings
-from ruleengine.store.records import CooldownStore, Intent, IntentStore, hour_ago
+from ruleengine.store.intents import Intent, IntentStatus, IntentStore, hour_ago
+from ruleengine.store.records import BatchStore
 
 log = logging.getLogger(__name__)
 
 Outcome = Literal["applied", "no_change", "skipped", "failed", "would_apply"]
+Clock = Callable[[], datetime]
+# Effects that cannot be read back from Meta afterwards: a pending one is never retried.
+UNVERIFIABLE = frozenset({"copies", "notify"})
 
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
+
+def utcnow() -> datetime:
+    """The current time, aware UTC."""
+    return datetime.now(UTC)
 
 
 @dataclass
@@ -114,42 +123,22 @@ class ActKey:
         return cls(task.id, task.action.type, task.cooldown_minutes)
 
 
-class LockTimeout(Exception):
-    """The account's write lock stayed busy for too long."""
-
-
-class AccountLocks:
-    """Short per-ad-account Redis locks around writes (sequential writes per account)."""
-
-    def __init__(self, redis: Any, *, timeout_s: float, hold_ms: int = 30_000) -> None:
-        self._redis = redis
-        self._timeout_s = timeout_s
-        self._hold_ms = hold_ms
-
-    @asynccontextmanager
-    async def hold(self, account: str) -> AsyncIterator[None]:
-        """Hold the lock of ``account`` for the block."""
-        key = f"{c.ACCOUNT_LOCK_PREFIX}{account}"
-        token = uuid.uuid4().hex
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._timeout_s
-        delay = 0.005
-        while not await self._redis.set(key, token, nx=True, px=self._hold_ms):
-            if loop.time() > deadline:
-                raise LockTimeout(f"the write lock of {account} stayed busy for {self._timeout_s}s")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.1)
-        try:
-            yield
-        finally:
-            try:
-                await self._redis.eval(_RELEASE, 1, key, token)
-            except RedisError:
-                log.warning("could not release the write lock of %s; it expires by itself", account)
-
-
 Planner = Callable[[dict[str, Any]], "Plan | ActResult"]
 Writer = Callable[[Plan], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One locked write step: what to read, how to plan the target and how to write it."""
+
+    run: JobRun
+    entity: Entity
+    key: ActKey
+    field_name: str
+    fields: list[str]
+    planner: Planner
+    writer: Writer
+    reader: GraphReader  # reads without rate-limit waits (those happen outside the lock)
 
 
 def _budget_guard(level: str, live: dict[str, Any]) -> ActResult | None:
@@ -174,27 +163,49 @@ def reconcile(intent: Intent, live: Any) -> Literal["done", "write", "changed"]:
 
 
 class IntentSettler:
-    """Settles intents a dead worker left pending, from the live value Meta holds now."""
+    """Settles pending intents whose owner is gone, from the live value Meta holds now."""
 
-    def __init__(self, intents: IntentStore, cooldowns: CooldownStore) -> None:
+    def __init__(
+        self,
+        intents: IntentStore,
+        batches: BatchStore,
+        *,
+        orphan_after_s: float,
+        clock: Clock = utcnow,
+    ) -> None:
         self.intents = intents
-        self.cooldowns = cooldowns
+        self.batches = batches
+        self.orphan_after_s = orphan_after_s
+        self.clock = clock
 
-    async def settle(self, intent: dict[str, Any], live: Any, *, now: datetime) -> str:
-        """``done`` (and its cooldown written) when ``live`` is the target, else ``failed``."""
-        if live == intent["target"]:
-            await self.intents.resolve(
-                intent["_id"], status="done", now=now, changed=True, reconciled=True
-            )
-            minutes = intent.get("cooldown_minutes") or 0
-            if minutes and intent.get("rule_id"):
-                until = intent["created_at"] + timedelta(minutes=minutes)
-                await self.cooldowns.set_many(
-                    intent["rule_id"], [(intent["task_id"], intent["entity_id"], until)]
-                )
-            return "done"
-        await self.intents.resolve(intent["_id"], status="failed", now=now, reason="not_applied")
-        return "failed"
+    async def owner_gone(self, intent: dict[str, Any]) -> bool:
+        """True when the job that recorded ``intent`` can no longer be writing.
+
+        Its job started longer ago than a job may run plus a lock's lifetime, or
+        the reaper marked its batch ABANDONED.
+        """
+        cutoff = self.clock() - timedelta(seconds=self.orphan_after_s)
+        if intent["created_at"] < cutoff:
+            return True
+        return await self.batches.status(intent["batch_id"]) == "ABANDONED"
+
+    async def settle(
+        self, intent: dict[str, Any], live: Any, *, now: datetime
+    ) -> IntentStatus | None:
+        """``done`` when ``live`` is the target, else ``failed``; None if someone settled it first.
+
+        Copies and messages cannot be read back: a pending one is ``failed`` as
+        ``unverifiable`` and never sent again.
+        """
+        if intent["field"] in UNVERIFIABLE:
+            status: IntentStatus = "failed"
+            fields: dict[str, Any] = {"reason": "unverifiable"}
+        elif live == intent["target"]:
+            status, fields = "done", {"changed": True, "reconciled": True}
+        else:
+            status, fields = "failed", {"reason": "not_applied", "live": live}
+        settled = await self.intents.resolve(intent["_id"], status=status, now=now, **fields)
+        return status if settled else None
 
 
 class ActionExecutor:
@@ -205,15 +216,17 @@ class ActionExecutor:
         settings: Settings,
         *,
         intents: IntentStore,
-        cooldowns: CooldownStore,
+        settler: IntentSettler,
         locks: AccountLocks,
         notifier: Notifier,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.settings = settings
         self.intents = intents
-        self.settler = IntentSettler(intents, cooldowns)
+        self.settler = settler
         self.locks = locks
         self.notifier = notifier
+        self.sleep = sleep
 
     async def act(self, run: JobRun, entity: Entity, task: Task, verdict: TaskVerdict) -> ActResult:
         """Carry out ``task.action`` on ``entity`` (its conditions passed)."""
@@ -229,6 +242,8 @@ class ActionExecutor:
             )
         except LockTimeout as exc:
             return ActResult("failed", "account_lock_timeout", error={"message": str(exc)})
+        except LockLost as exc:
+            return ActResult("failed", "lock_lost", error={"message": str(exc)})
         except RedisError as exc:
             return ActResult("failed", "lock_unavailable", error={"message": str(exc)})
         except GraphError as exc:  # reading the live value failed
@@ -296,8 +311,11 @@ class ActionExecutor:
 
         return budget_write
 
-    async def _read_live(self, run: JobRun, entity: Entity, fields: list[str]) -> dict[str, Any]:
-        return await run.reader.get_object(
+    @staticmethod
+    async def _read_live(
+        reader: GraphReader, run: JobRun, entity: Entity, fields: list[str]
+    ) -> dict[str, Any]:
+        return await reader.get_object(
             entity.id, token=run.token, fields=["id", *fields], account_id=run.account
         )
 
@@ -312,39 +330,79 @@ class ActionExecutor:
         writer: Writer,
     ) -> ActResult:
         if run.dry_run:
-            return self._preview(planner(await self._read_live(run, entity, fields)), field_name)
-        async with self.locks.hold(run.account):
-            intent = await self.intents.get(run.batch_id, key.task_id, entity.id)
-            if intent is not None and intent.status != "pending":
-                return _settled(intent)
-            live = await self._read_live(run, entity, fields)
-            if intent is not None:  # a crash left it pending: look before writing again
-                return await self._reconcile(intent, live_value(live, field_name), writer, run)
-            if await self._settled_leftovers(run, entity, field_name, live):
-                value = live_value(live, field_name)
-                return ActResult("skipped", "previous_write_reconciled", field_name, value, value)
-            plan = planner(live)
-            if isinstance(plan, ActResult):
-                return plan
-            if not plan.changes:
-                return _unchanged(plan)
-            if await self._budget_limit_reached(run, entity, field_name):
-                return ActResult(
-                    "skipped", "meta_budget_change_limit", field=field_name, before=plan.before
+            live = await self._read_live(run.reader, run, entity, fields)
+            return self._preview(planner(live), field_name)
+        # Inside the lock a rate limit is not waited out: the lock is released, the wait
+        # happens outside it, and the whole locked section starts again from the live read.
+        reader = run.reader.with_reads(run.reader.reads.without_rate_limit_waits())
+        step = _Step(run, entity, key, field_name, fields, planner, writer, reader)
+        for attempt in itertools.count(1):
+            try:
+                async with self.locks.hold(run.account) as lock:
+                    return await self._apply_locked(step, lock)
+            except RateLimitError as exc:
+                wait = run.reader.reads.rate_limit_wait(exc, attempt=attempt)
+                if wait is None:
+                    raise
+                log.info(
+                    "rate limited reading %s; retrying in %.1fs outside the lock", entity.id, wait
                 )
-            intent = await self.intents.begin(self._intent_doc(run, entity, key, plan), now=run.now)
-            if not intent.created:
-                return _settled(intent)
-            return await self._write(intent, plan, writer, run)
+                await self.sleep(wait)
+        raise AssertionError("unreachable")
 
-    async def _settled_leftovers(
+    async def _apply_locked(self, step: _Step, lock: HeldLock) -> ActResult:
+        run, entity, key, field_name = step.run, step.entity, step.key, step.field_name
+        intent = await self.intents.get(run.batch_id, key.task_id, entity.id)
+        if intent is not None and intent.status != "pending":
+            return _settled(intent)
+        live = await self._read_live(step.reader, run, entity, step.fields)
+        if intent is not None:  # a crash left it pending: look before writing again
+            return await self._reconcile(intent, live_value(live, field_name), step, lock)
+        blocked = await self._settle_others(run, entity, field_name, live)
+        if blocked is not None:
+            return blocked
+        plan = step.planner(live)
+        if isinstance(plan, ActResult):
+            return plan
+        if not plan.changes:
+            return _unchanged(plan)
+        if await self._budget_limit_reached(run, entity, field_name):
+            return ActResult(
+                "skipped", "meta_budget_change_limit", field=field_name, before=plan.before
+            )
+        intent = await self.intents.begin(self._intent_doc(run, entity, key, plan), now=run.now)
+        if not intent.created:
+            return _settled(intent)
+        return await self._write(intent, plan, step, lock)
+
+    async def _settle_others(
         self, run: JobRun, entity: Entity, field_name: str, live: dict[str, Any]
-    ) -> bool:
-        """Settle pending intents of other batches on this field; True if one had landed."""
-        stale = await self.intents.stale_for_entity(entity.id, field_name, other_than=run.batch_id)
+    ) -> ActResult | None:
+        """Pending intents of other batches on this field: settle them, or do not write.
+
+        A pending intent seen under the lock belongs to a job that no longer holds
+        it. Until that job is provably gone its write may still land, so writing
+        now could lose one of the two changes: skip, and let a later run decide.
+        """
         value = live_value(live, field_name)
-        results = [await self.settler.settle(doc, value, now=run.now) for doc in stale]
-        return "done" in results
+        settled: list[IntentStatus | None] = []
+        for doc in await self.intents.pending_elsewhere(
+            entity.id, field_name, other_than=run.batch_id
+        ):
+            if not await self.settler.owner_gone(doc):
+                message = f"batch {doc['batch_id']} has a write on {field_name} not yet settled"
+                return ActResult(
+                    "skipped",
+                    "write_pending_elsewhere",
+                    field_name,
+                    value,
+                    value,
+                    error={"message": message},
+                )
+            settled.append(await self.settler.settle(doc, value, now=run.now))
+        if "done" in settled:
+            return ActResult("skipped", "previous_write_reconciled", field_name, value, value)
+        return None
 
     async def _budget_limit_reached(self, run: JobRun, entity: Entity, field_name: str) -> bool:
         if run.rule.level != "adset" or field_name != "daily_budget":
@@ -359,6 +417,7 @@ class ActionExecutor:
             "batch_id": run.batch_id,
             "task_id": key.task_id,
             "entity_id": entity.id,
+            "entity_name": entity.name,
             "rule_id": run.rule_id,
             "rule_version": run.rule_version,
             "account": run.account,
@@ -371,9 +430,22 @@ class ActionExecutor:
             "cooldown_minutes": key.cooldown_minutes,
         }
 
-    async def _write(self, intent: Intent, plan: Plan, writer: Writer, run: JobRun) -> ActResult:
+    async def _write(self, intent: Intent, plan: Plan, step: _Step, lock: HeldLock) -> ActResult:
+        run = step.run
         try:
-            response = await writer(plan)
+            await lock.check()
+        except LockLost as exc:  # nothing was sent: the intent did not happen
+            await self.intents.resolve(intent.id, status="failed", now=run.now, reason="lock_lost")
+            return ActResult(
+                "failed",
+                "lock_lost",
+                plan.field,
+                plan.before,
+                plan.before,
+                error={"message": str(exc)},
+            )
+        try:
+            response = await step.writer(plan)
         except GraphError as exc:
             await self.intents.resolve(intent.id, status="failed", now=run.now, error=exc.as_dict())
             reason = "meta_budget_change_limit" if _is_budget_limit(exc) else "write_failed"
@@ -387,9 +459,12 @@ class ActionExecutor:
                 plan.clamped_by,
                 exc.as_dict(),
             )
-        await self.intents.resolve(
+        if not await self.intents.resolve(
             intent.id, status="done", now=run.now, response=response, changed=True
-        )
+        ):
+            log.error(
+                "intent %s was settled by someone else while its write was in flight", intent.id
+            )
         return ActResult(
             "applied",
             None,
@@ -402,7 +477,8 @@ class ActionExecutor:
             response,
         )
 
-    async def _reconcile(self, intent: Intent, live: Any, writer: Writer, run: JobRun) -> ActResult:
+    async def _reconcile(self, intent: Intent, live: Any, step: _Step, lock: HeldLock) -> ActResult:
+        run = step.run
         verdict = reconcile(intent, live)
         log.info(
             "reconciling pending intent %s (batch %s): %s", intent.id, intent.batch_id, verdict
@@ -416,7 +492,7 @@ class ActionExecutor:
             )
         if verdict == "write":
             plan = Plan(intent.field, intent.before, intent.target)
-            return await self._write(intent, plan, writer, run)
+            return await self._write(intent, plan, step, lock)
         await self.intents.resolve(
             intent.id, status="failed", now=run.now, reason="changed_by_someone_else"
         )
@@ -462,10 +538,17 @@ class ActionExecutor:
     ) -> ActResult:
         if run.dry_run or run.writer is None:
             return ActResult("would_apply", None, "copies", entity.name, f"copy of {entity.id}")
-        async with self.locks.hold(run.account):
+        async with self.locks.hold(run.account) as lock:
             intent = await self._once(run, entity, ActKey.of(task), "copies", entity.name, None)
             if isinstance(intent, ActResult):
                 return intent
+            try:
+                await lock.check()
+            except LockLost as exc:
+                await self.intents.resolve(
+                    intent.id, status="failed", now=run.now, reason="lock_lost"
+                )
+                return ActResult("failed", "lock_lost", "copies", error={"message": str(exc)})
             try:
                 copied = await run.writer.copy(
                     status_option=action.status_option,
@@ -536,6 +619,8 @@ class ActionExecutor:
             return ActResult("failed", "live_read_failed", error=exc.as_dict())
         except LockTimeout as exc:
             return ActResult("failed", "account_lock_timeout", error={"message": str(exc)})
+        except LockLost as exc:
+            return ActResult("failed", "lock_lost", error={"message": str(exc)})
         except RedisError as exc:
             return ActResult("failed", "lock_unavailable", error={"message": str(exc)})
 
@@ -557,7 +642,7 @@ class ActionExecutor:
     async def _followup_notify(
         self, run: JobRun, entity: Entity, key: ActKey, followup: FollowupDoc
     ) -> ActResult:
-        await self._read_live(run, entity, ["name"])  # the entity must still exist
+        await self._read_live(run.reader, run, entity, ["name"])  # the entity must still exist
         template = followup.template or "{rule}: follow-up on {entity_name} ({entity_id})"
         task = key.task_id.removesuffix(":then")
         context = MessageContext(
@@ -649,7 +734,14 @@ def _is_budget_limit(exc: GraphError) -> bool:
 
 def _settled(intent: Intent) -> ActResult:
     if intent.status == "done":
-        return ActResult("no_change", "already_applied", intent.field, intent.before, intent.target)
+        return ActResult(
+            "no_change",
+            "already_applied",
+            intent.field,
+            intent.before,
+            intent.target,
+            response=intent.response,
+        )
     return ActResult(
         "skipped", "previous_attempt_failed", intent.field, intent.before, intent.before
     )
@@ -667,4 +759,4 @@ def _unchanged(plan: Plan) -> ActResult:
     )
 
 
-__all__ = ["AccountLocks", "ActResult", "ActionExecutor", "JobRun", "reconcile"]
+__all__ = ["ActResult", "ActionExecutor", "IntentSettler", "JobRun", "reconcile"]

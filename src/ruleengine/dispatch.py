@@ -23,7 +23,7 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -193,7 +193,8 @@ class Dispatcher:
             await self._beat(f"dispatcher-standby:{self.owner}", now, role="standby", report=None)
             return None
         try:
-            report = await self.sweep(now, fence)
+            async with self._keeping_lease(fence):
+                report = await self.sweep(now, fence)
             await self._rearm_followups(now, report)
         except PyMongoError as exc:
             # keep ticking: MongoDB coming back is the next tick's business
@@ -201,6 +202,33 @@ class Dispatcher:
             report = SweepReport(degraded="mongodb_unreachable")
         await self._beat("dispatcher", now, role="leader", report=report)
         return report
+
+    @contextlib.asynccontextmanager
+    async def _keeping_lease(self, fence: int) -> AsyncIterator[None]:
+        """Renew the lease every third of its lifetime while a sweep runs.
+
+        A sweep slowed down by Graph can outlast the lease; renewing keeps it (and
+        a lapse nobody else used is taken back with the same token), so a single
+        dispatcher never holds its own rules back.
+        """
+
+        async def keep() -> None:
+            while True:
+                await asyncio.sleep(self.lease.ttl_ms / 3000)
+                try:
+                    if await self.lease.acquire() != fence:
+                        log.warning("lease lost to another dispatcher during a sweep")
+                        return
+                except (RedisError, OSError) as exc:
+                    log.warning("could not renew the lease during a sweep: %s", exc)
+
+        keeper = asyncio.create_task(keep())
+        try:
+            yield
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
 
     async def _rearm_followups(self, now: datetime, report: SweepReport) -> None:
         """Re-arm follow-up timers that Redis lost (or never got) — only while Redis answers."""
@@ -336,8 +364,6 @@ class Dispatcher:
             if report.degraded:
                 return None
             try:
-                if not await self.lease.holds(fence):
-                    raise LostLease("the lease moved to another dispatcher")
                 for account in rule.ad_accounts:
                     listing = listings[ListingKey.of(rule, account)]
                     if isinstance(listing, RuleEngineError):
@@ -360,11 +386,6 @@ class Dispatcher:
     ) -> None:
         doc, scheduled, now = run.doc, run.scheduled, run.now
         batch_id = batch_id_for(doc.id, account, scheduled)
-        marker = f"{c.DISPATCHED_KEY_PREFIX}{batch_id}"
-        if await self.queue.exists(marker):
-            report.duplicates += 1
-            self.metrics.jobs_duplicate.inc()
-            return
         payload = EvaluateJob.of(
             run.rule,
             batch_id=batch_id,
@@ -376,18 +397,23 @@ class Dispatcher:
             dispatched_at=now,
             fence=run.fence,
         )
-        job = await self.queue.enqueue_job(
-            c.EVALUATE_JOB,
-            payload.to_job(),
-            _job_id=evaluate_job_id(batch_id),
-            _queue_name=c.QUEUE_NAME,
+        # One script checks the lease and enqueues (with the dispatched marker) atomically.
+        enqueued = await self.lease.enqueue(
+            run.fence,
+            function=c.EVALUATE_JOB,
+            payload=payload.to_job(),
+            job_id=evaluate_job_id(batch_id),
+            queue_name=c.QUEUE_NAME,
             # A job that could not start before the rule's next run is dropped, not run late:
             # after a worker outage the backlog never bursts, the next scheduled run decides.
-            _expires=max(run.next_at - now, timedelta(seconds=self.settings.tick_seconds)),
+            expires=max(run.next_at - now, timedelta(seconds=self.settings.tick_seconds)),
+            marker=f"{c.DISPATCHED_KEY_PREFIX}{batch_id}",
+            marker_value=now.isoformat(),
+            marker_ttl_s=DISPATCHED_TTL_S,
         )
-        # The marker is set only after the job is in: a crash in between re-enqueues, never loses.
-        await self.queue.set(marker, now.isoformat(), ex=DISPATCHED_TTL_S)
-        if job is None:
+        if enqueued is None:
+            raise LostLease("the lease moved to another dispatcher")
+        if not enqueued:
             report.duplicates += 1
             self.metrics.jobs_duplicate.inc()
             return

@@ -20,9 +20,10 @@ from typing import Any
 
 from pymongo.errors import PyMongoError
 
-from ruleengine.actions import AccountLocks, ActionExecutor, ActResult, JobRun
+from ruleengine.actions import ActionExecutor, ActResult, IntentSettler, JobRun
 from ruleengine.errors import ErrorReport
 from ruleengine.followups import FollowupScheduler, Origin
+from ruleengine.locks import AccountLocks
 from ruleengine.meta.batch import BatchReader
 from ruleengine.meta.http import READ_WRITE, Cost, GraphSession
 from ruleengine.meta.insights import InsightsResult, fetch_insights
@@ -39,12 +40,13 @@ from ruleengine.sheets import CustomMetricTable, SheetsError, SheetsReader
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
 from ruleengine.store.errorlog import ErrorLog
+from ruleengine.store.intents import IntentStore
 from ruleengine.store.records import (
+    BatchCounts,
     BatchStart,
     BatchStore,
-    CooldownStore,
     ExecutionStore,
-    IntentStore,
+    record_key,
 )
 from ruleengine.store.rules import RuleStore
 
@@ -62,7 +64,7 @@ class Engine:
     session: GraphSession
     batches: BatchStore
     executions: ExecutionStore
-    cooldowns: CooldownStore
+    intents: IntentStore
     credentials: CredentialStore
     errors: ErrorLog
     executor: ActionExecutor
@@ -84,11 +86,14 @@ class Engine:
 def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = "worker") -> Engine:
     """The engine with every store and client it needs (worker startup, web preview)."""
     errors = ErrorLog(db)
+    intents, batches = IntentStore(db), BatchStore(db)
     executor = ActionExecutor(
         settings,
-        intents=IntentStore(db),
-        cooldowns=CooldownStore(db),
-        locks=AccountLocks(redis, timeout_s=settings.account_lock_timeout_s),
+        intents=intents,
+        settler=IntentSettler(intents, batches, orphan_after_s=settings.orphan_after_s),
+        locks=AccountLocks(
+            redis, ttl_s=settings.write_lock_ttl_s, wait_s=settings.write_lock_wait_s
+        ),
         notifier=Notifier(settings, errors),
     )
     sheets = None
@@ -102,9 +107,9 @@ def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = 
     return Engine(
         settings=settings,
         session=GraphSession(settings, methods=READ_WRITE),
-        batches=BatchStore(db),
+        batches=batches,
         executions=ExecutionStore(db),
-        cooldowns=CooldownStore(db),
+        intents=intents,
         credentials=CredentialStore(db, load_key(settings)),
         errors=errors,
         executor=executor,
@@ -192,18 +197,20 @@ class Evaluation:
         self.cost = Cost()
         self.stage_totals = dict.fromkeys(STAGES, 0.0)
         self._last_progress = 0.0
+        self.delivery = 1  # which delivery of the batch this is (execute_count)
 
     async def run(self) -> Summary:
         """Evaluate, act, record; never raises for a problem of the job's own."""
         started = time.perf_counter()
         summary = Summary(batch_id=self.job.batch_id, status="RUNNING")
+        counts: BatchCounts | None = None
         if not self.dry_run:
             await self._start()
         try:
             pairs = await self._evaluate_all()
             summary = self._summarise(pairs)
             if not self.dry_run:
-                await self._store(pairs)
+                counts = BatchCounts.of(await self._store(pairs))
         except Exception as exc:  # a bug or an outage: record it, never crash the worker
             summary.status, summary.error = "FAILED", f"{type(exc).__name__}: {exc}"
             log.exception("batch %s failed", self.job.batch_id)
@@ -211,7 +218,7 @@ class Evaluation:
         summary.duration_s = time.perf_counter() - started
         summary.cost = self.cost.as_dict()
         if not self.dry_run:
-            await self._finish(summary)
+            await self._finish(summary, counts)
         return summary
 
     # ---------------------------------------------------------------- stages
@@ -255,7 +262,13 @@ class Evaluation:
 
     async def _apply_cooldowns(self, pairs: list[_Pair]) -> None:
         keyed = {(p.task.id, p.entity.id): p for p in pairs if p.task.cooldown_minutes > 0}
-        active = await self.engine.cooldowns.active(self.job.rule_id, keyed, now=self.now)
+        active = await self.engine.intents.cooling(
+            self.job.rule_id,
+            keyed,
+            now=self.now,
+            longest_minutes=max((t.cooldown_minutes for t in self.rule.tasks), default=0),
+            other_than=self.job.batch_id,
+        )
         for key, until in active.items():
             keyed[key].reason, keyed[key].until = "next_execute_not_reached", until
 
@@ -393,7 +406,9 @@ class Evaluation:
         action = pair.task.action.model_dump(mode="json", exclude_none=True)
         cooldown_until = self._cooldown_until(pair)
         return {
+            "key": record_key(self.job.batch_id, pair.task.id, pair.entity.id),
             "batch_id": self.job.batch_id,
+            "delivery": self.delivery,
             "rule_id": self.job.rule_id,
             "rule_name": self.rule.name,
             "rule_version": self.job.rule_version,
@@ -430,15 +445,17 @@ class Evaluation:
             return None
         return self.now + timedelta(minutes=pair.task.cooldown_minutes)
 
-    async def _store(self, pairs: list[_Pair]) -> None:
+    async def _store(self, pairs: list[_Pair]) -> list[dict[str, Any]]:
+        """Write the records (merged with earlier deliveries'); returns the batch's records."""
         records = [self.record(p) for p in pairs]
-        await self.engine.executions.insert_many(records)
-        cooling = [
-            (p.task.id, p.entity.id, until)
-            for p in pairs
-            if (until := self._cooldown_until(p)) is not None
-        ]
-        await self.engine.cooldowns.set_many(self.job.rule_id, cooling)
+        earlier = (
+            await self.engine.executions.by_key(self.job.batch_id) if self.delivery > 1 else {}
+        )
+        merged = [merge_record(earlier.get(r["key"]), r) for r in records]
+        await self.engine.executions.upsert_many(
+            [r for r in merged if r is not earlier.get(r["key"])]
+        )
+        return merged
 
     def _summarise(self, pairs: list[_Pair]) -> Summary:
         outcomes = [_outcome(p)[0] for p in pairs]
@@ -459,7 +476,7 @@ class Evaluation:
         )
 
     async def _start(self) -> None:
-        await self.engine.batches.start(
+        row = await self.engine.batches.start(
             BatchStart(
                 batch_id=self.job.batch_id,
                 rule_id=self.job.rule_id,
@@ -474,17 +491,19 @@ class Evaluation:
             ),
             now=self.now,
         )
+        self.delivery = int(row.get("execute_count") or 1)
 
-    async def _finish(self, summary: Summary) -> None:
+    async def _finish(self, summary: Summary, counts: BatchCounts | None) -> None:
+        if counts is None:  # the records were not written: count what earlier deliveries did
+            counts = BatchCounts.of(
+                (await self.engine.executions.by_key(self.job.batch_id)).values()
+            )
         await self.engine.batches.finish(
             self.job.batch_id,
             status="FAILED" if summary.status == "FAILED" else "DONE",
             now=self.now + timedelta(seconds=summary.duration_s),
             progress={"done": len(self.job.entities), "total": len(self.job.entities)},
-            evaluated_count=summary.evaluated,
-            affected_count=summary.affected,
-            applied_count=summary.applied,
-            failed_count=summary.failed,
+            **counts.as_fields(),
             graph=summary.cost,
             trace={k: round(v, 6) for k, v in self.stage_totals.items()},
             duration_s=round(summary.duration_s, 6),
@@ -505,6 +524,21 @@ class Evaluation:
                 context={"rule_version": self.job.rule_version},
             )
         )
+
+
+def merge_record(earlier: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """The record of (batch, task, entity) after a delivery: what the *batch* did.
+
+    A change applied by an earlier delivery stays the record (a redelivery that
+    finds it done adds nothing); a redelivery that finds a done intent without
+    a record (its first delivery died before recording) records the change as
+    applied, recovered from the intent.
+    """
+    if earlier is not None and earlier.get("outcome") == "applied":
+        return earlier
+    if new["reason"] == "already_applied":
+        return new | {"outcome": "applied", "executed": True, "recovered_by": "redelivery"}
+    return new
 
 
 def _lookup(table: CustomMetricTable, entity: Entity) -> Callable[[str], float | None]:

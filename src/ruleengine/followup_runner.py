@@ -50,7 +50,7 @@ async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime
         result = ActResult("failed", "cannot_run", error={"message": str(exc)})
     status = _STATUS.get(result.outcome, "failed")
     await scheduler.finish(doc, status, reason=result.reason, now=now, late_s=late_s)
-    await engine.executions.insert_many(
+    await engine.executions.upsert_many(
         [_record(doc, result, now, late_s, time.perf_counter() - started)]
     )
     log.info(
@@ -88,6 +88,7 @@ def _record(
     doc: FollowupDoc, result: ActResult, now: datetime, late_s: float, act_s: float
 ) -> dict[str, Any]:
     return {
+        "key": f"followup|{doc.id}|{doc.generation}",
         "batch_id": doc.batch_id,  # linked to the execution that created the follow-up
         "kind": "followup",
         "followup_key": doc.id,

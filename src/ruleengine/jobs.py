@@ -124,9 +124,7 @@ async def run_followup_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict
 
 async def reap_job(ctx: dict[str, Any]) -> int:
     """arq cron: mark batches whose worker died ABANDONED and reconcile their intents."""
-    engine: Engine = ctx["engine"]
-    reaper = Reaper(engine, intents=engine.executor.intents)
-    return await reaper.reap(now=datetime.now(UTC))
+    return await Reaper(ctx["engine"]).reap(now=datetime.now(UTC))
 
 
 def worker_kwargs(settings: Settings) -> dict[str, Any]:

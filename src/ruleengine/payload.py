@@ -18,9 +18,23 @@ from ruleengine.rules.model import Rule
 from ruleengine.store.credentials import token_ref
 
 
+def _fallback(value: Any) -> Any:
+    """What orjson cannot encode by itself: arq's failure results are exceptions."""
+    if isinstance(value, BaseException):
+        return {"error": type(value).__name__, "message": str(value)}
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return repr(value)
+
+
 def serialize(value: dict[str, Any]) -> bytes:
-    """arq ``job_serializer``: orjson (datetimes become ISO strings)."""
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    """arq ``job_serializer``: orjson (datetimes become ISO strings).
+
+    arq serialises a job's *result* with it too, and the result of a failed or
+    expired job is an exception (``JobExecutionFailed``, ``TimeoutError`` …): it
+    becomes ``{"error": <class name>, "message": …}`` instead of failing.
+    """
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS, default=_fallback)
 
 
 def deserialize(raw: bytes) -> dict[str, Any]:

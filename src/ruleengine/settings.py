@@ -13,6 +13,8 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 InsightsStrategy = Literal["account_level", "per_campaign"]
+WRITE_LOCK_MARGIN_S = 5.0
+ORPHAN_GRACE_S = 60.0
 
 
 class Settings(BaseSettings):
@@ -49,7 +51,12 @@ class Settings(BaseSettings):
     job_timeout_s: int = Field(default=600, ge=1)
     worker_metrics_port: int = 9102
     max_budget_change_pct: float = Field(default=50.0, gt=0)
-    account_lock_timeout_s: float = 30.0
+    account_lock_ttl_s: float | None = Field(
+        default=None, gt=0, description="write lock lifetime; unset: derived from Graph timeouts"
+    )
+    account_lock_timeout_s: float | None = Field(
+        default=None, gt=0, description="wait for a busy write lock; unset: derived"
+    )
 
     # web
     web_host: str = "127.0.0.1"
@@ -80,6 +87,43 @@ class Settings(BaseSettings):
     @classmethod
     def _strip_slash(cls, value: str) -> str:
         return value.rstrip("/")
+
+    @property
+    def write_lock_ttl_s(self) -> float:
+        """Lifetime of an ad account's write lock without renewal.
+
+        The holder renews it every third of this while it runs, and once more right
+        before each write; a write then takes at most the Graph timeout. So even if
+        Redis stops answering renewals, the lock outlives any write in flight, and no
+        second holder can start writing before that write has landed or timed out.
+        """
+        if self.account_lock_ttl_s is not None:
+            return self.account_lock_ttl_s
+        return self.graph_timeout_s + WRITE_LOCK_MARGIN_S
+
+    @property
+    def write_lock_wait_s(self) -> float:
+        """How long a write waits for a busy account lock: the longest locked section.
+
+        Inside the lock a worker re-reads the live value (every try of the read
+        retry policy, each up to the Graph timeout) and writes once; rate-limit
+        waits happen outside it. Waiting this long lets two changes to one
+        entity compose even when Graph is slow.
+        """
+        if self.account_lock_timeout_s is not None:
+            return self.account_lock_timeout_s
+        waits = self.read_retry_waits_s
+        reads_s = (len(waits) + 1) * self.graph_timeout_s + sum(waits)
+        return reads_s + self.graph_timeout_s + WRITE_LOCK_MARGIN_S
+
+    @property
+    def orphan_after_s(self) -> float:
+        """Age (from its job's start) after which a pending intent's owner is provably gone.
+
+        arq cancels a job at ``job_timeout_s``; a write lock outlives its holder by
+        at most its lifetime; the grace covers clocks that disagree a little.
+        """
+        return self.job_timeout_s + self.write_lock_ttl_s + ORPHAN_GRACE_S
 
     @property
     def graph_base(self) -> str:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from datetime import date
+from decimal import Decimal
+from fractions import Fraction
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ruleengine.rules.model import (
     NameTextAction,
@@ -77,3 +83,45 @@ def test_rename_renders_the_template_once() -> None:
     plan = plan_name(rename, live="Adset 1", rule_name="Flag", today=TODAY)
     assert plan.after == "Adset 1 [FATIGUE 2026-12-01]"
     assert plan_name(rename, live=str(plan.after), rule_name="Flag", today=TODAY).changes is False
+
+
+# ---------------------------------------------------------------- exact budget arithmetic
+
+budgets = st.integers(min_value=1, max_value=10**15)
+percents = st.decimals(min_value="0.01", max_value="999.99", places=2)
+
+
+def _half_up(value: Fraction) -> int:
+    return int(math.floor(value + Fraction(1, 2)))
+
+
+def test_a_half_cent_rounds_up_where_float_arithmetic_rounded_to_even() -> None:
+    # 2,505 × 0.5 = 1,252.5 exactly; round() on floats gave 1,252 (half to even)
+    assert plan_budget(decrease(50), live=2505, max_change_pct=90).after == 1253
+    assert plan_budget(increase(10), live=10005, max_change_pct=50).after == 11006
+
+
+@given(live=budgets, percent=percents, up=st.booleans())
+def test_percent_changes_are_exact_and_round_half_up(
+    live: int, percent: Decimal, up: bool
+) -> None:
+    if not up and percent >= 100:
+        percent = percent % 100 or Decimal("0.01")
+    action = increase(float(percent)) if up else decrease(float(percent))
+    plan = plan_budget(action, live=live, max_change_pct=1_000_000)
+    sign = 1 if up else -1
+    exact = Fraction(live) * (100 + sign * Fraction(percent)) / 100
+    assert plan.requested == max(_half_up(exact), 0)
+    assert isinstance(plan.after, int)
+
+
+@given(live=budgets, percent=percents, cap=st.decimals(min_value="0.01", max_value="100", places=2))
+def test_the_change_cap_never_lets_more_than_its_percentage_through(
+    live: int, percent: Decimal, cap: Decimal
+) -> None:
+    plan = plan_budget(increase(float(percent)), live=live, max_change_pct=float(cap))
+    assert isinstance(plan.after, int)
+    assert Fraction(int(plan.after) - live) <= Fraction(live) * Fraction(cap) / 100
+    assert int(plan.after) - live == min(
+        int(plan.requested or 0) - live, math.floor(Fraction(live) * Fraction(cap) / 100)
+    )

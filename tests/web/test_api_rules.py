@@ -264,7 +264,7 @@ async def test_preview_returns_records_and_writes_nothing(
     assert stats["calls_by_kind"]["write"] == 0
     assert stats["calls_by_kind"]["copies"] == 0
     assert await sandbox.writes() == writes_before
-    for collection in ("batches", "executions", "action_intents", "cooldowns"):
+    for collection in ("batches", "executions", "action_intents"):
         assert await db[collection].count_documents({}) == 0, collection
 
 

@@ -37,23 +37,47 @@ class RetryPolicy:
         waits_s: the wait before each retry; ``len(waits_s) + 1`` tries in total.
         rate_limit_cap_s: the longest Meta-requested wait we accept; longer → give up now.
         sleep: how to wait (tests pass a recorder instead of sleeping).
+        wait_out_rate_limits: False raises rate-limit errors at once, for a caller that
+            must not wait while holding something (the account write lock).
     """
 
     def __init__(
-        self, waits_s: Sequence[float], *, rate_limit_cap_s: float, sleep: Sleep = asyncio.sleep
+        self,
+        waits_s: Sequence[float],
+        *,
+        rate_limit_cap_s: float,
+        sleep: Sleep = asyncio.sleep,
+        wait_out_rate_limits: bool = True,
     ) -> None:
         self.waits_s = tuple(waits_s)
         self.rate_limit_cap_s = rate_limit_cap_s
         self.sleep = sleep
+        self.wait_out_rate_limits = wait_out_rate_limits
+
+    def without_rate_limit_waits(self) -> RetryPolicy:
+        """This policy, but raising rate-limit errors instead of waiting them out."""
+        return RetryPolicy(
+            self.waits_s,
+            rate_limit_cap_s=self.rate_limit_cap_s,
+            sleep=self.sleep,
+            wait_out_rate_limits=False,
+        )
 
     def retryable(self, exc: BaseException) -> bool:
         """Transient errors and call-count rate limits whose wait fits under the cap."""
         if isinstance(exc, TransientError):
             return True
-        if isinstance(exc, RateLimitError):
+        if isinstance(exc, RateLimitError) and self.wait_out_rate_limits:
             wait = exc.retry_after_s
             return not exc.budget_change_limit and (wait is None or wait <= self.rate_limit_cap_s)
         return False
+
+    def rate_limit_wait(self, exc: RateLimitError, *, attempt: int) -> float | None:
+        """How long to wait before try ``attempt + 1`` after ``exc``; None to give up."""
+        if exc.budget_change_limit or attempt > len(self.waits_s):
+            return None
+        wait = max(self.waits_s[attempt - 1], exc.retry_after_s or 0.0)
+        return wait if wait <= self.rate_limit_cap_s else None
 
     def wait(self, state: RetryCallState) -> float:
         """The configured wait for this attempt, or longer when Meta asked for longer."""
@@ -124,6 +148,10 @@ class GraphReader:
         self.session = session.view(methods=READ_ONLY, cost=session.cost)
         self.listing = listing
         self.reads = reads
+
+    def with_reads(self, reads: RetryPolicy) -> GraphReader:
+        """A reader on the same session and cost with another policy for object reads."""
+        return GraphReader(self.session, listing=self.listing, reads=reads)
 
     @classmethod
     def from_settings(cls, session: GraphSession, *, sleep: Sleep = asyncio.sleep) -> GraphReader:

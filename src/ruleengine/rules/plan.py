@@ -5,6 +5,11 @@ for the target. Writing an absolute value (never "+20 %") is what makes a
 repeated write harmless. Budgets are clamped to the action's bounds and then to
 the engine-wide change cap, which always wins, and never move against the
 action's direction.
+
+Budget arithmetic is exact (``Decimal``, never binary floats) with one rule each:
+a percentage change is rounded **half up** to the nearest minor unit
+(10,005 × 1.1 = 11,005.5 → 11,006), and the engine-wide cap is rounded **down**
+(never more than ``max_budget_change_pct`` of the live budget).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import dataclasses
 import string
 from dataclasses import dataclass
 from datetime import date
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 
 from ruleengine.rules.model import (
     NameTextAction,
@@ -58,7 +64,7 @@ def plan_budget(
         lower, upper = 1, None
     else:
         sign = 1 if action.type == "increase_budget" else -1
-        requested = round(live * (1 + sign * action.percent / 100))
+        requested = percent_of(live, 100 + sign * _decimal(action.percent), rounding=ROUND_HALF_UP)
         lower, upper = action.min_budget or 1, action.max_budget
     target, clamped = _clamp(requested, lower, upper, live=live, max_change_pct=max_change_pct)
     if isinstance(action, PercentBudgetAction):
@@ -76,12 +82,23 @@ def _clamp(
         value, clamped = upper, [*clamped, "max_budget"]
     if value < lower:
         value, clamped = lower, [*clamped, "min_budget"]
-    cap = int(live * max_change_pct / 100)
+    cap = percent_of(live, _decimal(max_change_pct), rounding=ROUND_DOWN)
     if value > live + cap:
         value, clamped = live + cap, [*clamped, "max_budget_change_pct"]
     elif value < live - cap:
         value, clamped = live - cap, [*clamped, "max_budget_change_pct"]
     return value, clamped
+
+
+def _decimal(value: float) -> Decimal:
+    # str() gives the shortest decimal that reads back as the same float: 20.1 → "20.1"
+    return Decimal(str(value))
+
+
+def percent_of(amount: int, percent: Decimal, *, rounding: str) -> int:
+    """``amount × percent / 100`` in whole minor units, rounded as ``rounding`` says."""
+    exact = Decimal(amount) * percent / 100
+    return int(exact.quantize(Decimal(1), rounding=rounding))
 
 
 def _why_unchanged(clamped: list[str]) -> str:

@@ -46,11 +46,14 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("status", ASCENDING), ("started_at", DESCENDING)]),
     ],
     c.EXECUTIONS: [
+        # one record per (batch, task, entity); older records without a key stay as they are
+        IndexModel(
+            [("key", ASCENDING)], unique=True, partialFilterExpression={"key": {"$exists": True}}
+        ),
         IndexModel([("batch_id", ASCENDING)]),
         IndexModel([("rule_id", ASCENDING), ("created_at", DESCENDING)]),
         IndexModel([("entity_id", ASCENDING), ("created_at", DESCENDING)]),
     ],
-    c.COOLDOWNS: [IndexModel([("next_execute_at", ASCENDING)])],
     c.ACTION_INTENTS: [
         IndexModel(
             [("batch_id", ASCENDING), ("task_id", ASCENDING), ("entity_id", ASCENDING)],
@@ -58,6 +61,8 @@ _INDEXES: dict[str, list[IndexModel]] = {
         ),
         IndexModel([("entity_id", ASCENDING), ("field", ASCENDING), ("applied_at", DESCENDING)]),
         IndexModel([("status", ASCENDING), ("created_at", ASCENDING)]),
+        # cooldowns are derived from intents
+        IndexModel([("rule_id", ASCENDING), ("entity_id", ASCENDING), ("created_at", DESCENDING)]),
     ],
     c.ERROR_LOG: [
         IndexModel([("function", ASCENDING), ("fingerprint", ASCENDING)], unique=True),

@@ -1,30 +1,63 @@
-"""What the worker records: batch rows, execution records, cooldowns and action intents.
+"""What the worker records: batch rows and execution records.
 
 * A **batch** row per (rule, account, scheduled time), upserted on ``batch_id``:
-  a redelivered job reuses it and shows ``execute_count`` 2.
-* **Execution records**, one per (entity, task), written in bulk.
-* **Cooldowns** per (rule, task, entity): the time before which the task must not act again.
-* **Action intents**, unique per (batch, task, entity), written *before* a write
-  to Meta and marked done with Meta's answer: a redelivered job finds them and
-  writes nothing twice.
+  a redelivered job reuses it and shows ``execute_count`` 2; its counts describe
+  what the batch did across deliveries.
+* **Execution records**, one per (batch, task, entity) — unique on ``key`` —
+  written in bulk and updated, never duplicated, by a redelivery or the reaper.
+
+Action intents and the cooldowns derived from them are in :mod:`ruleengine.store.intents`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 from pymongo import DESCENDING, ReturnDocument, UpdateOne
-from pymongo.errors import DuplicateKeyError
 
 from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
 from ruleengine.store.db import Database, Document
 
 BatchStatus = Literal["RUNNING", "DONE", "FAILED", "ABANDONED"]
-IntentStatus = Literal["pending", "done", "failed"]
+
+
+def record_key(batch_id: str, task_id: str, entity_id: str) -> str:
+    """The unique key of the execution record of (batch, task, entity)."""
+    return f"{batch_id}|{task_id}|{entity_id}"
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    """What a batch did, counted over its execution records (across deliveries)."""
+
+    evaluated: int = 0
+    affected: int = 0
+    applied: int = 0
+    failed: int = 0
+
+    @classmethod
+    def of(cls, records: Iterable[Document]) -> BatchCounts:
+        """Count evaluation records (follow-up records of the batch are not its evaluations)."""
+        rows = [r for r in records if r.get("kind") != "followup"]
+        return cls(
+            evaluated=sum(r.get("passed") is not None for r in rows),
+            affected=len({r["entity_id"] for r in rows if r.get("passed")}),
+            applied=sum(r.get("outcome") == "applied" for r in rows),
+            failed=sum(r.get("outcome") == "failed" for r in rows),
+        )
+
+    def as_fields(self) -> dict[str, int]:
+        """The batch row's count fields."""
+        return {
+            "evaluated_count": self.evaluated,
+            "affected_count": self.affected,
+            "applied_count": self.applied,
+            "failed_count": self.failed,
+        }
 
 
 @dataclass(frozen=True)
@@ -110,6 +143,11 @@ class BatchStore:
             raise NotFoundError(f"batch '{batch_id}' does not exist")
         return doc
 
+    async def status(self, batch_id: str) -> str | None:
+        """The status of a batch, None when there is no such row."""
+        doc = await self._batches.find_one({"_id": batch_id}, {"status": 1})
+        return None if doc is None else str(doc["status"])
+
     async def page(self, *, filters: dict[str, Any], limit: int = 50, skip: int = 0) -> BatchPage:
         """Batch rows matching ``filters`` (equality on rule_id/account/status), newest first."""
         query = {k: v for k, v in filters.items() if v is not None}
@@ -136,6 +174,18 @@ class BatchStore:
         )
         return result.modified_count == 1
 
+    async def unrecovered(self, *, limit: int = 100) -> list[Document]:
+        """ABANDONED batches whose intents have not yet become execution records."""
+        query = {"status": "ABANDONED", "recovered_at": None}
+        return [d async for d in self._batches.find(query).sort("finished_at").limit(limit)]
+
+    async def mark_recovered(self, batch_id: str, counts: BatchCounts, *, now: datetime) -> None:
+        """Record that the reaper turned an ABANDONED batch's intents into records."""
+        await self._batches.update_one(
+            {"_id": batch_id, "status": "ABANDONED"},
+            {"$set": {"recovered_at": now, **counts.as_fields()}},
+        )
+
     async def durations(self, *, since: datetime) -> list[Document]:
         """Finished batches since ``since``: rule, duration and trace (the slow-rule report)."""
         cursor = self._batches.find(
@@ -158,159 +208,25 @@ class ExecutionStore:
     def __init__(self, db: Database) -> None:
         self._executions = db[c.EXECUTIONS]
 
-    async def insert_many(self, records: Sequence[Document]) -> None:
-        """Write records in bulk (one round trip, not one insert per entity)."""
-        if records:
-            await self._executions.insert_many(list(records), ordered=False)
+    async def upsert_many(self, records: Sequence[Document]) -> None:
+        """Write records in bulk, replacing the fields of the record with the same ``key``."""
+        ops = [UpdateOne({"key": r["key"]}, {"$set": r}, upsert=True) for r in records]
+        if ops:
+            await self._executions.bulk_write(ops, ordered=False)
+
+    async def insert_missing(self, records: Sequence[Document]) -> int:
+        """Write the records whose ``key`` has none yet (never overwrite); returns how many."""
+        ops = [UpdateOne({"key": r["key"]}, {"$setOnInsert": r}, upsert=True) for r in records]
+        if not ops:
+            return 0
+        return (await self._executions.bulk_write(ops, ordered=False)).upserted_count
+
+    async def by_key(self, batch_id: str) -> dict[str, Document]:
+        """The batch's records by ``key`` (what earlier deliveries recorded)."""
+        cursor = self._executions.find({"batch_id": batch_id, "key": {"$exists": True}})
+        return {d["key"]: d async for d in cursor}
 
     async def for_batch(self, batch_id: str, *, limit: int = 5000) -> list[Document]:
         """Every record of a batch, in evaluation order."""
         cursor = self._executions.find({"batch_id": batch_id}).sort("_id").limit(limit)
         return [d async for d in cursor]
-
-
-class CooldownStore:
-    """Per (rule, task, entity): not before ``next_execute_at``."""
-
-    def __init__(self, db: Database) -> None:
-        self._cooldowns = db[c.COOLDOWNS]
-
-    @staticmethod
-    def key(rule_id: str, task_id: str, entity_id: str) -> str:
-        """The document id of a cooldown."""
-        return f"{rule_id}:{task_id}:{entity_id}"
-
-    async def active(
-        self, rule_id: str, pairs: Iterable[tuple[str, str]], *, now: datetime
-    ) -> dict[tuple[str, str], datetime]:
-        """(task, entity) → until, for the pairs still cooling down at ``now``."""
-        keys = [self.key(rule_id, task, entity) for task, entity in pairs]
-        if not keys:
-            return {}
-        cursor = self._cooldowns.find({"_id": {"$in": keys}, "next_execute_at": {"$gt": now}})
-        return {(d["task_id"], d["entity_id"]): d["next_execute_at"] async for d in cursor}
-
-    async def set_many(self, rule_id: str, items: Iterable[tuple[str, str, datetime]]) -> None:
-        """Start cooldowns: (task, entity, until) for each action that fired."""
-        ops = [
-            UpdateOne(
-                {"_id": self.key(rule_id, task, entity)},
-                {
-                    "$set": {
-                        "rule_id": rule_id,
-                        "task_id": task,
-                        "entity_id": entity,
-                        "next_execute_at": until,
-                    }
-                },
-                upsert=True,
-            )
-            for task, entity, until in items
-        ]
-        if ops:
-            await self._cooldowns.bulk_write(ops, ordered=False)
-
-
-@dataclass(frozen=True)
-class Intent:
-    """A write the engine is about to make (or made), keyed by batch + task + entity."""
-
-    id: Any
-    batch_id: str
-    task_id: str
-    entity_id: str
-    field: str
-    before: Any
-    target: Any
-    status: IntentStatus
-    created: bool  # False: the intent existed already (a redelivered job)
-
-    @classmethod
-    def from_mongo(cls, doc: Document, *, created: bool) -> Intent:
-        """Build from an ``action_intents`` document."""
-        return cls(
-            id=doc["_id"],
-            batch_id=doc["batch_id"],
-            task_id=doc["task_id"],
-            entity_id=doc["entity_id"],
-            field=doc["field"],
-            before=doc.get("before"),
-            target=doc.get("target"),
-            status=doc["status"],
-            created=created,
-        )
-
-
-class IntentStore:
-    """Action intents: recorded before the write, resolved with Meta's answer."""
-
-    def __init__(self, db: Database) -> None:
-        self._intents = db[c.ACTION_INTENTS]
-
-    async def begin(self, intent: Document, *, now: datetime) -> Intent:
-        """Insert a pending intent; if one exists for the key, return it instead."""
-        doc = {**intent, "status": "pending", "created_at": now, "applied_at": None}
-        try:
-            await self._intents.insert_one(doc)
-            return Intent.from_mongo(doc, created=True)
-        except DuplicateKeyError:
-            key = {k: intent[k] for k in ("batch_id", "task_id", "entity_id")}
-            existing = await self._intents.find_one(key)
-            assert existing is not None
-            return Intent.from_mongo(existing, created=False)
-
-    async def get(self, batch_id: str, task_id: str, entity_id: str) -> Intent | None:
-        """The intent of (batch, task, entity), if one was recorded."""
-        doc = await self._intents.find_one(
-            {"batch_id": batch_id, "task_id": task_id, "entity_id": entity_id}
-        )
-        return None if doc is None else Intent.from_mongo(doc, created=False)
-
-    async def resolve(
-        self, intent_id: Any, *, status: IntentStatus, now: datetime, **fields: Any
-    ) -> None:
-        """Mark done (with Meta's answer) or failed (with the error)."""
-        extra = {"applied_at": now} if status == "done" else {}
-        await self._intents.update_one(
-            {"_id": intent_id}, {"$set": {"status": status, "resolved_at": now, **extra, **fields}}
-        )
-
-    async def pending(self, *, batch_ids: Sequence[str] | None = None) -> list[Document]:
-        """Pending intents (of some batches)."""
-        query: dict[str, Any] = {"status": "pending"}
-        if batch_ids is not None:
-            query["batch_id"] = {"$in": list(batch_ids)}
-        return [d async for d in self._intents.find(query)]
-
-    async def stale_for_entity(
-        self, entity_id: str, field: str, *, other_than: str
-    ) -> list[Document]:
-        """Pending intents on the same entity and field left by *other* batches.
-
-        Seen while holding the account's write lock, they can only be the
-        leftovers of a worker that died between recording and confirming a write.
-        """
-        query = {
-            "entity_id": entity_id,
-            "field": field,
-            "status": "pending",
-            "batch_id": {"$ne": other_than},
-        }
-        return [d async for d in self._intents.find(query)]
-
-    async def budget_changes_since(self, entity_id: str, *, since: datetime) -> int:
-        """How many budget writes the engine made to an entity since ``since``."""
-        return await self._intents.count_documents(
-            {
-                "entity_id": entity_id,
-                "field": {"$in": ["daily_budget", "lifetime_budget"]},
-                "status": "done",
-                "changed": True,
-                "applied_at": {"$gte": since},
-            }
-        )
-
-
-def hour_ago(now: datetime) -> datetime:
-    """``now`` minus one hour (the window of Meta's ad-set budget-change limit)."""
-    return now - timedelta(hours=1)
