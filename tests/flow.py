@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import AsyncIterator
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
+import aiohttp
 from arq.utils import timestamp_ms
 from arq.worker import Worker
 
@@ -17,10 +24,13 @@ from ruleengine.jobs import worker_kwargs
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.queue import connect_queue
+from ruleengine.reaper import Reaper
 from ruleengine.rules.model import parse_rule
+from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleDoc, RuleStore
+from support import SANDBOX_TOKEN
 
 
 async def save_rule(db: Database, data: dict[str, Any], *, now: datetime | None = None) -> RuleDoc:
@@ -118,3 +128,103 @@ def process_env(settings: Settings, **extra: str) -> dict[str, str]:
         "RULEENGINE_DATA_DIR": str(settings.data_dir),
         **{f"RULEENGINE_{k.upper()}": v for k, v in extra.items()},
     }
+
+
+def campaign_rule(
+    action: dict[str, Any], conditions: list[dict[str, Any]], **extra: Any
+) -> dict[str, Any]:
+    """A campaign rule on act_1001 with one task ``t``, every 15 minutes."""
+    return {
+        "name": extra.pop("name", f"rule {action['type']}"),
+        "level": extra.pop("level", "campaign"),
+        "ad_accounts": ["act_1001"],
+        "schedule": {"mode": "interval", "every_minutes": 15},
+        "timezone": "America/New_York",
+        "tasks": [
+            {
+                "id": "t",
+                "conditions": conditions,
+                "action": action,
+                "cooldown_minutes": extra.pop("cooldown_minutes", 0),
+            }
+        ],
+        **extra,
+    }
+
+
+NEW_YORK = ZoneInfo("America/New_York")
+WINNER = {"metric": "purchase_roas.omni_purchase", "period": "last_7d", "operator": ">", "value": 3}
+LOSER = {
+    "metric": "purchase_roas.omni_purchase",
+    "period": "last_7d",
+    "operator": "<",
+    "value": 1.2,
+}
+
+
+async def objects_named(
+    sandbox: SandboxAdmin, account: str = "act_1001"
+) -> dict[str, dict[str, Any]]:
+    """Every campaign of ``account`` by its original name, as the sandbox holds it now."""
+    ids = await campaign_ids(sandbox, account)
+    return {name: await sandbox.object(cid) for name, cid in ids.items()}
+
+
+async def campaign_ids(sandbox: SandboxAdmin, account: str = "act_1001") -> dict[str, str]:
+    """Campaign ids of ``account`` by name, listed through the sandbox's Graph API."""
+    async with aiohttp.ClientSession() as http:
+        url = f"{sandbox.base_url}/v25.0/{account}/campaigns"
+        params = {"fields": "id,name", "limit": "500", "access_token": SANDBOX_TOKEN}
+        async with http.get(url, params=params) as response:
+            body = await response.json()
+    return {c["name"]: c["id"] for c in body["data"]}
+
+
+async def successful_writes(sandbox: SandboxAdmin) -> list[dict[str, Any]]:
+    """The writes the sandbox accepted, in order."""
+    return [w for w in await sandbox.writes() if w["ok"]]
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    """The environment of an ``arq ruleengine.jobs.WorkerSettings`` child process."""
+    # a short write-lock lifetime: the lock of a killed worker is free again in 2 s
+    return process_env(settings, worker_metrics_port="0", account_lock_ttl_s="2")
+
+
+async def reap(settings: Settings, db: Database, redis: Any, *, now: datetime) -> int:
+    """One reaper pass at ``now``, as a worker's cron runs it."""
+    engine = build_engine(settings, db=db, redis=redis)
+    try:
+        return await Reaper(engine).reap(now=now)
+    finally:
+        await close_engine(engine)
+
+
+async def wait_for(predicate: Callable[[], Awaitable[Any]], timeout_s: float = 20.0) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        value = await predicate()
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"condition not reached within {timeout_s}s")
+
+
+def start_worker(settings: Settings, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    """A real worker process (``arq ruleengine.jobs.WorkerSettings``) logging to ``log``."""
+    with log.open("wb") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            [str(Path(sys.executable).with_name("arq")), "ruleengine.jobs.WorkerSettings"],
+            env=worker_env(settings) | {f"RULEENGINE_{k.upper()}": v for k, v in env.items()},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def kill(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a child process and reap it."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGKILL)
+    process.wait()

@@ -2,84 +2,42 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
-import signal
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import aiohttp
 import pytest
 from arq.worker import Worker
 
-from flow import dispatch, process_env, records, run_rule, save_rule, work
+from flow import (
+    LOSER,
+    NEW_YORK,
+    WINNER,
+    campaign_ids,
+    campaign_rule,
+    dispatch,
+    kill,
+    objects_named,
+    reap,
+    records,
+    run_rule,
+    save_rule,
+    start_worker,
+    successful_writes,
+    wait_for,
+    work,
+)
 from ruleengine import constants as c
-from ruleengine.engine import build_engine, close_engine
 from ruleengine.jobs import WorkerSettings, worker_kwargs
 from ruleengine.payload import EvaluateJob, deserialize, evaluate_job_id
 from ruleengine.queue import connect_queue
-from ruleengine.reaper import Reaper
 from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from support import SANDBOX_NOW, SANDBOX_TOKEN
-
-
-def campaign_rule(
-    action: dict[str, Any], conditions: list[dict[str, Any]], **extra: Any
-) -> dict[str, Any]:
-    return {
-        "name": extra.pop("name", f"rule {action['type']}"),
-        "level": extra.pop("level", "campaign"),
-        "ad_accounts": ["act_1001"],
-        "schedule": {"mode": "interval", "every_minutes": 15},
-        "timezone": "America/New_York",
-        "tasks": [
-            {
-                "id": "t",
-                "conditions": conditions,
-                "action": action,
-                "cooldown_minutes": extra.pop("cooldown_minutes", 0),
-            }
-        ],
-        **extra,
-    }
-
-
-NEW_YORK = ZoneInfo("America/New_York")
-WINNER = {"metric": "purchase_roas.omni_purchase", "period": "last_7d", "operator": ">", "value": 3}
-LOSER = {
-    "metric": "purchase_roas.omni_purchase",
-    "period": "last_7d",
-    "operator": "<",
-    "value": 1.2,
-}
-
-
-async def objects_named(
-    sandbox: SandboxAdmin, account: str = "act_1001"
-) -> dict[str, dict[str, Any]]:
-    """Every campaign of ``account`` by its original name, as the sandbox holds it now."""
-    ids = await campaign_ids(sandbox, account)
-    return {name: await sandbox.object(cid) for name, cid in ids.items()}
-
-
-async def campaign_ids(sandbox: SandboxAdmin, account: str = "act_1001") -> dict[str, str]:
-    async with aiohttp.ClientSession() as http:
-        url = f"{sandbox.base_url}/v25.0/{account}/campaigns"
-        params = {"fields": "id,name", "limit": "500", "access_token": SANDBOX_TOKEN}
-        async with http.get(url, params=params) as response:
-            body = await response.json()
-    return {c["name"]: c["id"] for c in body["data"]}
-
-
-async def successful_writes(sandbox: SandboxAdmin) -> list[dict[str, Any]]:
-    return [w for w in await sandbox.writes() if w["ok"]]
 
 
 @pytest.fixture
@@ -463,19 +421,6 @@ async def test_fifty_similar_write_failures_become_one_group(
 # ---------------------------------------------------------------- a worker that dies
 
 
-def worker_env(settings: Settings) -> dict[str, str]:
-    # a short write-lock lifetime: the lock of a killed worker is free again in 2 s
-    return process_env(settings, worker_metrics_port="0", account_lock_ttl_s="2")
-
-
-async def reap(settings: Settings, db: Database, redis: Any, *, now: datetime) -> int:
-    engine = build_engine(settings, db=db, redis=redis)
-    try:
-        return await Reaper(engine).reap(now=now)
-    finally:
-        await close_engine(engine)
-
-
 async def test_a_worker_killed_between_intent_and_write_never_doubles_the_change(
     wired: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, tmp_path: Path
 ) -> None:
@@ -487,25 +432,11 @@ async def test_a_worker_killed_between_intent_and_write_never_doubles_the_change
     start = datetime.now(UTC)
     await dispatch(wired, db, now=start)
     await sandbox.set_faults(latency_ms=1500)  # every Graph request takes 1.5 s: time to kill
-    with (tmp_path / "worker.log").open("wb") as out:
-        worker = subprocess.Popen(
-            [str(Path(sys.executable).with_name("arq")), "ruleengine.jobs.WorkerSettings"],
-            env=worker_env(wired),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    worker = start_worker(wired, tmp_path / "worker.log")
     try:
-        for _ in range(300):
-            if await db[c.ACTION_INTENTS].find_one({"status": "pending"}):
-                break
-            await asyncio.sleep(0.02)
-        else:
-            raise AssertionError("no intent was recorded")
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
+        await wait_for(lambda: db[c.ACTION_INTENTS].find_one({"status": "pending"}), 10)
     finally:
-        if worker.poll() is None:
-            worker.kill()
+        kill(worker)
     await sandbox.clear_faults()
     # No waiting here: the reaper settles under the account's write lock, which the dead
     # worker renewed right before its write, so a write in flight lands (or not) first.
@@ -514,7 +445,13 @@ async def test_a_worker_killed_between_intent_and_write_never_doubles_the_change
     assert await reap(wired, db, redis, now=start + timedelta(hours=1)) == 1
     batch = await db[c.BATCHES].find_one({"rule_id": rule.id})
     assert batch is not None and batch["status"] == "ABANDONED"
+    assert batch["recovered_at"] is not None
     assert await db[c.ACTION_INTENTS].count_documents({"status": "pending"}) == 0
+    # every write Meta received in the abandoned run is an execution record
+    landed = {w["id"] for w in await successful_writes(sandbox)}
+    recovered = await records(db, batch_id=batch["_id"], recovered_by="reaper")
+    assert {r["entity_id"] for r in recovered if r["outcome"] == "applied"} == landed
+    assert batch["applied_count"] == len(landed)
     # the next scheduled runs act once more at most per campaign: never a second +20 %
     await redis.flushdb()
     await dispatch(wired, db, now=start + timedelta(minutes=15))

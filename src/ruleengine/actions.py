@@ -370,7 +370,8 @@ class ActionExecutor:
             return ActResult(
                 "skipped", "meta_budget_change_limit", field=field_name, before=plan.before
             )
-        intent = await self.intents.begin(self._intent_doc(run, entity, key, plan), now=run.now)
+        doc = self._intent_doc(run, entity, key, plan) | {"lock_fence": lock.fence}
+        intent = await self.intents.begin(doc, now=run.now)
         if not intent.created:
             return _settled(intent)
         return await self._write(intent, plan, step, lock)

@@ -92,7 +92,7 @@ percents = st.decimals(min_value="0.01", max_value="999.99", places=2)
 
 
 def _half_up(value: Fraction) -> int:
-    return int(math.floor(value + Fraction(1, 2)))
+    return math.floor(value + Fraction(1, 2))
 
 
 def test_a_half_cent_rounds_up_where_float_arithmetic_rounded_to_even() -> None:
@@ -102,9 +102,7 @@ def test_a_half_cent_rounds_up_where_float_arithmetic_rounded_to_even() -> None:
 
 
 @given(live=budgets, percent=percents, up=st.booleans())
-def test_percent_changes_are_exact_and_round_half_up(
-    live: int, percent: Decimal, up: bool
-) -> None:
+def test_percent_changes_are_exact_and_round_half_up(live: int, percent: Decimal, up: bool) -> None:
     if not up and percent >= 100:
         percent = percent % 100 or Decimal("0.01")
     action = increase(float(percent)) if up else decrease(float(percent))

@@ -1,0 +1,294 @@
+"""Promises kept under faults: killed workers, slow Graph, rate limits, Graph errors in the reaper.
+
+Each test reproduces a break found by driving the engine from outside (workers SIGKILLed
+while acting, two jobs racing for one campaign through a slow Graph, a reaper meeting a
+Graph error) and checks what Meta (the sandbox) received and what MongoDB holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from arq.jobs import serialize_result
+from arq.worker import JobExecutionFailed
+
+from flow import (
+    WINNER,
+    campaign_ids,
+    campaign_rule,
+    dispatch,
+    engine_for,
+    kill,
+    reap,
+    records,
+    save_rule,
+    start_worker,
+    successful_writes,
+    wait_for,
+    work,
+)
+from ruleengine import constants as c
+from ruleengine.engine import evaluate_account
+from ruleengine.payload import EvaluateJob, deserialize, serialize
+from ruleengine.queue import connect_queue
+from ruleengine.sandbox.admin import SandboxAdmin
+from ruleengine.settings import Settings
+from ruleengine.store.db import Database
+
+ALWAYS = {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
+
+
+async def queued_job(redis: Any) -> EvaluateJob:
+    """The (first) evaluation job the dispatcher enqueued, as a worker would read it."""
+    job_id = (await redis.zrange(c.QUEUE_NAME, 0, 0))[0]
+    return EvaluateJob.model_validate(deserialize(await redis.get(b"arq:job:" + job_id))["a"][0])
+
+
+def writes_per_entity(writes: list[dict[str, Any]]) -> dict[str, int]:
+    counted: dict[str, int] = {}
+    for write in writes:
+        counted[write["id"]] = counted.get(write["id"], 0) + 1
+    return counted
+
+
+# ---------------------------------------------------------------- cooldowns
+
+
+async def test_a_worker_killed_right_after_its_first_write_leaves_the_cooldown_in_force(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+    tmp_path: Path,
+) -> None:
+    rule = await save_rule(
+        db, campaign_rule({"type": "increase_budget", "percent": 2}, [WINNER], cooldown_minutes=30)
+    )
+    start = datetime.now(UTC)
+    await dispatch(settings, db, now=start)
+    await sandbox.set_faults(latency_ms=700)  # room to kill between the writes
+    worker = start_worker(settings, tmp_path / "worker.log")
+    try:
+        first = await wait_for(lambda: successful_writes(sandbox))
+    finally:
+        kill(worker)
+    await sandbox.clear_faults()
+    await redis.delete(c.QUEUE_NAME)  # the dead worker's job would block an in-process burst
+    # the next run comes long before the reaper would (it waits for the job timeout)
+    await dispatch(settings, db, now=start + timedelta(minutes=15))
+    await work(settings)
+    second_run = await records(db, rule_id=rule.id)
+    reasons = {r["entity_id"]: r["reason"] for r in second_run}
+    assert reasons[first[0]["id"]] == "next_execute_not_reached"
+    assert max(writes_per_entity(await successful_writes(sandbox)).values()) == 1
+
+
+# ---------------------------------------------------------------- the account write lock
+
+
+async def test_two_rules_changing_one_campaign_through_a_slow_graph_compose(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    entity_id = (await campaign_ids(sandbox))["[AUTO] Prospecting US 1"]
+    live = int((await sandbox.object(entity_id))["daily_budget"])
+    only = [{"field": "id", "operator": "EQUAL", "value": entity_id}]
+    for name, percent in (("plus 3", 3), ("plus 2", 2)):
+        await save_rule(
+            db,
+            campaign_rule(
+                {"type": "increase_budget", "percent": percent}, [ALWAYS], name=name, filters=only
+            ),
+        )
+    await dispatch(settings, db)
+    # Each locked section (a live read and a write) takes over 0.8 s; unless renewed, the
+    # lock would expire during the live read. Both jobs run at once in one worker.
+    await sandbox.set_faults(latency_ms=400)
+    await work(settings.model_copy(update={"account_lock_ttl_s": 0.3}))
+    await sandbox.clear_faults()
+    writes = [w for w in await successful_writes(sandbox) if w["id"] == entity_id]
+    assert [int(w["params"]["daily_budget"]) for w in writes] in (
+        [round(live * 1.03), round(round(live * 1.03) * 1.02)],
+        [round(live * 1.02), round(round(live * 1.02) * 1.03)],
+    )
+    intents = [d async for d in db[c.ACTION_INTENTS].find({}).sort("applied_at")]
+    assert [i["status"] for i in intents] == ["done", "done"]
+    assert intents[1]["before"] == intents[0]["target"]  # the second saw the first's write
+    assert intents[0]["lock_fence"] != intents[1]["lock_fence"]
+    applied = await records(db, outcome="applied")
+    assert sorted(r["before"] for r in applied) == sorted(i["before"] for i in intents)
+
+
+async def test_a_rate_limit_on_the_live_read_is_waited_out_outside_the_lock(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    entity_id = (await campaign_ids(sandbox))["[AUTO] Prospecting US 1"]
+    only = [{"field": "id", "operator": "EQUAL", "value": entity_id}]
+    await save_rule(db, campaign_rule({"type": "pause"}, [ALWAYS], filters=only))
+    await dispatch(settings, db)
+    job = await queued_job(redis)
+    await sandbox.set_faults(
+        rules=[{"path_contains": entity_id, "method": "GET", "code": 17, "times": 2}]
+    )
+    lock_key = f"{c.ACCOUNT_LOCK_PREFIX}act_1001"
+    lock_held_while_waiting: list[bool] = []
+    async with engine_for(settings, db) as engine:
+
+        async def observed_sleep(seconds: float) -> None:
+            lock_held_while_waiting.append(bool(await redis.exists(lock_key)))
+
+        engine.executor.sleep = observed_sleep
+        summary = await evaluate_account(engine, job, now=datetime.now(UTC))
+    assert summary.applied == 1
+    assert lock_held_while_waiting == [False, False]
+    assert (await sandbox.object(entity_id))["status"] == "PAUSED"
+
+
+async def test_a_live_unsettled_write_of_another_run_blocks_the_field_until_its_owner_is_gone(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    entity_id = (await campaign_ids(sandbox))["[AUTO] Prospecting US 1"]
+    live = int((await sandbox.object(entity_id))["daily_budget"])
+    now = datetime.now(UTC)
+    # another rule's job is still running and has an unconfirmed write on the budget
+    await db[c.BATCHES].insert_one(
+        {"_id": "other", "status": "RUNNING", "account": "act_1001", "last_started_at": now}
+    )
+    await db[c.ACTION_INTENTS].insert_one(
+        {
+            "batch_id": "other",
+            "task_id": "t",
+            "entity_id": entity_id,
+            "rule_id": "r",
+            "account": "act_1001",
+            "field": "daily_budget",
+            "before": live,
+            "target": live + 100,
+            "status": "pending",
+            "created_at": now,
+        }
+    )
+    only = [{"field": "id", "operator": "EQUAL", "value": entity_id}]
+    rule = await save_rule(
+        db, campaign_rule({"type": "increase_budget", "percent": 10}, [ALWAYS], filters=only)
+    )
+    await dispatch(settings, db, now=now)
+    await work(settings)
+    (blocked,) = await records(db, rule_id=rule.id)
+    assert (blocked["outcome"], blocked["reason"]) == ("skipped", "write_pending_elsewhere")
+    assert await sandbox.writes() == []
+    # once its batch is ABANDONED the owner is provably gone: the next run settles it first
+    await db[c.BATCHES].update_one({"_id": "other"}, {"$set": {"status": "ABANDONED"}})
+    await dispatch(settings, db, now=now + timedelta(minutes=15))
+    await work(settings)
+    other = await db[c.ACTION_INTENTS].find_one({"batch_id": "other"})
+    assert other is not None and (other["status"], other["reason"]) == ("failed", "not_applied")
+    assert [int(w["params"]["daily_budget"]) for w in await successful_writes(sandbox)] == [
+        round(live * 1.1)
+    ]
+
+
+# ---------------------------------------------------------------- the reaper
+
+
+async def test_the_reaper_goes_on_after_a_graph_error_and_retries_on_a_later_pass(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    ids = await campaign_ids(sandbox)
+    stale = datetime.now(UTC) - timedelta(hours=2)
+    entities = [ids["[AUTO] Prospecting US 1"], ids["[AUTO] Retargeting US 1"]]
+    for index, entity_id in enumerate(entities):
+        live = int((await sandbox.object(entity_id))["daily_budget"])
+        batch_id = f"lost-{index}"
+        await db[c.BATCHES].insert_one(
+            {
+                "_id": batch_id,
+                "status": "RUNNING",
+                "rule_id": "r",
+                "account": "act_1001",
+                "last_started_at": stale,
+                "started_at": stale,
+            }
+        )
+        await db[c.ACTION_INTENTS].insert_one(
+            {
+                "batch_id": batch_id,
+                "task_id": "t",
+                "entity_id": entity_id,
+                "rule_id": "r",
+                "account": "act_1001",
+                "action": "increase_budget",
+                "field": "daily_budget",
+                "before": live,
+                "target": live,  # as if the write had landed
+                "status": "pending",
+                "created_at": stale,
+            }
+        )
+    await sandbox.set_faults(
+        rules=[{"path_contains": entities[0], "method": "GET", "code": 190, "times": 1}]
+    )
+    now = datetime.now(UTC)
+    assert await reap(settings, db, redis, now=now) == 2
+    statuses = {d["batch_id"]: d["status"] async for d in db[c.ACTION_INTENTS].find({})}
+    assert statuses == {"lost-0": "pending", "lost-1": "done"}  # the error stopped only its own
+    assert len(await records(db, batch_id="lost-1", recovered_by="reaper")) == 1
+    assert await records(db, batch_id="lost-0") == []
+    assert await db[c.ERROR_LOG].find_one({"function": "reaper.settle"}) is not None
+    assert await reap(settings, db, redis, now=now + timedelta(minutes=1)) == 0
+    (settled,) = await records(db, batch_id="lost-0", recovered_by="reaper")
+    assert (settled["outcome"], settled["executed"]) == ("applied", True)
+    batches = {b["_id"]: b async for b in db[c.BATCHES].find({})}
+    assert all(b["recovered_at"] and b["applied_count"] == 1 for b in batches.values())
+
+
+# ---------------------------------------------------------------- arq results
+
+
+def test_failed_and_expired_job_results_serialize() -> None:
+    for failure in (JobExecutionFailed("job expired"), TimeoutError()):
+        raw = serialize_result(
+            c.EVALUATE_JOB,
+            ({"batch_id": "b"},),
+            {},
+            1,
+            0,
+            False,
+            failure,
+            0,
+            0,
+            "ref",
+            "q",
+            "j",
+            serializer=serialize,
+        )
+        assert raw is not None
+        assert deserialize(raw)["r"]["error"] == type(failure).__name__
+
+
+async def test_an_expired_job_is_dropped_without_a_serialisation_error(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    caplog: Any,
+) -> None:
+    caplog.set_level(logging.INFO)
+    queue = connect_queue(settings)
+    try:
+        await queue.enqueue_job(
+            c.EVALUATE_JOB, {"batch_id": "gone"}, _job_id="evaluate:gone", _expires=0.05
+        )
+    finally:
+        await queue.aclose()
+    await wait_for(lambda: _missing(redis, b"arq:job:evaluate:gone"))
+    await work(settings)
+    assert "job evaluate:gone expired" in caplog.text
+    assert "error serializing" not in caplog.text
+
+
+async def _missing(redis: Any, key: bytes) -> bool:
+    return not await redis.exists(key)
