@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import orjson
@@ -138,7 +138,7 @@ def _env(tmp_path: Path, **settings: str | int) -> dict[str, str]:
     return {**clean, "RULEENGINE_DATA_DIR": str(tmp_path / "var"), **values}
 
 
-def _all_closed(ports: Iterator[int] | list[int] | range) -> list[int]:
+def _all_closed(ports: Iterable[int]) -> list[int]:
     """Wait until none of ``ports`` answers; the ones still answering."""
     ports = list(ports)
     deadline = time.monotonic() + 15
