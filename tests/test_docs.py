@@ -1,9 +1,12 @@
-"""docs/rules.md stays true to the rule model, and every example rule stays valid.
+"""docs/rules.md stays true to the rule model, every example rule stays valid, and the
+settings are documented where operators look.
 
 The reference names every action type, follow-up, special key, period, metric and
 top-level property the model knows; every JSON block in it that is a whole rule
-validates; so does every file in ``examples/rules``. Change the model and this test
-says which part of the reference to update.
+validates; so does every file in ``examples/rules``. README's settings table and the
+systemd env example name every setting (and nothing else), and both port tables follow
+``PORT_LAYOUT``. Change the model or the settings and this test says which part of the
+docs to update.
 """
 
 from __future__ import annotations
@@ -28,9 +31,14 @@ from ruleengine.rules.model import (
     parse_rule,
     rule_json_schema,
 )
+from ruleengine.settings import PORT_LAYOUT, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES_MD = ROOT / "docs" / "rules.md"
+README = ROOT / "README.md"
+OPERATIONS = ROOT / "docs" / "operations.md"
+ENV_EXAMPLE = ROOT / "deploy" / "systemd" / "ruleengine.env.example"
+SETTINGS = sorted(name.upper() for name in Settings.model_fields)
 EXAMPLES = sorted((ROOT / "examples" / "rules").glob("*.json"))
 _JSON_BLOCK = re.compile(r"```json\n(.*?)```", re.DOTALL)
 
@@ -102,3 +110,42 @@ def test_every_example_rule_is_valid(path: Path) -> None:
 
 def test_there_are_example_rules() -> None:
     assert EXAMPLES, "examples/rules/*.json is empty"
+
+
+def _settings_rows() -> dict[str, str]:
+    """README's settings table: each setting named in a row's first cell -> that row."""
+    section = README.read_text(encoding="utf-8").split("\n## Settings\n", 1)[1]
+    rows = {}
+    for line in section.split("\n## ", 1)[0].splitlines():
+        if line.startswith("| `"):
+            rows |= dict.fromkeys(re.findall(r"`([A-Z0-9_]+)`", line.split("|")[1]), line)
+    return rows
+
+
+def test_the_readme_settings_table_lists_every_setting_and_no_other() -> None:
+    documented = set(_settings_rows())
+    assert sorted(set(SETTINGS) - documented) == [], "add these to README.md's settings table"
+    assert sorted(documented - set(SETTINGS)) == [], "README.md names settings that do not exist"
+
+
+def test_the_env_example_names_every_setting() -> None:
+    text = ENV_EXAMPLE.read_text(encoding="utf-8")
+    missing = [name for name in SETTINGS if f"RULEENGINE_{name}=" not in text]
+    assert missing == [], f"{ENV_EXAMPLE.name} does not mention these settings"
+
+
+def _operations_port_rows() -> list[str]:
+    """The table of docs/operations.md's section on the ports of ``ruleengine up``."""
+    text = OPERATIONS.read_text(encoding="utf-8")
+    section = text.split("\n### Ports of `ruleengine up`", 1)[1].split("\n#", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| ")]
+
+
+@pytest.mark.parametrize(("name", "offset"), PORT_LAYOUT.items())
+def test_both_port_tables_follow_the_layout(name: str, offset: int) -> None:
+    variable = name.upper()
+    assert f"base + {offset}" in _settings_rows()[variable], (
+        f"README.md: {variable} is base + {offset}"
+    )
+    row = next(line for line in _operations_port_rows() if f"`RULEENGINE_{variable}`" in line)
+    assert f"| N{f'+{offset}' if offset else ''}" in row, row

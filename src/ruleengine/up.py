@@ -1,12 +1,14 @@
 """``ruleengine up``: every process of the product on embedded defaults, one terminal.
 
-Children start in dependency order and each is waited for until it answers:
-the MongoDB-compatible server, Redis, the Graph sandbox (when the Graph URL
-points at it), the dispatcher, N workers and the web app. One line per
-component is printed with its address, then ``ready``. The sandbox's ad
-accounts are registered with a sandbox token and the demo rules are loaded
-(unless ``--no-demo``). Ctrl-C (or SIGTERM, or any child dying) stops them all
-in reverse order.
+Before anything starts, every port it will listen on is checked (``ports.py``): a taken
+one is refused by name. Children then start in dependency order and each is waited for
+until it answers while alive: the MongoDB-compatible server and Redis (unless their URL
+is set to external ones), the Graph sandbox (when the Graph URL points at it), the
+dispatcher, N workers and the web app. One line per component is printed with its
+address and pid, then ``ready``. The sandbox's ad accounts are registered with a sandbox
+token and the demo rules are loaded (unless ``--no-demo``). A supervisor then restarts a
+dispatcher, worker or web process that exits, and stops everything when a server does
+(``supervise.py``). Ctrl-C or SIGTERM stops them all in reverse order.
 """
 
 from __future__ import annotations
@@ -22,22 +24,29 @@ from types import FrameType
 
 import aiohttp
 import orjson
+from pydantic import SecretStr
 
 from ruleengine.embedded import (
     Child,
     EmbeddedError,
     ProcessGroup,
+    always_ready,
     port_answers,
     start_mongodb,
     start_redis,
 )
 from ruleengine.errors import RuleEngineError
+from ruleengine.ports import EmbeddedServers, PortUse, check_ports
 from ruleengine.rules.model import parse_rule
 from ruleengine.sandbox.extras import write_sheets_credentials
-from ruleengine.settings import Settings
+from ruleengine.settings import PORT_LAYOUT, Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
 from ruleengine.store.rules import RuleStore
+from ruleengine.supervise import Supervisor
+
+# Servers the engine stands on: when one exits, the stack stops (the engine is restarted).
+ESSENTIAL = ("mongodb", "redis", "sandbox")
 
 SANDBOX_TOKEN = "EAAGsandboxDEMOtokenNotARealMetaToken000"
 API_TOKEN_FILE = "api-token"
@@ -129,52 +138,57 @@ async def _load_rules(
 
 
 class Up:
-    """The running stack of ``ruleengine up``."""
+    """The running stack of ``ruleengine up``: which children, on which ports, with which env."""
 
-    def __init__(self, settings: Settings, group: ProcessGroup, *, workers: int) -> None:
+    def __init__(
+        self, settings: Settings, group: ProcessGroup, *, workers: int, ports: list[PortUse]
+    ) -> None:
         self.settings = settings
         self.group = group
         self.workers = workers
+        self.ports = {use.component: use for use in ports}
+        self.servers = EmbeddedServers.of(settings)
         self.data_dir = Path(settings.data_dir).resolve()
+        self.descriptions: dict[str, str] = {}
+        # Every port and URL goes to the children explicitly, whatever chose it (a flag, the
+        # port base, a default), so each child agrees with this process on where things are.
+        where = [*PORT_LAYOUT, "mongodb_url", "redis_url", "graph_url"]
         self.env: dict[str, str] = {
             "PYTHONUNBUFFERED": "1",
             "RULEENGINE_DATA_DIR": str(self.data_dir),
+            **{f"RULEENGINE_{name.upper()}": str(getattr(settings, name)) for name in where},
         }
 
+    def announce(self, child: Child) -> None:
+        """Print the line of a (re)started child: its name, what it is, its pid."""
+        _say(child.name, f"{self.descriptions[child.name]} (pid {child.pid})")
+
+    def _started(self, child: Child, description: str) -> None:
+        self.descriptions[child.name] = description
+        self.announce(child)
+
     def start_storage(self) -> None:
-        """MongoDB-compatible server and Redis, persistent under the data dir."""
+        """MongoDB-compatible server and Redis, persistent under the data dir, unless external."""
         s = self.settings
-        mongo = start_mongodb(
-            self.group, port=s.mongodb_port, storage_path=str(self.data_dir / "mongodb")
-        )
-        _say("mongodb", mongo.address)
-        redis = start_redis(self.group, port=s.redis_port, data_dir=self.data_dir / "redis")
-        _say("redis", redis.address)
-        self._use(mongodb_url=mongo.address, redis_url=redis.address)
-
-    def _use(self, **values: str) -> None:
-        self.settings = self.settings.model_copy(update=values)
-        self.env |= {f"RULEENGINE_{k.upper()}": v for k, v in values.items()}
-
-    @property
-    def sandbox_wanted(self) -> bool:
-        """True when the Graph URL is the embedded sandbox's address."""
-        return self.settings.graph_url == f"http://127.0.0.1:{self.settings.sandbox_port}"
+        if self.servers.mongodb:
+            storage = str(self.data_dir / "mongodb")
+            mongo = start_mongodb(self.group, port=s.mongodb_port, storage_path=storage)
+            self._started(mongo, mongo.address)
+        else:
+            _say("mongodb", "external, at RULEENGINE_MONGODB_URL (not started)")
+        if self.servers.redis:
+            redis = start_redis(self.group, port=s.redis_port, data_dir=self.data_dir / "redis")
+            self._started(redis, redis.address)
+        else:
+            _say("redis", "external, at RULEENGINE_REDIS_URL (not started)")
 
     def start_sandbox(self) -> None:
         """The Graph sandbox, plus its Sheets simulator and webhook sink for the demo rules."""
         port = self.settings.sandbox_port
-        argv = [
-            sys.executable,
-            "-m",
-            "ruleengine.sandbox",
-            "--port",
-            str(port),
-            "--seed",
-            str(self.settings.sandbox_seed),
-        ]
-        child = self._start("sandbox", argv, port, address=f"http://127.0.0.1:{port}")
-        _say("sandbox", f"{child.address} (Graph API {self.settings.graph_version})")
+        argv = [sys.executable, "-m", "ruleengine.sandbox", "--port", str(port)]
+        argv += ["--seed", str(self.settings.sandbox_seed)]
+        child = self._start("sandbox", argv, address=self.settings.graph_url)
+        self._started(child, f"{child.address} (Graph API {self.settings.graph_version})")
         credentials = write_sheets_credentials(
             self.data_dir / "sandbox-sheets-key.json", child.address
         )
@@ -184,31 +198,37 @@ class Up:
         if not self.settings.webhooks:
             hooks = {"ops": f"{child.address}/_sandbox/webhooks/ops"}
             self.env["RULEENGINE_WEBHOOKS"] = orjson.dumps(hooks).decode()
-            self.settings = Settings.model_validate(
-                {
-                    **self.settings.model_dump(),
-                    "webhooks": hooks,
-                    "api_token": self.settings.api_token,
-                }
+            self.settings = self.settings.model_copy(
+                update={"webhooks": {k: SecretStr(v) for k, v in hooks.items()}}
             )
 
+    def _use(self, **values: str) -> None:
+        self.settings = self.settings.model_copy(update=values)
+        self.env |= {f"RULEENGINE_{k.upper()}": v for k, v in values.items()}
+
     def _start(
-        self,
-        name: str,
-        argv: list[str],
-        port: int,
-        *,
-        address: str,
-        env: dict[str, str] | None = None,
+        self, name: str, argv: list[str], *, address: str, env: dict[str, str] | None = None
     ) -> Child:
+        """A child that is ready when its port answers, or at once when it has no port."""
+        use = self.ports.get(name)
+        ready, listens_on = always_ready, None
+        if use is not None:
+            host, port = use.host, use.port
+            ready, listens_on = (lambda: port_answers(port, _client_host(host))), (host, port)
         return self.group.start(
             name,
             argv,
             address=address,
-            ready=lambda: port_answers(port),
+            ready=ready,
             env=self.env | (env or {}),
+            listens_on=listens_on,
             timeout_s=60,
         )
+
+    def _metrics(self, name: str) -> str:
+        """Where ``name`` serves its metrics (``metrics off`` for port 0)."""
+        use = self.ports.get(name)
+        return f"metrics http://{use.host}:{use.port}/metrics" if use else "metrics off"
 
     def start_engine(self, api_token: str) -> None:
         """Dispatcher, workers and web app."""
@@ -217,68 +237,41 @@ class Up:
         dispatcher = self._start(
             "dispatcher",
             [sys.executable, "-m", "ruleengine.dispatch"],
-            s.dispatcher_metrics_port,
-            address=f"http://127.0.0.1:{s.dispatcher_metrics_port}/metrics",
+            address=self._metrics("dispatcher"),
         )
-        _say("dispatcher", f"ticking every {s.tick_seconds:g}s, metrics {dispatcher.address}")
+        self._started(
+            dispatcher, f"ticking every {s.tick_seconds:g}s, {self._metrics('dispatcher')}"
+        )
         arq = str(Path(sys.executable).with_name("arq"))
         for index in range(1, self.workers + 1):
-            port = s.worker_metrics_port + index - 1
+            name = f"worker-{index}"
+            port = self.ports[name].port if name in self.ports else 0
             worker = self._start(
-                f"worker-{index}",
+                name,
                 [arq, "ruleengine.jobs.WorkerSettings"],
-                port,
-                address=f"http://127.0.0.1:{port}/metrics",
+                address=self._metrics(name),
                 env={"RULEENGINE_WORKER_METRICS_PORT": str(port)},
             )
-            _say(worker.name, f"metrics {worker.address}")
-        web = self._start(
-            "web",
-            [sys.executable, "-m", "ruleengine.web"],
-            s.web_port,
-            address=f"http://{s.web_host}:{s.web_port}",
-        )
-        _say("web", f"{web.address}/#token={api_token}")
+            self._started(worker, self._metrics(name))
+        web_url = f"http://{s.web_host}:{s.web_port}"
+        web = self._start("web", [sys.executable, "-m", "ruleengine.web"], address=web_url)
+        self._started(web, f"{web_url}/#token={api_token}")
 
 
-def _wait(group: ProcessGroup) -> int:
-    while True:
-        for child in group.children:
-            if not child.running:
-                print(
-                    f"{child.name} exited with code {child.popen.returncode}; stopping everything"
-                    f" (its log: {group.log_dir}/{child.name}.log)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                return 1
-        time.sleep(0.5)
+def _client_host(host: str) -> str:
+    """Where to connect to reach a server bound to ``host`` (a wildcard means loopback)."""
+    return "127.0.0.1" if host in ("", "0.0.0.0") else host
 
 
 def run_up(settings: Settings, *, demo: bool, workers: int) -> int:
-    """Start everything and block until Ctrl-C; returns the exit code."""
-    data_dir = Path(settings.data_dir).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    load_key(settings, create=True)
-    api_token = _api_token(settings, data_dir)
+    """Start everything and supervise it until Ctrl-C or SIGTERM; returns the exit code."""
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     # Started in the background by a shell without job control, a process inherits SIGINT
     # as ignored; Ctrl-C (or kill -INT) must still stop the stack.
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-    started = time.perf_counter()
     try:
-        with ProcessGroup(log_dir=data_dir / "logs") as group:
-            stack = Up(settings, group, workers=workers)
-            stack.start_storage()
-            if stack.sandbox_wanted:
-                stack.start_sandbox()
-            rules = _demo_rules(demo)
-            asyncio.run(_bootstrap(stack.settings, sandbox=stack.sandbox_wanted, rules=rules))
-            stack.start_engine(api_token)
-            elapsed = time.perf_counter() - started
-            print(f"{'logs':<12} {data_dir / 'logs'} (started in {elapsed:.1f}s; Ctrl-C stops)")
-            print("ready", flush=True)
-            return _wait(group)
+        ports = check_ports(settings, workers=workers)  # before anything starts
+        return _run(settings, demo=demo, workers=workers, ports=ports)
     except (KeyboardInterrupt, _Stop):
         print("stopped", flush=True)
         return 0
@@ -288,3 +281,23 @@ def run_up(settings: Settings, *, demo: bool, workers: int) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
+
+
+def _run(settings: Settings, *, demo: bool, workers: int, ports: list[PortUse]) -> int:
+    started = time.perf_counter()
+    data_dir = Path(settings.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    load_key(settings, create=True)
+    api_token = _api_token(settings, data_dir)
+    with ProcessGroup(log_dir=data_dir / "logs") as group:
+        stack = Up(settings, group, workers=workers, ports=ports)
+        stack.start_storage()
+        if stack.servers.sandbox:
+            stack.start_sandbox()
+        rules = _demo_rules(demo)
+        asyncio.run(_bootstrap(stack.settings, sandbox=stack.servers.sandbox, rules=rules))
+        stack.start_engine(api_token)
+        elapsed = time.perf_counter() - started
+        print(f"{'logs':<12} {data_dir / 'logs'} (started in {elapsed:.1f}s; Ctrl-C stops)")
+        print("ready", flush=True)
+        return Supervisor(group, essential=ESSENTIAL, announce=stack.announce).watch()

@@ -1,11 +1,15 @@
 """The 4 screens in Debian's Chromium, driven by Playwright against the real app and servers.
 
-Skipped where ``/usr/bin/chromium`` is absent (``apt-get install -y chromium``);
-``playwright install`` is never needed. Screenshots land in ``test-output/web/``.
+Skipped where ``/usr/bin/chromium`` or the playwright package is absent
+(``apt-get install -y chromium``), unless ``RULEENGINE_REQUIRE_BROWSER=1``: then each
+test fails saying what is missing (``.ci/run`` sets it, so CI cannot pass without a
+browser). ``playwright install`` is never needed. Screenshots land in ``test-output/web/``.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -34,14 +38,36 @@ from ruleengine.store.db import Database
 from ruleengine.store.errorlog import ErrorLog
 
 CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(
-        "browser tests need Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)",
-        allow_module_level=True,
-    )
-playwright_api = pytest.importorskip("playwright.async_api")
+# Read at import: the autouse fixture of tests/conftest.py clears RULEENGINE_* for each test.
+REQUIRE_BROWSER = os.environ.get("RULEENGINE_REQUIRE_BROWSER", "0") not in ("", "0")
+
+
+def _missing() -> str | None:
+    """What the browser tests lack on this machine, or None."""
+    if not CHROMIUM.exists():
+        return f"Debian's Chromium is not at {CHROMIUM} (apt-get install -y chromium)"
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright package is not installed (pip install -e '.[dev]')"
+    return None
+
+
+MISSING = _missing()
+if MISSING is not None and not REQUIRE_BROWSER:
+    pytest.skip(f"browser tests need a browser: {MISSING}", allow_module_level=True)
 
 pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(autouse=True)
+def _browser_required() -> None:
+    """With RULEENGINE_REQUIRE_BROWSER=1 a missing browser fails every test, loudly."""
+    if MISSING is not None:
+        pytest.fail(
+            f"RULEENGINE_REQUIRE_BROWSER=1 but {MISSING}; install it, or unset the variable"
+            " to skip the browser tests",
+            pytrace=False,
+        )
+
 
 ARGS = [
     "--no-sandbox",
@@ -114,7 +140,9 @@ async def seeded(client: Client, web_settings: Settings, db: Database, redis: An
 
 @pytest.fixture
 async def page(tmp_path: Path) -> AsyncIterator[Any]:
-    async with playwright_api.async_playwright() as pw:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
             context = await browser.new_context(
