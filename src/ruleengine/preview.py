@@ -3,7 +3,7 @@
 Lists the rule's entities on each account (read-only), then runs the engine in
 dry-run mode: Insights are fetched and conditions evaluated for real, live
 values are re-read for the actions, but nothing is written to Meta, to the
-records, to cooldowns or to intents. The answer is the would-be execution records.
+records or to intents (so no cooldown starts). The answer is the would-be execution records.
 """
 
 from __future__ import annotations
