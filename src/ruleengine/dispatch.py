@@ -21,7 +21,6 @@ import signal
 import socket
 import sys
 import time
-import traceback
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -331,10 +330,10 @@ class Dispatcher:
         self.metrics.listing_failures.labels(account=key.account).inc()
         response = error.as_dict() if isinstance(error, GraphError) else None
         await self.errors.report(
-            ErrorReport(
+            ErrorReport.of(
+                error,
                 function="dispatch.list_entities",
                 message=f"listing {key.level}s of {key.account} failed: {error}",
-                stack="".join(traceback.format_exception(error)),
                 params={
                     "account": key.account,
                     "level": key.level,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -512,10 +511,9 @@ class Evaluation:
 
     async def _report(self, exc: BaseException) -> None:
         await self.engine.errors.report(
-            ErrorReport(
+            ErrorReport.of(
+                exc,
                 function="engine.evaluate_account",
-                message=f"{type(exc).__name__}: {exc}",
-                stack="".join(traceback.format_exception(exc)),
                 params={
                     "batch_id": self.job.batch_id,
                     "rule_id": self.job.rule_id,

@@ -5,6 +5,7 @@ Every message says what was wrong and, where it helps, what to do about it.
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -67,6 +68,27 @@ class ErrorReport:
     params: dict[str, object] | None = None
     response: object = None
     context: dict[str, object] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        exc: BaseException,
+        *,
+        function: str,
+        message: str | None = None,
+        params: dict[str, object] | None = None,
+        response: object = None,
+        context: dict[str, object] | None = None,
+    ) -> ErrorReport:
+        """A report of ``exc`` with its stack; the message defaults to ``Type: text``."""
+        return cls(
+            function=function,
+            message=message if message is not None else f"{type(exc).__name__}: {exc}",
+            stack="".join(traceback.format_exception(exc)),
+            params=params,
+            response=response,
+            context=context,
+        )
 
 
 class ErrorSink(Protocol):

@@ -21,7 +21,6 @@ applies a change twice. One failing batch or intent never stops the others.
 from __future__ import annotations
 
 import logging
-import traceback
 from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -173,10 +172,9 @@ class Reaper:
 
     async def _report(self, exc: BaseException, intent: Document) -> None:
         await self.engine.errors.report(
-            ErrorReport(
+            ErrorReport.of(
+                exc,
                 function="reaper.settle",
-                message=f"{type(exc).__name__}: {exc}",
-                stack="".join(traceback.format_exception(exc)),
                 params={
                     "batch_id": intent.get("batch_id"),
                     "entity_id": intent.get("entity_id"),
