@@ -27,6 +27,9 @@ ACCOUNT_LOCK_PREFIX: Final = "ruleengine:lock:account:"
 EVALUATE_JOB: Final = "evaluate_account"
 FOLLOWUP_JOB: Final = "run_followup"
 
+# The 4 named stages of an evaluation, timed in every execution record and batch trace
+STAGES: Final = ("cooldown", "fetch", "evaluate", "act")
+
 # Meta's own limits
 BATCH_MAX_ITEMS: Final = 50
 ADSET_BUDGET_CHANGES_PER_HOUR: Final = 4

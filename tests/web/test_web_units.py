@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from pydantic import SecretStr
 
+from ruleengine import constants, engine
 from ruleengine.settings import Settings
+from ruleengine.web import slowrules
 from ruleengine.web.auth import needs_token
 from ruleengine.web.slowrules import percentile, slow_rules
 
@@ -17,6 +22,13 @@ def test_percentile_interpolates_between_closest_ranks() -> None:
     assert percentile([1.0, 2.0, 3.0], 100) == 3.0
     with pytest.raises(ValueError, match="no values"):
         percentile([], 50)
+
+
+def test_the_slow_rule_report_takes_the_stage_names_from_constants_not_the_worker() -> None:
+    tree = ast.parse(Path(slowrules.__file__).read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "ruleengine.engine" not in imported
+    assert constants.STAGES == engine.STAGES == ("cooldown", "fetch", "evaluate", "act")
 
 
 def test_slow_rules_rank_by_p95_and_average_the_stages() -> None:

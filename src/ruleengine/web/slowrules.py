@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ruleengine.engine import STAGES
+from ruleengine.constants import STAGES
 
 
 def percentile(ordered: Sequence[float], q: float) -> float:
