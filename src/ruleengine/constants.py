@@ -15,6 +15,8 @@ ACTION_INTENTS: Final = "action_intents"
 ERROR_LOG: Final = "error_log"
 FOLLOWUPS: Final = "followups"
 HEARTBEATS: Final = "heartbeats"
+ROLLUPS: Final = "rollups"
+ROLLUP_DAYS: Final = "rollup_days"
 
 # Redis
 QUEUE_NAME: Final = "ruleengine:queue"

@@ -51,6 +51,11 @@ class Settings(BaseSettings):
     max_budget_change_pct: float = Field(default=50.0, gt=0)
     account_lock_timeout_s: float = 30.0
 
+    # retention: TTL indexes expire old documents; a day is rolled up before its batches expire
+    executions_retention_days: int = Field(default=30, ge=1)
+    batches_retention_days: int = Field(default=90, ge=2)  # a day must settle before it expires
+    rollups_retention_days: int = Field(default=400, ge=1)
+
     # web
     web_host: str = "127.0.0.1"
     web_port: int = 8080
