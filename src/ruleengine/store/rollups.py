@@ -87,7 +87,7 @@ def _rollup(day: date, counts: Document, timed: Document | None, *, now: datetim
         "day": day.isoformat(),
         "date": day_start(day),
         **{k: counts[k] for k in ("batches", *_STATUS_COUNTS, "running")},
-        **{k: round(counts[k], 3) for k in _SUMS},
+        **{k: round(counts[k]) for k in _SUMS},  # counts and calls: whole numbers
         "timed": timed.get("count", 0),
         "duration_sum_s": round(timed.get("duration_sum_s", 0.0), 6),
         **{
