@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import bson
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ruleengine import constants as c
@@ -86,6 +86,7 @@ def test_a_sample_always_encodes_within_the_bound(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(params=HOSTILE, response=HOSTILE, context=HOSTILE, message=ANY_TEXT, stack=ANY_TEXT)
+@example(params={"\ud800": 1}, response=2**64, context=None, message="\ud800", stack="\udfff")
 async def test_recording_anything_never_fails_and_stores_a_bounded_sample(
     db: Database, params: Any, response: Any, context: Any, message: str, stack: str
 ) -> None:

@@ -26,7 +26,7 @@ from ruleengine import constants as c
 from ruleengine.errors import ErrorReport, NotFoundError
 from ruleengine.redact import REDACTOR
 from ruleengine.store.db import Database, Document
-from ruleengine.store.samples import bounded_sample
+from ruleengine.store.samples import bounded_sample, valid_utf8
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class ErrorLog:
 
     async def record(self, report: ErrorReport, *, now: datetime) -> str:
         """Record one occurrence and return the group id."""
-        message = REDACTOR.text(report.message[: 4 * _MAX_TEXT])
+        message = valid_utf8(REDACTOR.text(report.message[: 4 * _MAX_TEXT]))
         normalised = normalise(message)
         key = {"function": report.function, "fingerprint": fingerprint(report.function, normalised)}
         sample = bounded_sample(

@@ -72,7 +72,7 @@ class _Walk:
             masked = REDACTOR.text(text[: keep + 512])
             clipped = masked if len(masked) <= keep else masked[:keep] + "…"
         self.text -= len(clipped)
-        return _valid_utf8(clipped)
+        return valid_utf8(clipped)
 
     def mapping(self, value: Mapping[Any, Any], depth: int) -> Any:
         if depth >= MAX_DEPTH:
@@ -107,7 +107,7 @@ def _integer(value: int) -> int | str:
     return str(value)
 
 
-def _valid_utf8(text: str) -> str:
+def valid_utf8(text: str) -> str:
     """``text`` without lone surrogates (BSON strings are UTF-8)."""
     try:
         text.encode("utf-8")
