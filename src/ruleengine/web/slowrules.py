@@ -29,7 +29,11 @@ def report_entry(stats: RuleDurations) -> dict[str, Any]:
 
 
 def slow_rules(stats: Iterable[RuleDurations]) -> list[dict[str, Any]]:
-    """One entry per rule, slowest p95 first (ties: higher max, then name)."""
+    """One entry per rule, slowest p95 first (ties: higher max, then name, then id)."""
     entries = [report_entry(s) for s in stats]
-    entries.sort(key=lambda e: (-e["p95_s"], -e["max_s"], str(e["rule_name"])))
+    entries.sort(key=_rank)
     return entries
+
+
+def _rank(entry: dict[str, Any]) -> tuple[float, float, str, str]:
+    return (-entry["p95_s"], -entry["max_s"], str(entry["rule_name"]), entry["rule_id"])
