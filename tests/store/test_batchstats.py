@@ -2,9 +2,9 @@
 
 ``reference_report`` below is the report as it was computed before, from every
 batch row of the window loaded into Python; it stays here as the oracle.
-Durations in the generated rows are multiples of 1/1024 (or broken values), so
-every sum is exact in any order and the server's means must equal Python's to
-the last bit, not only approximately.
+Durations in the generated rows are multiples of 1/1024 (or values that are not
+numbers), so every sum is exact in any order and the server's means must equal
+Python's to the last bit, not only approximately.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def reference_report(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 # --- generated batch rows, as stored ---------------------------------------------------
 
 SECONDS = st.integers(0, 2**20).map(lambda k: k / 1024)
-BROKEN = st.sampled_from([None, float("nan"), float("inf"), "slow", True, False])
+BROKEN = st.sampled_from([None, "slow", {"s": 1}])  # NaN, infinities, booleans: never written
 VALUE = st.one_of(SECONDS, SECONDS, st.integers(0, 10**6), BROKEN)
 
 

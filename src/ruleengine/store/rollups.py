@@ -19,11 +19,16 @@ from typing import Any, Final
 from pymongo import ASCENDING, DESCENDING, ReplaceOne
 
 from ruleengine import constants as c
-from ruleengine.store.batchstats import FINISHED_TIMED, duration_pipeline, number
+from ruleengine.store.batchstats import FINISHED_TIMED, duration_pipeline
 from ruleengine.store.db import Database, Document
 
 DAY: Final = timedelta(days=1)
-_STATUS_COUNTS: Final = {"done": "DONE", "failed": "FAILED", "abandoned": "ABANDONED"}
+_STATUSES: Final = {
+    "DONE": "done",
+    "FAILED": "failed",
+    "ABANDONED": "abandoned",
+    "RUNNING": "running",
+}
 _SUMS: Final = {
     "evaluated": "evaluated_count",
     "affected": "affected_count",
@@ -63,22 +68,45 @@ class RollupPage:
 
 
 def _counts_pipeline(start: datetime) -> list[dict[str, Any]]:
-    """Every batch of the day, one document per rule: statuses, sums, the latest name."""
+    """Every batch of the day, one document per (rule, status): count, sums, latest name."""
     group: dict[str, Any] = {
-        "_id": "$rule_id",
+        "_id": {"rule_id": "$rule_id", "status": "$status"},
         "batches": {"$sum": 1},
         "latest": {"$max": {"at": "$started_at", "name": "$rule_name"}},
+        # $sum skips what is not a number; cheaper than an expression per row
+        **{name: {"$sum": f"${path}"} for name, path in _SUMS.items()},
     }
-    for name, status in _STATUS_COUNTS.items():
-        group[name] = {"$sum": {"$cond": [{"$eq": ["$status", status]}, 1, 0]}}
-    group["running"] = {"$sum": {"$cond": [{"$eq": ["$status", "RUNNING"]}, 1, 0]}}
-    for name, path in _SUMS.items():
-        group[name] = {"$sum": number(path)}
     return [{"$match": {"started_at": {"$gte": start, "$lt": start + DAY}}}, {"$group": group}]
 
 
-def _rollup(day: date, counts: Document, timed: Document | None, *, now: datetime) -> Document:
-    rule_id = str(counts["_id"])
+def _fold(by_status: list[Document]) -> dict[str, Document]:
+    """rule id → its counts over every status, and the name on its latest batch."""
+    rules: dict[str, Document] = {}
+    for part in by_status:
+        rule_id = str(part["_id"].get("rule_id"))
+        rule = rules.setdefault(
+            rule_id,
+            {"batches": 0, "latest": None, **dict.fromkeys((*_STATUSES.values(), *_SUMS), 0)},
+        )
+        rule["batches"] += part["batches"]
+        status = _STATUSES.get(str(part["_id"].get("status")))
+        if status is not None:
+            rule[status] += part["batches"]
+        for name in _SUMS:
+            rule[name] += part[name]
+        latest = part.get("latest") or {}
+        if rule["latest"] is None or _later(latest, rule["latest"]):
+            rule["latest"] = latest
+    return rules
+
+
+def _later(a: Document, b: Document) -> bool:
+    return (a.get("at"), str(a.get("name"))) > (b.get("at"), str(b.get("name")))
+
+
+def _rollup(
+    day: date, rule_id: str, counts: Document, timed: Document | None, *, now: datetime
+) -> Document:
     timed = timed or {}
     return {
         "_id": f"{rule_id}:{day.isoformat()}",
@@ -86,7 +114,7 @@ def _rollup(day: date, counts: Document, timed: Document | None, *, now: datetim
         "rule_name": str((counts.get("latest") or {}).get("name") or rule_id),
         "day": day.isoformat(),
         "date": day_start(day),
-        **{k: counts[k] for k in ("batches", *_STATUS_COUNTS, "running")},
+        **{k: counts[k] for k in ("batches", *_STATUSES.values())},
         **{k: round(counts[k]) for k in _SUMS},  # counts and calls: whole numbers
         "timed": timed.get("count", 0),
         "duration_sum_s": round(timed.get("duration_sum_s", 0.0), 6),
@@ -114,16 +142,19 @@ class RollupStore:
     async def roll_up(self, day: date, *, now: datetime) -> int:
         """(Re)compute the rollups of ``day`` from its batches; returns how many rules ran."""
         start = day_start(day)
-        counts = [d async for d in await self._batches.aggregate(_counts_pipeline(start))]
+        cursor = await self._batches.aggregate(_counts_pipeline(start))
+        counts = _fold([d async for d in cursor])
         window = {"$gte": start, "$lt": start + DAY}
         timed_pipeline = duration_pipeline(
             {"status": {"$in": list(FINISHED_TIMED)}, "started_at": window},
-            fields={},
+            fields=(),
             accumulators={"duration_sum_s": {"$sum": "$d"}},
         )
         cursor = await self._batches.aggregate(timed_pipeline, allowDiskUse=True)
-        timed = {d["_id"]: d async for d in cursor}
-        docs = [_rollup(day, d, timed.get(d["_id"]), now=now) for d in counts]
+        timed = {str(d["_id"]): d async for d in cursor}
+        docs = [
+            _rollup(day, rule_id, c, timed.get(rule_id), now=now) for rule_id, c in counts.items()
+        ]
         if docs:
             await self._rollups.bulk_write(
                 [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in docs], ordered=False
