@@ -8,9 +8,12 @@ from zoneinfo import ZoneInfo
 
 import aiohttp
 import pytest
+from arq.connections import ArqRedis
 from arq.constants import job_key_prefix
 from arq.utils import timestamp_ms
 from pydantic import SecretStr
+from redis.asyncio import Connection as RedisConnection
+from redis.asyncio import ConnectionPool
 
 from flow import dispatch, engine_for, records, run_rule, save_rule, work
 from ruleengine import constants as c
@@ -353,3 +356,76 @@ def test_due_times() -> None:
     assert next_local_time("07:00", after=now, tz=ZoneInfo("UTC")) == datetime(
         2026, 12, 2, 7, tzinfo=UTC
     )
+
+
+def _scheduled(n: int, *, now: datetime) -> dict[str, Any]:
+    """A scheduled follow-up document as the scheduler stores it."""
+    return {
+        "_id": f"rule-1:cool-off:{n}",
+        "rule_id": "rule-1",
+        "rule_name": "Pause losers for a while",
+        "rule_version": 1,
+        "task_id": "cool-off",
+        "entity_id": str(n),
+        "entity_name": f"Campaign {n}",
+        "account": "act_1001",
+        "level": "campaign",
+        "batch_id": "batch-1",
+        "do": "activate",
+        "due_at": now + timedelta(hours=1),
+        "generation": 1,
+        "status": "scheduled",
+        "reason": None,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def _counting_queue(settings: Settings) -> tuple[ArqRedis, list[int]]:
+    """An arq Redis client that counts its round trips (each packed send is one)."""
+    sends: list[int] = []
+
+    class Counted(RedisConnection):
+        async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+            sends.append(1)
+            await super().send_packed_command(command, check_health)
+
+    pool = ConnectionPool.from_url(settings.redis_url, connection_class=Counted)
+    return ArqRedis(connection_pool=pool), sends
+
+
+async def test_checking_many_scheduled_timers_takes_one_redis_round_trip_per_chunk(
+    settings: Settings, db: Database, redis: Any
+) -> None:
+    now = datetime.now(UTC)
+    docs = [_scheduled(n, now=now) for n in range(1200)]
+    await db[c.FOLLOWUPS].insert_many(docs)
+    await redis.mset({job_key_prefix + followup_job_id(d["_id"], 1): b"timer" for d in docs})
+    queue, sends = _counting_queue(settings)
+    await queue.ping()  # the connection's own handshake is not what is counted
+    sends.clear()
+    try:
+        assert await FollowupScheduler(db, queue=queue).rearm(now=now) == 0
+    finally:
+        await queue.aclose(close_connection_pool=True)
+    assert len(sends) <= 3  # 1,200 follow-ups in chunks of 500; it used to be 1,200
+
+
+async def test_only_the_timers_redis_lost_are_re_armed(
+    settings: Settings, db: Database, redis: Any
+) -> None:
+    now = datetime.now(UTC)
+    docs = [_scheduled(n, now=now) for n in range(30)]
+    await db[c.FOLLOWUPS].insert_many(docs)
+    lost = {d["_id"] for d in docs[3::4]}
+    kept = [d["_id"] for d in docs if d["_id"] not in lost]
+    await redis.mset({job_key_prefix + followup_job_id(key, 1): b"timer" for key in kept})
+    queue = connect_queue(settings)
+    try:
+        assert await FollowupScheduler(db, queue=queue).rearm(now=now) == len(lost)
+    finally:
+        await queue.aclose()
+    for key in lost:
+        assert await redis.zscore(c.QUEUE_NAME, followup_job_id(key, 1)) is not None, key
+    for key in kept:
+        assert await redis.get(job_key_prefix + followup_job_id(key, 1)) == b"timer", key

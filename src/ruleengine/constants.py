@@ -14,6 +14,8 @@ ACTION_INTENTS: Final = "action_intents"
 ERROR_LOG: Final = "error_log"
 FOLLOWUPS: Final = "followups"
 HEARTBEATS: Final = "heartbeats"
+ROLLUPS: Final = "rollups"
+ROLLUP_DAYS: Final = "rollup_days"
 
 # Redis
 QUEUE_NAME: Final = "ruleengine:queue"
@@ -26,6 +28,9 @@ ACCOUNT_FENCE_PREFIX: Final = "ruleengine:lock:fence:"
 # arq job function names
 EVALUATE_JOB: Final = "evaluate_account"
 FOLLOWUP_JOB: Final = "run_followup"
+
+# The 4 named stages of an evaluation, timed in every execution record and batch trace
+STAGES: Final = ("cooldown", "fetch", "evaluate", "act")
 
 # Meta's own limits
 BATCH_MAX_ITEMS: Final = 50

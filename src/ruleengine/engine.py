@@ -20,6 +20,7 @@ from typing import Any
 from pymongo.errors import PyMongoError
 
 from ruleengine.actions import ActionExecutor, ActResult, IntentSettler, JobRun
+from ruleengine.constants import STAGES
 from ruleengine.errors import ErrorReport
 from ruleengine.followups import FollowupScheduler, Origin
 from ruleengine.locks import AccountLocks
@@ -52,7 +53,6 @@ from ruleengine.store.rules import RuleStore
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S = 0.5
-STAGES = ("cooldown", "fetch", "evaluate", "act")
 
 
 @dataclass

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ruleengine.actions import ActResult, JobRun
+from ruleengine.constants import STAGES
 from ruleengine.errors import RuleEngineError
 from ruleengine.followups import FollowupDoc
 from ruleengine.meta.http import Cost
@@ -114,7 +115,7 @@ def _record(
         "conditions": [],
         "due_at": doc.due_at,
         "late_s": round(late_s, 3),
-        "trace": {"cooldown": 0.0, "fetch": 0.0, "evaluate": 0.0, "act": round(act_s, 6)},
+        "trace": dict.fromkeys(STAGES, 0.0) | {"act": round(act_s, 6)},
         "duration_s": round(act_s, 6),
         "created_at": now,
     }

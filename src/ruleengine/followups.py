@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 FollowupStatus = Literal["pending", "scheduled", "running", "done", "skipped", "failed"]
 FINISHED = ("done", "skipped", "failed")
 REARM_SCHEDULED_EVERY_S = 30.0
+REARM_CHUNK = 500  # scheduled follow-ups checked per Redis round trip
 
 
 class FollowupDoc(BaseModel):
@@ -243,12 +244,39 @@ class FollowupScheduler:
         return armed
 
     async def _rearm_lost(self, *, now: datetime) -> int:
+        """Re-arm scheduled follow-ups whose timer is gone, checking Redis a chunk at a time.
+
+        Thousands of scheduled follow-ups cost one round trip to Redis per chunk (a
+        pipeline of ``EXISTS``), not one each, and only their keys come from MongoDB.
+        """
         armed = 0
-        async for raw in self._followups.find({"status": "scheduled"}):
-            doc = FollowupDoc.from_mongo(raw)
-            if not await self._queue.exists(job_key_prefix + doc.job_id):
-                log.warning("timer of follow-up %s is missing from Redis; re-arming", doc.id)
-                armed += await self._arm(doc, now=now)
+        chunk: list[tuple[str, int]] = []
+        cursor = self._followups.find(
+            {"status": "scheduled"}, {"generation": 1}, batch_size=REARM_CHUNK
+        )
+        async for raw in cursor:
+            chunk.append((raw["_id"], raw["generation"]))
+            if len(chunk) == REARM_CHUNK:
+                armed += await self._rearm_chunk(chunk, now=now)
+                chunk = []
+        if chunk:
+            armed += await self._rearm_chunk(chunk, now=now)
+        return armed
+
+    async def _rearm_chunk(self, chunk: list[tuple[str, int]], *, now: datetime) -> int:
+        async with self._queue.pipeline(transaction=False) as pipe:
+            for key, generation in chunk:
+                pipe.exists(job_key_prefix + followup_job_id(key, generation))
+            present = await pipe.execute()
+        armed = 0
+        for (key, generation), exists in zip(chunk, present, strict=True):
+            if exists:
+                continue
+            doc = await self.get(key)
+            if doc is None or (doc.status, doc.generation) != ("scheduled", generation):
+                continue  # it ran, or was replaced, since the chunk was read
+            log.warning("timer of follow-up %s is missing from Redis; re-arming", doc.id)
+            armed += await self._arm(doc, now=now)
         return armed
 
     async def release_stale(self, *, older_than: datetime, now: datetime) -> int:

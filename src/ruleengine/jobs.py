@@ -28,6 +28,7 @@ from ruleengine.payload import EvaluateJob, deserialize, serialize
 from ruleengine.queue import connect_queue, redis_settings
 from ruleengine.reaper import Reaper
 from ruleengine.redact import setup_logging
+from ruleengine.retention import retention_job
 from ruleengine.settings import Settings
 from ruleengine.store.db import create_client, database, ensure_indexes
 from ruleengine.store.heartbeats import Heartbeats
@@ -135,7 +136,8 @@ def worker_kwargs(settings: Settings) -> dict[str, Any]:
             func(run_followup_job, name=c.FOLLOWUP_JOB, max_tries=1),
         ],
         "cron_jobs": [
-            cron(reap_job, name="reap_abandoned_batches", second=30, run_at_startup=True)
+            cron(reap_job, name="reap_abandoned_batches", second=30, run_at_startup=True),
+            cron(retention_job, name="retention", second=45, run_at_startup=True),
         ],
         "queue_name": c.QUEUE_NAME,
         "redis_settings": redis_settings(settings),

@@ -29,6 +29,7 @@ from pymongo.errors import PyMongoError
 from redis.exceptions import RedisError
 
 from ruleengine.actions import UNVERIFIABLE, live_value
+from ruleengine.constants import STAGES
 from ruleengine.errors import ErrorReport, RuleEngineError
 from ruleengine.meta.errors import GraphError, InvalidRequestError
 from ruleengine.meta.http import READ_ONLY
@@ -214,7 +215,7 @@ def recovered_record(batch: Document, intent: Document) -> dict[str, Any]:
         "error": intent.get("error"),
         "response": intent.get("response"),
         "followup": None,
-        "trace": {"cooldown": 0.0, "fetch": 0.0, "evaluate": 0.0, "act": 0.0},
+        "trace": dict.fromkeys(STAGES, 0.0),
         "duration_s": 0.0,
         "scheduled_at": batch.get("scheduled_at"),
         "created_at": intent.get("created_at"),

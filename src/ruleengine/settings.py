@@ -91,6 +91,11 @@ class Settings(BaseSettings):
         default=None, gt=0, description="wait for a busy write lock; unset: derived"
     )
 
+    # retention: TTL indexes expire old documents; a day is rolled up before its batches expire
+    executions_retention_days: int = Field(default=30, ge=1)
+    batches_retention_days: int = Field(default=90, ge=2)  # a day must settle before it expires
+    rollups_retention_days: int = Field(default=400, ge=1)
+
     # web
     web_host: str = "127.0.0.1"
     web_port: PortNumber = 8080

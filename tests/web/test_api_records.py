@@ -1,4 +1,4 @@
-"""Batches, executions and the slow-rule report, over rows written as the engine writes them."""
+"""Batches, executions, the slow-rule report and daily rollups, over rows the engine writes."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from web_helpers import AUTH, Client, insert_batch, rule_body, run_batch
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.store.rollups import RollupStore
 
 
 async def _engine_batches(
@@ -153,3 +154,43 @@ async def test_slow_rules_are_ranked_by_p95(client: Client, db: Database) -> Non
     assert spiky["graph_calls_mean"] == 3.5
     wide = await (await client.get("/api/benchmark/slow-rules?since_hours=48")).json()
     assert wide["rules"][0]["rule_id"] == "ancient"
+
+
+async def test_daily_rollups_are_listed_per_rule_and_day(client: Client, db: Database) -> None:
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    for days_ago, rule_id, seconds in ((1, "scale", 2.0), (1, "pause", 1.0), (3, "scale", 4.0)):
+        day = today - timedelta(days=days_ago)
+        for n in range(3):
+            await insert_batch(
+                db,
+                batch_id=f"{rule_id}-{days_ago}-{n}",
+                rule_id=rule_id,
+                rule_name=rule_id.title(),
+                started_at=day + timedelta(hours=n),
+                duration_s=seconds * (n + 1),
+            )
+        await RollupStore(db).roll_up(day.date(), now=datetime.now(UTC))
+    page = await (await client.get("/api/benchmark/daily?days=7")).json()
+    assert page["total"] == 3 and page["days"] == 7
+    assert page["since"] == (today - timedelta(days=7)).date().isoformat()
+    rows = [(r["day"], r["rule_name"]) for r in page["items"]]
+    yesterday, three_ago = ((today - timedelta(days=d)).date().isoformat() for d in (1, 3))
+    assert rows == [(yesterday, "Pause"), (yesterday, "Scale"), (three_ago, "Scale")]
+    scale = page["items"][1]
+    assert (scale["batches"], scale["done"], scale["applied"], scale["graph_calls"]) == (
+        3,
+        3,
+        6,
+        12,
+    )
+    assert (scale["duration_max_s"], scale["duration_p50_s"], scale["duration_sum_s"]) == (
+        6.0,
+        4.0,
+        12.0,
+    )
+    assert "_id" not in scale and "date" not in scale
+    one_rule = await (await client.get("/api/benchmark/daily?rule_id=scale&days=2")).json()
+    assert [(r["day"], r["rule_id"]) for r in one_rule["items"]] == [(yesterday, "scale")]
+    bad = await client.get("/api/benchmark/daily?days=0")
+    assert bad.status == 422
+    assert (await bad.json())["errors"][0]["path"] == "days"

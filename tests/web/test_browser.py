@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -36,6 +36,7 @@ from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.errorlog import ErrorLog
+from ruleengine.store.rollups import RollupStore
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Read at import: the autouse fixture of tests/conftest.py clears RULEENGINE_* for each test.
@@ -188,6 +189,44 @@ async def test_every_screen_loads_without_console_errors(page: Any, seeded: Seed
         await _shot(page, name)
     await page.wait_for_selector("#errors-table tbody tr .message-cell")
     assert HOSTILE in await page.inner_text("#errors-table")
+    assert await page.evaluate("window.__xss") is None
+    assert console.errors == []
+
+
+async def test_the_benchmark_screen_shows_daily_rollups_of_all_rules_or_one(
+    page: Any, seeded: Seeded, db: Database
+) -> None:
+    yesterday = datetime.now(UTC).replace(hour=1, minute=0) - timedelta(days=1)
+    for rule_id, name in ((seeded.rule_id, "Pause spenders"), ("other", HOSTILE)):
+        for n in range(2):
+            await insert_batch(
+                db,
+                batch_id=f"{rule_id}-day-{n}",
+                rule_id=rule_id,
+                rule_name=name,
+                started_at=yesterday + timedelta(hours=n),
+                duration_s=1.5 + n,
+            )
+    await RollupStore(db).roll_up(yesterday.date(), now=datetime.now(UTC))
+    console = await _open(page, f"{seeded.base}/benchmark")
+    rows = page.locator("#daily-table tbody tr")
+    await page.wait_for_function(
+        "() => document.querySelectorAll('#daily-table tbody tr').length === 2"
+    )
+    assert HOSTILE in await page.inner_text("#daily-table")
+    await page.locator(f'#slow-table button[data-daily="{seeded.rule_id}"]').click()
+    await page.wait_for_function(
+        "() => document.querySelectorAll('#daily-table tbody tr').length === 1"
+    )
+    assert await rows.first.get_attribute("data-rule-id") == seeded.rule_id
+    assert await rows.first.get_attribute("data-day") == yesterday.date().isoformat()
+    cells = await rows.first.locator("td").all_inner_texts()
+    assert cells[2] == "2" and cells[-2] == "2.50 s"  # 2 batches; max 2.5 s
+    await _shot(page, "benchmark-daily")
+    await page.click("#daily-all")
+    await page.wait_for_function(
+        "() => document.querySelectorAll('#daily-table tbody tr').length === 2"
+    )
     assert await page.evaluate("window.__xss") is None
     assert console.errors == []
 

@@ -1,39 +1,57 @@
-"""Pure parts of the web app: percentiles, the slow-rule ranking, which requests need the token."""
+"""Pure parts of the web app: the slow-rule ranking, which requests need the token."""
 
 from __future__ import annotations
+
+import ast
+from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
 
+from ruleengine import constants, engine
 from ruleengine.settings import Settings
+from ruleengine.store.batchstats import RuleDurations
+from ruleengine.web import slowrules
 from ruleengine.web.auth import needs_token
-from ruleengine.web.slowrules import percentile, slow_rules
+from ruleengine.web.slowrules import slow_rules
 
 
-def test_percentile_interpolates_between_closest_ranks() -> None:
-    assert percentile([5.0], 95) == 5.0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
-    assert percentile([0.0, 10.0], 95) == pytest.approx(9.5)
-    assert percentile([1.0, 2.0, 3.0], 100) == 3.0
-    with pytest.raises(ValueError, match="no values"):
-        percentile([], 50)
+def test_the_slow_rule_report_takes_the_stage_names_from_constants_not_the_worker() -> None:
+    tree = ast.parse(Path(slowrules.__file__).read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "ruleengine.engine" not in imported
+    assert engine.STAGES is constants.STAGES == ("cooldown", "fetch", "evaluate", "act")
 
 
-def test_slow_rules_rank_by_p95_and_average_the_stages() -> None:
-    rows = [
-        {"rule_id": "a", "rule_name": "A", "duration_s": 1.0, "trace": {"fetch": 0.5, "act": 0.5}},
-        {"rule_id": "a", "rule_name": "A", "duration_s": 3.0, "trace": {"fetch": 2.5, "act": 0.5}},
-        {"rule_id": "b", "rule_name": "B", "duration_s": 2.0, "graph": {"counted_calls": 6}},
-        {"rule_id": "c", "rule_name": "C", "duration_s": None, "trace": None},  # a broken row
-    ]
-    report = slow_rules(rows)
-    assert [r["rule_id"] for r in report] == ["a", "b", "c"]
-    a = report[0]
-    assert (a["count"], a["p50_s"], a["max_s"]) == (2, 2.0, 3.0)
-    assert a["p95_s"] == pytest.approx(2.9)
-    assert a["stages_mean_s"] == {"cooldown": 0.0, "fetch": 1.5, "evaluate": 0.0, "act": 0.5}
-    assert report[1]["graph_calls_mean"] == 6.0
-    assert report[2]["p95_s"] == 0.0
+def _stats(rule_id: str, *, p95_s: float, max_s: float, name: str = "") -> RuleDurations:
+    return RuleDurations(
+        rule_id=rule_id,
+        rule_name=name or rule_id.upper(),
+        count=4,
+        p50_s=0.1234567,
+        p95_s=p95_s,
+        max_s=max_s,
+        stages_mean_s={"cooldown": 0.0, "fetch": 1.0000004, "evaluate": 0.0, "act": 0.5},
+        graph_calls_mean=6.66666,
+        http_requests_mean=2.0,
+        evaluated_mean=40.0,
+    )
+
+
+def test_slow_rules_rank_by_p95_then_max_then_name_and_round_the_figures() -> None:
+    report = slow_rules(
+        [
+            _stats("a", p95_s=1.0, max_s=2.0),
+            _stats("b", p95_s=3.0, max_s=3.0),
+            _stats("c", p95_s=1.0, max_s=5.0),
+            _stats("d", p95_s=1.0, max_s=2.0, name="0 first by name"),
+        ]
+    )
+    assert [r["rule_id"] for r in report] == ["b", "c", "d", "a"]
+    b = report[0]
+    assert (b["count"], b["p50_s"], b["p95_s"]) == (4, 0.123457, 3.0)
+    assert b["stages_mean_s"] == {"cooldown": 0.0, "fetch": 1.0, "evaluate": 0.0, "act": 0.5}
+    assert (b["graph_calls_mean"], b["evaluated_mean"]) == (6.667, 40.0)
 
 
 @pytest.mark.parametrize(

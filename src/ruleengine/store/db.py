@@ -1,15 +1,20 @@
-"""MongoDB access: the client factory and idempotent index creation."""
+"""MongoDB access: the client factory, idempotent index creation and the TTL (retention) indexes."""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from datetime import UTC
-from typing import Any
+from typing import Any, Literal
 
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import OperationFailure
 
 from ruleengine import constants as c
 from ruleengine.settings import Settings
+
+log = logging.getLogger(__name__)
 
 Document = dict[str, Any]
 Database = AsyncDatabase[Document]
@@ -73,6 +78,10 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("batch_id", ASCENDING)]),
         IndexModel([("rule_id", ASCENDING), ("due_at", ASCENDING)]),
     ],
+    c.ROLLUPS: [
+        IndexModel([("date", DESCENDING), ("rule_name", ASCENDING)]),
+        IndexModel([("rule_id", ASCENDING), ("date", DESCENDING)]),
+    ],
 }
 
 
@@ -80,3 +89,59 @@ async def ensure_indexes(db: Database) -> None:
     """Create every index the engine relies on (safe to call on every start)."""
     for collection, indexes in _INDEXES.items():
         await db[collection].create_indexes(indexes)
+
+
+TtlChange = Literal["created", "unchanged", "updated", "recreated"]
+
+
+@dataclass(frozen=True)
+class TtlIndex:
+    """Documents of ``collection`` expire ``expire_after_s`` after their date in ``field``.
+
+    A document whose field is missing or not a date never expires (a RUNNING
+    batch has no ``finished_at`` yet).
+    """
+
+    collection: str
+    field: str
+    expire_after_s: int
+
+    @property
+    def name(self) -> str:
+        """The index name (``<field>_ttl``)."""
+        return f"{self.field}_ttl"
+
+
+async def ensure_ttl_index(db: Database, ttl: TtlIndex) -> TtlChange:
+    """Create the TTL index, or change its expiry in place when the setting changed.
+
+    The expiry is changed with ``collMod``; a server that refuses it gets the
+    index dropped and created again. The server's TTL monitor (about once a
+    minute) deletes what has expired.
+    """
+    collection = db[ttl.collection]
+    key = {ttl.field: ASCENDING}
+    existing = [i async for i in await collection.list_indexes() if dict(i["key"]) == key]
+    if not existing:
+        await collection.create_index(
+            list(key.items()), name=ttl.name, expireAfterSeconds=ttl.expire_after_s
+        )
+        return "created"
+    index = existing[0]
+    if index.get("expireAfterSeconds") == ttl.expire_after_s:
+        return "unchanged"
+    try:
+        await db.command(
+            {
+                "collMod": ttl.collection,
+                "index": {"keyPattern": key, "expireAfterSeconds": ttl.expire_after_s},
+            }
+        )
+        return "updated"
+    except OperationFailure as exc:
+        log.info("collMod refused on %s.%s (%s); recreating it", ttl.collection, index["name"], exc)
+    await collection.drop_index(index["name"])
+    await collection.create_index(
+        list(key.items()), name=ttl.name, expireAfterSeconds=ttl.expire_after_s
+    )
+    return "recreated"

@@ -3,7 +3,8 @@
 Messages are normalised (timestamps, UUIDs, IP addresses, ad account ids,
 numeric ids of 6+ digits and trace ids masked) so that "campaign 1202… failed"
 for 50 campaigns is one group with a count of 50. Each group keeps the last 10
-samples, first/last seen, and a status: active, resolved or ignored. A resolved
+samples (each at most 16 KiB, see :mod:`ruleengine.store.samples`), first/last
+seen, and a status: active, resolved or ignored. A resolved
 group that happens again becomes active again; an ignored one stays ignored.
 """
 
@@ -25,6 +26,7 @@ from ruleengine import constants as c
 from ruleengine.errors import ErrorReport, NotFoundError
 from ruleengine.redact import REDACTOR
 from ruleengine.store.db import Database, Document
+from ruleengine.store.samples import bounded_sample, valid_utf8
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +63,6 @@ def normalise(message: str) -> str:
 def fingerprint(function: str, normalised: str) -> str:
     """The group key of an error."""
     return hashlib.sha1(f"{function}\n{normalised}".encode()).hexdigest()
-
-
-def _clip(value: Any) -> Any:
-    """Redacted and size-limited, so one huge response cannot bloat a group."""
-    value = REDACTOR.data(value)
-    if isinstance(value, str) and len(value) > _MAX_TEXT:
-        return value[:_MAX_TEXT] + "…"
-    return value
 
 
 class ErrorGroup(BaseModel):
@@ -115,17 +109,19 @@ class ErrorLog:
 
     async def record(self, report: ErrorReport, *, now: datetime) -> str:
         """Record one occurrence and return the group id."""
-        message = REDACTOR.text(report.message)
+        message = valid_utf8(REDACTOR.text(report.message[: 4 * _MAX_TEXT]))
         normalised = normalise(message)
         key = {"function": report.function, "fingerprint": fingerprint(report.function, normalised)}
-        sample = {
-            "at": now,
-            "message": _clip(message),
-            "params": _clip(report.params),
-            "response": _clip(report.response),
-            "stack": _clip(report.stack),
-            "context": _clip(report.context),
-        }
+        sample = bounded_sample(
+            {
+                "at": now,
+                "message": message,
+                "params": report.params,
+                "response": report.response,
+                "stack": report.stack,
+                "context": report.context,
+            }
+        )
         update = {
             "$inc": {"count": 1},
             "$set": {"last_seen": now, "message": normalised},

@@ -20,6 +20,7 @@ from pymongo import DESCENDING, ReturnDocument, UpdateOne
 
 from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
+from ruleengine.store.batchstats import RuleDurations, rule_durations
 from ruleengine.store.db import Database, Document
 
 BatchStatus = Literal["RUNNING", "DONE", "FAILED", "ABANDONED"]
@@ -186,20 +187,9 @@ class BatchStore:
             {"$set": {"recovered_at": now, **counts.as_fields()}},
         )
 
-    async def durations(self, *, since: datetime) -> list[Document]:
-        """Finished batches since ``since``: rule, duration and trace (the slow-rule report)."""
-        cursor = self._batches.find(
-            {"status": {"$in": ["DONE", "FAILED"]}, "started_at": {"$gte": since}},
-            {
-                "rule_id": 1,
-                "rule_name": 1,
-                "duration_s": 1,
-                "trace": 1,
-                "graph": 1,
-                "evaluated_count": 1,
-            },
-        )
-        return [d async for d in cursor]
+    async def durations(self, *, since: datetime) -> list[RuleDurations]:
+        """Per rule: durations and cost of finished batches started since ``since`` (in MongoDB)."""
+        return await rule_durations(self._batches, since=since)
 
 
 class ExecutionStore:

@@ -1,4 +1,4 @@
-"""REST API over what the workers recorded: batch rows, execution records, the slow-rule report."""
+"""REST API over what the workers recorded: batches, executions, the slow-rule report, rollups."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ruleengine.web.state import services
 BATCH_STATUSES: Final[tuple[str, ...]] = get_args(BatchStatus)
 MAX_PAGE: Final = 500
 MAX_SINCE_HOURS: Final = 24 * 90
+MAX_DAYS: Final = 3660
 
 
 def batch_row(doc: Document) -> dict[str, Any]:
@@ -73,6 +74,32 @@ async def slow_rule_report(request: web.Request) -> web.Response:
     return json_response({"since": since, "since_hours": hours, "rules": slow_rules(rows)})
 
 
+def rollup_row(doc: Document) -> dict[str, Any]:
+    """A daily rollup for the API (without its storage keys)."""
+    return {k: v for k, v in doc.items() if k not in ("_id", "date")}
+
+
+async def daily_rollups(request: web.Request) -> web.Response:
+    """``GET /api/benchmark/daily?rule_id=&days=30``: rollups per rule and day, newest first."""
+    days = int_param(request, "days", default=30, low=1, high=MAX_DAYS)
+    limit = int_param(request, "limit", default=100, low=1, high=MAX_PAGE)
+    offset = int_param(request, "offset", default=0, low=0, high=10_000_000)
+    since = datetime.now(UTC).date() - timedelta(days=days)
+    page = await services(request).rollups.page(
+        since=since, rule_id=request.query.get("rule_id") or None, limit=limit, skip=offset
+    )
+    return json_response(
+        {
+            "since": since.isoformat(),
+            "days": days,
+            "items": [rollup_row(d) for d in page.items],
+            "total": page.total,
+            "limit": limit,
+            "offset": offset,
+        }
+    )
+
+
 def add_routes(app: web.Application) -> None:
     """Register the batch and benchmark routes."""
     r = app.router
@@ -80,3 +107,4 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/api/batches/{batch_id}", get_batch)
     r.add_get("/api/batches/{batch_id}/executions", batch_executions)
     r.add_get("/api/benchmark/slow-rules", slow_rule_report, name="api.slow_rules")
+    r.add_get("/api/benchmark/daily", daily_rollups, name="api.daily_rollups")

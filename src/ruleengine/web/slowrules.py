@@ -1,73 +1,39 @@
-"""The slow-rule report, pure: rank rules by p95 batch duration, with the 4-stage breakdown.
+"""The slow-rule report: rules ranked by p95 batch duration, with the 4-stage breakdown.
 
-Percentiles are computed here from the stored batch rows (linear interpolation
-between closest ranks, as numpy's default does) rather than in MongoDB: the
-embedded server and older MongoDB versions lack ``$percentile``, and a day of
-batch rows is small.
+The figures are computed in MongoDB (:mod:`ruleengine.store.batchstats`), one
+document per rule; this module only rounds them for the API and ranks them.
 """
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from typing import Any
 
-from ruleengine.engine import STAGES
+from ruleengine.store.batchstats import RuleDurations
 
 
-def percentile(ordered: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0–100) of ascending ``ordered`` values, interpolated.
-
-    Raises:
-        ValueError: ``ordered`` is empty.
-    """
-    if not ordered:
-        raise ValueError("percentile of no values")
-    rank = (len(ordered) - 1) * q / 100
-    low, high = math.floor(rank), math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else 0.0
-
-
-def _mean(values: Iterable[float]) -> float:
-    items = list(values)
-    return sum(items) / len(items) if items else 0.0
-
-
-def _rule_entry(rule_id: str, rows: list[Mapping[str, Any]]) -> dict[str, Any]:
-    durations = sorted(_number(r.get("duration_s")) for r in rows)
-    traces = [r.get("trace") or {} for r in rows]
-    graphs = [r.get("graph") or {} for r in rows]
+def report_entry(stats: RuleDurations) -> dict[str, Any]:
+    """One rule of the report: seconds rounded to the microsecond, means to 3 decimals."""
     return {
-        "rule_id": rule_id,
-        "rule_name": rows[-1].get("rule_name") or rule_id,
-        "count": len(rows),
-        "p50_s": round(percentile(durations, 50), 6),
-        "p95_s": round(percentile(durations, 95), 6),
-        "max_s": round(durations[-1], 6),
-        "stages_mean_s": {
-            stage: round(_mean(_number(t.get(stage)) for t in traces), 6) for stage in STAGES
-        },
-        "graph_calls_mean": round(_mean(_number(g.get("counted_calls")) for g in graphs), 3),
-        "http_requests_mean": round(_mean(_number(g.get("http_requests")) for g in graphs), 3),
-        "evaluated_mean": round(_mean(_number(r.get("evaluated_count")) for r in rows), 3),
+        "rule_id": stats.rule_id,
+        "rule_name": stats.rule_name,
+        "count": stats.count,
+        "p50_s": round(stats.p50_s, 6),
+        "p95_s": round(stats.p95_s, 6),
+        "max_s": round(stats.max_s, 6),
+        "stages_mean_s": {stage: round(s, 6) for stage, s in stats.stages_mean_s.items()},
+        "graph_calls_mean": round(stats.graph_calls_mean, 3),
+        "http_requests_mean": round(stats.http_requests_mean, 3),
+        "evaluated_mean": round(stats.evaluated_mean, 3),
     }
 
 
-def slow_rules(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per rule, slowest p95 first (ties: higher max, then name).
-
-    Args:
-        rows: finished batch rows with ``rule_id``, ``rule_name``, ``duration_s``,
-            ``trace`` (stage → seconds), ``graph`` and ``evaluated_count``.
-    """
-    by_rule: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-    for row in rows:
-        by_rule[str(row.get("rule_id"))].append(row)
-    entries = [_rule_entry(rule_id, items) for rule_id, items in by_rule.items()]
-    entries.sort(key=lambda e: (-e["p95_s"], -e["max_s"], str(e["rule_name"])))
+def slow_rules(stats: Iterable[RuleDurations]) -> list[dict[str, Any]]:
+    """One entry per rule, slowest p95 first (ties: higher max, then name, then id)."""
+    entries = [report_entry(s) for s in stats]
+    entries.sort(key=_rank)
     return entries
+
+
+def _rank(entry: dict[str, Any]) -> tuple[float, float, str, str]:
+    return (-entry["p95_s"], -entry["max_s"], str(entry["rule_name"]), entry["rule_id"])

@@ -26,6 +26,7 @@ from ruleengine.store.db import Database, Document, create_client, database, ens
 from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.heartbeats import Heartbeats
 from ruleengine.store.records import BatchStore, ExecutionStore
+from ruleengine.store.rollups import RollupStore
 from ruleengine.store.rules import RuleStore
 from ruleengine.web.followupreads import FollowupReads
 
@@ -43,6 +44,7 @@ class Services:
     rules: RuleStore
     batches: BatchStore
     executions: ExecutionStore
+    rollups: RollupStore
     errors: ErrorLog
     credentials: CredentialStore
     heartbeats: Heartbeats
@@ -79,6 +81,7 @@ def _open(settings: Settings) -> Services:
         rules=RuleStore(db),
         batches=BatchStore(db),
         executions=ExecutionStore(db),
+        rollups=RollupStore(db),
         errors=ErrorLog(db),
         credentials=CredentialStore(db, key),
         heartbeats=Heartbeats(db),

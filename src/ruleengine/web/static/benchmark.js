@@ -1,4 +1,4 @@
-/* Benchmark screen: the slow-rule report (p95 with a 4-stage bar) and batch rows with Graph cost. */
+/* Benchmark screen: the slow-rule report (p95 with a 4-stage bar), daily rollups, batch rows with Graph cost. */
 "use strict";
 
 (() => {
@@ -6,7 +6,9 @@
   const $ = (id) => document.getElementById(id);
   const STAGES = ["cooldown", "fetch", "evaluate", "act"];
   const LIMIT = 25;
+  const DAILY_LIMIT = 50;
   const state = { offset: 0 };
+  const daily = { offset: 0, ruleId: null, ruleName: "" };
 
   /* The mean batch split into its stages; the bar's length is relative to the slowest rule. */
   function stageBar(stages, longest) {
@@ -40,8 +42,45 @@
       el("td", { class: "num" }, fmtSeconds(r.max_s)),
       el("td", { class: "bar-cell" }, stageBar(r.stages_mean_s, longest)),
       el("td", { class: "num" }, r.graph_calls_mean.toFixed(1)),
-      el("td", { class: "num" }, r.http_requests_mean.toFixed(1)))));
+      el("td", { class: "num" }, r.http_requests_mean.toFixed(1)),
+      el("td", {}, el("button", { type: "button", class: "secondary small", dataset: { daily: r.rule_id },
+        onclick: () => showDaily(r.rule_id, r.rule_name) }, "Days")))));
     $("slow-empty").classList.toggle("hidden", report.rules.length > 0);
+  }
+
+  function showDaily(ruleId, ruleName) {
+    Object.assign(daily, { offset: 0, ruleId, ruleName: ruleName || "" });
+    loadDaily();
+  }
+
+  async function loadDaily() {
+    const query = new URLSearchParams({ days: $("daily-days").value, limit: DAILY_LIMIT, offset: daily.offset });
+    if (daily.ruleId) query.set("rule_id", daily.ruleId);
+    let page;
+    try {
+      page = await api("GET", "/api/benchmark/daily?" + query);
+    } catch (err) {
+      failed(err, "could not load the daily rollups");
+      return;
+    }
+    $("daily-rule").textContent = daily.ruleId ? "· " + (daily.ruleName || daily.ruleId) : "";
+    $("daily-all").classList.toggle("hidden", !daily.ruleId);
+    $("daily-table").tBodies[0].replaceChildren(...page.items.map((d) => el("tr", { dataset: { ruleId: d.rule_id, day: d.day } },
+      el("td", {}, d.day),
+      el("td", {}, el("a", { href: "/rules/" + encodeURIComponent(d.rule_id) }, d.rule_name)),
+      el("td", { class: "num" }, d.batches),
+      el("td", { class: "num" }, d.failed),
+      el("td", { class: "num" }, d.abandoned),
+      el("td", { class: "num" }, d.evaluated),
+      el("td", { class: "num" }, d.applied),
+      el("td", { class: "num" }, fmtSeconds(d.duration_p50_s)),
+      el("td", { class: "num strong" }, fmtSeconds(d.duration_p95_s)),
+      el("td", { class: "num" }, fmtSeconds(d.duration_max_s)),
+      el("td", { class: "num" }, d.graph_calls))));
+    $("daily-empty").classList.toggle("hidden", page.items.length > 0);
+    pager($("daily-info"), daily.offset, DAILY_LIMIT, page.total);
+    $("daily-prev").disabled = daily.offset === 0;
+    $("daily-next").disabled = daily.offset + DAILY_LIMIT >= page.total;
   }
 
   async function loadBatches() {
@@ -73,9 +112,14 @@
 
   document.addEventListener("DOMContentLoaded", () => {
     $("since-hours").addEventListener("change", loadSlowRules);
+    $("daily-days").addEventListener("change", () => { daily.offset = 0; loadDaily(); });
+    $("daily-all").addEventListener("click", () => showDaily(null, ""));
+    $("daily-prev").addEventListener("click", () => { daily.offset = Math.max(0, daily.offset - DAILY_LIMIT); loadDaily(); });
+    $("daily-next").addEventListener("click", () => { daily.offset += DAILY_LIMIT; loadDaily(); });
     $("prev-page").addEventListener("click", () => { state.offset = Math.max(0, state.offset - LIMIT); loadBatches(); });
     $("next-page").addEventListener("click", () => { state.offset += LIMIT; loadBatches(); });
     loadSlowRules();
+    loadDaily();
     loadBatches();
   });
 })();
