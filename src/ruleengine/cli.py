@@ -22,7 +22,7 @@ from ruleengine.rules.model import Rule, parse_rule, rule_json_schema
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
-from ruleengine.store.rules import RuleStore
+from ruleengine.store.rules import Loaded, RuleStore, StoredRuleError
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -33,11 +33,12 @@ def _now() -> datetime:
 
 @contextlib.asynccontextmanager
 async def _database(settings: Settings) -> AsyncIterator[Database]:
-    """The engine's database (indexes ensured) for one command."""
+    """The engine's database for one command: indexes ensured, orphan versions repaired."""
     client = create_client(settings)
     try:
         db = database(client, settings)
         await ensure_indexes(db)
+        await RuleStore(db).repair_orphans(now=_now())
         yield db
     finally:
         await client.close()
@@ -113,19 +114,30 @@ async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _rules_list(args: argparse.Namespace, settings: Settings) -> int:
-    from ruleengine.rules.schedule import describe
-
     async with _database(settings) as db:
-        rules = await RuleStore(db).all()
-    for doc in rules:
-        nxt = doc.next_execute_at.isoformat() if doc.next_execute_at else "-"
-        print(
-            f"{doc.id}  v{doc.version:<3} {doc.status:<7} {describe(doc.rule().schedule):<24}"
-            f" next {nxt}  {doc.name}"
-        )
+        rules = await RuleStore(db).page()
+    for item in rules:
+        print(_rule_line(item))
     if not rules:
         print("no rules yet; add some with `ruleengine rules apply FILE…`")
     return 0
+
+
+def _rule_line(item: Loaded) -> str:
+    from ruleengine.rules.schedule import describe
+
+    if isinstance(item, StoredRuleError):
+        return f"{item.rule_id}  v?   HAS_ISSUES {item.name or '?'}: {item.problem}"
+    try:
+        schedule = describe(item.rule().schedule)
+    except StoredRuleError as exc:
+        return f"{item.id}  v{item.version:<3} {item.status} {item.name}: {exc.problem}"
+    nxt = item.next_execute_at.isoformat() if item.next_execute_at else "-"
+    issue = f"  ({item.issue.message})" if item.issue else ""
+    return (
+        f"{item.id}  v{item.version:<3} {item.status:<7} {schedule:<24} next {nxt}  {item.name}"
+        f"{issue}"
+    )
 
 
 # ---------------------------------------------------------------- accounts

@@ -23,6 +23,7 @@ from ruleengine.errors import (
     RuleValidationError,
 )
 from ruleengine.settings import Settings
+from ruleengine.store.rules import StoredRuleError
 from ruleengine.web import api, health, views
 from ruleengine.web.auth import auth_middleware
 from ruleengine.web.jsonio import ApiError, error_response
@@ -49,6 +50,8 @@ def _as_api_error(exc: Exception) -> ApiError | None:
             return ApiError(404, str(exc))
         case ConflictError():
             return ApiError(409, str(exc))
+        case StoredRuleError():
+            return ApiError(409, str(exc), issue={"message": exc.problem})
         case CredentialsError():
             return ApiError(422, str(exc))
         case RuleEngineError():
