@@ -30,8 +30,11 @@ from ruleengine.web.jsonio import (
 from ruleengine.web.state import services, settings_of
 
 AUTHOR = "api"
+MAX_VERSION = 2**63 - 1  # what MongoDB's int64 holds
 SOURCE = "web"
-_ETAG = re.compile(r'^(?:W/)?"?(\d+)"?$')
+# A rule version in If-Match / ?expected_version=: ASCII digits (no other scripts' digits, no
+# trailing newline), and few enough of them to fit MongoDB's int64.
+_ETAG = re.compile(r'(?:W/)?"?([0-9]{1,18})"?')
 
 
 def _now() -> datetime:
@@ -130,10 +133,11 @@ def _int_field(body: dict[str, Any], name: str, *, required: bool) -> int | None
     value = body.get(name)
     if value is None and not required:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        shown = "missing" if value is None else repr(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_VERSION:
+        shown = "missing" if value is None else repr(value)[:40]
         raise invalid(
-            "invalid request", [FieldError(name, f"needs a version number ≥ 1, not {shown}")]
+            "invalid request",
+            [FieldError(name, f"needs a version number from 1 to {MAX_VERSION}, not {shown}")],
         )
     return value
 
@@ -145,9 +149,9 @@ def expected_version(request: web.Request) -> int | None:
         ("expected_version", request.query.get("expected_version")),
     ):
         if raw:
-            match = _ETAG.match(raw.strip())
+            match = _ETAG.fullmatch(raw.strip())
             if match is None or int(match.group(1)) < 1:
-                message = f"'{raw}' is not a rule version; send the version number, e.g. 3"
+                message = f"'{raw[:40]}' is not a rule version; send the version number, e.g. 3"
                 raise invalid("invalid request", [FieldError(where, message)])
             return int(match.group(1))
     return None
