@@ -17,7 +17,7 @@ import orjson
 from pydantic import ValidationError
 
 from ruleengine import __version__
-from ruleengine.errors import RuleEngineError, RuleValidationError
+from ruleengine.errors import FieldError, RuleEngineError, RuleValidationError
 from ruleengine.rules.model import Rule, parse_rule, rule_json_schema
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
@@ -56,20 +56,22 @@ def _load_file(path: Path) -> Any:
         raise RuleValidationError([_file_error(f"not valid JSON ({exc})")]) from None
 
 
-def _file_error(message: str) -> Any:
-    from ruleengine.errors import FieldError
-
+def _file_error(message: str) -> FieldError:
     return FieldError(path="", message=message)
 
 
-def _validate_files(
+def validate_files(
     paths: Sequence[Path],
     out: TextIO,
     *,
     accounts: set[str] | None = None,
     webhooks: set[str] | None = None,
 ) -> list[tuple[Path, Rule]]:
-    """Parse every file; print ``FILE: path: message`` per problem. Returns the valid rules."""
+    """Parse every file; print ``FILE: path: message`` per problem. Returns the valid rules.
+
+    What ``rules validate`` (offline) and ``rules apply`` (against the registered accounts
+    and configured webhooks, as the API validates) run.
+    """
     valid: list[tuple[Path, Rule]] = []
     for path in paths:
         try:
@@ -77,9 +79,20 @@ def _validate_files(
             valid.append((path, rule))
         except RuleValidationError as exc:
             for error in exc.errors:
-                where = f"{error.path}: " if error.path else ""
-                print(f"{path}: {where}{error.message}", file=out)
+                print(problem_line(path, error), file=out)
     return valid
+
+
+def problem_line(path: Path, error: FieldError) -> str:
+    """``FILE: path: message`` on one line: control characters a rule carried are escaped."""
+    where = f"{error.path}: " if error.path else ""
+    return _one_line(f"{path}: {where}{error.message}")
+
+
+def _one_line(text: str) -> str:
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
+    )
 
 
 def cmd_rules_schema(args: argparse.Namespace, settings: Settings) -> int:
@@ -90,7 +103,7 @@ def cmd_rules_schema(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_rules_validate(args: argparse.Namespace, settings: Settings) -> int:
     """Validate rule files offline; exit 1 when any has a problem."""
-    valid = _validate_files(args.files, sys.stdout)
+    valid = validate_files(args.files, sys.stdout)
     for path, rule in valid:
         print(f"{path}: ok ({rule.name}, {len(rule.tasks)} task(s))")
     return 0 if len(valid) == len(args.files) else 1
@@ -100,7 +113,7 @@ async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
     async with _database(settings) as db:
         accounts = await CredentialStore(db, load_key(settings, create=False)).ids()
         webhooks = set(settings.webhooks)
-        valid = _validate_files(args.files, sys.stdout, accounts=accounts, webhooks=webhooks)
+        valid = validate_files(args.files, sys.stdout, accounts=accounts, webhooks=webhooks)
         if len(valid) != len(args.files):
             print("nothing applied: fix the errors above first", file=sys.stderr)
             return 1
