@@ -75,3 +75,18 @@ def test_accounts_add_refuses_an_id_with_a_newline(
         cli_main(["accounts", "add", "act_12", "--currency", "EU", "--token-env", "THE_TOKEN"]) == 1
     )
     assert "currency" in capsys.readouterr().err
+
+
+def test_each_problem_is_one_line_whatever_the_rule_carried(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "keys.json"
+    path.write_bytes(orjson.dumps(rule(**{"colour\nred": 1}, timezone="Mars\u2028Olympus")))
+    assert cli_main(["rules", "validate", str(path)]) == 1
+    lines = capsys.readouterr().out.split("\n")[:-1]
+    assert lines == [
+        f"{path}: timezone: unknown timezone 'Mars\\u2028Olympus'; use an IANA name such as"
+        " 'Asia/Jakarta'",
+        f"{path}: colour\\nred: unknown field; check the spelling against"
+        " `ruleengine rules schema`",
+    ]
