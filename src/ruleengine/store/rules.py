@@ -307,11 +307,16 @@ class RuleStore:
     async def _with_version(
         self, version: Document, now: datetime, write: Callable[[], Awaitable[T]]
     ) -> T:
-        """Insert ``version``, then ``write``; when the write fails, the version goes too."""
+        """Insert ``version``, then ``write``; when the write is refused, the version goes too.
+
+        Any other failure (MongoDB gone mid-write) leaves the outcome unknown: the
+        version stays, and :meth:`repair_orphans` removes it only if the pointer never
+        reached it.
+        """
         version_id = await self._insert_version(version, now)
         try:
             return await write()
-        except BaseException:
+        except ConflictError:
             await self._discard_version(version_id)
             raise
 
