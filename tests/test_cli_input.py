@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from ruleengine import constants as c
 from ruleengine.cli import main as cli_main
+from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.store.rules import RuleStore
 
 
 def rule(**change: Any) -> dict[str, Any]:
@@ -90,3 +95,23 @@ def test_each_problem_is_one_line_whatever_the_rule_carried(
         f"{path}: colour\\nred: unknown field; check the spelling against"
         " `ruleengine rules schema`",
     ]
+
+
+async def test_rules_list_shows_a_rule_that_no_longer_validates(
+    settings: Settings,
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store = RuleStore(db)
+    for name in ("Good", "Bad"):
+        await store.save(parse_rule(rule(name=name)), now=datetime.now(UTC), author="t", source="t")
+    await db[c.RULES].update_one({"name": "Bad"}, {"$set": {"definition.timezone": "Mars/X"}})
+    monkeypatch.setenv("RULEENGINE_MONGODB_URL", settings.mongodb_url)
+    monkeypatch.setenv("RULEENGINE_MONGODB_DATABASE", settings.mongodb_database)
+
+    assert await asyncio.to_thread(cli_main, ["rules", "list"]) == 0
+
+    bad, good = capsys.readouterr().out.splitlines()
+    assert "Bad: timezone: unknown timezone 'Mars/X'" in bad
+    assert "every 15 min" in good and good.endswith("Good")
