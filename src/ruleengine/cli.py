@@ -17,12 +17,12 @@ import orjson
 from pydantic import ValidationError
 
 from ruleengine import __version__
-from ruleengine.errors import RuleEngineError, RuleValidationError
+from ruleengine.errors import FieldError, RuleEngineError, RuleValidationError
 from ruleengine.rules.model import Rule, parse_rule, rule_json_schema
 from ruleengine.settings import PORT_LAYOUT, Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
-from ruleengine.store.rules import RuleStore
+from ruleengine.store.rules import Loaded, RuleStore, StoredRuleError
 from ruleengine.supervise import MAX_RESTARTS, RESTART_WINDOW_S
 
 Handler = Callable[[argparse.Namespace, Settings], int]
@@ -34,11 +34,12 @@ def _now() -> datetime:
 
 @contextlib.asynccontextmanager
 async def _database(settings: Settings) -> AsyncIterator[Database]:
-    """The engine's database (indexes ensured) for one command."""
+    """The engine's database for one command: indexes ensured, orphan versions repaired."""
     client = create_client(settings)
     try:
         db = database(client, settings)
         await ensure_indexes(db)
+        await RuleStore(db).repair_orphans(now=_now())
         yield db
     finally:
         await client.close()
@@ -56,20 +57,22 @@ def _load_file(path: Path) -> Any:
         raise RuleValidationError([_file_error(f"not valid JSON ({exc})")]) from None
 
 
-def _file_error(message: str) -> Any:
-    from ruleengine.errors import FieldError
-
+def _file_error(message: str) -> FieldError:
     return FieldError(path="", message=message)
 
 
-def _validate_files(
+def validate_files(
     paths: Sequence[Path],
     out: TextIO,
     *,
     accounts: set[str] | None = None,
     webhooks: set[str] | None = None,
 ) -> list[tuple[Path, Rule]]:
-    """Parse every file; print ``FILE: path: message`` per problem. Returns the valid rules."""
+    """Parse every file; print ``FILE: path: message`` per problem. Returns the valid rules.
+
+    What ``rules validate`` (offline) and ``rules apply`` (against the registered accounts
+    and configured webhooks, as the API validates) run.
+    """
     valid: list[tuple[Path, Rule]] = []
     for path in paths:
         try:
@@ -77,9 +80,20 @@ def _validate_files(
             valid.append((path, rule))
         except RuleValidationError as exc:
             for error in exc.errors:
-                where = f"{error.path}: " if error.path else ""
-                print(f"{path}: {where}{error.message}", file=out)
+                print(problem_line(path, error), file=out)
     return valid
+
+
+def problem_line(path: Path, error: FieldError) -> str:
+    """``FILE: path: message`` on one line: control characters a rule carried are escaped."""
+    where = f"{error.path}: " if error.path else ""
+    return _one_line(f"{path}: {where}{error.message}")
+
+
+def _one_line(text: str) -> str:
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
+    )
 
 
 def cmd_rules_schema(args: argparse.Namespace, settings: Settings) -> int:
@@ -90,7 +104,7 @@ def cmd_rules_schema(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_rules_validate(args: argparse.Namespace, settings: Settings) -> int:
     """Validate rule files offline; exit 1 when any has a problem."""
-    valid = _validate_files(args.files, sys.stdout)
+    valid = validate_files(args.files, sys.stdout)
     for path, rule in valid:
         print(f"{path}: ok ({rule.name}, {len(rule.tasks)} task(s))")
     return 0 if len(valid) == len(args.files) else 1
@@ -100,7 +114,7 @@ async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
     async with _database(settings) as db:
         accounts = await CredentialStore(db, load_key(settings, create=False)).ids()
         webhooks = set(settings.webhooks)
-        valid = _validate_files(args.files, sys.stdout, accounts=accounts, webhooks=webhooks)
+        valid = validate_files(args.files, sys.stdout, accounts=accounts, webhooks=webhooks)
         if len(valid) != len(args.files):
             print("nothing applied: fix the errors above first", file=sys.stderr)
             return 1
@@ -114,19 +128,30 @@ async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _rules_list(args: argparse.Namespace, settings: Settings) -> int:
-    from ruleengine.rules.schedule import describe
-
     async with _database(settings) as db:
-        rules = await RuleStore(db).all()
-    for doc in rules:
-        nxt = doc.next_execute_at.isoformat() if doc.next_execute_at else "-"
-        print(
-            f"{doc.id}  v{doc.version:<3} {doc.status:<7} {describe(doc.rule().schedule):<24}"
-            f" next {nxt}  {doc.name}"
-        )
+        rules = await RuleStore(db).page()
+    for item in rules:
+        print(_rule_line(item))
     if not rules:
         print("no rules yet; add some with `ruleengine rules apply FILE…`")
     return 0
+
+
+def _rule_line(item: Loaded) -> str:
+    from ruleengine.rules.schedule import describe
+
+    if isinstance(item, StoredRuleError):
+        return f"{item.rule_id}  v?   HAS_ISSUES {item.name or '?'}: {item.problem}"
+    try:
+        schedule = describe(item.rule().schedule)
+    except StoredRuleError as exc:
+        return f"{item.id}  v{item.version:<3} {item.status} {item.name}: {exc.problem}"
+    nxt = item.next_execute_at.isoformat() if item.next_execute_at else "-"
+    issue = f"  ({item.issue.message})" if item.issue else ""
+    return (
+        f"{item.id}  v{item.version:<3} {item.status:<7} {schedule:<24} next {nxt}  {item.name}"
+        f"{issue}"
+    )
 
 
 # ---------------------------------------------------------------- accounts

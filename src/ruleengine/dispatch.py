@@ -51,7 +51,7 @@ from ruleengine.store.credentials import CredentialStore, load_key, token_ref
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
 from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.heartbeats import Heartbeats
-from ruleengine.store.rules import RuleDoc, RuleStore
+from ruleengine.store.rules import RuleDoc, RuleStore, StoredRuleError
 
 log = logging.getLogger("ruleengine.dispatch")
 
@@ -98,6 +98,7 @@ class SweepReport:
     skipped: list[str] = field(default_factory=list)  # "rule_id/account"
     advanced: int = 0
     held_back: int = 0  # due rules not advanced (Redis trouble, lost lease)
+    set_aside: int = 0  # due rules that no longer validate, marked HAS_ISSUES
     degraded: str | None = None
     duration_s: float = 0.0
 
@@ -111,6 +112,7 @@ class SweepReport:
             "skipped": len(self.skipped),
             "advanced": self.advanced,
             "held_back": self.held_back,
+            "set_aside": self.set_aside,
             "degraded": self.degraded,
             "duration_s": round(self.duration_s, 3),
         }
@@ -168,11 +170,20 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         while not stop.is_set():
             started = loop.time()
-            await self.tick()
+            try:
+                await self.tick()
+            except Exception as exc:  # nothing raised inside a tick may end the loop
+                await self._tick_failed(exc)
             remaining = self.settings.tick_seconds - (loop.time() - started)
             if remaining > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=remaining)
+
+    async def _tick_failed(self, exc: Exception) -> None:
+        log.exception("tick failed; the next tick runs as scheduled")
+        await self.errors.report(
+            ErrorReport.of(exc, function="dispatch.tick", context={"dispatcher": self.owner})
+        )
 
     async def tick(self) -> SweepReport | None:
         """One tick: hold the lease, sweep, beat. None when on standby."""
@@ -259,20 +270,38 @@ class Dispatcher:
         started = time.perf_counter()
         report = SweepReport()
         due = await self.rules.due(now)
-        report.due = len(due)
-        if due:
-            parsed = [(doc, doc.rule()) for doc in due]
+        report.due = len(due.ready) + len(due.broken)
+        for broken in due.broken:
+            await self._set_aside(broken, now, report)
+        if due.ready:
+            parsed = due.ready
             listings = await self._listings(parsed, report)
             outcomes = await asyncio.gather(
                 *(self._dispatch(doc, rule, listings, now, fence, report) for doc, rule in parsed)
             )
             advances = [a for a in outcomes if a is not None]
             report.advanced = await self.rules.advance_many(advances, now=now)
-            report.held_back = len(due) - len(advances)
+            report.held_back = len(parsed) - len(advances)
         report.duration_s = time.perf_counter() - started
         self.metrics.sweep_seconds.observe(report.duration_s)
         self._log(report)
         return report
+
+    async def _set_aside(self, error: StoredRuleError, now: datetime, report: SweepReport) -> None:
+        """A due rule that no longer validates: mark it HAS_ISSUES and report it, once."""
+        report.set_aside += 1
+        log.error("rule %s set aside (HAS_ISSUES): %s", error.rule_id, error.problem)
+        if not await self.rules.set_aside(error, now=now):
+            return  # changed meanwhile (e.g. fixed): the next tick reads it again
+        await self.errors.report(
+            ErrorReport.of(
+                error,
+                function="dispatch.load_rule",
+                message=str(error),
+                params={"name": error.name},
+                context={"rule_id": error.rule_id},
+            )
+        )
 
     @staticmethod
     def _log(report: SweepReport) -> None:
@@ -441,6 +470,7 @@ async def run_dispatcher(settings: Settings, *, once: bool) -> int:
     client = create_client(settings)
     db = database(client, settings)
     await ensure_indexes(db)
+    await RuleStore(db).repair_orphans(now=utcnow())
     queue = connect_queue(settings)
     session = GraphSession(settings, methods=READ_ONLY)
     metrics = DispatcherMetrics()

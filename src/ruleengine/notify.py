@@ -8,7 +8,6 @@ and come back as :class:`NotifyError`; they never crash a job.
 from __future__ import annotations
 
 import logging
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,6 +19,7 @@ import aiohttp
 from ruleengine.errors import ErrorReport, ErrorSink, RuleEngineError
 from ruleengine.redact import REDACTOR
 from ruleengine.rules.evaluate import ConditionResult
+from ruleengine.rules.template import render_template
 from ruleengine.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -82,19 +82,11 @@ class MessageContext:
 
 
 def render(template: str, values: Mapping[str, Any]) -> str:
-    """Fill ``{placeholders}``; unknown ones stay as written (templates are validated on save)."""
-    formatter = string.Formatter()
-    out: list[str] = []
-    for literal, name, spec, conversion in formatter.parse(template):
-        out.append(literal)
-        if name is None:
-            continue
-        if name not in values:
-            out.append("{" + name + "}")
-            continue
-        value = formatter.convert_field(values[name], conversion)
-        out.append(formatter.format_field(value, spec or ""))
-    return "".join(out)
+    """Fill ``{placeholders}``; unknown ones stay as written; never raises.
+
+    Format specs and conversions a template stored before they were refused are ignored.
+    """
+    return render_template(template, values)
 
 
 class Notifier:

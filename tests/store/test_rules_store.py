@@ -11,7 +11,7 @@ import pytest
 from ruleengine.errors import ConflictError, NotFoundError
 from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.store.db import Database
-from ruleengine.store.rules import RuleStore
+from ruleengine.store.rules import RuleDoc, RuleStore
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
@@ -35,6 +35,12 @@ def make_rule(name: str = "Scale", percent: float = 20, **extra: Any) -> Rule:
             **extra,
         }
     )
+
+
+async def due_docs(store: RuleStore, now: datetime) -> list[RuleDoc]:
+    due = await store.due(now)
+    assert due.broken == []
+    return [doc for doc, _ in due.ready]
 
 
 async def test_identical_resave_creates_no_version(db: Database) -> None:
@@ -137,13 +143,12 @@ async def test_due_query_honours_status_time_and_date_range(db: Database) -> Non
             make_rule("later", date_range={"start": "2026-12-02"}), now=NOW, author="a", source="t"
         )
     ).rule
-    names = {r.name for r in await store.due(NOW)}
-    assert names == {"due"}
+    assert {d.name for d in await due_docs(store, NOW)} == {"due"}
     assert {paused.id, future.id, over.id, later.id}.isdisjoint(
-        {r.id for r in await store.due(NOW)}
+        {d.id for d in await due_docs(store, NOW)}
     )
     tomorrow = NOW + timedelta(days=1, hours=3)
-    assert {r.name for r in await store.due(tomorrow)} == {"due", "not yet", "later"}
+    assert {d.name for d in await due_docs(store, tomorrow)} == {"due", "not yet", "later"}
     assert due.next_execute_at == NOW
 
 
@@ -168,7 +173,7 @@ async def test_pause_and_activate(db: Database) -> None:
     rule = (await store.save(make_rule(), now=NOW, author="a", source="t")).rule
     paused = await store.set_status(rule.id, "PAUSED", now=NOW)
     assert paused.status == "PAUSED"
-    assert await store.due(NOW) == []
+    assert await due_docs(store, NOW) == []
     later = NOW + timedelta(hours=2)
     active = await store.set_status(rule.id, "ACTIVE", now=later)
     assert (active.status, active.next_execute_at) == ("ACTIVE", later)

@@ -392,3 +392,30 @@ async def test_an_expanded_batch_shows_each_follow_up_under_its_execution(
     await _shot(page, "logs-followups")
     assert await page.evaluate("window.__xss") is None
     assert console.errors == []
+
+
+async def test_a_rule_with_issues_shows_its_status_and_message(
+    page: Any, client: Client, db: Database
+) -> None:
+    for name in ("Good", "Bad"):
+        assert (await client.post("/api/rules", json=rule_body(name), headers=AUTH)).status == 201
+    bad = await db[c.RULES].find_one({"name": "Bad"})
+    assert bad is not None
+    issue = {"message": "timezone: unknown timezone 'Mars/Olympus'", "at": datetime.now(UTC)}
+    await db[c.RULES].update_one(
+        {"_id": bad["_id"]},
+        {"$set": {"definition.timezone": "Mars/Olympus", "status": "HAS_ISSUES", "issue": issue}},
+    )
+    console = await _open(page, f"{client.make_url('/rules')}#token={API_TOKEN}")
+    row = page.locator(f'#rules-table tr[data-rule-id="{bad["_id"]}"]')
+    await row.locator(".status-has_issues").wait_for()
+    assert "Mars/Olympus" in await row.locator(".issue").inner_text()
+    assert await page.locator("#rules-table tbody tr").count() == 2
+    await row.click()
+    await page.wait_for_selector("#detail-issue:not(.hidden)")
+    assert "Mars/Olympus" in await page.inner_text("#detail-issue")
+    assert await page.locator("#activate-rule").is_visible()
+    # the editor's live validation points at the field (its 422 is the only console line)
+    await page.wait_for_selector('#field-errors li[data-path="timezone"]')
+    await _shot(page, "rules-has-issues")
+    assert all("status of 422" in e for e in console.errors), console.errors

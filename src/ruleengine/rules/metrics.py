@@ -117,8 +117,9 @@ SPECIAL_KEYS: Final = (
     "budget_spent_pct",
 )
 
-_ACTION_TYPE_RE: Final = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")
-_CUSTOM_NAME_RE: Final = re.compile(r"^[a-z0-9_]{1,64}$")
+# fullmatch, not match with "$": "$" also matches before a trailing newline
+_ACTION_TYPE_RE: Final = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)*")
+_CUSTOM_NAME_RE: Final = re.compile(r"[a-z0-9_]{1,64}")
 
 
 def _special(name: str) -> MetricSpec | None:
@@ -149,7 +150,7 @@ def _dotted(name: str) -> MetricSpec | None:
     field, dot, action_type = name.partition(".")
     if not dot or field not in _LIST_FIELDS:
         return None
-    if not _ACTION_TYPE_RE.match(action_type):
+    if not _ACTION_TYPE_RE.fullmatch(action_type):
         raise UnknownMetricError(
             f"'{action_type}' is not a valid action type in '{name}'"
             " (lower-case letters, digits, '_' and '.', e.g. 'omni_purchase')"
@@ -189,7 +190,7 @@ def resolve_metric(name: str) -> MetricSpec:
     """
     if name.startswith(CUSTOM_PREFIX):
         custom = name[len(CUSTOM_PREFIX) :]
-        if not _CUSTOM_NAME_RE.match(custom):
+        if not _CUSTOM_NAME_RE.fullmatch(custom):
             raise UnknownMetricError(
                 f"custom metric name '{custom}' must be 1-64 characters of a-z, 0-9 and '_'"
             )

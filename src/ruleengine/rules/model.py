@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-import string
 from datetime import date, time
-from typing import Annotated, Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import Annotated, Any, Final, Literal
+from zoneinfo import ZoneInfo
 
 import orjson
 from pydantic import (
@@ -28,6 +27,7 @@ from pydantic import (
 
 from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.rules.metrics import MetricSpec, Source, UnknownMetricError, resolve_metric
+from ruleengine.rules.template import check_template
 
 Level = Literal["campaign", "adset"]
 Status = Literal["ACTIVE", "PAUSED"]
@@ -109,8 +109,19 @@ NOTIFY_PLACEHOLDERS = frozenset(
         "time",
     }
 )
-_HHMM = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
-_ACCOUNT = re.compile(r"^act_\d+$")
+# Patterns are used with fullmatch and ASCII digits: "$" also matches before a trailing
+# newline, and "\d" matches any script's digits ("०८:३०"), which int() then accepts.
+_HHMM = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]")
+ACCOUNT_ID = re.compile(r"act_[0-9]{1,30}")
+
+# The largest budget a rule may name, in minor units: 10^12 is ten billion in a two-decimal
+# currency (and a trillion rupiah), far above any real daily budget and well inside BSON's
+# int64, so a typo is refused instead of reaching Meta or MongoDB.
+MAX_BUDGET: Final = 10**12
+# Dates a date_range may hold: any timezone's midnight of these is a valid UTC instant.
+FIRST_DATE: Final = date(2000, 1, 1)
+LAST_DATE: Final = date(2999, 12, 31)
+MAX_TIMEZONE_LENGTH: Final = 255
 
 
 class PathError(ValueError):
@@ -122,24 +133,33 @@ class PathError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinities ("NaN", "Infinity" as strings) compare false with everything and
+    # serialise as null: refuse them rather than store a rule that silently never matches.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def _placeholders(template: str, allowed: frozenset[str]) -> str:
+def timezone_problem(value: str) -> str | None:
+    """Why ``value`` is not a usable IANA timezone, or None when it is."""
+    problem = f"unknown timezone '{value[:60]}'; use an IANA name such as 'Asia/Jakarta'"
+    if not value or len(value) > MAX_TIMEZONE_LENGTH:
+        return problem
     try:
-        names = [field for _, field, _, _ in string.Formatter().parse(template) if field]
-    except ValueError as exc:
-        raise ValueError(f"invalid template ({exc}); write a literal brace as '{{{{'") from exc
-    unknown = sorted({n for n in names if n not in allowed})
-    if unknown:
-        known = ", ".join(f"{{{a}}}" for a in sorted(allowed))
-        raise ValueError(f"unknown placeholder {{{unknown[0]}}}; use {known}")
-    return template
+        ZoneInfo(value)
+    # zoneinfo reads a file named by the key: a directory, a data file that is not TZif,
+    # a name too long for the filesystem each fail differently (OSError, ValueError, …).
+    except Exception:
+        return problem
+    return None
+
+
+def is_account_id(value: str) -> bool:
+    """True for an ad account id such as ``act_123``."""
+    return ACCOUNT_ID.fullmatch(value) is not None
 
 
 def parse_hhmm(value: str) -> time:
     """``"08:30"`` → ``time(8, 30)``."""
-    if not _HHMM.match(value):
+    if not _HHMM.fullmatch(value):
         raise ValueError(
             f"'{value}' is not a time of day; write HH:MM in 24-hour form, e.g. '08:30'"
         )
@@ -185,6 +205,15 @@ class DateRange(_Model):
 
     start: date | None = None
     end: date | None = None
+
+    @field_validator("start", "end")
+    @classmethod
+    def _bounded(cls, value: date | None) -> date | None:
+        if value is not None and not FIRST_DATE <= value <= LAST_DATE:
+            raise ValueError(
+                f"{value} is out of range; use a date between {FIRST_DATE} and {LAST_DATE}"
+            )
+        return value
 
     @model_validator(mode="after")
     def _ordered(self) -> DateRange:
@@ -277,7 +306,7 @@ class FollowUp(_Model):
     @field_validator("template")
     @classmethod
     def _template(cls, value: str | None) -> str | None:
-        return None if value is None else _placeholders(value, NOTIFY_PLACEHOLDERS)
+        return None if value is None else check_template(value, NOTIFY_PLACEHOLDERS)
 
     @model_validator(mode="after")
     def _when(self) -> FollowUp:
@@ -303,8 +332,12 @@ class PercentBudgetAction(_Action):
 
     type: Literal["increase_budget", "decrease_budget"]
     percent: float = Field(gt=0, le=1000)
-    max_budget: int | None = Field(default=None, gt=0, description="minor units (cents)")
-    min_budget: int | None = Field(default=None, gt=0, description="minor units (cents)")
+    max_budget: int | None = Field(
+        default=None, gt=0, le=MAX_BUDGET, description="minor units (cents)"
+    )
+    min_budget: int | None = Field(
+        default=None, gt=0, le=MAX_BUDGET, description="minor units (cents)"
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> PercentBudgetAction:
@@ -321,7 +354,7 @@ class SetBudgetAction(_Action):
     """Set the daily budget to an absolute amount (minor units)."""
 
     type: Literal["set_budget"]
-    amount: int = Field(gt=0, description="minor units (cents)")
+    amount: int = Field(gt=0, le=MAX_BUDGET, description="minor units (cents)")
 
 
 class RenameAction(_Action):
@@ -333,7 +366,7 @@ class RenameAction(_Action):
     @field_validator("template")
     @classmethod
     def _template(cls, value: str) -> str:
-        return _placeholders(value, RENAME_PLACEHOLDERS)
+        return check_template(value, RENAME_PLACEHOLDERS)
 
 
 class NameTextAction(_Action):
@@ -366,7 +399,7 @@ class NotifyAction(_Action):
     @field_validator("template")
     @classmethod
     def _template(cls, value: str) -> str:
-        return _placeholders(value, NOTIFY_PLACEHOLDERS)
+        return check_template(value, NOTIFY_PLACEHOLDERS)
 
 
 Action = Annotated[
@@ -475,12 +508,9 @@ class Rule(_Model):
     @field_validator("timezone")
     @classmethod
     def _timezone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(
-                f"unknown timezone '{value}'; use an IANA name such as 'Asia/Jakarta'"
-            ) from None
+        problem = timezone_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("ad_accounts")
@@ -489,7 +519,7 @@ class Rule(_Model):
         known: set[str] | None = (info.context or {}).get("accounts")
         seen: set[str] = set()
         for index, value in enumerate(values):
-            if not _ACCOUNT.match(value):
+            if not is_account_id(value):
                 raise PathError(f"[{index}]", f"'{value}' is not an ad account id like 'act_123'")
             if value in seen:
                 raise PathError(f"[{index}]", f"'{value}' is listed twice")

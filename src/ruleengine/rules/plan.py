@@ -27,6 +27,7 @@ from ruleengine.rules.model import (
     SetBudgetAction,
     StatusAction,
 )
+from ruleengine.rules.template import render_template
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,8 @@ def plan_name(
             done = live.startswith(action.text)
             target = live if done else action.text + live
         return Plan("name", live, target, reason="already_named" if done else None)
-    target = action.template.format(name=live, date=today.isoformat(), rule=rule_name)
+    values = {"name": live, "date": today.isoformat(), "rule": rule_name}
+    target = render_template(action.template, values)
     if target != live and _already_wrapped(action.template, live, rule_name, today):
         target = live
     return Plan("name", live, target, reason=None if target != live else "already_named")
@@ -136,10 +138,13 @@ def plan_name(
 
 def _already_wrapped(template: str, live: str, rule_name: str, today: date) -> bool:
     """True when ``live`` already carries the literal text the template puts around ``{name}``."""
-    parts = list(string.Formatter().parse(template))
-    if not any(name == "name" for _, name, _, _ in parts):
+    try:
+        if not any(name == "name" for _, name, _, _ in string.Formatter().parse(template)):
+            return False
+    except ValueError:
         return False
     head, _, tail = template.partition("{name}")
-    prefix = head.format(date=today.isoformat(), rule=rule_name)
-    suffix = tail.format(date=today.isoformat(), rule=rule_name, name="")
+    values = {"date": today.isoformat(), "rule": rule_name}
+    prefix = render_template(head, values)
+    suffix = render_template(tail, values | {"name": ""})
     return bool(prefix or suffix) and live.startswith(prefix) and live.endswith(suffix)

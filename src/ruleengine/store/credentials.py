@@ -8,6 +8,7 @@ fingerprint (for "which token is this?") — never the plaintext.
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -17,11 +18,29 @@ from pymongo import ReturnDocument
 
 from ruleengine import constants as c
 from ruleengine.errors import ConfigurationError, CredentialsError, NotFoundError
+from ruleengine.rules.model import is_account_id, timezone_problem
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database, Document
 
 KEY_FILE = "token-encryption.key"
 TOKEN_REF_PREFIX = "account:"
+_CURRENCY = re.compile(r"[A-Za-z]{3}")  # fullmatch: "$" would accept "USD\n"
+
+
+def is_currency(value: str) -> bool:
+    """True for a 3-letter ISO 4217 code such as ``USD`` (any case)."""
+    return _CURRENCY.fullmatch(value) is not None
+
+
+def _check_account(account_id: str, timezone: str | None, currency: str | None) -> None:
+    """The same checks as the API's, for callers that are not the API (the CLI)."""
+    if not is_account_id(account_id):
+        raise CredentialsError(f"'{account_id[:40]}' is not an ad account id like 'act_123'")
+    problem = timezone and timezone_problem(timezone)
+    if problem:
+        raise CredentialsError(problem)
+    if currency and not is_currency(currency):
+        raise CredentialsError(f"'{currency[:10]}' is not a 3-letter currency code such as 'USD'")
 
 
 def load_key(settings: Settings, *, create: bool = False) -> bytes:
@@ -106,6 +125,7 @@ class CredentialStore:
         """
         if not token.strip():
             raise CredentialsError("the access token is empty")
+        _check_account(account_id, timezone, currency)
         given = {"name": name, "timezone": timezone, "currency": currency and currency.upper()}
         changes = {k: v for k, v in given.items() if v}
         defaults = {"name": account_id, "timezone": "UTC", "currency": "USD"}

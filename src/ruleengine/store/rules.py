@@ -9,21 +9,74 @@ move the same pointer the same way, so two concurrent rollbacks cannot both win.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeVar
 
 from bson import ObjectId
-from pydantic import BaseModel, ConfigDict
-from pymongo import DESCENDING, ReturnDocument, UpdateOne
-from pymongo.errors import DuplicateKeyError
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pymongo import DESCENDING, DeleteMany, ReturnDocument, UpdateOne
+from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from ruleengine import constants as c
-from ruleengine.errors import ConflictError, NotFoundError
-from ruleengine.rules.model import Rule, Status, definition_checksum
+from ruleengine.errors import ConflictError, NotFoundError, RuleEngineError
+from ruleengine.rules.model import Rule, Status, definition_checksum, field_errors
 from ruleengine.rules.schedule import active_window, first_run
 from ruleengine.store.db import Database, Document
+
+log = logging.getLogger(__name__)
+
+# A rule's status: what users set (ACTIVE, PAUSED), or HAS_ISSUES, set by the dispatcher
+# when the stored rule no longer validates; a valid save or an activation clears it.
+RuleStatus = Literal["ACTIVE", "PAUSED", "HAS_ISSUES"]
+# A save inserts its version and then moves the pointer, a few milliseconds apart. A version
+# the pointer does not account for is an orphan only once it is older than this: younger, it
+# may belong to a save still in flight in another process.
+ORPHAN_GRACE = timedelta(minutes=1)
+T = TypeVar("T")
+
+
+class StoredRuleError(RuleEngineError):
+    """A stored rule that no longer validates: a hand edit, or a timezone the tz database lost.
+
+    Attributes:
+        rule_id: the rule's id.
+        problem: what is wrong, field by field (JSON paths).
+        name: the rule's name, when the document has one.
+        updated_at: the document's ``updated_at`` as read (for compare-and-set).
+    """
+
+    def __init__(
+        self,
+        rule_id: str,
+        problem: str,
+        *,
+        name: str | None = None,
+        updated_at: datetime | None = None,
+    ) -> None:
+        self.rule_id = rule_id
+        self.problem = problem
+        self.name = name
+        self.updated_at = updated_at
+        super().__init__(
+            f"rule '{rule_id}' no longer validates: {problem}; save a corrected definition"
+            f" (PUT /api/rules/{rule_id}) or roll back to a good version"
+        )
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(str(e) for e in field_errors(exc))
+
+
+class RuleIssue(BaseModel):
+    """Why a rule cannot run; ``at`` is when the dispatcher set it aside (None: found on read)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    message: str
+    at: datetime | None = None
 
 
 class RuleDoc(BaseModel):
@@ -33,7 +86,7 @@ class RuleDoc(BaseModel):
 
     id: str
     name: str
-    status: Status
+    status: RuleStatus
     version: int
     latest_version: int
     checksum: str
@@ -42,15 +95,58 @@ class RuleDoc(BaseModel):
     last_execute_at: datetime | None = None
     created_at: datetime
     updated_at: datetime
+    issue: RuleIssue | None = None
 
     @classmethod
     def from_mongo(cls, doc: Document) -> RuleDoc:
-        """Build from a ``rules`` document."""
-        return cls(id=doc["_id"], **{k: v for k, v in doc.items() if k != "_id"})
+        """Build from a ``rules`` document; raises StoredRuleError when it is damaged."""
+        try:
+            return cls(id=doc["_id"], **{k: v for k, v in doc.items() if k != "_id"})
+        except ValidationError as exc:
+            name, updated_at = doc.get("name"), doc.get("updated_at")
+            raise StoredRuleError(
+                str(doc["_id"]),
+                f"the rule document is damaged: {_problems(exc)}",
+                name=name if isinstance(name, str) else None,
+                updated_at=updated_at if isinstance(updated_at, datetime) else None,
+            ) from None
+
+    @property
+    def edit_status(self) -> Status:
+        """The status an edit keeps when it names none: a rule with issues comes back paused."""
+        return "PAUSED" if self.status == "HAS_ISSUES" else self.status
 
     def rule(self) -> Rule:
-        """The active definition as a validated :class:`Rule`."""
-        return Rule.model_validate({**self.definition, "status": self.status})
+        """The active definition as a validated :class:`Rule`; raises StoredRuleError."""
+        return _parse_stored(self, self.definition, self.edit_status)
+
+
+def _parse_stored(doc: RuleDoc, definition: dict[str, Any], status: Status) -> Rule:
+    try:
+        return Rule.model_validate({**definition, "status": status})
+    except ValidationError as exc:
+        raise StoredRuleError(
+            doc.id, _problems(exc), name=doc.name, updated_at=doc.updated_at
+        ) from None
+
+
+# A rule as read from MongoDB: loaded, or what is wrong with it.
+Loaded = RuleDoc | StoredRuleError
+
+
+def _load(doc: Document) -> Loaded:
+    try:
+        return RuleDoc.from_mongo(doc)
+    except StoredRuleError as exc:
+        return exc
+
+
+@dataclass(frozen=True)
+class DueRules:
+    """The due query's answer: rules ready to dispatch, and due ones that no longer validate."""
+
+    ready: list[tuple[RuleDoc, Rule]] = field(default_factory=list)
+    broken: list[StoredRuleError] = field(default_factory=list)
 
 
 class VersionDoc(BaseModel):
@@ -99,21 +195,32 @@ class RuleStore:
         self._versions = db[c.RULE_VERSIONS]
 
     async def get(self, rule_id: str) -> RuleDoc:
-        """The rule with ``rule_id``; raises NotFoundError."""
+        """The rule with ``rule_id``; raises NotFoundError, or StoredRuleError when damaged."""
         doc = await self._rules.find_one({"_id": rule_id})
         if doc is None:
             raise NotFoundError(f"rule '{rule_id}' does not exist")
         return RuleDoc.from_mongo(doc)
+
+    async def load(self, rule_id: str) -> Loaded:
+        """Like :meth:`get`, but a damaged document comes back as its StoredRuleError."""
+        try:
+            return await self.get(rule_id)
+        except StoredRuleError as exc:
+            return exc
 
     async def find_by_name(self, name: str) -> RuleDoc | None:
         """The rule called ``name``, if any."""
         doc = await self._rules.find_one({"name": name})
         return None if doc is None else RuleDoc.from_mongo(doc)
 
-    async def all(self, *, status: Status | None = None) -> list[RuleDoc]:
-        """Every rule (optionally only those with ``status``), by name."""
-        query = {} if status is None else {"status": status}
-        return [RuleDoc.from_mongo(d) async for d in self._rules.find(query).sort("name")]
+    async def page(self, *, limit: int = 0, skip: int = 0) -> list[Loaded]:
+        """Rules by name, ``limit`` (0: all) from ``skip``; damaged ones as their error."""
+        cursor = self._rules.find({}).sort([("name", 1), ("_id", 1)]).skip(skip).limit(limit)
+        return [_load(d) async for d in cursor]
+
+    async def count(self) -> int:
+        """How many rules there are."""
+        return await self._rules.count_documents({})
 
     async def save(
         self,
@@ -129,6 +236,7 @@ class RuleStore:
 
         Without ``rule_id`` the rule is matched by name. ``expected_version``
         makes the save conditional on the active version (HTTP If-Match style).
+        A save is all or nothing: when it is refused, no version is left behind.
 
         Raises:
             ConflictError: the rule changed meanwhile, or the name is taken.
@@ -141,7 +249,8 @@ class RuleStore:
                 f"rule '{existing.id}' is at version {existing.version}, not {expected_version};"
                 " reload it and apply your change again"
             )
-        if rule.checksum() == existing.checksum:
+        # Compare definitions, not only checksums: a hand edit changes one but not the other.
+        if rule.definition() == existing.definition:
             if rule.status != existing.status:
                 return SaveResult(
                     await self.set_status(existing.id, rule.status, now=now), False, False
@@ -152,7 +261,6 @@ class RuleStore:
     async def _create(self, rule: Rule, now: datetime, author: str, source: str) -> RuleDoc:
         rule_id = str(ObjectId())
         definition = rule.definition()
-        await self._insert_version(rule_id, 1, definition, now, author, source)
         doc = {
             "_id": rule_id,
             "name": rule.name,
@@ -164,78 +272,116 @@ class RuleStore:
             "last_execute_at": None,
             "created_at": now,
             "updated_at": now,
-            **_schedule_fields(rule, now),
+            **_schedule_fields(rule, now),  # before any write: what can fail, fails here
         }
-        try:
-            await self._rules.insert_one(doc)
-        except DuplicateKeyError:
-            raise ConflictError(f"a rule named '{rule.name}' already exists") from None
-        return RuleDoc.from_mongo(doc)
 
-    async def _insert_version(
-        self,
+        async def insert() -> RuleDoc:
+            try:
+                await self._rules.insert_one(doc)
+            except DuplicateKeyError:
+                raise ConflictError(f"a rule named '{rule.name}' already exists") from None
+            return RuleDoc.from_mongo(doc)
+
+        version = self._version_doc(rule_id, 1, definition, now, author, source)
+        return await self._with_version(version, now, insert)
+
+    @staticmethod
+    def _version_doc(
         rule_id: str,
         version: int,
         definition: dict[str, Any],
         now: datetime,
         author: str,
         source: str,
-    ) -> None:
+    ) -> Document:
+        return {
+            "rule_id": rule_id,
+            "version": version,
+            "checksum": definition_checksum(definition),
+            "definition": definition,
+            "created_at": now,
+            "author": author,
+            "source": source,
+        }
+
+    async def _with_version(
+        self, version: Document, now: datetime, write: Callable[[], Awaitable[T]]
+    ) -> T:
+        """Insert ``version``, then ``write``; when the write is refused, the version goes too.
+
+        Any other failure (MongoDB gone mid-write) leaves the outcome unknown: the
+        version stays, and :meth:`repair_orphans` removes it only if the pointer never
+        reached it.
+        """
+        version_id = await self._insert_version(version, now)
         try:
-            await self._versions.insert_one(
-                {
-                    "rule_id": rule_id,
-                    "version": version,
-                    "checksum": definition_checksum(definition),
-                    "definition": definition,
-                    "created_at": now,
-                    "author": author,
-                    "source": source,
-                }
-            )
-        except DuplicateKeyError:
-            raise ConflictError(
-                f"version {version} of rule '{rule_id}' was just written by someone else; retry"
-            ) from None
+            return await write()
+        except ConflictError:
+            await self._discard_version(version_id)
+            raise
+
+    async def _insert_version(self, version: Document, now: datetime) -> Any:
+        for attempt in range(2):
+            try:
+                return (await self._versions.insert_one(dict(version))).inserted_id
+            except DuplicateKeyError:
+                # An orphan of a save that died between its two writes blocks the number
+                # for good; clear it once, then the number is someone else's: retry later.
+                if attempt or not await self._repair_rule(version["rule_id"], now=now):
+                    raise ConflictError(
+                        f"version {version['version']} of rule '{version['rule_id']}' was just"
+                        " written by someone else; reload the rule and retry"
+                    ) from None
+        raise AssertionError("unreachable")
+
+    async def _discard_version(self, version_id: Any) -> None:
+        try:
+            await self._versions.delete_one({"_id": version_id})
+        except PyMongoError as exc:  # repair_orphans removes it at the next start
+            log.warning("could not remove the version of a refused save: %s", exc)
 
     async def _update(
         self, existing: RuleDoc, rule: Rule, now: datetime, author: str, source: str
     ) -> RuleDoc:
         version = existing.latest_version + 1
         definition = rule.definition()
-        await self._insert_version(existing.id, version, definition, now, author, source)
-        return await self._move_pointer(existing, version, definition, rule.status, now)
+        update = self._pointer_update(existing, version, rule, definition, now)
+        doc = self._version_doc(existing.id, version, definition, now, author, source)
+        return await self._with_version(doc, now, lambda: self._move_pointer(existing, update))
 
-    async def _move_pointer(
-        self,
-        existing: RuleDoc,
-        version: int,
-        definition: dict[str, Any],
-        status: Status,
-        now: datetime,
-    ) -> RuleDoc:
+    @staticmethod
+    def _pointer_update(
+        existing: RuleDoc, version: int, rule: Rule, definition: dict[str, Any], now: datetime
+    ) -> dict[str, Any]:
+        """The ``$set`` that makes ``version`` (``definition``, parsed as ``rule``) active.
+
+        Computed before anything is written: whatever can fail, fails here.
+        """
+        start, end = active_window(rule.date_range, rule.zone())
         update: dict[str, Any] = {
-            "name": definition["name"],
-            "status": status,
+            "name": rule.name,
+            "status": rule.status,
             "version": version,
             "latest_version": max(version, existing.latest_version),
             "checksum": definition_checksum(definition),
             "definition": definition,
             "updated_at": now,
+            "active_from": start,
+            "active_until": end,
         }
-        rule = Rule.model_validate({**definition, "status": status})
-        start, end = active_window(rule.date_range, rule.zone())
-        update |= {"active_from": start, "active_until": end}
         if _schedule_changed(existing.definition, definition):
             update["next_execute_at"] = first_run(rule.schedule, now=now, tz=rule.zone())
+        return update
+
+    async def _move_pointer(self, existing: RuleDoc, update: dict[str, Any]) -> RuleDoc:
         try:
             doc = await self._rules.find_one_and_update(
                 {"_id": existing.id, "version": existing.version},
-                {"$set": update},
+                {"$set": update, "$unset": {"issue": ""}},
                 return_document=ReturnDocument.AFTER,
             )
         except DuplicateKeyError:
-            raise ConflictError(f"a rule named '{definition['name']}' already exists") from None
+            raise ConflictError(f"a rule named '{update['name']}' already exists") from None
         if doc is None:
             raise ConflictError(
                 f"rule '{existing.id}' moved off version {existing.version} while this change"
@@ -243,9 +389,46 @@ class RuleStore:
             )
         return RuleDoc.from_mongo(doc)
 
+    async def repair_orphans(self, *, now: datetime) -> int:
+        """Remove versions a failed save left behind; returns how many. Idempotent.
+
+        An orphan is a version above its rule's ``latest_version`` (older than
+        :data:`ORPHAN_GRACE`). Versions of a rule id without a rule document are
+        kept: they block nothing, and may be the only copy of a rule deleted by hand.
+        """
+        cursor = self._rules.find({"latest_version": {"$type": "number"}}, {"latest_version": 1})
+        ops = [
+            DeleteMany(self._orphans_of(d["_id"], d["latest_version"], now)) async for d in cursor
+        ]
+        if not ops:
+            return 0
+        removed = (await self._versions.bulk_write(ops, ordered=False)).deleted_count
+        if removed:
+            log.warning("removed %d orphan rule version(s) left by failed saves", removed)
+        return removed
+
+    async def _repair_rule(self, rule_id: str, *, now: datetime) -> int:
+        doc = await self._rules.find_one({"_id": rule_id}, {"latest_version": 1})
+        if doc is None or not isinstance(doc.get("latest_version"), int):
+            return 0
+        result = await self._versions.delete_many(
+            self._orphans_of(rule_id, doc["latest_version"], now)
+        )
+        if result.deleted_count:
+            log.warning("rule %s: removed %d orphan version(s)", rule_id, result.deleted_count)
+        return result.deleted_count
+
+    @staticmethod
+    def _orphans_of(rule_id: str, latest_version: int, now: datetime) -> dict[str, Any]:
+        return {
+            "rule_id": rule_id,
+            "version": {"$gt": latest_version},
+            "created_at": {"$lt": now - ORPHAN_GRACE},
+        }
+
     async def versions(self, rule_id: str) -> list[VersionDoc]:
         """Every version of a rule, newest first."""
-        await self.get(rule_id)
+        await self.load(rule_id)
         cursor = self._versions.find({"rule_id": rule_id}).sort("version", DESCENDING)
         return [VersionDoc.model_validate(d) async for d in cursor]
 
@@ -261,9 +444,12 @@ class RuleStore:
     ) -> RuleDoc:
         """Make ``version`` the active one again (compare-and-set on the current version).
 
+        A rule with issues comes back paused; activate it once it looks right.
+
         Raises:
             NotFoundError: no such rule or version.
             ConflictError: the active version is not ``expected_version`` (or moved meanwhile).
+            StoredRuleError: that version does not validate any more either.
         """
         existing = await self.get(rule_id)
         if expected_version is not None and existing.version != expected_version:
@@ -271,34 +457,67 @@ class RuleStore:
                 f"rule '{rule_id}' is at version {existing.version}, not {expected_version}"
             )
         target = await self.version(rule_id, version)
-        if existing.version == version:
+        if existing.version == version and existing.status != "HAS_ISSUES":
             return existing
-        return await self._move_pointer(existing, version, target.definition, existing.status, now)
+        rule = _parse_stored(existing, target.definition, existing.edit_status)
+        update = self._pointer_update(existing, version, rule, target.definition, now)
+        return await self._move_pointer(existing, update)
 
     async def set_status(self, rule_id: str, status: Status, *, now: datetime) -> RuleDoc:
-        """Pause or activate; activation re-arms the schedule from now."""
+        """Pause or activate; activation re-arms the schedule from now and clears an issue.
+
+        Raises:
+            StoredRuleError: activating a rule whose definition does not validate.
+        """
         existing = await self.get(rule_id)
         update: dict[str, Any] = {"status": status, "updated_at": now}
         if status == "ACTIVE" and existing.status != "ACTIVE":
             rule = existing.rule()
             update["next_execute_at"] = first_run(rule.schedule, now=now, tz=rule.zone())
         doc = await self._rules.find_one_and_update(
-            {"_id": rule_id}, {"$set": update}, return_document=ReturnDocument.AFTER
+            {"_id": rule_id},
+            {"$set": update, "$unset": {"issue": ""}},
+            return_document=ReturnDocument.AFTER,
         )
         if doc is None:
             raise NotFoundError(f"rule '{rule_id}' does not exist")
         return RuleDoc.from_mongo(doc)
 
-    async def due(self, now: datetime, *, limit: int = 10_000) -> list[RuleDoc]:
-        """ACTIVE rules whose ``next_execute_at`` has come, inside their date range."""
+    async def set_aside(self, error: StoredRuleError, *, now: datetime) -> bool:
+        """Mark an ACTIVE rule that no longer validates HAS_ISSUES, with the problem.
+
+        Compare-and-set on the ``updated_at`` read, so a fix saved meanwhile is never
+        marked. Returns False when the rule changed (or was not ACTIVE).
+        """
+        query: dict[str, Any] = {"_id": error.rule_id, "status": "ACTIVE"}
+        if error.updated_at is not None:
+            query["updated_at"] = error.updated_at
+        issue = {"message": error.problem, "at": now}
+        result = await self._rules.update_one(
+            query, {"$set": {"status": "HAS_ISSUES", "issue": issue, "updated_at": now}}
+        )
+        return result.modified_count == 1
+
+    async def due(self, now: datetime, *, limit: int = 10_000) -> DueRules:
+        """ACTIVE rules whose ``next_execute_at`` has come, inside their date range.
+
+        Each is parsed here; one that no longer validates lands in ``broken``
+        instead of failing the query for every other rule.
+        """
         query = {
             "status": "ACTIVE",
             "next_execute_at": {"$lte": now},
             "active_from": {"$not": {"$gt": now}},
             "active_until": {"$not": {"$lte": now}},
         }
-        cursor = self._rules.find(query).sort("next_execute_at").limit(limit)
-        return [RuleDoc.from_mongo(d) async for d in cursor]
+        due = DueRules()
+        async for raw in self._rules.find(query).sort("next_execute_at").limit(limit):
+            try:
+                doc = RuleDoc.from_mongo(raw)
+                due.ready.append((doc, doc.rule()))
+            except StoredRuleError as exc:
+                due.broken.append(exc)
+        return due
 
     async def advance(
         self, rule_id: str, *, expected_next: datetime, next_execute_at: datetime, now: datetime

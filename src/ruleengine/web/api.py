@@ -17,10 +17,11 @@ from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.preview import preview_rule
 from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.rules.schedule import describe
-from ruleengine.store.rules import RuleDoc, VersionDoc
+from ruleengine.store.rules import Loaded, RuleDoc, RuleIssue, StoredRuleError, VersionDoc
 from ruleengine.web import api_admin, api_followups, api_records
 from ruleengine.web.jsonio import (
     ApiError,
+    int_param,
     invalid,
     json_response,
     read_json,
@@ -29,38 +30,85 @@ from ruleengine.web.jsonio import (
 from ruleengine.web.state import services, settings_of
 
 AUTHOR = "api"
+MAX_VERSION = 2**63 - 1  # what MongoDB's int64 holds
 SOURCE = "web"
-_ETAG = re.compile(r'^(?:W/)?"?(\d+)"?$')
+# A rule version in If-Match / ?expected_version=: ASCII digits (no other scripts' digits, no
+# trailing newline), and few enough of them to fit MongoDB's int64.
+_ETAG = re.compile(r'(?:W/)?"?([0-9]{1,18})"?')
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def rule_summary(doc: RuleDoc) -> dict[str, Any]:
-    """A rule as listed: state, version, schedule in words, next/last run."""
-    rule = doc.rule()
-    return {
+_UNKNOWN: dict[str, Any] = {
+    "level": None,
+    "ad_accounts": [],
+    "schedule": None,
+    "timezone": None,
+    "tasks": 0,
+}
+
+
+def rule_summary(item: Loaded) -> dict[str, Any]:
+    """A rule as listed: state, version, schedule in words, next/last run, any issue.
+
+    A rule whose definition no longer validates is listed with its ``issue``
+    (the recorded one, else what reading it finds now) instead of failing the list.
+    """
+    if isinstance(item, StoredRuleError):
+        return _damaged(item)
+    doc = item
+    summary = {
         "id": doc.id,
         "name": doc.name,
         "status": doc.status,
+        "issue": None if doc.issue is None else doc.issue.model_dump(),
         "version": doc.version,
         "latest_version": doc.latest_version,
-        "level": rule.level,
-        "ad_accounts": rule.ad_accounts,
-        "schedule": describe(rule.schedule),
-        "timezone": rule.timezone,
-        "tasks": len(rule.tasks),
         "next_execute_at": doc.next_execute_at,
         "last_execute_at": doc.last_execute_at,
         "created_at": doc.created_at,
         "updated_at": doc.updated_at,
     }
+    try:
+        rule = doc.rule()
+    except StoredRuleError as exc:
+        return (
+            summary
+            | _UNKNOWN
+            | {"issue": (doc.issue or RuleIssue(message=exc.problem)).model_dump()}
+        )
+    return summary | {
+        "level": rule.level,
+        "ad_accounts": rule.ad_accounts,
+        "schedule": describe(rule.schedule),
+        "timezone": rule.timezone,
+        "tasks": len(rule.tasks),
+    }
 
 
-def rule_detail(doc: RuleDoc) -> dict[str, Any]:
+def _damaged(error: StoredRuleError) -> dict[str, Any]:
+    """A rule document too damaged to read: what is known, and the problem."""
+    return _UNKNOWN | {
+        "id": error.rule_id,
+        "name": error.name or "",
+        "status": "HAS_ISSUES",
+        "issue": RuleIssue(message=error.problem).model_dump(),
+        "version": None,
+        "latest_version": None,
+        "next_execute_at": None,
+        "last_execute_at": None,
+        "created_at": None,
+        "updated_at": error.updated_at,
+    }
+
+
+def rule_detail(item: Loaded) -> dict[str, Any]:
     """A rule with its active definition and checksum."""
-    return rule_summary(doc) | {"checksum": doc.checksum, "definition": doc.definition}
+    if isinstance(item, StoredRuleError):
+        return rule_summary(item) | {"checksum": None, "definition": None}
+    return rule_summary(item) | {"checksum": item.checksum, "definition": item.definition}
 
 
 def version_entry(version: VersionDoc, active: int) -> dict[str, Any]:
@@ -85,10 +133,11 @@ def _int_field(body: dict[str, Any], name: str, *, required: bool) -> int | None
     value = body.get(name)
     if value is None and not required:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        shown = "missing" if value is None else repr(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_VERSION:
+        shown = "missing" if value is None else repr(value)[:40]
         raise invalid(
-            "invalid request", [FieldError(name, f"needs a version number ≥ 1, not {shown}")]
+            "invalid request",
+            [FieldError(name, f"needs a version number from 1 to {MAX_VERSION}, not {shown}")],
         )
     return value
 
@@ -100,9 +149,9 @@ def expected_version(request: web.Request) -> int | None:
         ("expected_version", request.query.get("expected_version")),
     ):
         if raw:
-            match = _ETAG.match(raw.strip())
+            match = _ETAG.fullmatch(raw.strip())
             if match is None or int(match.group(1)) < 1:
-                message = f"'{raw}' is not a rule version; send the version number, e.g. 3"
+                message = f"'{raw[:40]}' is not a rule version; send the version number, e.g. 3"
                 raise invalid("invalid request", [FieldError(where, message)])
             return int(match.group(1))
     return None
@@ -118,9 +167,19 @@ def _rule_response(doc: RuleDoc, *, status: int = 200, **extra: Any) -> web.Resp
 
 
 async def list_rules(request: web.Request) -> web.Response:
-    """``GET /api/rules``."""
-    docs = await services(request).rules.all()
-    return json_response({"items": [rule_summary(d) for d in docs], "total": len(docs)})
+    """``GET /api/rules?limit=&skip=``: a page of rules by name, and how many there are."""
+    limit = int_param(request, "limit", default=100, low=1, high=500)
+    skip = int_param(request, "skip", default=0, low=0, high=10_000_000)
+    store = services(request).rules
+    items = await store.page(limit=limit, skip=skip)
+    return json_response(
+        {
+            "items": [rule_summary(item) for item in items],
+            "total": await store.count(),
+            "limit": limit,
+            "skip": skip,
+        }
+    )
 
 
 async def create_rule(request: web.Request) -> web.Response:
@@ -143,8 +202,11 @@ async def create_rule(request: web.Request) -> web.Response:
 
 
 async def get_rule(request: web.Request) -> web.Response:
-    """``GET /api/rules/{id}``."""
-    return _rule_response(await services(request).rules.get(request.match_info["id"]))
+    """``GET /api/rules/{id}``; a damaged rule document answers what is known of it."""
+    item = await services(request).rules.load(request.match_info["id"])
+    if isinstance(item, StoredRuleError):
+        return json_response(rule_detail(item))
+    return _rule_response(item)
 
 
 async def update_rule(request: web.Request) -> web.Response:
@@ -154,7 +216,8 @@ async def update_rule(request: web.Request) -> web.Response:
     expected = expected_version(request)
     body = await read_json(request, what="rule")
     if isinstance(body, dict) and "status" not in body:
-        body = {**body, "status": existing.status}  # an edit never (re)activates by omission
+        # an edit never (re)activates by omission; a rule with issues comes back paused
+        body = {**body, "status": existing.edit_status}
     rule = await validated_rule(request, body)
     result = await store.save(
         rule,

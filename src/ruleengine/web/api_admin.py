@@ -6,16 +6,15 @@ responses carry only its fingerprint.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Any, Final, get_args
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from aiohttp import web
 
 from ruleengine.errors import FieldError
 from ruleengine.redact import REDACTOR
-from ruleengine.store.credentials import Account
+from ruleengine.rules.model import is_account_id, timezone_problem
+from ruleengine.store.credentials import Account, is_currency
 from ruleengine.store.errorlog import ErrorGroup, ErrorStatus
 from ruleengine.web.jsonio import (
     choice_param,
@@ -27,8 +26,6 @@ from ruleengine.web.jsonio import (
 from ruleengine.web.state import services
 
 ERROR_STATUSES: Final[tuple[str, ...]] = get_args(ErrorStatus)
-_ACCOUNT_ID = re.compile(r"^act_\d+$")
-_CURRENCY = re.compile(r"^[A-Za-z]{3}$")
 _ACCOUNT_FIELDS: Final = frozenset({"id", "token", "name", "timezone", "currency"})
 
 
@@ -84,7 +81,7 @@ def _account_errors(body: dict[str, Any]) -> list[FieldError]:
         for k in body
         if k not in _ACCOUNT_FIELDS
     ]
-    if not isinstance(body.get("id"), str) or not _ACCOUNT_ID.match(body["id"]):
+    if not isinstance(body.get("id"), str) or not is_account_id(body["id"]):
         errors.append(FieldError("id", "needs an ad account id like 'act_123'"))
     token = body.get("token")
     if not isinstance(token, str) or not token.strip():
@@ -94,7 +91,7 @@ def _account_errors(body: dict[str, Any]) -> list[FieldError]:
         errors.append(FieldError("name", "needs a string of at most 200 characters"))
     errors += _zone_errors(body.get("timezone"))
     currency = body.get("currency")
-    if currency is not None and (not isinstance(currency, str) or not _CURRENCY.match(currency)):
+    if currency is not None and (not isinstance(currency, str) or not is_currency(currency)):
         errors.append(FieldError("currency", "needs a 3-letter ISO 4217 code such as 'USD'"))
     return errors
 
@@ -102,14 +99,10 @@ def _account_errors(body: dict[str, Any]) -> list[FieldError]:
 def _zone_errors(timezone: Any) -> list[FieldError]:
     if timezone is None:
         return []
-    message = f"unknown timezone {timezone!r}; use an IANA name such as 'Asia/Jakarta'"
-    if not isinstance(timezone, str) or not timezone:
-        return [FieldError("timezone", message)]
-    try:
-        ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        return [FieldError("timezone", message)]
-    return []
+    if not isinstance(timezone, str):
+        return [FieldError("timezone", "needs an IANA timezone name such as 'Asia/Jakarta'")]
+    problem = timezone_problem(timezone)
+    return [] if problem is None else [FieldError("timezone", problem)]
 
 
 async def add_account(request: web.Request) -> web.Response:

@@ -23,6 +23,7 @@ from ruleengine.errors import (
     RuleValidationError,
 )
 from ruleengine.settings import Settings
+from ruleengine.store.rules import StoredRuleError
 from ruleengine.web import api, health, views
 from ruleengine.web.auth import auth_middleware
 from ruleengine.web.jsonio import ApiError, error_response
@@ -32,6 +33,7 @@ from ruleengine.web.state import SETTINGS, services_context
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES: Final = 1 << 20
+CLIENT_CLOSED: Final = 499  # nginx's status for a request whose client went away
 CSP: Final = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:;"
     " connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
@@ -49,6 +51,8 @@ def _as_api_error(exc: Exception) -> ApiError | None:
             return ApiError(404, str(exc))
         case ConflictError():
             return ApiError(409, str(exc))
+        case StoredRuleError():
+            return ApiError(409, str(exc), issue={"message": exc.problem})
         case CredentialsError():
             return ApiError(422, str(exc))
         case RuleEngineError():
@@ -75,6 +79,11 @@ def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
     return error_response(ApiError(exc.status, message, headers=headers))
 
 
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
 @web.middleware
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Answer API failures as JSON ``{"error": …}`` with the right status."""
@@ -85,6 +94,11 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             raise
         return _http_error(request, exc)
     except Exception as exc:
+        if isinstance(exc, ConnectionError) and _client_gone(request):
+            # The client hung up while its body was read or the answer written: nothing
+            # is wrong here, and there is no one left to answer.
+            log.info("client closed the connection: %s %s (%s)", request.method, request.path, exc)
+            return web.Response(status=CLIENT_CLOSED, reason="Client Closed Request")
         error = _as_api_error(exc)
         if error is None:
             log.exception("unhandled error on %s %s", request.method, request.path)

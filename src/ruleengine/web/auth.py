@@ -57,8 +57,10 @@ def check_token(request: web.Request, settings: Settings) -> None:
             " in the Authorization header",
             headers=_CHALLENGE,
         )
-    expected = settings.api_token.get_secret_value()
-    if not hmac.compare_digest(presented.encode(), expected.encode()):
+    expected = settings.api_token.get_secret_value().encode()
+    # aiohttp hands over header bytes that are not UTF-8 as surrogate escapes: put the
+    # client's bytes back as they were; they cannot equal a configured (str) token.
+    if not hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), expected):
         raise ApiError(
             401,
             "wrong API token: use the value of RULEENGINE_API_TOKEN",

@@ -7,6 +7,7 @@ way out rather than trusted to every writer upstream.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import date
 from typing import Any
@@ -19,6 +20,7 @@ from ruleengine.errors import FieldError
 from ruleengine.redact import REDACTOR
 
 JSON_TYPE = "application/json"
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
 _OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS
 
 
@@ -128,10 +130,8 @@ def int_param(
     raw = request.query.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
+    # ASCII digits only: int() would also take "٣", " 3 " and "1_000"
+    value = int(raw) if _INTEGER.fullmatch(raw) else low - 1
     if not low <= value <= high:
         raise invalid(
             "invalid query parameter",

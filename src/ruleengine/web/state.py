@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -103,9 +104,10 @@ async def services_context(app: web.Application) -> AsyncIterator[None]:
     svc = _open(settings)
     try:
         await ensure_indexes(svc.db)
+        await svc.rules.repair_orphans(now=datetime.now(UTC))
     except PyMongoError as exc:
         # Keep serving: /health/ready will name MongoDB until it is back.
-        log.warning("could not ensure MongoDB indexes at startup: %s", exc)
+        log.warning("could not prepare MongoDB at startup: %s", exc)
     app[SERVICES] = svc
     app[STARTED_AT] = time.monotonic()
     try:

@@ -16,6 +16,7 @@ from typing import Final
 import aiohttp_jinja2
 import jinja2
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from ruleengine import __version__
 from ruleengine.web.state import settings_of
@@ -80,4 +81,19 @@ def setup(app: web.Application) -> None:
         app.router.add_get(page.path, handlers[page.key], name=f"page.{page.key}")
     app.router.add_get("/", handlers["rules"], name="page.home")
     app.router.add_get("/rules/{id}", handlers["rules"], name="page.rule")
-    app.router.add_static("/static/", STATIC_DIR, name="static", append_version=False)
+    app.router.add_get("/static/{name}", _static_handler(), name="static")
+
+
+def _static_handler() -> Handler:
+    # Only the files the package ships, looked up by name: a path that is not one of them
+    # never reaches the filesystem (a 5,000-character name made aiohttp's static route fail
+    # with "File name too long" instead of answering 404).
+    files = {path.name: path for path in STATIC_DIR.iterdir() if path.is_file()}
+
+    async def static_file(request: web.Request) -> web.FileResponse:
+        path = files.get(request.match_info["name"])
+        if path is None:
+            raise web.HTTPNotFound()
+        return web.FileResponse(path)
+
+    return static_file

@@ -25,33 +25,50 @@
 
   // ---------------------------------------------------------------- list
 
+  const PAGE = 500;  // the API's largest page: the screen lists every rule, page by page
+
+  async function fetchRules() {
+    const items = [];
+    for (let skip = 0; ; skip += PAGE) {
+      const page = await api("GET", `/api/rules?limit=${PAGE}&skip=${skip}`);
+      items.push(...page.items);
+      if (!page.items.length || items.length >= page.total) return items;
+    }
+  }
+
   async function loadRules() {
-    let data;
+    let items;
     try {
-      data = await api("GET", "/api/rules");
+      items = await fetchRules();
     } catch (err) {
       failed(err, "could not load the rules");
       return;
     }
     const body = $("rules-table").tBodies[0];
-    body.replaceChildren(...data.items.map(ruleRow));
-    $("rules-empty").classList.toggle("hidden", data.items.length > 0);
+    body.replaceChildren(...items.map(ruleRow));
+    $("rules-empty").classList.toggle("hidden", items.length > 0);
     markSelected();
+  }
+
+  function issueLine(rule) {
+    return rule.issue ? el("div", { class: "issue" }, rule.issue.message) : null;
   }
 
   function ruleRow(rule) {
     const next = rule.status === "ACTIVE" ? rule.next_execute_at : null;
+    const idle = { ACTIVE: "—", PAUSED: "paused", HAS_ISSUES: "held: has issues" }[rule.status] || "—";
     const open = async () => {
       await selectRule(rule.id);
       $("rule-detail").scrollIntoView({ block: "start" });
     };
     return el("tr", { class: "clickable", dataset: { ruleId: rule.id }, onclick: open },
-      el("td", {}, el("a", { href: "/rules/" + encodeURIComponent(rule.id), onclick: (e) => e.preventDefault() }, rule.name)),
+      el("td", {}, el("a", { href: "/rules/" + encodeURIComponent(rule.id), onclick: (e) => e.preventDefault() }, rule.name),
+        issueLine(rule)),
       el("td", {}, badge(rule.status)),
-      el("td", {}, rule.schedule, el("span", { class: "muted" }, " · " + rule.timezone)),
-      next ? timeCell(next) : el("td", { class: "muted" }, rule.status === "ACTIVE" ? "—" : "paused"),
+      el("td", {}, rule.schedule || "—", el("span", { class: "muted" }, rule.timezone ? " · " + rule.timezone : "")),
+      next ? timeCell(next) : el("td", { class: "muted" }, idle),
       timeCell(rule.last_execute_at),
-      el("td", { class: "num" }, "v" + rule.version));
+      el("td", { class: "num" }, rule.version === null ? "—" : "v" + rule.version));
   }
 
   function markSelected() {
@@ -87,8 +104,12 @@
     $("preview-block").classList.add("hidden");
     $("detail-title").textContent = state.isNew ? "New rule" : rule.name;
     $("detail-status").replaceChildren(state.isNew ? "" : badge(rule.status));
+    const issue = !state.isNew && rule.issue;
+    $("detail-issue").classList.toggle("hidden", !issue);
+    $("detail-issue").textContent = issue ? "This rule cannot run: " + rule.issue.message +
+      ". Save a corrected definition, roll back to a good version, or activate it once the cause is fixed." : "";
     $("detail-version").textContent = state.isNew ? "not saved yet"
-      : `version ${rule.version} of ${rule.latest_version} · ${rule.schedule} · next run ${rule.status === "ACTIVE" ? fmtAgo(rule.next_execute_at) || "—" : "— (paused)"}`;
+      : `version ${rule.version} of ${rule.latest_version} · ${rule.schedule || "schedule unknown"} · next run ${rule.status === "ACTIVE" ? fmtAgo(rule.next_execute_at) || "—" : rule.status === "PAUSED" ? "— (paused)" : "— (held)"}`;
     $("pause-rule").classList.toggle("hidden", state.isNew || rule.status !== "ACTIVE");
     $("activate-rule").classList.toggle("hidden", state.isNew || rule.status === "ACTIVE");
     $("versions-block").classList.toggle("hidden", state.isNew);
