@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.metrics import SPECIAL_KEYS, known_names
+from ruleengine.rules.catalog import SPECIAL_KEYS, known_names
 from ruleengine.rules.model import (
     ACTION_TYPES,
     FILTER_FIELDS,

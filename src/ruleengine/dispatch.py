@@ -39,7 +39,7 @@ from ruleengine.lease import Lease
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.http import READ_ONLY, GraphSession
 from ruleengine.meta.reader import GraphReader
-from ruleengine.metrics import DispatcherMetrics, serve
+from ruleengine.observability import DispatcherMetrics, serve
 from ruleengine.payload import EvaluateJob, batch_id_for, evaluate_job_id
 from ruleengine.queue import connect_queue
 from ruleengine.redact import setup_logging

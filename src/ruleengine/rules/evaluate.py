@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from ruleengine.rules.catalog import MetricSpec, Missing, Source
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.metrics import MetricSpec, Missing, Source
 from ruleengine.rules.model import Condition, Task
 
 NO_DATA = "no_data"

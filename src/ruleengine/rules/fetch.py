@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ruleengine.rules.metrics import MetricSpec, Source
+from ruleengine.rules.catalog import MetricSpec, Source
 from ruleengine.rules.model import Rule, Task
 
 

@@ -2,8 +2,9 @@
 
 Validation is strict and complete; :func:`parse_rule` turns every problem into a
 :class:`~ruleengine.errors.FieldError` carrying the JSON path of the field
-(``tasks[0].conditions[1].metric``) and a human message. Pass ``accounts`` or
-``webhooks`` to also check references against what is registered/configured.
+(``tasks[0].conditions[1].metric``) and a human message (the wording and the paths are
+:mod:`ruleengine.rules.validation`'s). Pass ``accounts`` or ``webhooks`` to also check
+references against what is registered/configured.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from pydantic import (
 )
 
 from ruleengine.errors import FieldError, RuleValidationError
-from ruleengine.rules.metrics import MetricSpec, Source, UnknownMetricError, resolve_metric
+from ruleengine.rules.catalog import MetricSpec, Source, UnknownMetricError, resolve_metric
 from ruleengine.rules.template import check_template
+from ruleengine.rules.validation import PathError, field_errors
 
 Level = Literal["campaign", "adset"]
 Status = Literal["ACTIVE", "PAUSED"]
@@ -122,14 +124,6 @@ MAX_BUDGET: Final = 10**12
 FIRST_DATE: Final = date(2000, 1, 1)
 LAST_DATE: Final = date(2999, 12, 31)
 MAX_TIMEZONE_LENGTH: Final = 255
-
-
-class PathError(ValueError):
-    """A validation error that belongs to a sub-field of the model that raised it."""
-
-    def __init__(self, subpath: str, message: str) -> None:
-        self.subpath = subpath
-        super().__init__(message)
 
 
 class _Model(BaseModel):
@@ -632,61 +626,16 @@ def definition_checksum(definition: dict[str, Any]) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
-# ---------------------------------------------------------------- error paths
-
+# The union members pydantic names in an error's location, which users never wrote.
 _UNION_TAGS = {
-    "action": set(ACTION_TYPES),
-    "schedule": {"interval", "timetable"},
+    "action": frozenset(ACTION_TYPES),
+    "schedule": frozenset({"interval", "timetable"}),
 }
 
 
-def _json_path(loc: tuple[int | str, ...]) -> str:
-    parts: list[str] = []
-    previous: int | str | None = None
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        elif isinstance(previous, str) and item in _UNION_TAGS.get(previous, ()):
-            pass  # pydantic names the union member in the path; users never wrote it
-        elif item.startswith("["):
-            parts.append(item)
-        else:
-            parts.append(f".{item}" if parts else item)
-        previous = item
-    return "".join(parts)
-
-
-def _message(error: Any) -> tuple[str, str]:
-    kind = error["type"]
-    exc = (error.get("ctx") or {}).get("error")
-    if isinstance(exc, PathError):
-        return exc.subpath, str(exc)
-    if kind == "missing":
-        return "", "is required"
-    if kind == "extra_forbidden":
-        return "", "unknown field; check the spelling against `ruleengine rules schema`"
-    if kind == "union_tag_invalid":
-        tag = error["ctx"].get("tag")
-        expected = error["ctx"].get("expected_tags")
-        return "", f"unknown type '{tag}'; expected one of {expected}"
-    if kind == "union_tag_not_found":
-        return "", f"needs '{error['ctx'].get('discriminator', '').strip(chr(39))}'"
-    message = str(error["msg"])
-    message = message.removeprefix("Value error, ")
-    return "", message[:1].lower() + message[1:]
-
-
-def field_errors(exc: ValidationError) -> list[FieldError]:
-    """Turn a pydantic ``ValidationError`` into JSON-path errors."""
-    errors: list[FieldError] = []
-    for error in exc.errors():
-        subpath, message = _message(error)
-        path = _json_path(tuple(error["loc"]))
-        if subpath:
-            joiner = "" if subpath.startswith("[") or not path else "."
-            path = f"{path}{joiner}{subpath}"
-        errors.append(FieldError(path=path, message=message))
-    return errors
+def rule_errors(exc: ValidationError) -> list[FieldError]:
+    """The problems of a rule that failed validation, as JSON paths and messages."""
+    return field_errors(exc, union_tags=_UNION_TAGS)
 
 
 def parse_rule(
@@ -706,7 +655,7 @@ def parse_rule(
             return Rule.model_validate_json(data, context=context)
         return Rule.model_validate(data, context=context)
     except ValidationError as exc:
-        raise RuleValidationError(field_errors(exc)) from None
+        raise RuleValidationError(rule_errors(exc)) from None
 
 
 def rule_json_schema() -> dict[str, Any]:

@@ -22,7 +22,7 @@ from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from ruleengine import constants as c
 from ruleengine.errors import ConflictError, NotFoundError, RuleEngineError
-from ruleengine.rules.model import Rule, Status, definition_checksum, field_errors
+from ruleengine.rules.model import Rule, Status, definition_checksum, rule_errors
 from ruleengine.rules.schedule import active_window, first_run
 from ruleengine.store.db import Database, Document
 
@@ -67,7 +67,7 @@ class StoredRuleError(RuleEngineError):
 
 
 def _problems(exc: ValidationError) -> str:
-    return "; ".join(str(e) for e in field_errors(exc))
+    return "; ".join(str(e) for e in rule_errors(exc))
 
 
 class RuleIssue(BaseModel):

@@ -27,7 +27,7 @@ from ruleengine.store.rules import StoredRuleError
 from ruleengine.web import api, health, views
 from ruleengine.web.auth import auth_middleware
 from ruleengine.web.jsonio import ApiError, error_response
-from ruleengine.web.metrics import setup_metrics
+from ruleengine.web.prometheus import setup_metrics
 from ruleengine.web.state import SETTINGS, services_context
 
 log = logging.getLogger(__name__)

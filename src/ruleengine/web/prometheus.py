@@ -1,4 +1,4 @@
-"""``GET /metrics``: Prometheus text for the web process, in a registry of its own.
+"""``GET /metrics``: Prometheus text for the web process (its collectors: ``observability``).
 
 Request counters are updated by a middleware; the gauges that describe the
 whole product (queue depth, dispatcher tick age, live workers, active error
@@ -20,16 +20,10 @@ from typing import Final, TypeVar, get_args
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ruleengine import constants as c
+from ruleengine.observability import WebMetrics
 from ruleengine.store.records import BatchStatus
 from ruleengine.web.followupreads import FOLLOWUP_STATUSES
 from ruleengine.web.health import CHECK_TIMEOUT_S, queue_depth, read_beats
@@ -37,61 +31,8 @@ from ruleengine.web.state import Services, services
 
 log = logging.getLogger(__name__)
 
-_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 BATCH_STATUSES: Final[tuple[str, ...]] = get_args(BatchStatus)
 T = TypeVar("T")
-
-
-class WebMetrics:
-    """The web process's metrics (one registry per app, never the global one)."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
-            "ruleengine_web_requests_total",
-            "HTTP requests by method, route and status",
-            ["method", "route", "status"],
-            registry=r,
-        )
-        self.request_seconds = Histogram(
-            "ruleengine_web_request_seconds",
-            "HTTP request duration by route",
-            ["route"],
-            buckets=_SECONDS,
-            registry=r,
-        )
-        self.queue_depth = Gauge(
-            "ruleengine_queue_depth", "Jobs waiting in the arq queue", registry=r
-        )
-        self.dispatcher_tick_age = Gauge(
-            "ruleengine_dispatcher_last_tick_age_seconds",
-            "Seconds since the dispatcher's last tick",
-            registry=r,
-        )
-        self.live_workers = Gauge(
-            "ruleengine_live_workers", "Workers with a heartbeat in the last 30 s", registry=r
-        )
-        self.active_error_groups = Gauge(
-            "ruleengine_error_groups_active", "Error log groups with status active", registry=r
-        )
-        self.batches_last_hour = Gauge(
-            "ruleengine_batches_last_hour",
-            "Batches started in the last hour, by status",
-            ["status"],
-            registry=r,
-        )
-        self.followups = Gauge(
-            "ruleengine_followups_by_status",
-            "Follow-ups by status (pending, scheduled, running, done, skipped, failed)",
-            ["status"],
-            registry=r,
-        )
-        self.followups_overdue = Gauge(
-            "ruleengine_followups_overdue",
-            "Follow-ups still pending or scheduled more than 5 min past their due time",
-            registry=r,
-        )
 
 
 METRICS = web.AppKey("metrics", WebMetrics)
