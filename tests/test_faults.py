@@ -15,6 +15,7 @@ from typing import Any
 
 from arq.jobs import serialize_result
 from arq.worker import JobExecutionFailed
+from pymongo.errors import AutoReconnect
 
 from flow import (
     WINNER,
@@ -355,3 +356,36 @@ async def queued_jobs(redis: Any) -> list[EvaluateJob]:
         for job_id in await redis.zrange(c.QUEUE_NAME, 0, -1)
     ]
 
+
+# ---------------------------------------------------------------- a job failing after writes
+
+
+async def test_changes_of_a_job_that_failed_after_writing_are_recovered_into_rule_logs(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    # Found by bench/chaos.py: MongoDB went away while a job was acting; the job closed its
+    # batch FAILED, and the changes it had made had intents but never execution records.
+    ids = await campaign_ids(sandbox)
+    chosen = [ids["[AUTO] Prospecting US 1"], ids["[AUTO] Retargeting US 1"]]
+    only = [{"field": "id", "operator": "IN", "value": chosen}]
+    await save_rule(
+        db, campaign_rule({"type": "increase_budget", "percent": 10}, [ALWAYS], filters=only)
+    )
+    await dispatch(settings, db)
+    job = await queued_job(redis)
+    async with engine_for(settings, db) as engine:
+
+        async def outage(records: Any) -> None:
+            raise AutoReconnect("127.0.0.1: connection closed")
+
+        engine.executions.upsert_many = outage  # type: ignore[method-assign]
+        summary = await evaluate_account(engine, job, now=datetime.now(UTC))
+    assert summary.status == "FAILED"
+    assert len(await successful_writes(sandbox)) == 2
+    assert await records(db, batch_id=job.batch_id) == []
+    await reap(settings, db, redis, now=datetime.now(UTC))
+    recovered = await records(db, batch_id=job.batch_id)
+    assert sorted(r["entity_id"] for r in recovered) == sorted(chosen)
+    assert {(r["outcome"], r["recovered_by"]) for r in recovered} == {("applied", "reaper")}
+    batch = await db[c.BATCHES].find_one({"_id": job.batch_id})
+    assert batch is not None and (batch["status"], batch["applied_count"]) == ("FAILED", 2)
