@@ -7,6 +7,7 @@ Graph error) and checks what Meta (the sandbox) received and what MongoDB holds.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 from arq.jobs import serialize_result
 from arq.worker import JobExecutionFailed
+from pymongo.errors import AutoReconnect
 
 from flow import (
     WINNER,
@@ -292,3 +294,98 @@ async def test_an_expired_job_is_dropped_without_a_serialisation_error(
 
 async def _missing(redis: Any, key: bytes) -> bool:
     return not await redis.exists(key)
+
+
+# ---------------------------------------------------------------- overlapping runs
+
+
+async def test_two_overlapping_runs_of_a_rule_change_an_entity_once_within_its_cooldown(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    # Found by bench/chaos.py: when a rule's next run starts before the previous one has
+    # acted (a job longer than the interval, a backlog), both passed the cooldown stage
+    # before either had recorded its intent, and both wrote.
+    entity_id = (await campaign_ids(sandbox))["[AUTO] Prospecting US 1"]
+    live = int((await sandbox.object(entity_id))["daily_budget"])
+    only = [{"field": "id", "operator": "EQUAL", "value": entity_id}]
+    await save_rule(
+        db,
+        campaign_rule(
+            {"type": "increase_budget", "percent": 10},
+            [ALWAYS],
+            filters=only,
+            cooldown_minutes=60,
+            schedule={"mode": "interval", "every_minutes": 1},
+        ),
+    )
+    start = datetime.now(UTC).replace(microsecond=0)
+    await dispatch(settings, db, now=start)
+    first = await queued_job(redis)
+    await dispatch(settings, db, now=start + timedelta(minutes=1))
+    (second,) = [job for job in await queued_jobs(redis) if job.batch_id != first.batch_id]
+    async with engine_for(settings, db) as late, engine_for(settings, db) as early:
+        # the second run passes its cooldown stage, then waits until the first has acted
+        at_act, first_done = asyncio.Event(), asyncio.Event()
+        act = late.executor.act
+
+        async def act_after_the_first(*args: Any) -> Any:
+            at_act.set()
+            await first_done.wait()
+            return await act(*args)
+
+        late.executor.act = act_after_the_first  # type: ignore[method-assign]
+        overlapping = asyncio.create_task(evaluate_account(late, second, now=datetime.now(UTC)))
+        await asyncio.wait_for(at_act.wait(), timeout=20)
+        done = await evaluate_account(early, first, now=datetime.now(UTC))
+        first_done.set()
+        skipped = await overlapping
+    assert done.applied == 1
+    assert [int(w["params"]["daily_budget"]) for w in await successful_writes(sandbox)] == [
+        round(live * 1.1)
+    ]
+    assert skipped.applied == 0
+    (record,) = await records(db, batch_id=second.batch_id)
+    assert (record["outcome"], record["reason"]) == ("skipped", "next_execute_not_reached")
+    assert record["next_execute_at"] > datetime.now(UTC) + timedelta(minutes=50)
+
+
+async def queued_jobs(redis: Any) -> list[EvaluateJob]:
+    """Every evaluation job the dispatcher enqueued, as a worker would read them."""
+    return [
+        EvaluateJob.model_validate(deserialize(await redis.get(b"arq:job:" + job_id))["a"][0])
+        for job_id in await redis.zrange(c.QUEUE_NAME, 0, -1)
+    ]
+
+
+# ---------------------------------------------------------------- a job failing after writes
+
+
+async def test_changes_of_a_job_that_failed_after_writing_are_recovered_into_rule_logs(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    # Found by bench/chaos.py: MongoDB went away while a job was acting; the job closed its
+    # batch FAILED, and the changes it had made had intents but never execution records.
+    ids = await campaign_ids(sandbox)
+    chosen = [ids["[AUTO] Prospecting US 1"], ids["[AUTO] Retargeting US 1"]]
+    only = [{"field": "id", "operator": "IN", "value": chosen}]
+    await save_rule(
+        db, campaign_rule({"type": "increase_budget", "percent": 10}, [ALWAYS], filters=only)
+    )
+    await dispatch(settings, db)
+    job = await queued_job(redis)
+    async with engine_for(settings, db) as engine:
+
+        async def outage(records: Any) -> None:
+            raise AutoReconnect("127.0.0.1: connection closed")
+
+        engine.executions.upsert_many = outage  # type: ignore[method-assign]
+        summary = await evaluate_account(engine, job, now=datetime.now(UTC))
+    assert summary.status == "FAILED"
+    assert len(await successful_writes(sandbox)) == 2
+    assert await records(db, batch_id=job.batch_id) == []
+    await reap(settings, db, redis, now=datetime.now(UTC))
+    recovered = await records(db, batch_id=job.batch_id)
+    assert sorted(r["entity_id"] for r in recovered) == sorted(chosen)
+    assert {(r["outcome"], r["recovered_by"]) for r in recovered} == {("applied", "reaper")}
+    batch = await db[c.BATCHES].find_one({"_id": job.batch_id})
+    assert batch is not None and (batch["status"], batch["applied_count"]) == ("FAILED", 2)

@@ -1,17 +1,18 @@
 """The write path: one action on one entity, safe to repeat.
 
 Per ad account, writes are sequential across all workers: a fenced, renewed
-Redis lock (:mod:`ruleengine.locks`) is held around the write only (never
-around fetches, never while waiting out a rate limit). Inside it the action
-re-reads the live value, plans the absolute target (clamped), records an
-*intent* keyed by batch + task + entity, checks that the lock is still its own,
-writes through the instrumented writer, and marks the intent done with Meta's
-answer (compare-and-set). A redelivered job finds the done intent and writes
-nothing (``already_applied``); a pending intent of its own batch is reconciled
-against the live value before anything is written. A pending intent of
-*another* batch on the same field blocks the write until its owner is provably
-gone (then it is settled from the live value first), so two changes computed
-from the same live value can never both land.
+Redis lock (:mod:`ruleengine.locks`) is held around the write only (never around
+fetches, never while waiting out a rate limit). Inside it the action checks the
+task's cooldown again (another run of the rule may have fired since the job's
+cooldown stage), re-reads the live value, plans the absolute target (clamped),
+records an *intent* keyed by batch + task + entity, checks that the lock is
+still its own, writes through the instrumented writer, and marks the intent done
+with Meta's answer (compare-and-set). A redelivered job finds the done intent
+and writes nothing (``already_applied``); a pending intent of its own batch is
+reconciled against the live value before anything is written. A pending intent
+of *another* batch on the same field blocks the write until its owner is
+provably gone (then it is settled from the live value first), so two changes
+computed from the same live value can never both land.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class ActResult:
     clamped_by: list[str] = dataclasses.field(default_factory=list)
     error: dict[str, Any] | None = None
     response: Any = None
+    until: datetime | None = None  # a cooldown found in force under the lock: until when
 
     @property
     def fired(self) -> bool:
@@ -355,6 +357,8 @@ class ActionExecutor:
         intent = await self.intents.get(run.batch_id, key.task_id, entity.id)
         if intent is not None and intent.status != "pending":
             return _settled(intent)
+        if intent is None and (until := await self._cooling(run, entity, key)) is not None:
+            return ActResult("skipped", "next_execute_not_reached", field=field_name, until=until)
         live = await self._read_live(step.reader, run, entity, step.fields)
         if intent is not None:  # a crash left it pending: look before writing again
             return await self._reconcile(intent, live_value(live, field_name), step, lock)
@@ -375,6 +379,26 @@ class ActionExecutor:
         if not intent.created:
             return _settled(intent)
         return await self._write(intent, plan, step, lock)
+
+    async def _cooling(self, run: JobRun, entity: Entity, key: ActKey) -> datetime | None:
+        """Until when another run of the rule keeps this (task, entity) cooling down, if it does.
+
+        The job's cooldown stage looked before its fetches; a run of the same rule that
+        overlaps this one (a job longer than the interval, a backlog) may have recorded
+        its intent since. Looking again under the account's write lock, where every
+        intent of the account is recorded, closes that gap.
+        """
+        if key.cooldown_minutes <= 0:
+            return None
+        pair = (key.task_id, entity.id)
+        active = await self.intents.cooling(
+            run.rule_id,
+            [pair],
+            now=run.now,
+            longest_minutes=key.cooldown_minutes,
+            other_than=run.batch_id,
+        )
+        return active.get(pair)
 
     async def _settle_others(
         self, run: JobRun, entity: Entity, field_name: str, live: dict[str, Any]

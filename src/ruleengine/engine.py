@@ -429,7 +429,7 @@ class Evaluation:
             "match": pair.task.match,
             "passed": pair.verdict.passed if pair.verdict else None,
             "conditions": [c.as_record() for c in pair.verdict.conditions] if pair.verdict else [],
-            "next_execute_at": pair.until or cooldown_until,
+            "next_execute_at": pair.until or (result.until if result else None) or cooldown_until,
             "error": (result.error if result else None) or pair.error,
             "response": result.response if result else None,
             "followup": pair.followup,

@@ -6,13 +6,15 @@ it every minute; everything is compare-and-set, so several at once are fine):
 
 1. marks such batches ABANDONED;
 2. settles every pending intent whose owner is provably gone (its batch is
-   ABANDONED, or its job started longer ago than a job and a write lock can
-   live) by re-reading the live value under the account's write lock: ``done``
-   when Meta holds the target, ``failed`` otherwise. An intent that cannot be
-   settled now (Graph or Redis trouble) stays pending for the next pass;
-3. turns the intents of each ABANDONED batch into execution records
-   (``recovered_by: reaper``) once all are settled, so every write Meta received
-   shows in Rule Logs, and counts them on the batch row.
+   ABANDONED or FAILED, or its job started longer ago than a job and a write
+   lock can live) by re-reading the live value under the account's write lock:
+   ``done`` when Meta holds the target, ``failed`` otherwise. An intent that
+   cannot be settled now (Graph or Redis trouble) stays pending for the next pass;
+3. turns the intents of each ABANDONED batch — and of each FAILED one, whose job
+   stopped on an error (MongoDB gone, say) possibly after some writes landed —
+   into the execution records they lack (``recovered_by: reaper``) once all are
+   settled, so every write Meta received shows in Rule Logs, and recounts the
+   batch row.
 
 It never writes to Meta, so the next scheduled run decides afresh and never
 applies a change twice. One failing batch or intent never stops the others.
@@ -86,8 +88,8 @@ class Reaper:
         """Settle pending intents whose owner is gone; returns how many were settled."""
         started_before = now - timedelta(seconds=self.engine.settings.orphan_after_s)
         orphans = {d["_id"]: d for d in await self.intents.orphaned(started_before=started_before)}
-        abandoned = [b["_id"] for b in await self.engine.batches.unrecovered()]
-        orphans |= {d["_id"]: d for d in await self.intents.pending(batch_ids=abandoned)}
+        ended = [b["_id"] for b in await self.engine.batches.unrecovered()]
+        orphans |= {d["_id"]: d for d in await self.intents.pending(batch_ids=ended)}
         by_account: dict[str, list[Document]] = defaultdict(list)
         for doc in orphans.values():
             by_account[str(doc.get("account"))].append(doc)
@@ -147,7 +149,7 @@ class Reaper:
     # ---------------------------------------------------------------- records
 
     async def recover_records(self, *, now: datetime) -> int:
-        """Execution records for the intents of ABANDONED batches; returns how many were written."""
+        """Records for the intents of ABANDONED and FAILED batches; returns how many were new."""
         written = 0
         for batch in await self.engine.batches.unrecovered():
             try:

@@ -24,6 +24,8 @@ from ruleengine.store.batchstats import RuleDurations, rule_durations
 from ruleengine.store.db import Database, Document
 
 BatchStatus = Literal["RUNNING", "DONE", "FAILED", "ABANDONED"]
+# Batches whose job ended without writing (all) its records: the reaper recovers them.
+_UNRECORDED: tuple[BatchStatus, ...] = ("ABANDONED", "FAILED")
 
 
 def record_key(batch_id: str, task_id: str, entity_id: str) -> str:
@@ -176,14 +178,18 @@ class BatchStore:
         return result.modified_count == 1
 
     async def unrecovered(self, *, limit: int = 100) -> list[Document]:
-        """ABANDONED batches whose intents have not yet become execution records."""
-        query = {"status": "ABANDONED", "recovered_at": None}
+        """Batches that ended without (all) their records, not yet recovered from their intents.
+
+        ABANDONED: the worker died. FAILED: the job stopped on an error — one from
+        MongoDB, say — possibly after some of its writes had landed.
+        """
+        query = {"status": {"$in": list(_UNRECORDED)}, "recovered_at": None}
         return [d async for d in self._batches.find(query).sort("finished_at").limit(limit)]
 
     async def mark_recovered(self, batch_id: str, counts: BatchCounts, *, now: datetime) -> None:
-        """Record that the reaper turned an ABANDONED batch's intents into records."""
+        """Record that the reaper turned the batch's intents into records (and recount it)."""
         await self._batches.update_one(
-            {"_id": batch_id, "status": "ABANDONED"},
+            {"_id": batch_id, "status": {"$in": list(_UNRECORDED)}},
             {"$set": {"recovered_at": now, **counts.as_fields()}},
         )
 
