@@ -389,3 +389,41 @@ async def test_changes_of_a_job_that_failed_after_writing_are_recovered_into_rul
     assert {(r["outcome"], r["recovered_by"]) for r in recovered} == {("applied", "reaper")}
     batch = await db[c.BATCHES].find_one({"_id": job.batch_id})
     assert batch is not None and (batch["status"], batch["applied_count"]) == ("FAILED", 2)
+
+
+# ---------------------------------------------------------------- writes Meta did not answer
+
+
+async def test_a_write_that_timed_out_but_landed_is_recorded_when_the_reaper_settles_it(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    entity_id = (await campaign_ids(sandbox))["[AUTO] Prospecting US 1"]
+    live = int((await sandbox.object(entity_id))["daily_budget"])
+    only = [{"field": "id", "operator": "EQUAL", "value": entity_id}]
+    rule = await save_rule(
+        db, campaign_rule({"type": "increase_budget", "percent": 10}, [ALWAYS], filters=only)
+    )
+    start = datetime.now(UTC)
+    await dispatch(settings, db, now=start)
+    # the client gives up after 0.5 s; the sandbox applies the write after 1 s
+    await sandbox.set_faults(write_latency_ms=1000)
+    await work(settings.model_copy(update={"graph_timeout_s": 0.5}))
+    (first,) = await records(db, rule_id=rule.id)
+    assert (first["outcome"], first["reason"]) == ("failed", "write_unconfirmed")
+    landed = await wait_for(lambda: successful_writes(sandbox))
+    await sandbox.clear_faults()
+    # the intent stays pending: the next run does not write the field again …
+    await dispatch(settings, db, now=start + timedelta(minutes=15))
+    await work(settings)
+    second = [r for r in await records(db, rule_id=rule.id) if r["batch_id"] != first["batch_id"]]
+    assert [r["reason"] for r in second] == ["write_pending_elsewhere"]
+    assert len(await successful_writes(sandbox)) == 1
+    # … until the reaper settles it from the live value and corrects the record
+    await reap(settings, db, redis, now=start + timedelta(hours=1))
+    intent = await db[c.ACTION_INTENTS].find_one({"batch_id": first["batch_id"]})
+    assert intent is not None and intent["status"] == "done"
+    (corrected,) = await records(db, batch_id=first["batch_id"])
+    assert (corrected["outcome"], corrected["recovered_by"]) == ("applied", "reaper")
+    assert corrected["after"] == int(landed[0]["params"]["daily_budget"]) == round(live * 1.1)
+    batch = await db[c.BATCHES].find_one({"_id": first["batch_id"]})
+    assert batch is not None and batch["applied_count"] == 1

@@ -31,7 +31,12 @@ from redis.exceptions import RedisError
 from ruleengine import constants as c
 from ruleengine.followups import FollowupDoc
 from ruleengine.locks import AccountLocks, HeldLock, LockLost, LockTimeout
-from ruleengine.meta.errors import GraphError, RateLimitError
+from ruleengine.meta.errors import (
+    GraphError,
+    MalformedResponseError,
+    RateLimitError,
+    TransientError,
+)
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
 from ruleengine.notify import MessageContext, Notifier, NotifyError, describe_conditions, render
@@ -472,8 +477,17 @@ class ActionExecutor:
         try:
             response = await step.writer(plan)
         except GraphError as exc:
-            await self.intents.resolve(intent.id, status="failed", now=run.now, error=exc.as_dict())
-            reason = "meta_budget_change_limit" if _is_budget_limit(exc) else "write_failed"
+            if unanswered(exc):
+                # No answer (timeout, broken connection, a 5xx without Meta's error body): the
+                # write may still land. The intent stays pending — its cooldown in force, the
+                # field blocked for other runs — until the reaper settles it from the live value.
+                await self.intents.note(intent.id, error=exc.as_dict())
+                reason = "write_unconfirmed"
+            else:
+                await self.intents.resolve(
+                    intent.id, status="failed", now=run.now, error=exc.as_dict()
+                )
+                reason = "meta_budget_change_limit" if _is_budget_limit(exc) else "write_failed"
             return ActResult(
                 "failed",
                 reason,
@@ -751,6 +765,18 @@ def live_value(live: dict[str, Any], field_name: str) -> Any:
     if field_name in ("daily_budget", "lifetime_budget") and value not in (None, ""):
         return int(value)
     return value
+
+
+def unanswered(exc: GraphError) -> bool:
+    """True when Meta did not answer a write with a verdict, so it may have landed.
+
+    A timeout, a broken connection or a 5xx without Meta's error body; or a success
+    status whose body is not what the API promises. An error Meta answered (a code) did
+    not apply the write.
+    """
+    if isinstance(exc, TransientError):
+        return exc.code is None
+    return isinstance(exc, MalformedResponseError) and (exc.http_status or 200) < 400
 
 
 def _is_budget_limit(exc: GraphError) -> bool:

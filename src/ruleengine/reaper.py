@@ -108,7 +108,10 @@ class Reaper:
         settled = 0
         for doc in docs:
             try:
-                settled += await self.settle(doc, reader=reader, token=token, now=now) is not None
+                status = await self.settle(doc, reader=reader, token=token, now=now)
+                if status is not None:
+                    settled += 1
+                    await self._correct_unconfirmed(doc, status)
             except (GraphError, RedisError, OSError, PyMongoError, RuleEngineError) as exc:
                 # left pending: the next pass tries again
                 log.warning("intent %s not settled this pass: %s", doc["_id"], exc)
@@ -147,6 +150,27 @@ class Reaper:
             return await self.settler.settle(intent, live_value(raw, field), now=now)
 
     # ---------------------------------------------------------------- records
+
+    async def _correct_unconfirmed(self, intent: Document, status: str) -> None:
+        """A record that said ``write_unconfirmed`` now says what the write really did."""
+        key = record_key(intent["batch_id"], intent["task_id"], intent["entity_id"])
+        record = await self.engine.executions.get(key)
+        if record is None or record.get("reason") != "write_unconfirmed":
+            return  # no record yet (recover_records writes it), or nothing to correct
+        done = status == "done"
+        await self.engine.executions.correct(
+            key,
+            {
+                "outcome": "applied" if done else "failed",
+                "executed": done,
+                "reason": None if done else "not_applied",
+                "after": intent.get("target") if done else intent.get("before"),
+                "recovered_by": "reaper",
+            },
+        )
+        records = await self.engine.executions.by_key(intent["batch_id"])
+        await self.engine.batches.recount(intent["batch_id"], BatchCounts.of(records.values()))
+        log.warning("write %s was unconfirmed; the reaper found it %s", key, status)
 
     async def recover_records(self, *, now: datetime) -> int:
         """Records for the intents of ABANDONED and FAILED batches; returns how many were new."""

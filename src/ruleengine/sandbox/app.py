@@ -79,15 +79,18 @@ def create_app(
 async def _graph(request: web.Request) -> web.Response:
     state = request.app[STATE]
     state.stats.http(request.method)
-    if state.faults.latency_s:
-        await asyncio.sleep(state.faults.latency_s)
+    version, path = split_version(request.match_info["tail"])
     try:
+        # The request is read whole first, as Meta does: a client that gives up while the
+        # answer is delayed does not stop a write from landing.
         raw_params = await _params(request)
     except GraphError as error:
         state.stats.error(error.code)
         return _http(_failure(state, error))
+    delay_s = state.faults.delay_s(request.method, path)
+    if delay_s:
+        await asyncio.sleep(delay_s)
     params, token = split_token(raw_params, request.headers.get("Authorization"))
-    version, path = split_version(request.match_info["tail"])
     origin = f"{request.scheme}://{request.host}"
     if request.method == "POST" and path == "/":
         return _http(run_batch(state, params, token, origin))

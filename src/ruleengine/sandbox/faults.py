@@ -33,6 +33,7 @@ class FaultSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     latency_ms: float = Field(default=0.0, ge=0)
+    write_latency_ms: float = Field(default=0.0, ge=0)
     error_rate: float = Field(default=0.0, ge=0, le=1)
     error_code: int = 2
     null_item_rate: float = Field(default=0.0, ge=0, le=1)
@@ -68,10 +69,11 @@ class Faults:
         self.settings = FaultSettings()
         self._remaining = []
 
-    @property
-    def latency_s(self) -> float:
-        """Delay added once to every Graph HTTP request."""
-        return self.settings.latency_ms / 1000
+    def delay_s(self, method: str, path: str) -> float:
+        """The delay before handling a request: ``latency_ms``, plus ``write_latency_ms`` for
+        a write (a POST to an object; not the Batch API at ``/``)."""
+        write = method == "POST" and path.strip("/") != ""
+        return (self.settings.latency_ms + (self.settings.write_latency_ms if write else 0)) / 1000
 
     def token_revoked(self, token: str) -> bool:
         """True for a token that was revoked through ``revoked_tokens``."""

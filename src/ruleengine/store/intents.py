@@ -109,6 +109,10 @@ class IntentStore:
         )
         return result.modified_count == 1
 
+    async def note(self, intent_id: Any, **fields: Any) -> None:
+        """Add ``fields`` to a pending intent without settling it (e.g. an unanswered write)."""
+        await self._intents.update_one({"_id": intent_id, "status": "pending"}, {"$set": fields})
+
     async def pending(self, *, batch_ids: Sequence[str]) -> list[Document]:
         """Pending intents of some batches."""
         query = {"status": "pending", "batch_id": {"$in": list(batch_ids)}}

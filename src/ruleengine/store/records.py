@@ -193,6 +193,12 @@ class BatchStore:
             {"$set": {"recovered_at": now, **counts.as_fields()}},
         )
 
+    async def recount(self, batch_id: str, counts: BatchCounts) -> None:
+        """Set a finished batch's counts again (a record of it was corrected)."""
+        await self._batches.update_one(
+            {"_id": batch_id, "status": {"$ne": "RUNNING"}}, {"$set": counts.as_fields()}
+        )
+
     async def durations(self, *, since: datetime) -> list[RuleDurations]:
         """Per rule: durations and cost of finished batches started since ``since`` (in MongoDB)."""
         return await rule_durations(self._batches, since=since)
@@ -216,6 +222,14 @@ class ExecutionStore:
         if not ops:
             return 0
         return (await self._executions.bulk_write(ops, ordered=False)).upserted_count
+
+    async def get(self, key: str) -> Document | None:
+        """The record with ``key``, if any."""
+        return await self._executions.find_one({"key": key})
+
+    async def correct(self, key: str, fields: Document) -> None:
+        """Change some fields of the record with ``key``."""
+        await self._executions.update_one({"key": key}, {"$set": fields})
 
     async def by_key(self, batch_id: str) -> dict[str, Document]:
         """The batch's records by ``key`` (what earlier deliveries recorded)."""
