@@ -19,8 +19,8 @@ from flow import dispatch, engine_for, records, run_rule, save_rule, work
 from ruleengine import constants as c
 from ruleengine.embedded import ProcessGroup, start_redis
 from ruleengine.engine import evaluate_account
-from ruleengine.followup_runner import run_followup
-from ruleengine.followups import FollowupScheduler, due_time, followup_job_id
+from ruleengine.followups.running import run_followup
+from ruleengine.followups.scheduling import FollowupScheduler, due_time
 from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob
 from ruleengine.queue import connect_queue
@@ -29,6 +29,7 @@ from ruleengine.rules.schedule import next_local_time
 from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.store.followups import followup_job_id
 from support import SANDBOX_TOKEN
 
 LOSER = {
@@ -160,7 +161,7 @@ async def test_a_worker_lost_mid_follow_up_does_not_double_it(
         await db[c.FOLLOWUPS].update_one({}, {"$set": {"status": "running"}})
         assert engine.followups is not None
         later = datetime.now(UTC) + timedelta(hours=1)
-        assert await engine.followups.release_stale(older_than=later, now=later) == 1
+        assert await engine.followups.store.release_stale(older_than=later, now=later) == 1
         assert await engine.followups.rearm(now=later) == 1
         again = await run_followup(engine, payload, now=later)
     assert again["reason"] == "already_applied"

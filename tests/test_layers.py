@@ -119,7 +119,7 @@ def test_no_import_path_from_the_dispatcher_reaches_code_that_writes_to_meta() -
         "ruleengine.engine",
         "ruleengine.locks",
         "ruleengine.reaper",
-        "ruleengine.followup_runner",
+        "ruleengine.followups.running",
     }
     assert reachable.isdisjoint(forbidden), reachable & forbidden
 
@@ -140,3 +140,30 @@ def test_importing_the_dispatcher_loads_no_code_that_writes_to_meta() -> None:
         "ruleengine.reaper",
     }
     assert loaded.isdisjoint(forbidden), loaded & forbidden
+
+
+# Modules that write to Meta, or build the worker that does.
+WRITING = frozenset(
+    {
+        "ruleengine.meta.writer",
+        "ruleengine.actions",
+        "ruleengine.copies",
+        "ruleengine.engine",
+        "ruleengine.locks",
+        "ruleengine.reaper",
+        "ruleengine.followups.running",
+    }
+)
+
+
+@pytest.mark.parametrize("module", ["ruleengine.preview", "ruleengine.web.app"])
+def test_the_preview_and_the_web_app_reach_no_code_that_writes_to_meta(module: str) -> None:
+    reachable = reachable_from(module)
+    assert "ruleengine.evaluation" in reachable or module != "ruleengine.preview"
+    assert reachable.isdisjoint(WRITING), reachable & WRITING
+
+
+def test_the_web_app_takes_the_stage_names_from_constants() -> None:
+    from ruleengine import constants, evaluation
+
+    assert evaluation.STAGES is constants.STAGES == ("cooldown", "fetch", "evaluate", "act")

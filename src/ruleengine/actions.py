@@ -1,4 +1,4 @@
-"""The write path: one action on one entity, safe to repeat.
+"""The write path: one change of status, budget or name on one entity, safe to repeat.
 
 Per ad account, writes are sequential across all workers: a fenced, renewed
 Redis lock (:mod:`ruleengine.locks`) is held around the write only (never around
@@ -13,12 +13,15 @@ reconciled against the live value before anything is written. A pending intent
 of *another* batch on the same field blocks the write until its owner is
 provably gone (then it is settled from the live value first), so two changes
 computed from the same live value can never both land.
+
+Copies and messages have their own modules (:mod:`ruleengine.copies`,
+:mod:`ruleengine.notify`); follow-ups reuse :meth:`ActionExecutor.apply`
+(:mod:`ruleengine.followups.running`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -26,11 +29,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from redis.exceptions import RedisError
-
 from ruleengine import constants as c
-from ruleengine.followups import FollowupDoc
-from ruleengine.locks import AccountLocks, HeldLock, LockLost, LockTimeout
+from ruleengine.acts import (
+    ACT_FAILURES,
+    UNVERIFIABLE,
+    ActKey,
+    ActResult,
+    JobRun,
+    Target,
+    failure_result,
+    intent_doc,
+    live_value,
+    read_live,
+    settled,
+    target_of,
+    unchanged,
+)
+from ruleengine.copies import duplicate
+from ruleengine.locks import AccountLocks, HeldLock, LockLost
 from ruleengine.meta.errors import (
     GraphError,
     MalformedResponseError,
@@ -39,31 +55,18 @@ from ruleengine.meta.errors import (
 )
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
-from ruleengine.notify import MessageContext, Notifier, NotifyError, describe_conditions, render
+from ruleengine.notify import Notifier, send_once, task_message
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
-from ruleengine.rules.model import (
-    DuplicateAction,
-    NameTextAction,
-    NotifyAction,
-    PercentBudgetAction,
-    RenameAction,
-    Rule,
-    SetBudgetAction,
-    StatusAction,
-    Task,
-)
-from ruleengine.rules.plan import Plan, plan_budget, plan_name, plan_status
+from ruleengine.rules.model import DuplicateAction, NotifyAction, Task
+from ruleengine.rules.plan import Plan
 from ruleengine.settings import Settings
 from ruleengine.store.intents import Intent, IntentStatus, IntentStore, hour_ago
 from ruleengine.store.records import BatchStore
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["applied", "no_change", "skipped", "failed", "would_apply"]
 Clock = Callable[[], datetime]
-# Effects that cannot be read back from Meta afterwards: a pending one is never retried.
-UNVERIFIABLE = frozenset({"copies", "notify"})
 
 
 def utcnow() -> datetime:
@@ -71,89 +74,30 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-@dataclass
-class ActResult:
-    """What an action did (or why not), for the execution record."""
-
-    outcome: Outcome
-    reason: str | None = None
-    field: str | None = None
-    before: Any = None
-    after: Any = None
-    requested: Any = None
-    clamped_by: list[str] = dataclasses.field(default_factory=list)
-    error: dict[str, Any] | None = None
-    response: Any = None
-    until: datetime | None = None  # a cooldown found in force under the lock: until when
-
-    @property
-    def fired(self) -> bool:
-        """True when the action's effect is in place (now or by an earlier delivery)."""
-        return self.outcome == "applied" or self.reason == "already_applied"
-
-
-@dataclass(frozen=True)
-class JobRun:
-    """The per-job context actions need."""
-
-    batch_id: str
-    rule_id: str
-    rule_version: int
-    rule: Rule
-    account: str
-    token: str
-    now: datetime
-    reader: GraphReader
-    writer: GraphWriter | None  # None in a dry run (preview)
-
-    @property
-    def dry_run(self) -> bool:
-        """True when nothing may be written anywhere."""
-        return self.writer is None
-
-    def write_context(self, entity_id: str) -> WriteContext:
-        """Who is writing, for the writer's logs and error reports."""
-        return WriteContext(self.account, entity_id, self.rule_id, self.batch_id)
-
-
-@dataclass(frozen=True)
-class ActKey:
-    """What an intent is recorded under: the task (or follow-up) and its action."""
-
-    task_id: str
-    action_type: str
-    cooldown_minutes: int = 0
-
-    @classmethod
-    def of(cls, task: Task) -> ActKey:
-        """The key of a task's own action."""
-        return cls(task.id, task.action.type, task.cooldown_minutes)
-
-
-Planner = Callable[[dict[str, Any]], "Plan | ActResult"]
-Writer = Callable[[Plan], Awaitable[Any]]
-
-
 @dataclass(frozen=True)
 class _Step:
-    """One locked write step: what to read, how to plan the target and how to write it."""
+    """One locked write step: the run, the writer, what to read and how to plan the target."""
 
     run: JobRun
+    writer: GraphWriter
     entity: Entity
     key: ActKey
-    field_name: str
-    fields: list[str]
-    planner: Planner
-    writer: Writer
+    target: Target
     reader: GraphReader  # reads without rate-limit waits (those happen outside the lock)
 
 
-def _budget_guard(level: str, live: dict[str, Any]) -> ActResult | None:
-    if live.get("daily_budget") not in (None, "", "0", 0):
-        return None
-    if level == "campaign" and live.get("lifetime_budget") in (None, "", "0", 0):
-        return ActResult("skipped", "no_campaign_budget", field="daily_budget")
-    return ActResult("skipped", "no_daily_budget", field="daily_budget")
+async def write_field(
+    writer: GraphWriter, run: JobRun, entity: Entity, field: str, value: Any
+) -> Any:
+    """Write one absolute value through the instrumented writer."""
+    ctx = WriteContext(run.account, entity.id, run.rule_id, run.batch_id)
+    if field == "status":
+        return await writer.set_status(str(value), token=run.token, ctx=ctx)
+    if field == "daily_budget":
+        return await writer.set_budget("daily_budget", int(value), token=run.token, ctx=ctx)
+    if field == "name":
+        return await writer.set_name(str(value), token=run.token, ctx=ctx)
+    raise ValueError(f"no writer for the field {field}")
 
 
 def reconcile(intent: Intent, live: Any) -> Literal["done", "write", "changed"]:
@@ -235,114 +179,46 @@ class ActionExecutor:
         self.notifier = notifier
         self.sleep = sleep
 
-    async def act(self, run: JobRun, entity: Entity, task: Task, verdict: TaskVerdict) -> ActResult:
+    async def act(
+        self, run: JobRun, writer: GraphWriter, entity: Entity, task: Task, verdict: TaskVerdict
+    ) -> ActResult:
         """Carry out ``task.action`` on ``entity`` (its conditions passed)."""
         action = task.action
         try:
             if isinstance(action, NotifyAction):
-                return await self._notify(run, entity, task, action, verdict)
-            if isinstance(action, DuplicateAction):
-                return await self._duplicate(run, entity, task, action)
-            field_name, fields, planner, writer = self._parts(run, entity, action)
-            return await self._apply(
-                run, entity, ActKey.of(task), field_name, fields, planner, writer
-            )
-        except LockTimeout as exc:
-            return ActResult("failed", "account_lock_timeout", error={"message": str(exc)})
-        except LockLost as exc:
-            return ActResult("failed", "lock_lost", error={"message": str(exc)})
-        except RedisError as exc:
-            return ActResult("failed", "lock_unavailable", error={"message": str(exc)})
-        except GraphError as exc:  # reading the live value failed
-            return ActResult("failed", "live_read_failed", error=exc.as_dict())
-
-    def _parts(
-        self, run: JobRun, entity: Entity, action: Any
-    ) -> tuple[str, list[str], Planner, Writer]:
-        ctx = run.write_context(entity.id)
-        writer = run.writer
-        if isinstance(action, StatusAction):
-
-            def status_plan(live: dict[str, Any]) -> Plan | ActResult:
-                return plan_status(action, live=str(live.get("status")))
-
-            async def status_write(plan: Plan) -> Any:
-                assert writer is not None
-                return await writer.set_status(str(plan.after), token=run.token, ctx=ctx)
-
-            return "status", ["status"], status_plan, status_write
-        if isinstance(action, PercentBudgetAction | SetBudgetAction):
-            return (
-                "daily_budget",
-                ["daily_budget", "lifetime_budget"],
-                self._budget_planner(run, entity, action),
-                self._budget_writer(run, ctx),
-            )
-        if isinstance(action, RenameAction | NameTextAction):
-
-            def name_plan(live: dict[str, Any]) -> Plan | ActResult:
-                today = run.now.astimezone(run.rule.zone()).date()
-                return plan_name(
-                    action, live=str(live.get("name", "")), rule_name=run.rule.name, today=today
+                message = task_message(run, entity, task, action.template, verdict=verdict)
+                context = {"batch_id": run.batch_id, "entity_id": entity.id}
+                return await send_once(
+                    self.notifier,
+                    self.intents,
+                    run,
+                    entity,
+                    ActKey.of(task),
+                    webhook=action.webhook,
+                    message=message,
+                    context=context,
                 )
+            if isinstance(action, DuplicateAction):
+                return await duplicate(
+                    run, writer, entity, task, action, intents=self.intents, locks=self.locks
+                )
+            target = target_of(action, run, max_change_pct=self.settings.max_budget_change_pct)
+            return await self.apply(run, writer, entity, ActKey.of(task), target)
+        except ACT_FAILURES as exc:
+            return failure_result(exc)
 
-            async def name_write(plan: Plan) -> Any:
-                assert writer is not None
-                return await writer.set_name(str(plan.after), token=run.token, ctx=ctx)
-
-            return "name", ["name"], name_plan, name_write
-        raise ValueError(f"no write path for action type {action.type}")
-
-    def _budget_planner(
-        self, run: JobRun, entity: Entity, action: PercentBudgetAction | SetBudgetAction
-    ) -> Planner:
-        def budget_plan(live: dict[str, Any]) -> Plan | ActResult:
-            guard = _budget_guard(run.rule.level, live)
-            if guard is not None:
-                return guard
-            return plan_budget(
-                action,
-                live=int(live["daily_budget"]),
-                max_change_pct=self.settings.max_budget_change_pct,
-            )
-
-        return budget_plan
-
-    @staticmethod
-    def _budget_writer(run: JobRun, ctx: WriteContext) -> Writer:
-        async def budget_write(plan: Plan) -> Any:
-            assert run.writer is not None
-            return await run.writer.set_budget(
-                "daily_budget", int(plan.after), token=run.token, ctx=ctx
-            )
-
-        return budget_write
-
-    @staticmethod
-    async def _read_live(
-        reader: GraphReader, run: JobRun, entity: Entity, fields: list[str]
-    ) -> dict[str, Any]:
-        return await reader.get_object(
-            entity.id, token=run.token, fields=["id", *fields], account_id=run.account
-        )
-
-    async def _apply(
-        self,
-        run: JobRun,
-        entity: Entity,
-        key: ActKey,
-        field_name: str,
-        fields: list[str],
-        planner: Planner,
-        writer: Writer,
+    async def apply(
+        self, run: JobRun, writer: GraphWriter, entity: Entity, key: ActKey, target: Target
     ) -> ActResult:
-        if run.dry_run:
-            live = await self._read_live(run.reader, run, entity, fields)
-            return self._preview(planner(live), field_name)
+        """Change ``target.field`` of ``entity`` once for (batch, key), under the account lock.
+
+        Raises what stops it before a write could be tried (the lock, Redis, reading
+        the live value); see :func:`~ruleengine.acts.failure_result`.
+        """
         # Inside the lock a rate limit is not waited out: the lock is released, the wait
         # happens outside it, and the whole locked section starts again from the live read.
         reader = run.reader.with_reads(run.reader.reads.without_rate_limit_waits())
-        step = _Step(run, entity, key, field_name, fields, planner, writer, reader)
+        step = _Step(run, writer, entity, key, target, reader)
         for attempt in itertools.count(1):
             try:
                 async with self.locks.hold(run.account) as lock:
@@ -358,31 +234,31 @@ class ActionExecutor:
         raise AssertionError("unreachable")
 
     async def _apply_locked(self, step: _Step, lock: HeldLock) -> ActResult:
-        run, entity, key, field_name = step.run, step.entity, step.key, step.field_name
+        run, entity, key, field_name = step.run, step.entity, step.key, step.target.field
         intent = await self.intents.get(run.batch_id, key.task_id, entity.id)
         if intent is not None and intent.status != "pending":
-            return _settled(intent)
+            return settled(intent)
         if intent is None and (until := await self._cooling(run, entity, key)) is not None:
             return ActResult("skipped", "next_execute_not_reached", field=field_name, until=until)
-        live = await self._read_live(step.reader, run, entity, step.fields)
+        live = await read_live(step.reader, run, entity, step.target.reads)
         if intent is not None:  # a crash left it pending: look before writing again
             return await self._reconcile(intent, live_value(live, field_name), step, lock)
         blocked = await self._settle_others(run, entity, field_name, live)
         if blocked is not None:
             return blocked
-        plan = step.planner(live)
+        plan = step.target.planner(live)
         if isinstance(plan, ActResult):
             return plan
         if not plan.changes:
-            return _unchanged(plan)
+            return unchanged(plan)
         if await self._budget_limit_reached(run, entity, field_name):
             return ActResult(
                 "skipped", "meta_budget_change_limit", field=field_name, before=plan.before
             )
-        doc = self._intent_doc(run, entity, key, plan) | {"lock_fence": lock.fence}
+        doc = intent_doc(run, entity, key, plan) | {"lock_fence": lock.fence}
         intent = await self.intents.begin(doc, now=run.now)
         if not intent.created:
-            return _settled(intent)
+            return settled(intent)
         return await self._write(intent, plan, step, lock)
 
     async def _cooling(self, run: JobRun, entity: Entity, key: ActKey) -> datetime | None:
@@ -415,7 +291,7 @@ class ActionExecutor:
         now could lose one of the two changes: skip, and let a later run decide.
         """
         value = live_value(live, field_name)
-        settled: list[IntentStatus | None] = []
+        outcomes: list[IntentStatus | None] = []
         for doc in await self.intents.pending_elsewhere(
             entity.id, field_name, other_than=run.batch_id
         ):
@@ -429,8 +305,8 @@ class ActionExecutor:
                     value,
                     error={"message": message},
                 )
-            settled.append(await self.settler.settle(doc, value, now=run.now))
-        if "done" in settled:
+            outcomes.append(await self.settler.settle(doc, value, now=run.now))
+        if "done" in outcomes:
             return ActResult("skipped", "previous_write_reconciled", field_name, value, value)
         return None
 
@@ -440,25 +316,6 @@ class ActionExecutor:
         since = hour_ago(run.now)
         changes = await self.intents.budget_changes_since(entity.id, since=since)
         return changes >= c.ADSET_BUDGET_CHANGES_PER_HOUR
-
-    @staticmethod
-    def _intent_doc(run: JobRun, entity: Entity, key: ActKey, plan: Plan) -> dict[str, Any]:
-        return {
-            "batch_id": run.batch_id,
-            "task_id": key.task_id,
-            "entity_id": entity.id,
-            "entity_name": entity.name,
-            "rule_id": run.rule_id,
-            "rule_version": run.rule_version,
-            "account": run.account,
-            "action": key.action_type,
-            "field": plan.field,
-            "before": plan.before,
-            "target": plan.after,
-            "requested": plan.requested,
-            "clamped_by": plan.clamped_by,
-            "cooldown_minutes": key.cooldown_minutes,
-        }
 
     async def _write(self, intent: Intent, plan: Plan, step: _Step, lock: HeldLock) -> ActResult:
         run = step.run
@@ -475,7 +332,7 @@ class ActionExecutor:
                 error={"message": str(exc)},
             )
         try:
-            response = await step.writer(plan)
+            response = await write_field(step.writer, run, step.entity, plan.field, plan.after)
         except GraphError as exc:
             if unanswered(exc):
                 # No answer (timeout, broken connection, a 5xx without Meta's error body): the
@@ -537,235 +394,6 @@ class ActionExecutor:
         )
         return ActResult("skipped", "changed_by_someone_else", intent.field, live, live)
 
-    @staticmethod
-    def _preview(plan: Plan | ActResult, field_name: str) -> ActResult:
-        if isinstance(plan, ActResult):
-            return plan
-        if not plan.changes:
-            return _unchanged(plan)
-        return ActResult(
-            "would_apply",
-            None,
-            field_name,
-            plan.before,
-            plan.after,
-            plan.requested,
-            plan.clamped_by,
-        )
-
-    # ---------------------------------------------------------------- copies and messages
-
-    async def _once(
-        self, run: JobRun, entity: Entity, key: ActKey, field_name: str, before: Any, target: Any
-    ) -> Intent | ActResult:
-        """An intent for an effect that cannot be verified afterwards (copies, messages)."""
-        intent = await self.intents.get(run.batch_id, key.task_id, entity.id)
-        if intent is not None and intent.status == "pending":
-            # Did the copy/message go out before the crash? It cannot be checked: never risk twice.
-            await self.intents.resolve(
-                intent.id, status="failed", now=run.now, reason="unverifiable"
-            )
-            return ActResult("skipped", "pending_intent_unverifiable", field=field_name)
-        if intent is not None:
-            return _settled(intent)
-        plan = Plan(field_name, before, target)
-        intent = await self.intents.begin(self._intent_doc(run, entity, key, plan), now=run.now)
-        return intent if intent.created else _settled(intent)
-
-    async def _duplicate(
-        self, run: JobRun, entity: Entity, task: Task, action: DuplicateAction
-    ) -> ActResult:
-        if run.dry_run or run.writer is None:
-            return ActResult("would_apply", None, "copies", entity.name, f"copy of {entity.id}")
-        async with self.locks.hold(run.account) as lock:
-            intent = await self._once(run, entity, ActKey.of(task), "copies", entity.name, None)
-            if isinstance(intent, ActResult):
-                return intent
-            try:
-                await lock.check()
-            except LockLost as exc:
-                await self.intents.resolve(
-                    intent.id, status="failed", now=run.now, reason="lock_lost"
-                )
-                return ActResult("failed", "lock_lost", "copies", error={"message": str(exc)})
-            try:
-                copied = await run.writer.copy(
-                    status_option=action.status_option,
-                    rename_suffix=action.rename_suffix,
-                    deep_copy=action.deep_copy,
-                    token=run.token,
-                    ctx=run.write_context(entity.id),
-                )
-            except GraphError as exc:
-                await self.intents.resolve(
-                    intent.id, status="failed", now=run.now, error=exc.as_dict()
-                )
-                return ActResult(
-                    "failed", "write_failed", "copies", entity.id, None, error=exc.as_dict()
-                )
-            await self.intents.resolve(
-                intent.id, status="done", now=run.now, response={"copied_id": copied}
-            )
-            return ActResult(
-                "applied", None, "copies", entity.id, copied, response={"copied_id": copied}
-            )
-
-    async def _notify(
-        self, run: JobRun, entity: Entity, task: Task, action: NotifyAction, verdict: TaskVerdict
-    ) -> ActResult:
-        message = self.message(run, entity, task, action.template, verdict=verdict)
-        if run.dry_run:
-            return ActResult("would_apply", None, "notify", None, message)
-        intent = await self._once(run, entity, ActKey.of(task), "notify", None, action.webhook)
-        if isinstance(intent, ActResult):
-            return intent
-        context = {"batch_id": run.batch_id, "entity_id": entity.id}
-        return await self._deliver(intent, action.webhook, message, run, context)
-
-    async def _deliver(
-        self, intent: Intent, webhook: str, message: str, run: JobRun, context: dict[str, Any]
-    ) -> ActResult:
-        """Send a notification recorded by ``intent`` and resolve the intent with the outcome."""
-        try:
-            await self.notifier.send(webhook, message, context=context)
-        except NotifyError as exc:
-            error = {"message": str(exc)}
-            await self.intents.resolve(intent.id, status="failed", now=run.now, error=error)
-            return ActResult("failed", "notify_failed", "notify", None, message, error=error)
-        await self.intents.resolve(intent.id, status="done", now=run.now)
-        return ActResult("applied", None, "notify", None, message)
-
-    # ---------------------------------------------------------------- follow-ups
-
-    async def follow_up(self, run: JobRun, entity: Entity, followup: FollowupDoc) -> ActResult:
-        """Carry out a follow-up after re-checking the live state it expects.
-
-        Skips with ``changed_by_someone_else`` when the field the original action
-        changed no longer holds the value it left, and with ``entity_gone`` when
-        the entity no longer exists.
-        """
-        key = ActKey(f"{followup.task_id}:then", f"then:{followup.do}")
-        try:
-            if followup.do == "notify":
-                return await self._followup_notify(run, entity, key, followup)
-            field_name, fields, target = _followup_target(followup)
-            planner = _followup_planner(followup, field_name, target, self.settings)
-            writer = self._followup_writer(run, entity, field_name)
-            return await self._apply(run, entity, key, field_name, fields, planner, writer)
-        except GraphError as exc:
-            if exc.code in (100, 803):
-                return ActResult("skipped", "entity_gone", error=exc.as_dict())
-            return ActResult("failed", "live_read_failed", error=exc.as_dict())
-        except LockTimeout as exc:
-            return ActResult("failed", "account_lock_timeout", error={"message": str(exc)})
-        except LockLost as exc:
-            return ActResult("failed", "lock_lost", error={"message": str(exc)})
-        except RedisError as exc:
-            return ActResult("failed", "lock_unavailable", error={"message": str(exc)})
-
-    def _followup_writer(self, run: JobRun, entity: Entity, field_name: str) -> Writer:
-        ctx = run.write_context(entity.id)
-
-        async def write(plan: Plan) -> Any:
-            assert run.writer is not None
-            if field_name == "status":
-                return await run.writer.set_status(str(plan.after), token=run.token, ctx=ctx)
-            if field_name == "daily_budget":
-                return await run.writer.set_budget(
-                    "daily_budget", int(plan.after), token=run.token, ctx=ctx
-                )
-            return await run.writer.set_name(str(plan.after), token=run.token, ctx=ctx)
-
-        return write
-
-    async def _followup_notify(
-        self, run: JobRun, entity: Entity, key: ActKey, followup: FollowupDoc
-    ) -> ActResult:
-        await self._read_live(run.reader, run, entity, ["name"])  # the entity must still exist
-        template = followup.template or "{rule}: follow-up on {entity_name} ({entity_id})"
-        task = key.task_id.removesuffix(":then")
-        context = MessageContext(
-            rule=run.rule.name,
-            task=task,
-            level=run.rule.level,
-            account=run.account,
-            entity_id=entity.id,
-            entity_name=entity.name,
-            action=key.action_type,
-            before=followup.previous,
-            after=followup.set_value,
-        )
-        message = render(template, context.values(now=run.now, tz=run.rule.zone()))
-        intent = await self._once(run, entity, key, "notify", None, followup.webhook)
-        if isinstance(intent, ActResult):
-            return intent
-        assert followup.webhook is not None  # the model requires it for "notify"
-        return await self._deliver(
-            intent, followup.webhook, message, run, {"followup": followup.id}
-        )
-
-    @staticmethod
-    def message(
-        run: JobRun,
-        entity: Entity,
-        task: Task,
-        template: str,
-        *,
-        verdict: TaskVerdict | None = None,
-        action: str | None = None,
-        before: Any = None,
-        after: Any = None,
-    ) -> str:
-        """Render a notification for ``entity``."""
-        context = MessageContext(
-            rule=run.rule.name,
-            task=task.id,
-            level=run.rule.level,
-            account=run.account,
-            entity_id=entity.id,
-            entity_name=entity.name,
-            action=action or task.action.type,
-            before=before,
-            after=after,
-            conditions=describe_conditions(verdict.conditions) if verdict else "",
-        )
-        return render(template, context.values(now=run.now, tz=run.rule.zone()))
-
-
-def _followup_target(followup: FollowupDoc) -> tuple[str, list[str], Any]:
-    if followup.do in ("activate", "pause"):
-        return "status", ["status"], "ACTIVE" if followup.do == "activate" else "PAUSED"
-    if followup.do == "restore_budget":
-        return "daily_budget", ["daily_budget", "lifetime_budget"], followup.previous
-    return "name", ["name"], followup.previous
-
-
-def _followup_planner(
-    followup: FollowupDoc, field_name: str, target: Any, settings: Settings
-) -> Planner:
-    def plan(live: dict[str, Any]) -> Plan | ActResult:
-        current = live_value(live, field_name)
-        if followup.field == field_name and current != followup.set_value:
-            # someone (or something) changed what the rule set: leave their change alone
-            return ActResult("skipped", "changed_by_someone_else", field_name, current, current)
-        if field_name == "daily_budget":
-            restore = SetBudgetAction(type="set_budget", amount=int(target))
-            return plan_budget(
-                restore, live=int(current), max_change_pct=settings.max_budget_change_pct
-            )
-        reason = None if current != target else f"already_{str(target).lower()}"
-        return Plan(field_name, current, target, reason=reason if field_name == "status" else None)
-
-    return plan
-
-
-def live_value(live: dict[str, Any], field_name: str) -> Any:
-    """A field of a Graph object as the engine compares it (budgets as integers)."""
-    value = live.get(field_name)
-    if field_name in ("daily_budget", "lifetime_budget") and value not in (None, ""):
-        return int(value)
-    return value
-
 
 def unanswered(exc: GraphError) -> bool:
     """True when Meta did not answer a write with a verdict, so it may have landed.
@@ -783,31 +411,4 @@ def _is_budget_limit(exc: GraphError) -> bool:
     return bool(getattr(exc, "budget_change_limit", False))
 
 
-def _settled(intent: Intent) -> ActResult:
-    if intent.status == "done":
-        return ActResult(
-            "no_change",
-            "already_applied",
-            intent.field,
-            intent.before,
-            intent.target,
-            response=intent.response,
-        )
-    return ActResult(
-        "skipped", "previous_attempt_failed", intent.field, intent.before, intent.before
-    )
-
-
-def _unchanged(plan: Plan) -> ActResult:
-    return ActResult(
-        "no_change",
-        plan.reason,
-        plan.field,
-        plan.before,
-        plan.after,
-        plan.requested,
-        plan.clamped_by,
-    )
-
-
-__all__ = ["ActResult", "ActionExecutor", "IntentSettler", "JobRun", "reconcile"]
+__all__ = ["ActionExecutor", "IntentSettler", "reconcile", "unanswered", "write_field"]

@@ -34,7 +34,7 @@ from redis.exceptions import RedisError
 
 from ruleengine import constants as c
 from ruleengine.errors import ErrorReport, RuleEngineError
-from ruleengine.followups import FollowupScheduler
+from ruleengine.followups.scheduling import FollowupScheduler
 from ruleengine.lease import Lease
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.http import READ_ONLY, GraphSession

@@ -45,6 +45,14 @@ class ConfigurationError(RuleEngineError):
     """A setting is missing or wrong; the message names the setting."""
 
 
+class LockTimeout(RuleEngineError):
+    """An ad account's write lock stayed busy for longer than the wait allows."""
+
+
+class LockLost(RuleEngineError):
+    """A write lock is no longer provably ours: nothing may be written under it."""
+
+
 class CredentialsError(RuleEngineError):
     """An ad account has no usable token (not registered, or it cannot be decrypted)."""
 

@@ -22,7 +22,7 @@ from arq.worker import func
 
 from ruleengine import constants as c
 from ruleengine.engine import Engine, build_engine, close_engine, evaluate_account
-from ruleengine.followup_runner import run_followup
+from ruleengine.followups.running import run_followup
 from ruleengine.observability import WorkerMetrics, serve
 from ruleengine.payload import EvaluateJob, deserialize, serialize
 from ruleengine.queue import connect_queue, redis_settings

@@ -26,7 +26,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from ruleengine import constants as c
-from ruleengine.errors import RuleEngineError
+from ruleengine.errors import LockLost, LockTimeout
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +50,6 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-
-
-class LockTimeout(RuleEngineError):
-    """The account's write lock stayed busy for longer than the wait allows."""
-
-
-class LockLost(RuleEngineError):
-    """The lock is no longer provably ours: nothing may be written under it."""
 
 
 class HeldLock:

@@ -2,7 +2,10 @@
 
 Webhooks are named in ``RULEENGINE_WEBHOOKS`` (``{"ops": "https://hooks…"}``);
 rules refer to the name, never the URL. Delivery failures go to the error log
-and come back as :class:`NotifyError`; they never crash a job.
+and come back as :class:`NotifyError`; they never crash a job. The ``notify``
+action (and a ``notify`` follow-up) sends at most once per (batch, task, entity):
+its intent is recorded first, and a pending one found later is given up rather
+than risk a second message.
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ from zoneinfo import ZoneInfo
 
 import aiohttp
 
+from ruleengine.acts import ActKey, ActResult, JobRun, record_once
 from ruleengine.errors import ErrorReport, ErrorSink, RuleEngineError
 from ruleengine.redact import REDACTOR
-from ruleengine.rules.evaluate import ConditionResult
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.evaluate import ConditionResult, TaskVerdict
+from ruleengine.rules.model import Task
 from ruleengine.rules.template import render_template
 from ruleengine.settings import Settings
+from ruleengine.store.intents import IntentStore
 
 log = logging.getLogger(__name__)
 
@@ -136,3 +143,47 @@ class Notifier:
         """Close the HTTP session."""
         if self._session is not None and not self._session.closed:
             await self._session.close()
+
+
+def task_message(
+    run: JobRun, entity: Entity, task: Task, template: str, *, verdict: TaskVerdict | None
+) -> str:
+    """A task's notification about ``entity``, with the conditions it saw."""
+    context = MessageContext(
+        rule=run.rule.name,
+        task=task.id,
+        level=run.rule.level,
+        account=run.account,
+        entity_id=entity.id,
+        entity_name=entity.name,
+        action=task.action.type,
+        conditions=describe_conditions(verdict.conditions) if verdict else "",
+    )
+    return render(template, context.values(now=run.now, tz=run.rule.zone()))
+
+
+async def send_once(
+    notifier: Notifier,
+    intents: IntentStore,
+    run: JobRun,
+    entity: Entity,
+    key: ActKey,
+    *,
+    webhook: str,
+    message: str,
+    context: dict[str, Any],
+) -> ActResult:
+    """Send ``message`` to ``webhook`` at most once for (batch, key, entity)."""
+    intent = await record_once(
+        intents, run, entity, key, field="notify", before=None, target=webhook
+    )
+    if isinstance(intent, ActResult):
+        return intent
+    try:
+        await notifier.send(webhook, message, context=context)
+    except NotifyError as exc:
+        error = {"message": str(exc)}
+        await intents.resolve(intent.id, status="failed", now=run.now, error=error)
+        return ActResult("failed", "notify_failed", "notify", None, message, error=error)
+    await intents.resolve(intent.id, status="done", now=run.now)
+    return ActResult("applied", None, "notify", None, message)

@@ -1,27 +1,51 @@
-"""Preview: what would a rule do right now? The same engine code, with nothing written.
+"""Preview: what would a rule do right now? The worker's own stages, with nothing written.
 
-Lists the rule's entities on each account (read-only), then runs the engine in
-dry-run mode: Insights are fetched and conditions evaluated for real, live
-values are re-read for the actions, but nothing is written to Meta, to the
-records or to intents (so no cooldown starts). The answer is the would-be execution records.
+Lists the rule's entities on each account, then runs the read-only stages of an
+evaluation (:mod:`ruleengine.evaluation`): Insights are fetched and conditions
+evaluated for real, and for each entity whose task passed the live value is
+re-read and the target planned — but nothing is written to Meta, to the records
+or to intents (so no cooldown starts). The answer is the would-be execution records.
+
+The preview's Graph session allows GET and the Batch API of GETs, nothing else,
+and no import path from this module reaches :mod:`ruleengine.meta.writer`
+(``tests/test_layers.py`` walks the import graph to prove it).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ruleengine.engine import Engine, evaluate_account
+from ruleengine.acts import ACT_FAILURES, ActResult, failure_result, read_live, target_of, would_do
 from ruleengine.errors import RuleEngineError
-from ruleengine.meta.http import READ_ONLY
+from ruleengine.evaluation import Evaluation, Pair, Reading, Summary, sheets_reader
+from ruleengine.meta.http import READ_AND_BATCH, GraphSession
 from ruleengine.meta.reader import GraphReader
+from ruleengine.notify import task_message
 from ruleengine.payload import EvaluateJob
-from ruleengine.rules.model import Rule
-from ruleengine.store.credentials import token_ref
+from ruleengine.rules.model import DuplicateAction, NotifyAction, Rule
+from ruleengine.settings import Settings
+from ruleengine.store.credentials import CredentialStore, load_key, token_ref
+from ruleengine.store.db import Database
+from ruleengine.store.errorlog import ErrorLog
+from ruleengine.store.intents import IntentStore
 
 log = logging.getLogger(__name__)
+
+
+def open_preview(settings: Settings, *, db: Database) -> Reading:
+    """The preview's services: a session that may only read (GET and Batch API GETs)."""
+    return Reading(
+        settings=settings,
+        session=GraphSession(settings, methods=READ_AND_BATCH),
+        credentials=CredentialStore(db, load_key(settings)),
+        intents=IntentStore(db),
+        errors=ErrorLog(db),
+        sheets=sheets_reader(settings),
+    )
 
 
 @dataclass
@@ -47,15 +71,48 @@ class Preview:
         }
 
 
+class PreviewEvaluation(Evaluation):
+    """The stages of an evaluation; acting only says what it would do."""
+
+    function = "preview"
+
+    async def _act(self, passing: list[Pair]) -> None:
+        for pair in passing:
+            started = time.perf_counter()
+            try:
+                pair.result = await self._would(pair)
+            except ACT_FAILURES as exc:
+                pair.result = failure_result(exc)
+            self._timed(pair, started)
+
+    async def _would(self, pair: Pair) -> ActResult:
+        run, action = self.run_ctx, pair.task.action
+        if isinstance(action, NotifyAction):
+            message = task_message(
+                run, pair.entity, pair.task, action.template, verdict=pair.verdict
+            )
+            return ActResult("would_apply", None, "notify", None, message)
+        if isinstance(action, DuplicateAction):
+            return ActResult(
+                "would_apply", None, "copies", pair.entity.name, f"copy of {pair.entity.id}"
+            )
+        target = target_of(action, run, max_change_pct=self.reading.settings.max_budget_change_pct)
+        live = await read_live(run.reader, run, pair.entity, target.reads)
+        return would_do(target.planner(live))
+
+    async def _keep(self, pairs: list[Pair], summary: Summary) -> None:
+        summary.records = [self.record(p) for p in pairs]
+
+
 async def preview_rule(
-    engine: Engine, rule: Rule, *, rule_id: str, version: int, now: datetime
+    reading: Reading, rule: Rule, *, rule_id: str, version: int, now: datetime
 ) -> Preview:
     """Evaluate ``rule`` now on every account, writing nothing anywhere."""
     result = Preview()
-    reader = GraphReader.from_settings(engine.session.view(methods=READ_ONLY))
+    reader = GraphReader.from_settings(reading.session.view())
     for account in rule.ad_accounts:
         try:
-            token = await engine.credentials.token(token_ref(account))
+            token = await reading.credentials.token(token_ref(account))
             entities = await reader.list_for_rule(rule, account, token=token)
         except (RuleEngineError, ValueError) as exc:
             result.errors[account] = str(exc)
@@ -70,7 +127,7 @@ async def preview_rule(
             scheduled_at=now,
             dispatched_at=now,
         )
-        summary = await evaluate_account(engine, job, now=now, dry_run=True)
+        summary = await PreviewEvaluation(reading, job, now=now).run()
         if summary.error:
             result.errors[account] = summary.error
         result.records.extend(summary.records)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pymongo.errors import PyMongoError
 from redis.exceptions import RedisError
 
-from ruleengine.actions import UNVERIFIABLE, live_value
+from ruleengine.acts import UNVERIFIABLE, live_value
 from ruleengine.constants import STAGES
 from ruleengine.errors import ErrorReport, RuleEngineError
 from ruleengine.meta.errors import GraphError, InvalidRequestError
@@ -67,11 +67,10 @@ class Reaper:
 
     async def _abandon(self, *, now: datetime) -> int:
         cutoff = now - timedelta(seconds=self.engine.settings.job_timeout_s + GRACE_S)
-        if self.engine.followups is not None:
-            try:
-                await self.engine.followups.release_stale(older_than=cutoff, now=now)
-            except PyMongoError as exc:
-                log.warning("could not release stale follow-ups this pass: %s", exc)
+        try:
+            await self.engine.followups.store.release_stale(older_than=cutoff, now=now)
+        except PyMongoError as exc:
+            log.warning("could not release stale follow-ups this pass: %s", exc)
         abandoned = 0
         for batch in await self.engine.batches.stale_running(older_than=cutoff):
             try:

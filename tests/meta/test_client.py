@@ -11,7 +11,7 @@ import pytest
 from ruleengine.errors import ErrorReport
 from ruleengine.meta.batch import BatchReader, SubRequest
 from ruleengine.meta.errors import AuthError, InvalidRequestError, RateLimitError, TransientError
-from ruleengine.meta.http import READ_WRITE, GraphSession, ReadOnlyViolation
+from ruleengine.meta.http import READ_AND_BATCH, READ_WRITE, GraphSession, ReadOnlyViolation
 from ruleengine.meta.insights import fetch_insights
 from ruleengine.meta.reader import GraphReader, RetryPolicy
 from ruleengine.meta.writer import GraphWriter, WriteContext
@@ -232,6 +232,24 @@ async def test_the_reader_refuses_post(session: GraphSession, sandbox: SandboxAd
     with pytest.raises(ReadOnlyViolation):
         reader.session.view(methods=READ_WRITE)
     assert (await sandbox.stats())["http_by_method"].get("POST", 0) == 0
+
+
+async def test_the_preview_session_sends_batches_of_gets_and_nothing_else(
+    settings: Settings, sandbox: SandboxAdmin
+) -> None:
+    preview = GraphSession(settings, methods=READ_AND_BATCH)
+    try:
+        gets = {"batch": [{"method": "GET", "relative_url": "act_1001/campaigns?fields=id"}]}
+        (item,) = await preview.request("BATCH", "", token=SANDBOX_TOKEN, form=gets)
+        assert item["code"] == 200
+        posts = {"batch": [{"method": "POST", "relative_url": "120210010000001?name=x"}]}
+        with pytest.raises(ReadOnlyViolation, match="GET sub-requests only"):
+            await preview.request("BATCH", "", token=SANDBOX_TOKEN, form=posts)
+        with pytest.raises(ReadOnlyViolation, match="refusing POST"):
+            await preview.request("POST", "act_1001", token=SANDBOX_TOKEN, form={"name": "x"})
+    finally:
+        await preview.close()
+    assert await sandbox.writes() == []
 
 
 async def test_writer_reports_failures_with_the_exact_redacted_request(

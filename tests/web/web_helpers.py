@@ -12,7 +12,6 @@ from arq.utils import timestamp_ms
 from flow import records, run_rule, work
 from ruleengine import constants as c
 from ruleengine.engine import build_engine, close_engine, evaluate_account
-from ruleengine.followups import followup_job_id
 from ruleengine.meta.http import READ_ONLY
 from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob, batch_id_for, evaluate_job_id
@@ -20,6 +19,7 @@ from ruleengine.rules.model import Rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Database
+from ruleengine.store.followups import followup_job_id
 from ruleengine.store.records import BatchStart, BatchStore
 from ruleengine.store.rules import RuleDoc
 from ruleengine.web.app import create_app

@@ -1,7 +1,9 @@
 """Batched reads through Meta's Batch API: ≤ 50 GET sub-requests per HTTP call.
 
 The Batch API is a POST, so this module is not part of the read-only client the
-dispatcher uses; it still only ever carries GET sub-requests. Chunks are sent
+dispatcher uses; it only ever carries GET sub-requests, and its session must allow
+``BATCH`` — a Batch API call the session refuses unless every sub-request is a GET
+(the preview's session allows that and GET, nothing else). Chunks are sent
 concurrently (bounded). Each item comes back on its own: a body, or an error,
 or — when Meta is having a moment — ``null``; null and transient items are
 retried in a further round, and whatever still fails is reported per item.
@@ -26,7 +28,7 @@ from ruleengine.meta.errors import (
     TransientError,
     error_from_body,
 )
-from ruleengine.meta.http import READ_WRITE, GraphSession, Usage, encode_params
+from ruleengine.meta.http import BATCH, READ_AND_BATCH, GraphSession, Usage, encode_params
 from ruleengine.meta.reader import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ class BatchReader:
     """Send many GETs as Batch API calls.
 
     Args:
-        session: a session allowed to POST (the batch call itself).
+        session: a session allowed ``BATCH`` (the Batch API call of GETs).
         policy: retry policy for a whole batch call that fails.
         concurrency: batch calls in flight at once.
         item_rounds: extra rounds for ``null`` and transient items.
@@ -106,7 +108,7 @@ class BatchReader:
         concurrency: int = 4,
         item_rounds: int = 2,
     ) -> None:
-        self.session = session.view(methods=READ_WRITE, cost=session.cost)
+        self.session = session.view(methods=READ_AND_BATCH, cost=session.cost)
         self.policy = policy
         self._limit = asyncio.Semaphore(concurrency)
         self.item_rounds = item_rounds
@@ -168,5 +170,5 @@ class BatchReader:
         self, form: dict[str, Any], token: str, items: int, account_id: str | None
     ) -> Any:
         return await self.session.request(
-            "POST", "", token=token, form=form, counted_calls=items, account_id=account_id
+            BATCH, "", token=token, form=form, counted_calls=items, account_id=account_id
         )

@@ -30,8 +30,11 @@ from ruleengine.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# "BATCH" is the Batch API call: a POST to the root whose sub-requests are all GETs.
+BATCH: Final = "BATCH"
 READ_ONLY: Final = frozenset({"GET"})
-READ_WRITE: Final = frozenset({"GET", "POST"})
+READ_AND_BATCH: Final = frozenset({"GET", BATCH})
+READ_WRITE: Final = frozenset({"GET", BATCH, "POST"})
 
 
 class ReadOnlyViolation(RuntimeError):
@@ -131,6 +134,14 @@ class _Shared:
         return self.http
 
 
+def _only_gets(form: Mapping[str, Any] | None) -> None:
+    items = (form or {}).get("batch")
+    if not isinstance(items, list) or any(
+        not isinstance(item, dict) or str(item.get("method", "")).upper() != "GET" for item in items
+    ):
+        raise ReadOnlyViolation("a batch call may carry GET sub-requests only")
+
+
 def encode_params(params: Mapping[str, Any]) -> dict[str, str]:
     """Graph parameters as strings: lists and dicts as JSON, booleans as true/false."""
     encoded: dict[str, str] = {}
@@ -203,12 +214,19 @@ class GraphSession:
         counted_calls: int = 1,
         account_id: str | None = None,
     ) -> Any:
-        """Send one request; return the decoded JSON body or raise a :class:`GraphError`."""
+        """Send one request; return the decoded JSON body or raise a :class:`GraphError`.
+
+        ``method`` ``BATCH`` sends a Batch API call (a POST to the root) and is refused
+        unless every sub-request in ``form["batch"]`` is a GET.
+        """
         method = method.upper()
         if method not in self.methods:
             raise ReadOnlyViolation(
                 f"this Graph session allows only {sorted(self.methods)}; refusing {method} {path}"
             )
+        if method == BATCH:
+            _only_gets(form)
+            method, path = "POST", ""
         REDACTOR.register(token)
         url = f"{self.settings.graph_base}/{path.lstrip('/')}"
         started = time.perf_counter()
@@ -251,6 +269,8 @@ class GraphSession:
 
 
 __all__ = [
+    "BATCH",
+    "READ_AND_BATCH",
     "READ_ONLY",
     "READ_WRITE",
     "Cost",

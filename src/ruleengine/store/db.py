@@ -20,6 +20,14 @@ Document = dict[str, Any]
 Database = AsyncDatabase[Document]
 
 
+@dataclass(frozen=True)
+class Page:
+    """One page of documents and how many match the filter in all."""
+
+    items: list[Document]
+    total: int
+
+
 def create_client(settings: Settings, **options: Any) -> AsyncMongoClient[Document]:
     """An ``AsyncMongoClient`` that returns timezone-aware UTC datetimes."""
     return AsyncMongoClient(

@@ -21,7 +21,7 @@ from pymongo import DESCENDING, ReturnDocument, UpdateOne
 from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
 from ruleengine.store.batchstats import RuleDurations, rule_durations
-from ruleengine.store.db import Database, Document
+from ruleengine.store.db import Database, Document, Page
 
 BatchStatus = Literal["RUNNING", "DONE", "FAILED", "ABANDONED"]
 # Batches whose job ended without writing (all) its records: the reaper recovers them.
@@ -77,14 +77,6 @@ class BatchStart:
     total: int
     job_id: str | None
     worker: str
-
-
-@dataclass(frozen=True)
-class BatchPage:
-    """One page of batch rows and the total matching the filter."""
-
-    items: list[Document]
-    total: int
 
 
 class BatchStore:
@@ -151,12 +143,12 @@ class BatchStore:
         doc = await self._batches.find_one({"_id": batch_id}, {"status": 1})
         return None if doc is None else str(doc["status"])
 
-    async def page(self, *, filters: dict[str, Any], limit: int = 50, skip: int = 0) -> BatchPage:
+    async def page(self, *, filters: dict[str, Any], limit: int = 50, skip: int = 0) -> Page:
         """Batch rows matching ``filters`` (equality on rule_id/account/status), newest first."""
         query = {k: v for k, v in filters.items() if v is not None}
         cursor = self._batches.find(query).sort("started_at", DESCENDING).skip(skip).limit(limit)
         items = [d async for d in cursor]
-        return BatchPage(items=items, total=await self._batches.count_documents(query))
+        return Page(items=items, total=await self._batches.count_documents(query))
 
     async def stale_running(self, *, older_than: datetime) -> list[Document]:
         """RUNNING batches whose last delivery started before ``older_than``."""

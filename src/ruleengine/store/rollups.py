@@ -12,7 +12,6 @@ same documents. A ``rollup_days`` marker per day records that it is done.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Final
 
@@ -20,7 +19,7 @@ from pymongo import ASCENDING, DESCENDING, ReplaceOne
 
 from ruleengine import constants as c
 from ruleengine.store.batchstats import FINISHED_TIMED, duration_pipeline
-from ruleengine.store.db import Database, Document
+from ruleengine.store.db import Database, Document, Page
 
 DAY: Final = timedelta(days=1)
 _STATUSES: Final = {
@@ -57,14 +56,6 @@ def days_to_roll_up(
     last = (now - settle).date() - DAY
     days = [first + DAY * n for n in range((last - first).days + 1)]
     return [d for d in days if d not in done]
-
-
-@dataclass(frozen=True)
-class RollupPage:
-    """One page of rollups and the total matching the filter."""
-
-    items: list[Document]
-    total: int
 
 
 def _counts_pipeline(start: datetime) -> list[dict[str, Any]]:
@@ -171,7 +162,7 @@ class RollupStore:
 
     async def page(
         self, *, since: date, rule_id: str | None = None, limit: int = 100, skip: int = 0
-    ) -> RollupPage:
+    ) -> Page:
         """Rollups of the days from ``since`` on (of one rule), newest day first."""
         query: dict[str, Any] = {"date": {"$gte": day_start(since)}}
         if rule_id is not None:
@@ -179,4 +170,4 @@ class RollupStore:
         order: Sequence[tuple[str, int]] = [("date", DESCENDING), ("rule_name", ASCENDING)]
         cursor = self._rollups.find(query).sort(list(order)).skip(skip).limit(limit)
         items = [d async for d in cursor]
-        return RollupPage(items=items, total=await self._rollups.count_documents(query))
+        return Page(items=items, total=await self._rollups.count_documents(query))

@@ -290,7 +290,7 @@ async def preview_draft(request: web.Request) -> web.Response:
 async def _preview(request: web.Request, rule: Rule, *, rule_id: str, version: int) -> web.Response:
     now = _now()
     preview = await preview_rule(
-        services(request).engine, rule, rule_id=rule_id, version=version, now=now
+        services(request).preview, rule, rule_id=rule_id, version=version, now=now
     )
     return json_response(
         preview.as_dict()

@@ -12,9 +12,8 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ruleengine.followups import FollowupDoc
 from ruleengine.store.db import Document
-from ruleengine.web.followupreads import FOLLOWUP_STATUSES, is_overdue
+from ruleengine.store.followups import FOLLOWUP_STATUSES, FollowupDoc, is_overdue
 from ruleengine.web.jsonio import choice_param, int_param, json_response
 from ruleengine.web.state import services
 
@@ -76,7 +75,7 @@ async def list_followups(request: web.Request) -> web.Response:
 
 async def get_followup(request: web.Request) -> web.Response:
     """``GET /api/followups/{key}``: one follow-up; 404 for an unknown key."""
-    doc = await services(request).followups.get(request.match_info["key"])
+    doc = await services(request).followups.find(request.match_info["key"])
     return json_response(followup_item(doc, now=datetime.now(UTC)))
 
 

@@ -6,7 +6,7 @@ load balancer's probe: MongoDB ping, Redis ping, the freshest worker heartbeat,
 the dispatcher's last tick, the depth of the arq queue, and the follow-ups:
 how many wait ``pending`` (stored while Redis was away, to be re-armed) and how
 many are overdue (their timer did not fire: see
-:mod:`ruleengine.web.followupreads`). Pending alone is healthy — that is the
+:mod:`ruleengine.store.followups`). Pending alone is healthy — that is the
 graceful degradation working; overdue is not.
 """
 
@@ -25,7 +25,7 @@ from ruleengine import __version__
 from ruleengine.constants import QUEUE_NAME
 from ruleengine.settings import Settings
 from ruleengine.store.db import Document
-from ruleengine.web.followupreads import OVERDUE_AFTER
+from ruleengine.store.followups import OVERDUE_AFTER
 from ruleengine.web.jsonio import json_response
 from ruleengine.web.state import Services, services, settings_of, uptime_s
 

@@ -24,8 +24,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ruleengine import constants as c
 from ruleengine.observability import WebMetrics
+from ruleengine.store.followups import FOLLOWUP_STATUSES
 from ruleengine.store.records import BatchStatus
-from ruleengine.web.followupreads import FOLLOWUP_STATUSES
 from ruleengine.web.health import CHECK_TIMEOUT_S, queue_depth, read_beats
 from ruleengine.web.state import Services, services
 

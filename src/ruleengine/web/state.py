@@ -1,6 +1,6 @@
 """The web app's state: typed app keys and the clients opened for the app's lifetime.
 
-MongoDB, the arq/Redis client and the preview engine are created in a cleanup
+MongoDB, the arq/Redis client and the preview's read-only services are created in a cleanup
 context (startup) and closed when the app shuts down, never at import time.
 """
 
@@ -18,18 +18,19 @@ from arq.connections import ArqRedis
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
-from ruleengine.engine import Engine, build_engine, close_engine
+from ruleengine.evaluation import Reading
+from ruleengine.preview import open_preview
 from ruleengine.queue import connect_queue
 from ruleengine.redact import REDACTOR
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, Document, create_client, database, ensure_indexes
 from ruleengine.store.errorlog import ErrorLog
+from ruleengine.store.followups import FollowupStore
 from ruleengine.store.heartbeats import Heartbeats
 from ruleengine.store.records import BatchStore, ExecutionStore
 from ruleengine.store.rollups import RollupStore
 from ruleengine.store.rules import RuleStore
-from ruleengine.web.followupreads import FollowupReads
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class Services:
     mongo: AsyncMongoClient[Document]
     db: Database
     queue: ArqRedis
-    engine: Engine
+    preview: Reading
     rules: RuleStore
     batches: BatchStore
     executions: ExecutionStore
@@ -49,7 +50,7 @@ class Services:
     errors: ErrorLog
     credentials: CredentialStore
     heartbeats: Heartbeats
-    followups: FollowupReads
+    followups: FollowupStore
 
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -73,12 +74,11 @@ def _open(settings: Settings) -> Services:
     client = create_client(settings)
     db = database(client, settings)
     queue = connect_queue(settings)
-    engine = build_engine(settings, db=db, redis=queue, worker="web-preview")
     return Services(
         mongo=client,
         db=db,
         queue=queue,
-        engine=engine,
+        preview=open_preview(settings, db=db),
         rules=RuleStore(db),
         batches=BatchStore(db),
         executions=ExecutionStore(db),
@@ -86,12 +86,12 @@ def _open(settings: Settings) -> Services:
         errors=ErrorLog(db),
         credentials=CredentialStore(db, key),
         heartbeats=Heartbeats(db),
-        followups=FollowupReads(db),
+        followups=FollowupStore(db),
     )
 
 
 async def _close(svc: Services) -> None:
-    await close_engine(svc.engine)
+    await svc.preview.close()
     await svc.queue.aclose(close_connection_pool=True)
     await svc.mongo.close()
 

@@ -1,13 +1,4 @@
-"""Follow-ups: the delayed second step of an action (``then``), with MongoDB as the source of truth.
-
-"Pause now, re-activate in 2 hours": when an action with ``then`` fires, one
-``followups`` document per (rule, task, entity) records what the action left
-(the status it set, the budget it wrote, the name it wrote, and the values
-before), the due time and a *generation*. Redis is only the timer: a delayed
-arq job with a deterministic id per (key, generation). Scheduling again for the
-same key bumps the generation and replaces the document, so an older timer that
-still fires finds a newer generation and does nothing — never two follow-ups
-for one key.
+"""Scheduling follow-ups: store each in MongoDB, arm its timer in Redis, re-arm lost ones.
 
 When Redis is unreachable, the action itself has already been done and
 recorded; the follow-up is stored as ``pending`` with the reason, and the
@@ -16,7 +7,6 @@ timer vanished from Redis) once Redis answers again. A follow-up whose due time
 passed meanwhile runs late, once, and says how late.
 
 This module never writes to Meta: the dispatcher imports it to re-arm timers.
-Running a follow-up is :mod:`ruleengine.followup_runner` (workers only).
 """
 
 from __future__ import annotations
@@ -24,76 +14,22 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from arq.connections import ArqRedis
 from arq.constants import job_key_prefix
-from pydantic import BaseModel, ConfigDict
-from pymongo import ReturnDocument
 from redis.exceptions import RedisError
 
 from ruleengine import constants as c
 from ruleengine.rules.model import FollowUp, Rule
 from ruleengine.rules.schedule import next_local_time
-from ruleengine.store.db import Database, Document
+from ruleengine.store.db import Database
+from ruleengine.store.followups import FollowupDoc, FollowupStore, followup_job_id, followup_key
 
 log = logging.getLogger(__name__)
 
-FollowupStatus = Literal["pending", "scheduled", "running", "done", "skipped", "failed"]
-FINISHED = ("done", "skipped", "failed")
 REARM_SCHEDULED_EVERY_S = 30.0
 REARM_CHUNK = 500  # scheduled follow-ups checked per Redis round trip
-
-
-class FollowupDoc(BaseModel):
-    """One follow-up, as stored."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    id: str
-    rule_id: str
-    rule_name: str
-    rule_version: int
-    task_id: str
-    entity_id: str
-    entity_name: str
-    account: str
-    level: str
-    batch_id: str
-    do: str
-    webhook: str | None = None
-    template: str | None = None
-    timezone: str = "UTC"
-    field: str | None = None  # what the original action changed
-    set_value: Any = None  # … the value it left
-    previous: Any = None  # … and the value before
-    due_at: datetime
-    generation: int
-    status: FollowupStatus
-    reason: str | None = None
-    created_at: datetime
-    updated_at: datetime
-    late_s: float | None = None
-
-    @classmethod
-    def from_mongo(cls, doc: Document) -> FollowupDoc:
-        """Build from a ``followups`` document."""
-        return cls(id=doc["_id"], **{k: v for k, v in doc.items() if k != "_id"})
-
-    @property
-    def job_id(self) -> str:
-        """The arq job id of this generation's timer."""
-        return followup_job_id(self.id, self.generation)
-
-
-def followup_key(rule_id: str, task_id: str, entity_id: str) -> str:
-    """One follow-up per (rule, task, entity)."""
-    return f"{rule_id}:{task_id}:{entity_id}"
-
-
-def followup_job_id(key: str, generation: int) -> str:
-    """The deterministic arq job id of a follow-up's timer."""
-    return f"followup:{key}:{generation}"
 
 
 def due_time(then: FollowUp, *, now: datetime, rule: Rule) -> datetime:
@@ -125,7 +61,7 @@ class FollowupScheduler:
     """Stores follow-ups and arms their timers; re-arms the ones Redis lost."""
 
     def __init__(self, db: Database, *, queue: ArqRedis, on_result: Any = None) -> None:
-        self._followups = db[c.FOLLOWUPS]
+        self.store = FollowupStore(db)
         self._queue = queue
         self.on_result = on_result  # counts scheduled/pending/re-armed (metrics), optional
         self._last_scheduled_check = 0.0
@@ -133,11 +69,6 @@ class FollowupScheduler:
     def _count(self, result: str, amount: int = 1) -> None:
         if self.on_result is not None and amount:
             self.on_result(result, amount)
-
-    async def get(self, key: str) -> FollowupDoc | None:
-        """The follow-up of a key, if any."""
-        doc = await self._followups.find_one({"_id": key})
-        return None if doc is None else FollowupDoc.from_mongo(doc)
 
     async def schedule(
         self, origin: Origin, then: FollowUp, *, now: datetime, only_if_missing: bool = False
@@ -149,12 +80,12 @@ class FollowupScheduler:
         """
         key = followup_key(origin.rule_id, origin.task_id, origin.entity_id)
         if only_if_missing:
-            existing = await self.get(key)
+            existing = await self.store.get(key)
             if existing is not None and existing.batch_id == origin.batch_id:
                 return existing
         doc = await self._store(key, origin, then, now=now)
         await self._arm(doc, now=now)
-        return await self.get(key)
+        return await self.store.get(key)
 
     async def _store(
         self, key: str, origin: Origin, then: FollowUp, *, now: datetime
@@ -182,14 +113,7 @@ class FollowupScheduler:
             "updated_at": now,
             "late_s": None,
         }
-        doc = await self._followups.find_one_and_update(
-            {"_id": key},
-            {"$set": fields, "$inc": {"generation": 1}, "$setOnInsert": {"created_at": now}},
-            upsert=True,
-            return_document=ReturnDocument.AFTER,
-        )
-        assert doc is not None
-        followup = FollowupDoc.from_mongo(doc)
+        followup = await self.store.replace(key, fields, now=now)
         if followup.generation > 1:
             await self._cancel(followup_job_id(key, followup.generation - 1))
         return followup
@@ -215,26 +139,18 @@ class FollowupScheduler:
             )
         except (RedisError, OSError) as exc:
             log.warning("follow-up %s stays pending: Redis unavailable (%s)", doc.id, exc)
-            await self._mark(doc, "pending", reason="redis_unavailable", now=now)
+            await self.store.mark(doc, "pending", reason="redis_unavailable", now=now)
             self._count("pending")
             return False
-        await self._mark(doc, "scheduled", reason=None, now=now)
+        await self.store.mark(doc, "scheduled", reason=None, now=now)
         self._count("scheduled")
         return True
-
-    async def _mark(
-        self, doc: FollowupDoc, status: str, *, reason: str | None, now: datetime
-    ) -> None:
-        await self._followups.update_one(
-            {"_id": doc.id, "generation": doc.generation, "status": {"$nin": list(FINISHED)}},
-            {"$set": {"status": status, "reason": reason, "updated_at": now}},
-        )
 
     async def rearm(self, *, now: datetime) -> int:
         """Arm pending follow-ups and scheduled ones whose timer Redis lost; returns how many."""
         armed = 0
-        async for raw in self._followups.find({"status": "pending"}):
-            armed += await self._arm(FollowupDoc.from_mongo(raw), now=now)
+        async for doc in self.store.pending():
+            armed += await self._arm(doc, now=now)
         if now.timestamp() - self._last_scheduled_check >= REARM_SCHEDULED_EVERY_S:
             self._last_scheduled_check = now.timestamp()
             armed += await self._rearm_lost(now=now)
@@ -251,11 +167,8 @@ class FollowupScheduler:
         """
         armed = 0
         chunk: list[tuple[str, int]] = []
-        cursor = self._followups.find(
-            {"status": "scheduled"}, {"generation": 1}, batch_size=REARM_CHUNK
-        )
-        async for raw in cursor:
-            chunk.append((raw["_id"], raw["generation"]))
+        async for key, generation in self.store.scheduled_keys(batch_size=REARM_CHUNK):
+            chunk.append((key, generation))
             if len(chunk) == REARM_CHUNK:
                 armed += await self._rearm_chunk(chunk, now=now)
                 chunk = []
@@ -272,46 +185,9 @@ class FollowupScheduler:
         for (key, generation), exists in zip(chunk, present, strict=True):
             if exists:
                 continue
-            doc = await self.get(key)
+            doc = await self.store.get(key)
             if doc is None or (doc.status, doc.generation) != ("scheduled", generation):
                 continue  # it ran, or was replaced, since the chunk was read
             log.warning("timer of follow-up %s is missing from Redis; re-arming", doc.id)
             armed += await self._arm(doc, now=now)
         return armed
-
-    async def release_stale(self, *, older_than: datetime, now: datetime) -> int:
-        """Follow-ups left ``running`` by a dead worker go back to pending (to be re-armed).
-
-        Running them again is safe: their writes go through intents keyed by generation.
-        """
-        result = await self._followups.update_many(
-            {"status": "running", "updated_at": {"$lt": older_than}},
-            {"$set": {"status": "pending", "reason": "worker_lost", "updated_at": now}},
-        )
-        return result.modified_count
-
-    async def claim(self, key: str, generation: int, *, now: datetime) -> FollowupDoc | None:
-        """Take a due follow-up for running: only its own generation, only once."""
-        doc = await self._followups.find_one_and_update(
-            {"_id": key, "generation": generation, "status": {"$in": ["scheduled", "pending"]}},
-            {"$set": {"status": "running", "updated_at": now}},
-            return_document=ReturnDocument.AFTER,
-        )
-        return None if doc is None else FollowupDoc.from_mongo(doc)
-
-    async def finish(
-        self, doc: FollowupDoc, status: str, *, reason: str | None, now: datetime, late_s: float
-    ) -> None:
-        """Close a follow-up (done, skipped or failed)."""
-        await self._followups.update_one(
-            {"_id": doc.id, "generation": doc.generation},
-            {
-                "$set": {
-                    "status": status,
-                    "reason": reason,
-                    "updated_at": now,
-                    "done_at": now,
-                    "late_s": late_s,
-                }
-            },
-        )

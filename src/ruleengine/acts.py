@@ -1,0 +1,258 @@
+"""What acting means, shared by the write path, copies, messages, follow-ups and the preview.
+
+An action on one entity ends in an :class:`ActResult` (what it did, or why not).
+:class:`JobRun` is the per-job context every action reads from — never a writer,
+so the preview, which imports this module, cannot reach code that writes to Meta.
+:func:`target_of` plans a status, budget or name action from the entity's live
+value (pure planning in :mod:`ruleengine.rules.plan`, plus the budget guards);
+:func:`record_once` records the intent of an effect that cannot be read back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from redis.exceptions import RedisError
+
+from ruleengine.errors import LockLost, LockTimeout
+from ruleengine.meta.errors import GraphError
+from ruleengine.meta.reader import GraphReader
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.model import (
+    NameTextAction,
+    PercentBudgetAction,
+    RenameAction,
+    Rule,
+    SetBudgetAction,
+    StatusAction,
+    Task,
+)
+from ruleengine.rules.plan import Plan, plan_budget, plan_name, plan_status
+from ruleengine.store.intents import Intent, IntentStore
+
+Outcome = Literal["applied", "no_change", "skipped", "failed", "would_apply"]
+# Effects that cannot be read back from Meta afterwards: a pending one is never retried.
+UNVERIFIABLE = frozenset({"copies", "notify"})
+BUDGET_FIELDS = ("daily_budget", "lifetime_budget")
+
+
+@dataclass
+class ActResult:
+    """What an action did (or why not), for the execution record."""
+
+    outcome: Outcome
+    reason: str | None = None
+    field: str | None = None
+    before: Any = None
+    after: Any = None
+    requested: Any = None
+    clamped_by: list[str] = dataclasses.field(default_factory=list)
+    error: dict[str, Any] | None = None
+    response: Any = None
+    until: datetime | None = None  # a cooldown found in force under the lock: until when
+
+    @property
+    def fired(self) -> bool:
+        """True when the action's effect is in place (now or by an earlier delivery)."""
+        return self.outcome == "applied" or self.reason == "already_applied"
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """The per-job context actions read from: which run, whose token, what time, which reader."""
+
+    batch_id: str
+    rule_id: str
+    rule_version: int
+    rule: Rule
+    account: str
+    token: str
+    now: datetime
+    reader: GraphReader
+
+
+@dataclass(frozen=True)
+class ActKey:
+    """What an intent is recorded under: the task (or follow-up) and its action."""
+
+    task_id: str
+    action_type: str
+    cooldown_minutes: int = 0
+
+    @classmethod
+    def of(cls, task: Task) -> ActKey:
+        """The key of a task's own action."""
+        return cls(task.id, task.action.type, task.cooldown_minutes)
+
+
+Planner = Callable[[dict[str, Any]], "Plan | ActResult"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """The field an action changes, the fields to re-read, and how to plan from them."""
+
+    field: str
+    reads: list[str]
+    planner: Planner
+
+
+def live_value(live: dict[str, Any], field_name: str) -> Any:
+    """A field of a Graph object as the engine compares it (budgets as integers)."""
+    value = live.get(field_name)
+    if field_name in BUDGET_FIELDS and value not in (None, ""):
+        return int(value)
+    return value
+
+
+def budget_guard(level: str, live: dict[str, Any]) -> ActResult | None:
+    """Why a daily-budget action cannot run on this object, if it cannot."""
+    if live.get("daily_budget") not in (None, "", "0", 0):
+        return None
+    if level == "campaign" and live.get("lifetime_budget") in (None, "", "0", 0):
+        return ActResult("skipped", "no_campaign_budget", field="daily_budget")
+    return ActResult("skipped", "no_daily_budget", field="daily_budget")
+
+
+def target_of(action: Any, run: JobRun, *, max_change_pct: float) -> Target:
+    """How a status, budget or name action plans its absolute target from the live object."""
+    if isinstance(action, StatusAction):
+        return Target(
+            "status", ["status"], lambda live: plan_status(action, live=str(live.get("status")))
+        )
+    if isinstance(action, PercentBudgetAction | SetBudgetAction):
+
+        def plan_daily_budget(live: dict[str, Any]) -> Plan | ActResult:
+            guard = budget_guard(run.rule.level, live)
+            if guard is not None:
+                return guard
+            return plan_budget(
+                action, live=int(live["daily_budget"]), max_change_pct=max_change_pct
+            )
+
+        return Target("daily_budget", list(BUDGET_FIELDS), plan_daily_budget)
+    if isinstance(action, RenameAction | NameTextAction):
+
+        def plan_new_name(live: dict[str, Any]) -> Plan:
+            today = run.now.astimezone(run.rule.zone()).date()
+            name = str(live.get("name", ""))
+            return plan_name(action, live=name, rule_name=run.rule.name, today=today)
+
+        return Target("name", ["name"], plan_new_name)
+    raise ValueError(f"no write path for action type {action.type}")
+
+
+async def read_live(
+    reader: GraphReader, run: JobRun, entity: Entity, fields: list[str]
+) -> dict[str, Any]:
+    """The entity's ``fields`` as Meta holds them now."""
+    return await reader.get_object(
+        entity.id, token=run.token, fields=["id", *fields], account_id=run.account
+    )
+
+
+def unchanged(plan: Plan) -> ActResult:
+    """The result of a plan that leaves the live value as it is."""
+    return ActResult(
+        "no_change",
+        plan.reason,
+        plan.field,
+        plan.before,
+        plan.after,
+        plan.requested,
+        plan.clamped_by,
+    )
+
+
+def would_do(plan: Plan | ActResult) -> ActResult:
+    """What a dry run reports for a plan: ``would_apply``, or why nothing would change."""
+    if isinstance(plan, ActResult):
+        return plan
+    if not plan.changes:
+        return unchanged(plan)
+    return ActResult(
+        "would_apply", None, plan.field, plan.before, plan.after, plan.requested, plan.clamped_by
+    )
+
+
+def settled(intent: Intent) -> ActResult:
+    """The result for an intent an earlier delivery of this batch already settled."""
+    if intent.status == "done":
+        return ActResult(
+            "no_change",
+            "already_applied",
+            intent.field,
+            intent.before,
+            intent.target,
+            response=intent.response,
+        )
+    return ActResult(
+        "skipped", "previous_attempt_failed", intent.field, intent.before, intent.before
+    )
+
+
+def intent_doc(run: JobRun, entity: Entity, key: ActKey, plan: Plan) -> dict[str, Any]:
+    """The ``action_intents`` document of a planned change."""
+    return {
+        "batch_id": run.batch_id,
+        "task_id": key.task_id,
+        "entity_id": entity.id,
+        "entity_name": entity.name,
+        "rule_id": run.rule_id,
+        "rule_version": run.rule_version,
+        "account": run.account,
+        "action": key.action_type,
+        "field": plan.field,
+        "before": plan.before,
+        "target": plan.after,
+        "requested": plan.requested,
+        "clamped_by": plan.clamped_by,
+        "cooldown_minutes": key.cooldown_minutes,
+    }
+
+
+async def record_once(
+    intents: IntentStore,
+    run: JobRun,
+    entity: Entity,
+    key: ActKey,
+    *,
+    field: str,
+    before: Any,
+    target: Any,
+) -> Intent | ActResult:
+    """An intent for an effect that cannot be verified afterwards (a copy, a message).
+
+    Returns the new intent, or the result to record instead: a pending intent of this
+    batch is given up (the copy or message may have gone out before a crash, and that
+    cannot be checked — never risk it twice), a settled one is reported as settled.
+    """
+    intent = await intents.get(run.batch_id, key.task_id, entity.id)
+    if intent is not None and intent.status == "pending":
+        await intents.resolve(intent.id, status="failed", now=run.now, reason="unverifiable")
+        return ActResult("skipped", "pending_intent_unverifiable", field=field)
+    if intent is not None:
+        return settled(intent)
+    doc = intent_doc(run, entity, key, Plan(field, before, target))
+    intent = await intents.begin(doc, now=run.now)
+    return intent if intent.created else settled(intent)
+
+
+def failure_result(exc: Exception) -> ActResult:
+    """An action stopped by the account lock, Redis or Graph (reading the live value)."""
+    if isinstance(exc, LockTimeout):
+        return ActResult("failed", "account_lock_timeout", error={"message": str(exc)})
+    if isinstance(exc, LockLost):
+        return ActResult("failed", "lock_lost", error={"message": str(exc)})
+    if isinstance(exc, RedisError):
+        return ActResult("failed", "lock_unavailable", error={"message": str(exc)})
+    if isinstance(exc, GraphError):
+        return ActResult("failed", "live_read_failed", error=exc.as_dict())
+    raise exc
+
+
+ACT_FAILURES = (LockTimeout, LockLost, RedisError, GraphError)

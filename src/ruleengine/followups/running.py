@@ -1,0 +1,208 @@
+"""Running a due follow-up (the ``run_followup`` job of the workers).
+
+The timer fired: claim the follow-up for this generation (a replaced or
+already-handled one does nothing), re-check the live state and act through the
+same intent + instrumented-writer path as every action
+(:meth:`~ruleengine.actions.ActionExecutor.apply`), then record an execution
+record linked to the batch of the original action, with how late it ran.
+
+The re-check: a follow-up skips with ``changed_by_someone_else`` when the field
+the original action changed no longer holds the value it left, and with
+``entity_gone`` when the entity no longer exists.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ruleengine.actions import ActionExecutor
+from ruleengine.acts import (
+    ACT_FAILURES,
+    ActKey,
+    ActResult,
+    JobRun,
+    Target,
+    failure_result,
+    live_value,
+    read_live,
+)
+from ruleengine.constants import STAGES
+from ruleengine.errors import RuleEngineError
+from ruleengine.meta.errors import GraphError
+from ruleengine.meta.http import Cost
+from ruleengine.meta.writer import GraphWriter
+from ruleengine.notify import MessageContext, render, send_once
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.model import Rule, SetBudgetAction
+from ruleengine.rules.plan import Plan, plan_budget
+from ruleengine.store.credentials import token_ref
+from ruleengine.store.followups import FollowupDoc
+
+if TYPE_CHECKING:
+    from ruleengine.engine import Engine
+
+log = logging.getLogger(__name__)
+
+_STATUS = {"applied": "done", "no_change": "done", "skipped": "skipped", "failed": "failed"}
+# Meta's answers for an object that no longer exists (deleted, or never visible).
+_GONE_CODES = frozenset({100, 803})
+
+
+async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime) -> dict[str, Any]:
+    """Run one follow-up timer; returns what happened (for arq's log and the metrics)."""
+    key, generation = str(payload["key"]), int(payload["generation"])
+    store = engine.followups.store
+    doc = await store.claim(key, generation, now=now)
+    if doc is None:
+        current = await store.get(key)
+        superseded = current is not None and current.generation != generation
+        status = "superseded" if superseded else "already_handled"
+        log.info("follow-up %s generation %d: %s, nothing to do", key, generation, status)
+        return {"key": key, "status": status}
+    late_s = max(0.0, (now - doc.due_at).total_seconds())
+    started = time.perf_counter()
+    try:
+        result = await _act(engine, doc, now=now)
+    except RuleEngineError as exc:  # the rule version or the token cannot be found
+        result = ActResult("failed", "cannot_run", error={"message": str(exc)})
+    status = _STATUS.get(result.outcome, "failed")
+    await store.finish(doc, status, reason=result.reason, now=now, late_s=late_s)
+    await engine.executions.upsert_many(
+        [_record(doc, result, now, late_s, time.perf_counter() - started)]
+    )
+    log.info(
+        "follow-up %s (%s) %s%s, %.0fs late",
+        key,
+        doc.do,
+        status,
+        f": {result.reason}" if result.reason else "",
+        late_s,
+    )
+    return {"key": key, "status": status, "reason": result.reason, "late_s": late_s}
+
+
+async def _act(engine: Engine, doc: FollowupDoc, *, now: datetime) -> ActResult:
+    version = await engine.rules.version(doc.rule_id, doc.rule_version)
+    rule = Rule.model_validate({**version.definition, "status": "ACTIVE"})
+    token = await engine.credentials.token(token_ref(doc.account))
+    reader, _batch, writer = engine.graph(Cost())
+    run = JobRun(
+        batch_id=f"followup:{doc.id}:{doc.generation}",
+        rule_id=doc.rule_id,
+        rule_version=doc.rule_version,
+        rule=rule,
+        account=doc.account,
+        token=token,
+        now=now,
+        reader=reader,
+    )
+    entity = Entity(id=doc.entity_id, name=doc.entity_name)
+    return await follow_up(engine.executor, run, writer, entity, doc)
+
+
+async def follow_up(
+    executor: ActionExecutor, run: JobRun, writer: GraphWriter, entity: Entity, doc: FollowupDoc
+) -> ActResult:
+    """Carry out a follow-up after re-checking the live state it expects."""
+    key = ActKey(f"{doc.task_id}:then", f"then:{doc.do}")
+    try:
+        if doc.do == "notify":
+            return await _notify(executor, run, entity, key, doc)
+        target = _target(doc, max_change_pct=executor.settings.max_budget_change_pct)
+        return await executor.apply(run, writer, entity, key, target)
+    except ACT_FAILURES as exc:
+        if isinstance(exc, GraphError) and exc.code in _GONE_CODES:
+            return ActResult("skipped", "entity_gone", error=exc.as_dict())
+        return failure_result(exc)
+
+
+def _target(doc: FollowupDoc, *, max_change_pct: float) -> Target:
+    """What the follow-up writes, planned so that a change made meanwhile is left alone."""
+    if doc.do in ("activate", "pause"):
+        field, reads, value = "status", ["status"], "ACTIVE" if doc.do == "activate" else "PAUSED"
+    elif doc.do == "restore_budget":
+        field, reads, value = "daily_budget", ["daily_budget", "lifetime_budget"], doc.previous
+    else:
+        field, reads, value = "name", ["name"], doc.previous
+
+    def plan(live: dict[str, Any]) -> Plan | ActResult:
+        current = live_value(live, field)
+        if doc.field == field and current != doc.set_value:
+            # someone (or something) changed what the rule set: leave their change alone
+            return ActResult("skipped", "changed_by_someone_else", field, current, current)
+        if field == "daily_budget":
+            restore = SetBudgetAction(type="set_budget", amount=int(value))
+            return plan_budget(restore, live=int(current), max_change_pct=max_change_pct)
+        reason = None if current != value else f"already_{str(value).lower()}"
+        return Plan(field, current, value, reason=reason if field == "status" else None)
+
+    return Target(field, reads, plan)
+
+
+async def _notify(
+    executor: ActionExecutor, run: JobRun, entity: Entity, key: ActKey, doc: FollowupDoc
+) -> ActResult:
+    await read_live(run.reader, run, entity, ["name"])  # the entity must still exist
+    template = doc.template or "{rule}: follow-up on {entity_name} ({entity_id})"
+    context = MessageContext(
+        rule=run.rule.name,
+        task=doc.task_id,
+        level=run.rule.level,
+        account=run.account,
+        entity_id=entity.id,
+        entity_name=entity.name,
+        action=key.action_type,
+        before=doc.previous,
+        after=doc.set_value,
+    )
+    message = render(template, context.values(now=run.now, tz=run.rule.zone()))
+    assert doc.webhook is not None  # the model requires it for "notify"
+    return await send_once(
+        executor.notifier,
+        executor.intents,
+        run,
+        entity,
+        key,
+        webhook=doc.webhook,
+        message=message,
+        context={"followup": doc.id},
+    )
+
+
+def _record(
+    doc: FollowupDoc, result: ActResult, now: datetime, late_s: float, act_s: float
+) -> dict[str, Any]:
+    return {
+        "key": f"followup|{doc.id}|{doc.generation}",
+        "batch_id": doc.batch_id,  # linked to the execution that created the follow-up
+        "kind": "followup",
+        "followup_key": doc.id,
+        "generation": doc.generation,
+        "rule_id": doc.rule_id,
+        "rule_name": doc.rule_name,
+        "rule_version": doc.rule_version,
+        "account": doc.account,
+        "level": doc.level,
+        "task_id": doc.task_id,
+        "entity_id": doc.entity_id,
+        "entity_name": doc.entity_name,
+        "outcome": result.outcome,
+        "executed": result.outcome == "applied",
+        "reason": result.reason,
+        "action": {"type": f"then:{doc.do}"},
+        "field": result.field,
+        "before": result.before,
+        "after": result.after,
+        "clamped_by": result.clamped_by,
+        "error": result.error,
+        "response": result.response,
+        "conditions": [],
+        "due_at": doc.due_at,
+        "late_s": round(late_s, 3),
+        "trace": dict.fromkeys(STAGES, 0.0) | {"act": round(act_s, 6)},
+        "duration_s": round(act_s, 6),
+        "created_at": now,
+    }

@@ -1,0 +1,211 @@
+"""The ``followups`` collection: one document per (rule, task, entity), the source of truth.
+
+The scheduler (:mod:`ruleengine.followups.scheduling`) stores, arms and re-arms
+follow-ups; a worker claims one for its generation and closes it
+(:mod:`ruleengine.followups.running`); the web app pages, counts and finds the
+overdue ones. Every state change is a compare-and-set on the generation (and
+status), so an old timer that still fires finds a newer generation and does nothing.
+
+A follow-up is **overdue** when it still waits (``pending`` or ``scheduled``)
+more than :data:`OVERDUE_AFTER` past its due time: its timer did not fire, so
+either no worker is running or Redis lost it and the dispatcher has not re-armed
+it (is Redis down?).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from typing import Any, Final, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict
+from pymongo import ASCENDING, ReturnDocument
+
+from ruleengine import constants as c
+from ruleengine.errors import NotFoundError
+from ruleengine.store.db import Database, Document, Page
+
+FollowupStatus = Literal["pending", "scheduled", "running", "done", "skipped", "failed"]
+FOLLOWUP_STATUSES: Final[tuple[str, ...]] = get_args(FollowupStatus)
+FINISHED: Final = ("done", "skipped", "failed")
+WAITING: Final[tuple[str, ...]] = ("pending", "scheduled")
+OVERDUE_AFTER: Final = timedelta(minutes=5)
+
+
+class FollowupDoc(BaseModel):
+    """One follow-up, as stored."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str
+    rule_id: str
+    rule_name: str
+    rule_version: int
+    task_id: str
+    entity_id: str
+    entity_name: str
+    account: str
+    level: str
+    batch_id: str
+    do: str
+    webhook: str | None = None
+    template: str | None = None
+    timezone: str = "UTC"
+    field: str | None = None  # what the original action changed
+    set_value: Any = None  # … the value it left
+    previous: Any = None  # … and the value before
+    due_at: datetime
+    generation: int
+    status: FollowupStatus
+    reason: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    late_s: float | None = None
+
+    @classmethod
+    def from_mongo(cls, doc: Document) -> FollowupDoc:
+        """Build from a ``followups`` document."""
+        return cls(id=doc["_id"], **{k: v for k, v in doc.items() if k != "_id"})
+
+    @property
+    def job_id(self) -> str:
+        """The arq job id of this generation's timer."""
+        return followup_job_id(self.id, self.generation)
+
+
+def followup_key(rule_id: str, task_id: str, entity_id: str) -> str:
+    """One follow-up per (rule, task, entity)."""
+    return f"{rule_id}:{task_id}:{entity_id}"
+
+
+def followup_job_id(key: str, generation: int) -> str:
+    """The deterministic arq job id of a follow-up's timer."""
+    return f"followup:{key}:{generation}"
+
+
+def is_overdue(status: str, due_at: datetime, *, now: datetime) -> bool:
+    """Whether a follow-up in ``status`` due at ``due_at`` is overdue at ``now``."""
+    return status in WAITING and due_at < now - OVERDUE_AFTER
+
+
+class FollowupStore:
+    """Reads and compare-and-set writes of ``followups``."""
+
+    def __init__(self, db: Database) -> None:
+        self._followups = db[c.FOLLOWUPS]
+
+    # ---------------------------------------------------------------- the scheduler's writes
+
+    async def get(self, key: str) -> FollowupDoc | None:
+        """The follow-up of a key, if any."""
+        doc = await self._followups.find_one({"_id": key})
+        return None if doc is None else FollowupDoc.from_mongo(doc)
+
+    async def replace(self, key: str, fields: Document, *, now: datetime) -> FollowupDoc:
+        """Store the follow-up of ``key`` as a new generation (pending until armed)."""
+        doc = await self._followups.find_one_and_update(
+            {"_id": key},
+            {"$set": fields, "$inc": {"generation": 1}, "$setOnInsert": {"created_at": now}},
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        assert doc is not None
+        return FollowupDoc.from_mongo(doc)
+
+    async def mark(
+        self, doc: FollowupDoc, status: str, *, reason: str | None, now: datetime
+    ) -> None:
+        """Set the status of this generation unless it has finished meanwhile."""
+        await self._followups.update_one(
+            {"_id": doc.id, "generation": doc.generation, "status": {"$nin": list(FINISHED)}},
+            {"$set": {"status": status, "reason": reason, "updated_at": now}},
+        )
+
+    async def pending(self) -> AsyncIterator[FollowupDoc]:
+        """Follow-ups waiting for their timer to be armed."""
+        async for raw in self._followups.find({"status": "pending"}):
+            yield FollowupDoc.from_mongo(raw)
+
+    async def scheduled_keys(self, *, batch_size: int) -> AsyncIterator[tuple[str, int]]:
+        """(key, generation) of every scheduled follow-up — only the keys cross the wire."""
+        cursor = self._followups.find(
+            {"status": "scheduled"}, {"generation": 1}, batch_size=batch_size
+        )
+        async for raw in cursor:
+            yield raw["_id"], raw["generation"]
+
+    async def release_stale(self, *, older_than: datetime, now: datetime) -> int:
+        """Follow-ups left ``running`` by a dead worker go back to pending (to be re-armed).
+
+        Running them again is safe: their writes go through intents keyed by generation.
+        """
+        result = await self._followups.update_many(
+            {"status": "running", "updated_at": {"$lt": older_than}},
+            {"$set": {"status": "pending", "reason": "worker_lost", "updated_at": now}},
+        )
+        return result.modified_count
+
+    # ---------------------------------------------------------------- running one
+
+    async def claim(self, key: str, generation: int, *, now: datetime) -> FollowupDoc | None:
+        """Take a due follow-up for running: only its own generation, only once."""
+        doc = await self._followups.find_one_and_update(
+            {"_id": key, "generation": generation, "status": {"$in": list(WAITING)}},
+            {"$set": {"status": "running", "updated_at": now}},
+            return_document=ReturnDocument.AFTER,
+        )
+        return None if doc is None else FollowupDoc.from_mongo(doc)
+
+    async def finish(
+        self, doc: FollowupDoc, status: str, *, reason: str | None, now: datetime, late_s: float
+    ) -> None:
+        """Close a follow-up (done, skipped or failed)."""
+        await self._followups.update_one(
+            {"_id": doc.id, "generation": doc.generation},
+            {
+                "$set": {
+                    "status": status,
+                    "reason": reason,
+                    "updated_at": now,
+                    "done_at": now,
+                    "late_s": late_s,
+                }
+            },
+        )
+
+    # ---------------------------------------------------------------- the web app's reads
+
+    async def find(self, key: str) -> Document:
+        """One follow-up by key, as stored; raises NotFoundError."""
+        doc = await self._followups.find_one({"_id": key})
+        if doc is None:
+            raise NotFoundError(f"follow-up '{key}' does not exist")
+        return doc
+
+    async def page(self, *, filters: dict[str, Any], limit: int = 50, skip: int = 0) -> Page:
+        """Follow-ups matching ``filters`` (equality; None is no filter), soonest due first."""
+        query = {k: v for k, v in filters.items() if v is not None}
+        cursor = (
+            self._followups.find(query)
+            .sort([("due_at", ASCENDING), ("_id", ASCENDING)])
+            .skip(skip)
+            .limit(limit)
+        )
+        items = [doc async for doc in cursor]
+        return Page(items=items, total=await self._followups.count_documents(query))
+
+    async def count(self, *, status: str) -> int:
+        """How many follow-ups have ``status``."""
+        return await self._followups.count_documents({"status": status})
+
+    async def counts(self) -> dict[str, int]:
+        """How many follow-ups have each status (every status present, 0 included)."""
+        counts = await asyncio.gather(*(self.count(status=s) for s in FOLLOWUP_STATUSES))
+        return dict(zip(FOLLOWUP_STATUSES, counts, strict=True))
+
+    async def overdue(self, *, now: datetime) -> int:
+        """How many follow-ups still wait more than :data:`OVERDUE_AFTER` past their due time."""
+        return await self._followups.count_documents(
+            {"status": {"$in": list(WAITING)}, "due_at": {"$lt": now - OVERDUE_AFTER}}
+        )
