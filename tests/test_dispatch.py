@@ -28,7 +28,8 @@ from ruleengine.rules.model import parse_rule
 from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
-from ruleengine.store.rules import RuleDoc, RuleStore
+from ruleengine.store.ruledocs import RuleDoc
+from ruleengine.store.rules import RuleStore
 from support import SANDBOX_TOKEN
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)

@@ -19,18 +19,10 @@ import orjson
 import pytest
 
 from ruleengine.errors import RuleValidationError
+from ruleengine.rules.action_types import ACTION_TYPES, FollowUpDo
+from ruleengine.rules.basics import NOTIFY_PLACEHOLDERS, RENAME_PLACEHOLDERS, Period
 from ruleengine.rules.catalog import SPECIAL_KEYS, known_names
-from ruleengine.rules.model import (
-    ACTION_TYPES,
-    FILTER_FIELDS,
-    NOTIFY_PLACEHOLDERS,
-    RENAME_PLACEHOLDERS,
-    FilterOperator,
-    FollowUpDo,
-    Period,
-    parse_rule,
-    rule_json_schema,
-)
+from ruleengine.rules.model import FILTER_FIELDS, FilterOperator, parse_rule, rule_json_schema
 from ruleengine.settings import PORT_LAYOUT, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,3 +141,37 @@ def test_both_port_tables_follow_the_layout(name: str, offset: int) -> None:
     )
     row = next(line for line in _operations_port_rows() if f"`RULEENGINE_{variable}`" in line)
     assert f"| N{f'+{offset}' if offset else ''}" in row, row
+
+
+# ---------------------------------------------------------------- the module map
+
+
+def _module_map() -> set[str]:
+    """The modules docs/architecture.md's module map lists, as paths under src/."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text.split("## Module map", 1)[1].split("```", 2)[1]
+    listed: set[str] = set()
+    folders: list[tuple[int, str]] = []  # (indent, folder) of the enclosing folders
+    for line in block.splitlines():
+        name = line.strip().split(" ", 1)[0]
+        if not name:
+            continue
+        indent = len(line) - len(line.lstrip())
+        folders = [(i, f) for i, f in folders if i < indent]
+        path = "".join(f for _, f in folders) + name
+        if name.endswith("/"):
+            folders.append((indent, name))
+        else:
+            listed.add(path)
+    return listed
+
+
+def test_the_module_map_lists_every_module_of_the_product_and_nothing_else() -> None:
+    actual = {
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "src" / "ruleengine").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    listed = _module_map()
+    assert sorted(actual - listed) == [], "modules missing from the map"
+    assert sorted(listed - actual) == [], "the map lists modules that do not exist"

@@ -24,7 +24,8 @@ from ruleengine.followups.scheduling import FollowupScheduler, due_time
 from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob
 from ruleengine.queue import connect_queue
-from ruleengine.rules.model import FollowUp, parse_rule
+from ruleengine.rules.action_types import FollowUp
+from ruleengine.rules.model import parse_rule
 from ruleengine.rules.schedule import next_local_time
 from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from ruleengine.errors import RuleEngineError
+from ruleengine.metric_table import CustomMetricTable, SheetsError, normalise_name, parse_number
 from ruleengine.sandbox.sheets_api import (
     GridBounds,
     SheetsStore,
@@ -29,13 +30,7 @@ from ruleengine.sandbox.sheets_api import (
     parse_cells,
     split_sheet_name,
 )
-from ruleengine.sheets import (
-    CustomMetricTable,
-    SheetsError,
-    SheetsReader,
-    normalise_name,
-    parse_number,
-)
+from ruleengine.sheets import SheetsReader
 
 ACCOUNT_EMAIL = "ruleengine-bot@demo-project.iam.gserviceaccount.com"
 

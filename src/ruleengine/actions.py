@@ -56,9 +56,10 @@ from ruleengine.meta.errors import (
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
 from ruleengine.notify import Notifier, send_once, task_message
+from ruleengine.rules.action_types import DuplicateAction, NotifyAction
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
-from ruleengine.rules.model import DuplicateAction, NotifyAction, Task
+from ruleengine.rules.model import Task
 from ruleengine.rules.plan import Plan
 from ruleengine.settings import Settings
 from ruleengine.store.intents import Intent, IntentStatus, IntentStore, hour_ago

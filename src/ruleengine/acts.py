@@ -21,16 +21,15 @@ from redis.exceptions import RedisError
 from ruleengine.errors import LockLost, LockTimeout
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import (
+from ruleengine.rules.action_types import (
     NameTextAction,
     PercentBudgetAction,
     RenameAction,
-    Rule,
     SetBudgetAction,
     StatusAction,
-    Task,
 )
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.model import Rule, Task
 from ruleengine.rules.plan import Plan, plan_budget, plan_name, plan_status
 from ruleengine.store.intents import Intent, IntentStore
 

@@ -22,7 +22,8 @@ from ruleengine.rules.model import Rule, parse_rule, rule_json_schema
 from ruleengine.settings import PORT_LAYOUT, Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
-from ruleengine.store.rules import Loaded, RuleStore, StoredRuleError
+from ruleengine.store.ruledocs import Loaded, StoredRuleError
+from ruleengine.store.rules import RuleStore
 from ruleengine.supervise import MAX_RESTARTS, RESTART_WINDOW_S
 
 Handler = Callable[[argparse.Namespace, Settings], int]

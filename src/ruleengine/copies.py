@@ -12,8 +12,9 @@ from ruleengine.acts import ActKey, ActResult, JobRun, record_once
 from ruleengine.locks import AccountLocks, LockLost
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.writer import GraphWriter, WriteContext
+from ruleengine.rules.action_types import DuplicateAction
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import DuplicateAction, Task
+from ruleengine.rules.model import Task
 from ruleengine.store.intents import IntentStore
 
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import orjson
 from arq.connections import ArqRedis
 from pymongo.errors import PyMongoError
 from redis.exceptions import RedisError
@@ -36,7 +35,7 @@ from ruleengine import constants as c
 from ruleengine.errors import ErrorReport, RuleEngineError
 from ruleengine.followups.scheduling import FollowupScheduler
 from ruleengine.lease import Lease
-from ruleengine.meta.errors import GraphError
+from ruleengine.listings import Listing, ListingKey, Listings
 from ruleengine.meta.http import READ_ONLY, GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.observability import DispatcherMetrics, serve
@@ -47,11 +46,12 @@ from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule
 from ruleengine.rules.schedule import next_run
 from ruleengine.settings import Settings
-from ruleengine.store.credentials import CredentialStore, load_key, token_ref
+from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
 from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.heartbeats import Heartbeats
-from ruleengine.store.rules import RuleDoc, RuleStore, StoredRuleError
+from ruleengine.store.ruledocs import RuleDoc, StoredRuleError
+from ruleengine.store.rules import RuleStore
 
 log = logging.getLogger("ruleengine.dispatch")
 
@@ -62,29 +62,6 @@ DISPATCHED_TTL_S = 2 * 24 * 3600
 def utcnow() -> datetime:
     """The current time, aware UTC."""
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True)
-class ListingKey:
-    """What one entity listing asks for; rules asking the same share one listing per tick."""
-
-    account: str
-    level: str
-    filtering: str  # canonical JSON of the rule filters
-    fields: tuple[str, ...]
-
-    @classmethod
-    def of(cls, rule: Rule, account: str) -> ListingKey:
-        """The listing ``rule`` needs on ``account``."""
-        return cls(
-            account=account,
-            level=rule.level,
-            filtering=orjson.dumps(rule.filtering(), option=orjson.OPT_SORT_KEYS).decode(),
-            fields=tuple(rule.entity_fields()),
-        )
-
-
-Listing = list[Entity] | RuleEngineError
 
 
 @dataclass
@@ -161,6 +138,13 @@ class Dispatcher:
         ttl_ms = int(max(3 * settings.tick_seconds, 1.0) * 1000)
         self.lease = Lease(queue, owner=self.owner, ttl_ms=ttl_ms)
         self._limit = asyncio.Semaphore(settings.dispatch_concurrency)
+        self.listings = Listings(
+            reader=reader,
+            credentials=self.credentials,
+            errors=self.errors,
+            metrics=self.metrics,
+            limit=self._limit,
+        )
         self.followups = FollowupScheduler(db, queue=queue)
 
     # ---------------------------------------------------------------- the loop
@@ -275,7 +259,8 @@ class Dispatcher:
             await self._set_aside(broken, now, report)
         if due.ready:
             parsed = due.ready
-            listings = await self._listings(parsed, report)
+            listings = await self.listings.fetch([rule for _, rule in parsed])
+            report.listings = len(listings)
             outcomes = await asyncio.gather(
                 *(self._dispatch(doc, rule, listings, now, fence, report) for doc, rule in parsed)
             )
@@ -317,61 +302,6 @@ class Dispatcher:
             report.held_back,
             f" [degraded: {report.degraded}]" if report.degraded else "",
             report.duration_s,
-        )
-
-    async def _listings(
-        self, parsed: Sequence[tuple[RuleDoc, Rule]], report: SweepReport
-    ) -> dict[ListingKey, Listing]:
-        keys = {ListingKey.of(rule, account) for _, rule in parsed for account in rule.ad_accounts}
-        tokens: dict[str, str | RuleEngineError] = {}
-        for account in {k.account for k in keys}:
-            try:
-                tokens[account] = await self.credentials.token(token_ref(account))
-            except RuleEngineError as exc:
-                tokens[account] = exc
-        results = await asyncio.gather(*(self._list(k, tokens[k.account]) for k in keys))
-        report.listings = len(keys)
-        return dict(zip(keys, results, strict=True))
-
-    async def _list(self, key: ListingKey, token: str | RuleEngineError) -> Listing:
-        if isinstance(token, RuleEngineError):
-            await self._report_listing(key, token)
-            return token
-        async with self._limit:
-            try:
-                raw = await self.reader.list_entities(
-                    key.account,
-                    key.level,
-                    token=token,
-                    fields=key.fields,
-                    filtering=orjson.loads(key.filtering),
-                )
-                return [Entity.model_validate(item) for item in raw]
-            except GraphError as exc:
-                await self._report_listing(key, exc)
-                return exc
-            except ValueError as exc:  # an entity Meta sent that does not parse
-                error = RuleEngineError(f"malformed entity in the listing: {exc}")
-                await self._report_listing(key, error)
-                return error
-
-    async def _report_listing(self, key: ListingKey, error: RuleEngineError) -> None:
-        self.metrics.listing_failures.labels(account=key.account).inc()
-        response = error.as_dict() if isinstance(error, GraphError) else None
-        await self.errors.report(
-            ErrorReport.of(
-                error,
-                function="dispatch.list_entities",
-                message=f"listing {key.level}s of {key.account} failed: {error}",
-                params={
-                    "account": key.account,
-                    "level": key.level,
-                    "filtering": key.filtering,
-                    "fields": list(key.fields),
-                },
-                response=response,
-                context={"account": key.account},
-            )
         )
 
     async def _dispatch(

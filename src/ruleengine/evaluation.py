@@ -28,13 +28,14 @@ from ruleengine.meta.batch import BatchReader
 from ruleengine.meta.http import Cost, GraphSession
 from ruleengine.meta.insights import InsightsResult, fetch_insights
 from ruleengine.meta.reader import GraphReader, RetryPolicy
+from ruleengine.metric_table import CustomMetricTable, SheetsError
 from ruleengine.payload import EvaluateJob
 from ruleengine.rules.entity import Entity, currency_offset
 from ruleengine.rules.evaluate import EvalContext, TaskVerdict, evaluate_task
 from ruleengine.rules.fetch import custom_metric_names, fetch_groups
 from ruleengine.rules.model import Rule, Task
 from ruleengine.settings import Settings
-from ruleengine.sheets import CustomMetricTable, SheetsError, SheetsReader
+from ruleengine.sheets import SheetsReader
 from ruleengine.store.credentials import CredentialStore
 from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.intents import IntentStore

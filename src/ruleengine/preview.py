@@ -26,7 +26,8 @@ from ruleengine.meta.http import READ_AND_BATCH, GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.notify import task_message
 from ruleengine.payload import EvaluateJob
-from ruleengine.rules.model import DuplicateAction, NotifyAction, Rule
+from ruleengine.rules.action_types import DuplicateAction, NotifyAction
+from ruleengine.rules.model import Rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key, token_ref
 from ruleengine.store.db import Database

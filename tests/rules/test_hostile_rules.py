@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.model import MAX_BUDGET, parse_rule
+from ruleengine.rules.basics import MAX_BUDGET
+from ruleengine.rules.model import parse_rule
 
 TOO_BIG = 2**64  # beyond what BSON's int64 holds
 

@@ -10,7 +10,7 @@ from fractions import Fraction
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ruleengine.rules.model import (
+from ruleengine.rules.action_types import (
     NameTextAction,
     PercentBudgetAction,
     RenameAction,

@@ -8,8 +8,11 @@ from zoneinfo import ZoneInfo
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ruleengine.rules.model import WEEKDAYS, DateRange, IntervalSchedule, TimetableSchedule
+from ruleengine.rules.basics import WEEKDAYS
 from ruleengine.rules.schedule import (
+    DateRange,
+    IntervalSchedule,
+    TimetableSchedule,
     active_window,
     describe,
     first_run,

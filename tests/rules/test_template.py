@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ruleengine.notify import MessageContext, render
-from ruleengine.rules.model import RenameAction
+from ruleengine.rules.action_types import RenameAction
 from ruleengine.rules.plan import plan_name
 from ruleengine.rules.template import render_template
 

@@ -11,7 +11,8 @@ import pytest
 from ruleengine.errors import ConflictError, NotFoundError
 from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.store.db import Database
-from ruleengine.store.rules import RuleDoc, RuleStore
+from ruleengine.store.ruledocs import RuleDoc
+from ruleengine.store.rules import RuleStore
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 

@@ -10,7 +10,8 @@ from web_helpers import AUTH, Client, rule_body
 
 from ruleengine import constants as c
 from ruleengine.store.db import Database
-from ruleengine.store.rules import RuleStore, StoredRuleError
+from ruleengine.store.ruledocs import StoredRuleError
+from ruleengine.store.rules import RuleStore
 
 
 async def create(client: Client, name: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Database
 from ruleengine.store.followups import followup_job_id
 from ruleengine.store.records import BatchStart, BatchStore
-from ruleengine.store.rules import RuleDoc
+from ruleengine.store.ruledocs import RuleDoc
 from ruleengine.web.app import create_app
 
 API_TOKEN = "web-test-api-token-7f3a9c2e41b8d6"

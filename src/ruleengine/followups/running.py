@@ -35,8 +35,9 @@ from ruleengine.meta.errors import GraphError
 from ruleengine.meta.http import Cost
 from ruleengine.meta.writer import GraphWriter
 from ruleengine.notify import MessageContext, render, send_once
+from ruleengine.rules.action_types import SetBudgetAction
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import Rule, SetBudgetAction
+from ruleengine.rules.model import Rule
 from ruleengine.rules.plan import Plan, plan_budget
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.followups import FollowupDoc

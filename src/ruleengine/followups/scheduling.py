@@ -21,7 +21,8 @@ from arq.constants import job_key_prefix
 from redis.exceptions import RedisError
 
 from ruleengine import constants as c
-from ruleengine.rules.model import FollowUp, Rule
+from ruleengine.rules.action_types import FollowUp
+from ruleengine.rules.model import Rule
 from ruleengine.rules.schedule import next_local_time
 from ruleengine.store.db import Database
 from ruleengine.store.followups import FollowupDoc, FollowupStore, followup_job_id, followup_key

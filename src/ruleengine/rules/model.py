@@ -1,4 +1,5 @@
-"""The rule format: pydantic models for rules, tasks, conditions, actions and schedules.
+"""The rule format: rules, tasks, conditions and filters (actions and schedules have modules
+of their own: :mod:`ruleengine.rules.action_types`, :mod:`ruleengine.rules.schedule`).
 
 Validation is strict and complete; :func:`parse_rule` turns every problem into a
 :class:`~ruleengine.errors.FieldError` carrying the JSON path of the field
@@ -10,15 +11,11 @@ references against what is registered/configured.
 from __future__ import annotations
 
 import hashlib
-import re
-from datetime import date, time
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 import orjson
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -27,29 +24,20 @@ from pydantic import (
 )
 
 from ruleengine.errors import FieldError, RuleValidationError
+from ruleengine.rules.action_types import ACTION_TYPES, Action, check_then
+from ruleengine.rules.basics import (
+    Level,
+    Operator,
+    Period,
+    RuleModel,
+    Status,
+    is_account_id,
+    timezone_problem,
+)
 from ruleengine.rules.catalog import MetricSpec, Source, UnknownMetricError, resolve_metric
-from ruleengine.rules.template import check_template
+from ruleengine.rules.schedule import DateRange, Schedule
 from ruleengine.rules.validation import PathError, field_errors
 
-Level = Literal["campaign", "adset"]
-Status = Literal["ACTIVE", "PAUSED"]
-Operator = Literal[">", ">=", "<", "<=", "==", "!="]
-Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
-WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-Period = Literal[
-    "today",
-    "yesterday",
-    "last_3d",
-    "last_7d",
-    "last_14d",
-    "last_28d",
-    "last_30d",
-    "last_90d",
-    "this_month",
-    "last_month",
-    "this_week_mon_today",
-    "maximum",
-]
 FilterOperator = Literal[
     "EQUAL",
     "NOT_EQUAL",
@@ -94,126 +82,6 @@ FILTER_FIELDS: dict[str, frozenset[str]] = {
         }
     ),
 }
-RENAME_PLACEHOLDERS = frozenset({"name", "date", "rule"})
-NOTIFY_PLACEHOLDERS = frozenset(
-    {
-        "rule",
-        "task",
-        "level",
-        "account",
-        "entity_id",
-        "entity_name",
-        "action",
-        "before",
-        "after",
-        "conditions",
-        "date",
-        "time",
-    }
-)
-# Patterns are used with fullmatch and ASCII digits: "$" also matches before a trailing
-# newline, and "\d" matches any script's digits ("०८:३०"), which int() then accepts.
-_HHMM = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]")
-ACCOUNT_ID = re.compile(r"act_[0-9]{1,30}")
-
-# The largest budget a rule may name, in minor units: 10^12 is ten billion in a two-decimal
-# currency (and a trillion rupiah), far above any real daily budget and well inside BSON's
-# int64, so a typo is refused instead of reaching Meta or MongoDB.
-MAX_BUDGET: Final = 10**12
-# Dates a date_range may hold: any timezone's midnight of these is a valid UTC instant.
-FIRST_DATE: Final = date(2000, 1, 1)
-LAST_DATE: Final = date(2999, 12, 31)
-MAX_TIMEZONE_LENGTH: Final = 255
-
-
-class _Model(BaseModel):
-    # NaN and infinities ("NaN", "Infinity" as strings) compare false with everything and
-    # serialise as null: refuse them rather than store a rule that silently never matches.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-def timezone_problem(value: str) -> str | None:
-    """Why ``value`` is not a usable IANA timezone, or None when it is."""
-    problem = f"unknown timezone '{value[:60]}'; use an IANA name such as 'Asia/Jakarta'"
-    if not value or len(value) > MAX_TIMEZONE_LENGTH:
-        return problem
-    try:
-        ZoneInfo(value)
-    # zoneinfo reads a file named by the key: a directory, a data file that is not TZif,
-    # a name too long for the filesystem each fail differently (OSError, ValueError, …).
-    except Exception:
-        return problem
-    return None
-
-
-def is_account_id(value: str) -> bool:
-    """True for an ad account id such as ``act_123``."""
-    return ACCOUNT_ID.fullmatch(value) is not None
-
-
-def parse_hhmm(value: str) -> time:
-    """``"08:30"`` → ``time(8, 30)``."""
-    if not _HHMM.fullmatch(value):
-        raise ValueError(
-            f"'{value}' is not a time of day; write HH:MM in 24-hour form, e.g. '08:30'"
-        )
-    hour, minute = value.split(":")
-    return time(int(hour), int(minute))
-
-
-# ---------------------------------------------------------------- schedules
-
-
-class IntervalSchedule(_Model):
-    """Run every ``every_minutes``, measured from the previous *scheduled* time (no drift)."""
-
-    mode: Literal["interval"]
-    every_minutes: int = Field(ge=1, le=525_600)
-
-
-class TimetableSchedule(_Model):
-    """Run at fixed local times on a 7-day grid, e.g. ``{"mon": ["08:00", "12:30"]}``."""
-
-    mode: Literal["timetable"]
-    slots: dict[Weekday, list[str]]
-
-    @field_validator("slots")
-    @classmethod
-    def _check_slots(cls, slots: dict[Weekday, list[str]]) -> dict[Weekday, list[str]]:
-        for day, times in slots.items():
-            for index, value in enumerate(times):
-                try:
-                    parse_hhmm(value)
-                except ValueError as exc:
-                    raise PathError(f"{day}[{index}]", str(exc)) from None
-        if not any(slots.values()):
-            raise ValueError('a timetable needs at least one slot, e.g. {"mon": ["08:00"]}')
-        return {day: sorted(set(slots[day])) for day in WEEKDAYS if slots.get(day)}
-
-
-Schedule = Annotated[IntervalSchedule | TimetableSchedule, Field(discriminator="mode")]
-
-
-class DateRange(_Model):
-    """Inclusive dates, in the rule's timezone, outside which the rule is not dispatched."""
-
-    start: date | None = None
-    end: date | None = None
-
-    @field_validator("start", "end")
-    @classmethod
-    def _bounded(cls, value: date | None) -> date | None:
-        if value is not None and not FIRST_DATE <= value <= LAST_DATE:
-            raise ValueError(
-                f"{value} is out of range; use a date between {FIRST_DATE} and {LAST_DATE}"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _ordered(self) -> DateRange:
-        if self.start and self.end and self.end < self.start:
-            raise PathError("end", f"end {self.end} is before start {self.start}")
-        return self
 
 
 # ---------------------------------------------------------------- conditions
@@ -227,7 +95,7 @@ def _check_metric(name: str) -> str:
     return name
 
 
-class _MetricRef(_Model):
+class _MetricRef(RuleModel):
     """Something that names a metric of the catalogue."""
 
     metric: str
@@ -276,168 +144,10 @@ class Condition(_MetricRef):
         return self
 
 
-# ---------------------------------------------------------------- actions and follow-ups
-
-FollowUpDo = Literal["activate", "pause", "restore_budget", "restore_name", "notify"]
-
-
-class FollowUp(_Model):
-    """``then``: a delayed second step, e.g. pause now and re-activate in 2 hours."""
-
-    after_minutes: int | None = Field(default=None, ge=1, le=10_080)
-    at_time: str | None = None
-    do: FollowUpDo
-    webhook: str | None = None
-    template: str | None = None
-
-    @field_validator("at_time")
-    @classmethod
-    def _hhmm(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_hhmm(value)
-        return value
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, value: str | None) -> str | None:
-        return None if value is None else check_template(value, NOTIFY_PLACEHOLDERS)
-
-    @model_validator(mode="after")
-    def _when(self) -> FollowUp:
-        if (self.after_minutes is None) == (self.at_time is None):
-            raise ValueError("give exactly one of 'after_minutes' or 'at_time' (HH:MM)")
-        if self.do == "notify" and not self.webhook:
-            raise PathError("webhook", "required when 'do' is 'notify'")
-        return self
-
-
-class _Action(_Model):
-    then: FollowUp | None = None
-
-
-class StatusAction(_Action):
-    """Set the entity's status."""
-
-    type: Literal["pause", "activate"]
-
-
-class PercentBudgetAction(_Action):
-    """Change the live daily budget by a percentage, clamped to ``min_budget``/``max_budget``."""
-
-    type: Literal["increase_budget", "decrease_budget"]
-    percent: float = Field(gt=0, le=1000)
-    max_budget: int | None = Field(
-        default=None, gt=0, le=MAX_BUDGET, description="minor units (cents)"
-    )
-    min_budget: int | None = Field(
-        default=None, gt=0, le=MAX_BUDGET, description="minor units (cents)"
-    )
-
-    @model_validator(mode="after")
-    def _bounds(self) -> PercentBudgetAction:
-        if self.type == "decrease_budget" and self.percent >= 100:
-            raise PathError("percent", "a decrease must be below 100 %; use 'pause' to stop spend")
-        if self.min_budget and self.max_budget and self.min_budget > self.max_budget:
-            raise PathError(
-                "min_budget", f"min_budget {self.min_budget} > max_budget {self.max_budget}"
-            )
-        return self
-
-
-class SetBudgetAction(_Action):
-    """Set the daily budget to an absolute amount (minor units)."""
-
-    type: Literal["set_budget"]
-    amount: int = Field(gt=0, le=MAX_BUDGET, description="minor units (cents)")
-
-
-class RenameAction(_Action):
-    """Rename from a template with ``{name}``, ``{date}``, ``{rule}``."""
-
-    type: Literal["rename"]
-    template: str = Field(min_length=1, max_length=400)
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, value: str) -> str:
-        return check_template(value, RENAME_PLACEHOLDERS)
-
-
-class NameTextAction(_Action):
-    """Append or prepend a text to the live name, never twice."""
-
-    type: Literal["append_to_name", "prepend_to_name"]
-    text: str = Field(min_length=1, max_length=200)
-
-
-class DuplicateAction(_Action):
-    """Copy the entity through ``POST /{id}/copies``."""
-
-    type: Literal["duplicate"]
-    status_option: Literal["ACTIVE", "PAUSED", "INHERITED_FROM_SOURCE"] = "PAUSED"
-    rename_suffix: str = " - Copy"
-    deep_copy: bool = False
-
-
-class NotifyAction(_Action):
-    """Post a rendered message to a webhook named in the settings."""
-
-    type: Literal["notify"]
-    webhook: str = Field(min_length=1)
-    template: str = Field(
-        default="{rule}: {action} on {entity_name} ({entity_id}) — {conditions}",
-        min_length=1,
-        max_length=4000,
-    )
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, value: str) -> str:
-        return check_template(value, NOTIFY_PLACEHOLDERS)
-
-
-Action = Annotated[
-    StatusAction
-    | PercentBudgetAction
-    | SetBudgetAction
-    | RenameAction
-    | NameTextAction
-    | DuplicateAction
-    | NotifyAction,
-    Field(discriminator="type"),
-]
-ACTION_TYPES = (
-    "pause",
-    "activate",
-    "increase_budget",
-    "decrease_budget",
-    "set_budget",
-    "rename",
-    "append_to_name",
-    "prepend_to_name",
-    "duplicate",
-    "notify",
-)
-BUDGET_ACTIONS = frozenset({"increase_budget", "decrease_budget", "set_budget"})
-NAME_ACTIONS = frozenset({"rename", "append_to_name", "prepend_to_name"})
-
-
-def _check_then(action: Any) -> None:
-    then: FollowUp | None = action.then
-    if then is None:
-        return
-    if then.do == "restore_budget" and action.type not in BUDGET_ACTIONS:
-        raise PathError("then.do", "'restore_budget' follows a budget action only")
-    if then.do == "restore_name" and action.type not in NAME_ACTIONS:
-        raise PathError("then.do", "'restore_name' follows a rename/append/prepend action only")
-    if then.do in ("activate", "pause") and action.type in ("notify", "duplicate"):
-        raise PathError("then.do", f"'{then.do}' cannot follow '{action.type}'")
-
-
 # ---------------------------------------------------------------- tasks and rules
 
 
-class Task(_Model):
+class Task(RuleModel):
     """Conditions folded with ``match`` (all = AND, any = OR) and one action."""
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -449,11 +159,11 @@ class Task(_Model):
     @field_validator("action")
     @classmethod
     def _then(cls, action: Any) -> Any:
-        _check_then(action)
+        check_then(action)
         return action
 
 
-class Filter(_Model):
+class Filter(RuleModel):
     """One entry of Meta's ``filtering`` parameter."""
 
     field: str
@@ -476,7 +186,7 @@ class Filter(_Model):
         return self
 
 
-class CustomMetricsSheet(_Model):
+class CustomMetricsSheet(RuleModel):
     """The Google Sheet that holds ``custom:<name>`` values, keyed by entity id or name."""
 
     spreadsheet_id: str = Field(min_length=1)
@@ -484,7 +194,7 @@ class CustomMetricsSheet(_Model):
     key: Literal["id", "name"] = "id"
 
 
-class Rule(_Model):
+class Rule(RuleModel):
     """A rule: which entities, when, and what to do when conditions pass."""
 
     name: str = Field(min_length=1, max_length=200)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import date
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 
-from ruleengine.rules.model import (
+from ruleengine.rules.action_types import (
     NameTextAction,
     PercentBudgetAction,
     RenameAction,

@@ -1,4 +1,4 @@
-"""Schedule maths, pure: when a rule runs next, and whether today is inside its date range.
+"""Schedules: the two schedule models, date ranges, and the maths of when a rule runs next.
 
 Interval schedules count from the previous *scheduled* time, not from when the
 dispatcher got round to it, so dispatch lag never makes a schedule drift; slots
@@ -12,17 +12,66 @@ fall-back hour runs once, at its first occurrence.
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Annotated, Literal
 from zoneinfo import ZoneInfo
 
-from ruleengine.rules.model import (
-    WEEKDAYS,
-    DateRange,
-    IntervalSchedule,
-    TimetableSchedule,
-    parse_hhmm,
-)
+from pydantic import Field, field_validator, model_validator
 
-Schedule = IntervalSchedule | TimetableSchedule
+from ruleengine.rules.basics import FIRST_DATE, LAST_DATE, WEEKDAYS, RuleModel, Weekday, parse_hhmm
+from ruleengine.rules.validation import PathError
+
+
+class IntervalSchedule(RuleModel):
+    """Run every ``every_minutes``, measured from the previous *scheduled* time (no drift)."""
+
+    mode: Literal["interval"]
+    every_minutes: int = Field(ge=1, le=525_600)
+
+
+class TimetableSchedule(RuleModel):
+    """Run at fixed local times on a 7-day grid, e.g. ``{"mon": ["08:00", "12:30"]}``."""
+
+    mode: Literal["timetable"]
+    slots: dict[Weekday, list[str]]
+
+    @field_validator("slots")
+    @classmethod
+    def _check_slots(cls, slots: dict[Weekday, list[str]]) -> dict[Weekday, list[str]]:
+        for day, times in slots.items():
+            for index, value in enumerate(times):
+                try:
+                    parse_hhmm(value)
+                except ValueError as exc:
+                    raise PathError(f"{day}[{index}]", str(exc)) from None
+        if not any(slots.values()):
+            raise ValueError('a timetable needs at least one slot, e.g. {"mon": ["08:00"]}')
+        return {day: sorted(set(slots[day])) for day in WEEKDAYS if slots.get(day)}
+
+
+Schedule = Annotated[IntervalSchedule | TimetableSchedule, Field(discriminator="mode")]
+
+
+class DateRange(RuleModel):
+    """Inclusive dates, in the rule's timezone, outside which the rule is not dispatched."""
+
+    start: date | None = None
+    end: date | None = None
+
+    @field_validator("start", "end")
+    @classmethod
+    def _bounded(cls, value: date | None) -> date | None:
+        if value is not None and not FIRST_DATE <= value <= LAST_DATE:
+            raise ValueError(
+                f"{value} is out of range; use a date between {FIRST_DATE} and {LAST_DATE}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DateRange:
+        if self.start and self.end and self.end < self.start:
+            raise PathError("end", f"end {self.end} is before start {self.start}")
+        return self
+
 
 TIMETABLE_HORIZON_DAYS = 7
 

@@ -18,7 +18,7 @@ from pymongo import ReturnDocument
 
 from ruleengine import constants as c
 from ruleengine.errors import ConfigurationError, CredentialsError, NotFoundError
-from ruleengine.rules.model import is_account_id, timezone_problem
+from ruleengine.rules.basics import is_account_id, timezone_problem
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database, Document
 

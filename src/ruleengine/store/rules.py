@@ -11,156 +11,37 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from bson import ObjectId
-from pydantic import BaseModel, ConfigDict, ValidationError
 from pymongo import DESCENDING, DeleteMany, ReturnDocument, UpdateOne
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from ruleengine import constants as c
-from ruleengine.errors import ConflictError, NotFoundError, RuleEngineError
-from ruleengine.rules.model import Rule, Status, definition_checksum, rule_errors
+from ruleengine.errors import ConflictError, NotFoundError
+from ruleengine.rules.basics import Status
+from ruleengine.rules.model import Rule, definition_checksum
 from ruleengine.rules.schedule import active_window, first_run
 from ruleengine.store.db import Database, Document
+from ruleengine.store.ruledocs import (
+    DueRules,
+    Loaded,
+    RuleDoc,
+    StoredRuleError,
+    VersionDoc,
+    load,
+    parse_stored,
+)
 
 log = logging.getLogger(__name__)
 
-# A rule's status: what users set (ACTIVE, PAUSED), or HAS_ISSUES, set by the dispatcher
-# when the stored rule no longer validates; a valid save or an activation clears it.
-RuleStatus = Literal["ACTIVE", "PAUSED", "HAS_ISSUES"]
 # A save inserts its version and then moves the pointer, a few milliseconds apart. A version
 # the pointer does not account for is an orphan only once it is older than this: younger, it
 # may belong to a save still in flight in another process.
 ORPHAN_GRACE = timedelta(minutes=1)
 T = TypeVar("T")
-
-
-class StoredRuleError(RuleEngineError):
-    """A stored rule that no longer validates: a hand edit, or a timezone the tz database lost.
-
-    Attributes:
-        rule_id: the rule's id.
-        problem: what is wrong, field by field (JSON paths).
-        name: the rule's name, when the document has one.
-        updated_at: the document's ``updated_at`` as read (for compare-and-set).
-    """
-
-    def __init__(
-        self,
-        rule_id: str,
-        problem: str,
-        *,
-        name: str | None = None,
-        updated_at: datetime | None = None,
-    ) -> None:
-        self.rule_id = rule_id
-        self.problem = problem
-        self.name = name
-        self.updated_at = updated_at
-        super().__init__(
-            f"rule '{rule_id}' no longer validates: {problem}; save a corrected definition"
-            f" (PUT /api/rules/{rule_id}) or roll back to a good version"
-        )
-
-
-def _problems(exc: ValidationError) -> str:
-    return "; ".join(str(e) for e in rule_errors(exc))
-
-
-class RuleIssue(BaseModel):
-    """Why a rule cannot run; ``at`` is when the dispatcher set it aside (None: found on read)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    message: str
-    at: datetime | None = None
-
-
-class RuleDoc(BaseModel):
-    """A stored rule: the active definition plus its operational state."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    name: str
-    status: RuleStatus
-    version: int
-    latest_version: int
-    checksum: str
-    definition: dict[str, Any]
-    next_execute_at: datetime | None = None
-    last_execute_at: datetime | None = None
-    created_at: datetime
-    updated_at: datetime
-    issue: RuleIssue | None = None
-
-    @classmethod
-    def from_mongo(cls, doc: Document) -> RuleDoc:
-        """Build from a ``rules`` document; raises StoredRuleError when it is damaged."""
-        try:
-            return cls(id=doc["_id"], **{k: v for k, v in doc.items() if k != "_id"})
-        except ValidationError as exc:
-            name, updated_at = doc.get("name"), doc.get("updated_at")
-            raise StoredRuleError(
-                str(doc["_id"]),
-                f"the rule document is damaged: {_problems(exc)}",
-                name=name if isinstance(name, str) else None,
-                updated_at=updated_at if isinstance(updated_at, datetime) else None,
-            ) from None
-
-    @property
-    def edit_status(self) -> Status:
-        """The status an edit keeps when it names none: a rule with issues comes back paused."""
-        return "PAUSED" if self.status == "HAS_ISSUES" else self.status
-
-    def rule(self) -> Rule:
-        """The active definition as a validated :class:`Rule`; raises StoredRuleError."""
-        return _parse_stored(self, self.definition, self.edit_status)
-
-
-def _parse_stored(doc: RuleDoc, definition: dict[str, Any], status: Status) -> Rule:
-    try:
-        return Rule.model_validate({**definition, "status": status})
-    except ValidationError as exc:
-        raise StoredRuleError(
-            doc.id, _problems(exc), name=doc.name, updated_at=doc.updated_at
-        ) from None
-
-
-# A rule as read from MongoDB: loaded, or what is wrong with it.
-Loaded = RuleDoc | StoredRuleError
-
-
-def _load(doc: Document) -> Loaded:
-    try:
-        return RuleDoc.from_mongo(doc)
-    except StoredRuleError as exc:
-        return exc
-
-
-@dataclass(frozen=True)
-class DueRules:
-    """The due query's answer: rules ready to dispatch, and due ones that no longer validate."""
-
-    ready: list[tuple[RuleDoc, Rule]] = field(default_factory=list)
-    broken: list[StoredRuleError] = field(default_factory=list)
-
-
-class VersionDoc(BaseModel):
-    """One immutable version of a rule's definition."""
-
-    model_config = ConfigDict(frozen=True)
-
-    rule_id: str
-    version: int
-    checksum: str
-    definition: dict[str, Any]
-    created_at: datetime
-    author: str
-    source: str
 
 
 @dataclass(frozen=True)
@@ -216,7 +97,7 @@ class RuleStore:
     async def page(self, *, limit: int = 0, skip: int = 0) -> list[Loaded]:
         """Rules by name, ``limit`` (0: all) from ``skip``; damaged ones as their error."""
         cursor = self._rules.find({}).sort([("name", 1), ("_id", 1)]).skip(skip).limit(limit)
-        return [_load(d) async for d in cursor]
+        return [load(d) async for d in cursor]
 
     async def count(self) -> int:
         """How many rules there are."""
@@ -459,7 +340,7 @@ class RuleStore:
         target = await self.version(rule_id, version)
         if existing.version == version and existing.status != "HAS_ISSUES":
             return existing
-        rule = _parse_stored(existing, target.definition, existing.edit_status)
+        rule = parse_stored(existing, target.definition, existing.edit_status)
         update = self._pointer_update(existing, version, rule, target.definition, now)
         return await self._move_pointer(existing, update)
 

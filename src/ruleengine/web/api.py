@@ -17,7 +17,7 @@ from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.preview import preview_rule
 from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.rules.schedule import describe
-from ruleengine.store.rules import Loaded, RuleDoc, RuleIssue, StoredRuleError, VersionDoc
+from ruleengine.store.ruledocs import Loaded, RuleDoc, RuleIssue, StoredRuleError, VersionDoc
 from ruleengine.web import api_admin, api_followups, api_records
 from ruleengine.web.jsonio import (
     ApiError,

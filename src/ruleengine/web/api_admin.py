@@ -13,7 +13,7 @@ from aiohttp import web
 
 from ruleengine.errors import FieldError
 from ruleengine.redact import REDACTOR
-from ruleengine.rules.model import is_account_id, timezone_problem
+from ruleengine.rules.basics import is_account_id, timezone_problem
 from ruleengine.store.credentials import Account, is_currency
 from ruleengine.store.errorlog import ErrorGroup, ErrorStatus
 from ruleengine.web.jsonio import (

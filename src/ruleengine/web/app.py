@@ -23,7 +23,7 @@ from ruleengine.errors import (
     RuleValidationError,
 )
 from ruleengine.settings import Settings
-from ruleengine.store.rules import StoredRuleError
+from ruleengine.store.ruledocs import StoredRuleError
 from ruleengine.web import api, health, views
 from ruleengine.web.auth import auth_middleware
 from ruleengine.web.jsonio import ApiError, error_response

@@ -1,0 +1,178 @@
+"""The ten actions a task can take, and ``then``: the delayed second step of an action.
+
+Each action is a model of its own, told apart by ``type``; :data:`Action` is their
+discriminated union. Budgets are in the account currency's minor units, bounded by
+:data:`~ruleengine.rules.basics.MAX_BUDGET`; templates may only hold plain
+``{placeholders}``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ruleengine.rules.basics import (
+    MAX_BUDGET,
+    NOTIFY_PLACEHOLDERS,
+    RENAME_PLACEHOLDERS,
+    RuleModel,
+    parse_hhmm,
+)
+from ruleengine.rules.template import check_template
+from ruleengine.rules.validation import PathError
+
+FollowUpDo = Literal["activate", "pause", "restore_budget", "restore_name", "notify"]
+
+
+class FollowUp(RuleModel):
+    """``then``: a delayed second step, e.g. pause now and re-activate in 2 hours."""
+
+    after_minutes: int | None = Field(default=None, ge=1, le=10_080)
+    at_time: str | None = None
+    do: FollowUpDo
+    webhook: str | None = None
+    template: str | None = None
+
+    @field_validator("at_time")
+    @classmethod
+    def _hhmm(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_hhmm(value)
+        return value
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        return None if value is None else check_template(value, NOTIFY_PLACEHOLDERS)
+
+    @model_validator(mode="after")
+    def _when(self) -> FollowUp:
+        if (self.after_minutes is None) == (self.at_time is None):
+            raise ValueError("give exactly one of 'after_minutes' or 'at_time' (HH:MM)")
+        if self.do == "notify" and not self.webhook:
+            raise PathError("webhook", "required when 'do' is 'notify'")
+        return self
+
+
+class _Action(RuleModel):
+    then: FollowUp | None = None
+
+
+class StatusAction(_Action):
+    """Set the entity's status."""
+
+    type: Literal["pause", "activate"]
+
+
+class PercentBudgetAction(_Action):
+    """Change the live daily budget by a percentage, clamped to ``min_budget``/``max_budget``."""
+
+    type: Literal["increase_budget", "decrease_budget"]
+    percent: float = Field(gt=0, le=1000)
+    max_budget: int | None = Field(
+        default=None, gt=0, le=MAX_BUDGET, description="minor units (cents)"
+    )
+    min_budget: int | None = Field(
+        default=None, gt=0, le=MAX_BUDGET, description="minor units (cents)"
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> PercentBudgetAction:
+        if self.type == "decrease_budget" and self.percent >= 100:
+            raise PathError("percent", "a decrease must be below 100 %; use 'pause' to stop spend")
+        if self.min_budget and self.max_budget and self.min_budget > self.max_budget:
+            raise PathError(
+                "min_budget", f"min_budget {self.min_budget} > max_budget {self.max_budget}"
+            )
+        return self
+
+
+class SetBudgetAction(_Action):
+    """Set the daily budget to an absolute amount (minor units)."""
+
+    type: Literal["set_budget"]
+    amount: int = Field(gt=0, le=MAX_BUDGET, description="minor units (cents)")
+
+
+class RenameAction(_Action):
+    """Rename from a template with ``{name}``, ``{date}``, ``{rule}``."""
+
+    type: Literal["rename"]
+    template: str = Field(min_length=1, max_length=400)
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        return check_template(value, RENAME_PLACEHOLDERS)
+
+
+class NameTextAction(_Action):
+    """Append or prepend a text to the live name, never twice."""
+
+    type: Literal["append_to_name", "prepend_to_name"]
+    text: str = Field(min_length=1, max_length=200)
+
+
+class DuplicateAction(_Action):
+    """Copy the entity through ``POST /{id}/copies``."""
+
+    type: Literal["duplicate"]
+    status_option: Literal["ACTIVE", "PAUSED", "INHERITED_FROM_SOURCE"] = "PAUSED"
+    rename_suffix: str = " - Copy"
+    deep_copy: bool = False
+
+
+class NotifyAction(_Action):
+    """Post a rendered message to a webhook named in the settings."""
+
+    type: Literal["notify"]
+    webhook: str = Field(min_length=1)
+    template: str = Field(
+        default="{rule}: {action} on {entity_name} ({entity_id}) — {conditions}",
+        min_length=1,
+        max_length=4000,
+    )
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        return check_template(value, NOTIFY_PLACEHOLDERS)
+
+
+Action = Annotated[
+    StatusAction
+    | PercentBudgetAction
+    | SetBudgetAction
+    | RenameAction
+    | NameTextAction
+    | DuplicateAction
+    | NotifyAction,
+    Field(discriminator="type"),
+]
+ACTION_TYPES = (
+    "pause",
+    "activate",
+    "increase_budget",
+    "decrease_budget",
+    "set_budget",
+    "rename",
+    "append_to_name",
+    "prepend_to_name",
+    "duplicate",
+    "notify",
+)
+BUDGET_ACTIONS = frozenset({"increase_budget", "decrease_budget", "set_budget"})
+NAME_ACTIONS = frozenset({"rename", "append_to_name", "prepend_to_name"})
+
+
+def check_then(action: Any) -> None:
+    then: FollowUp | None = action.then
+    if then is None:
+        return
+    if then.do == "restore_budget" and action.type not in BUDGET_ACTIONS:
+        raise PathError("then.do", "'restore_budget' follows a budget action only")
+    if then.do == "restore_name" and action.type not in NAME_ACTIONS:
+        raise PathError("then.do", "'restore_name' follows a rename/append/prepend action only")
+    if then.do in ("activate", "pause") and action.type in ("notify", "duplicate"):
+        raise PathError("then.do", f"'{then.do}' cannot follow '{action.type}'")
