@@ -16,6 +16,7 @@ from redis.asyncio import Connection as RedisConnection
 from redis.asyncio import ConnectionPool
 
 from flow import dispatch, engine_for, records, run_rule, save_rule, work
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.embedded import ProcessGroup, start_redis
 from ruleengine.engine import evaluate_account
@@ -26,7 +27,6 @@ from ruleengine.payload import EvaluateJob
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import FollowUp, parse_rule
 from ruleengine.rules.schedule import next_local_time
-from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from support import SANDBOX_TOKEN

@@ -21,14 +21,14 @@ from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from ruleengine.errors import RuleEngineError
-from ruleengine.sandbox.sheets_api import (
+from graph_sandbox.sheets_api import (
     GridBounds,
     SheetsStore,
     create_sheets_app,
     parse_cells,
     split_sheet_name,
 )
+from ruleengine.errors import RuleEngineError
 from ruleengine.sheets import (
     CustomMetricTable,
     SheetsError,
