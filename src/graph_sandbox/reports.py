@@ -13,7 +13,7 @@ from typing import Any
 
 from graph_sandbox.delivery import Totals
 from graph_sandbox.errors import invalid_param
-from graph_sandbox.metrics import METRIC_FIELDS, render_metrics, with_attribution
+from graph_sandbox.insights_fields import METRIC_FIELDS, render_metrics, with_attribution
 from graph_sandbox.objects import filter_fields, filter_value, getters
 from graph_sandbox.periods import Period, parse_time_range, preset_period
 from graph_sandbox.protocol import GraphRequest, page_body
