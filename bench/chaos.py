@@ -70,6 +70,7 @@ from pymongo.errors import PyMongoError
 from redis.exceptions import RedisError
 
 from _common import TOKEN, Stack, figures, open_database, say, stack_settings, start_sandbox
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.dispatch import Dispatcher
 from ruleengine.embedded import Child, ProcessGroup, free_port, start_mongodb, start_redis
@@ -79,7 +80,6 @@ from ruleengine.meta.reader import GraphReader
 from ruleengine.queue import connect_queue
 from ruleengine.reaper import GRACE_S, Reaper
 from ruleengine.rules.model import parse_rule
-from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database

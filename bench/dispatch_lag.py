@@ -14,6 +14,7 @@ import time
 from datetime import UTC, datetime
 
 from _common import TOKEN, figures, open_database, percentile, say, stack, stack_settings
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.dispatch import Dispatcher
 from ruleengine.meta.http import GraphSession
@@ -21,7 +22,6 @@ from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import deserialize
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
-from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.rules import RuleStore
 

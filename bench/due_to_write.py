@@ -17,12 +17,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from _common import TOKEN, figures, open_database, percentile, say, stack, stack_settings
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.embedded import ProcessGroup, free_port, port_answers
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.model import parse_rule
-from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.rules import RuleStore
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from cryptography.fernet import Fernet
 
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine.embedded import (
     ProcessGroup,
     free_port,
@@ -26,7 +27,6 @@ from ruleengine.embedded import (
     start_mongodb,
     start_redis,
 )
-from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
@@ -55,7 +55,7 @@ def process_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessG
 
 def _start_sandbox(group: ProcessGroup) -> str:
     port = free_port()
-    argv = [sys.executable, "-m", "ruleengine.sandbox", "--port", str(port), "--seed", "1"]
+    argv = [sys.executable, "-m", "graph_sandbox", "--port", str(port), "--seed", "1"]
     child = group.start(
         "sandbox", argv, address=f"http://127.0.0.1:{port}", ready=lambda: port_answers(port)
     )

@@ -18,6 +18,7 @@ import aiohttp
 from arq.utils import timestamp_ms
 from arq.worker import Worker
 
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine.dispatch import Dispatcher
 from ruleengine.engine import Engine, build_engine, close_engine
 from ruleengine.jobs import worker_kwargs
@@ -26,7 +27,6 @@ from ruleengine.meta.reader import GraphReader
 from ruleengine.queue import connect_queue
 from ruleengine.reaper import Reaper
 from ruleengine.rules.model import parse_rule
-from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.ruledocs import RuleDoc

@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from flow import process_env, wait_for
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.dispatch import Dispatcher
 from ruleengine.embedded import ProcessGroup, free_port, start_redis
@@ -25,7 +26,6 @@ from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob, deserialize
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
-from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.ruledocs import RuleDoc

@@ -154,8 +154,8 @@ def _module_map() -> set[str]:
     folders: list[tuple[int, str]] = []  # (indent, folder) of the enclosing folders
     for line in block.splitlines():
         name = line.strip().split(" ", 1)[0]
-        if not name:
-            continue
+        if not name.endswith((".py", "/")):
+            continue  # a description going on from the line above
         indent = len(line) - len(line.lstrip())
         folders = [(i, f) for i, f in folders if i < indent]
         path = "".join(f for _, f in folders) + name

@@ -32,11 +32,11 @@ from flow import (
     wait_for,
     work,
 )
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.engine import evaluate_account
 from ruleengine.payload import EvaluateJob, deserialize, serialize
 from ruleengine.queue import connect_queue
-from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 

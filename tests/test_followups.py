@@ -16,6 +16,7 @@ from redis.asyncio import Connection as RedisConnection
 from redis.asyncio import ConnectionPool
 
 from flow import dispatch, engine_for, records, run_rule, save_rule, work
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.embedded import ProcessGroup, start_redis
 from ruleengine.engine import evaluate_account
@@ -27,7 +28,6 @@ from ruleengine.queue import connect_queue
 from ruleengine.rules.action_types import FollowUp
 from ruleengine.rules.model import parse_rule
 from ruleengine.rules.schedule import next_local_time
-from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.followups import followup_job_id

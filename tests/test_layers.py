@@ -2,7 +2,9 @@
 
 ``rules/`` is pure and imports nothing of ours but ``errors``; ``store/`` and ``meta/``
 build on ``rules/`` and the shared basics, never on each other or on the processes that
-compose them; the dispatcher reaches no code that can write to Meta.
+compose them; the dispatcher reaches no code that can write to Meta. The Graph simulator
+``graph_sandbox`` and the product stand apart: neither imports the other, but for
+``ruleengine up``, which loads the simulator inside the function that starts it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from graph_sandbox import batch as sandbox_batch
+from graph_sandbox import limits as sandbox_limits
+from ruleengine import constants
+
 SRC = Path(__file__).parents[1] / "src" / "ruleengine"
+SANDBOX_SRC = SRC.parent / "graph_sandbox"
 # What any layer may use besides itself (the package, errors, constants, settings, redaction).
 BASICS = frozenset(
     {
@@ -167,3 +174,84 @@ def test_the_web_app_takes_the_stage_names_from_constants() -> None:
     from ruleengine import constants, evaluation
 
     assert evaluation.STAGES is constants.STAGES == ("cooldown", "fetch", "evaluate", "act")
+
+
+def _imported_modules(path: Path) -> tuple[set[str], set[str]]:
+    """Every module a file imports: (at import time, inside a function body)."""
+    tree = ast.parse(path.read_text())
+    in_functions = {
+        id(node)
+        for function in ast.walk(tree)
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+        for node in ast.walk(function)
+    }
+    eager: set[str] = set()
+    lazy: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            names = {a.name for a in node.names}
+        else:
+            continue
+        (lazy if id(node) in in_functions else eager).update(names)
+    return eager, lazy
+
+
+def _under(names: set[str], *packages: str) -> set[str]:
+    return {n for n in names if any(n == p or n.startswith(f"{p}.") for p in packages)}
+
+
+def test_the_simulator_imports_nothing_from_the_product() -> None:
+    found = {}
+    for path in sorted(SANDBOX_SRC.rglob("*.py")):
+        eager, lazy = _imported_modules(path)
+        if product := _under(eager | lazy, "ruleengine"):
+            found[path.name] = sorted(product)
+    assert found == {}, f"graph_sandbox imports ruleengine: {found}"
+
+
+def test_loading_every_module_of_the_simulator_loads_nothing_of_the_product() -> None:
+    code = (
+        "import importlib, pkgutil, sys, graph_sandbox\n"
+        "for m in pkgutil.walk_packages(graph_sandbox.__path__, 'graph_sandbox.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print([m for m in sys.modules if m.split('.')[0] == 'ruleengine'])"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_no_product_module_imports_the_simulator_but_up_inside_a_function() -> None:
+    found = {}
+    up_lazy: set[str] = set()
+    for path in sorted(SRC.rglob("*.py")):
+        relative = path.relative_to(SRC).as_posix()
+        if relative.startswith("sandbox/"):
+            continue  # the alias ``python -m ruleengine.sandbox``, kept for one release
+        eager, lazy = _imported_modules(path)
+        simulator = ("graph_sandbox", "ruleengine.sandbox")
+        if relative == "up.py":
+            up_lazy = _under(lazy, *simulator)
+            lazy = set()
+        if imports := _under(eager | lazy, *simulator):
+            found[relative] = sorted(imports)
+    assert found == {}, f"the product imports the simulator: {found}"
+    assert "graph_sandbox.extras" in up_lazy  # the one lazy use this test allows
+
+
+def test_loading_the_product_loads_no_simulator() -> None:
+    code = (
+        "import ruleengine, sys; import ruleengine.dispatch, ruleengine.jobs, ruleengine.web; "
+        "print([m for m in sys.modules if 'sandbox' in m])"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_simulator_enforces_the_meta_limits_the_product_plans_for() -> None:
+    # Two copies on purpose (the simulator stands on its own); they describe one Meta.
+    assert sandbox_batch.BATCH_MAX_ITEMS == constants.BATCH_MAX_ITEMS
+    assert sandbox_limits.ADSET_BUDGET_CHANGES_PER_HOUR == constants.ADSET_BUDGET_CHANGES_PER_HOUR

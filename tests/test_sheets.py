@@ -21,15 +21,15 @@ from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from ruleengine.errors import RuleEngineError
-from ruleengine.metric_table import CustomMetricTable, SheetsError, normalise_name, parse_number
-from ruleengine.sandbox.sheets_api import (
+from graph_sandbox.sheets_api import (
     GridBounds,
     SheetsStore,
     create_sheets_app,
     parse_cells,
     split_sheet_name,
 )
+from ruleengine.errors import RuleEngineError
+from ruleengine.metric_table import CustomMetricTable, SheetsError, normalise_name, parse_number
 from ruleengine.sheets import SheetsReader
 
 ACCOUNT_EMAIL = "ruleengine-bot@demo-project.iam.gserviceaccount.com"

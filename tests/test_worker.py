@@ -30,11 +30,11 @@ from flow import (
     wait_for,
     work,
 )
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.jobs import WorkerSettings, worker_kwargs
 from ruleengine.payload import EvaluateJob, deserialize, evaluate_job_id
 from ruleengine.queue import connect_queue
-from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from support import SANDBOX_NOW, SANDBOX_TOKEN
@@ -514,7 +514,7 @@ async def test_custom_metrics_come_from_the_sheet_once_per_job(
     sandbox: SandboxAdmin,
     tmp_path: Path,
 ) -> None:
-    from ruleengine.sandbox.extras import write_sheets_credentials
+    from graph_sandbox.extras import write_sheets_credentials
 
     key_file = write_sheets_credentials(tmp_path / "sheets.json", sandbox.base_url)
     with_sheet = settings.model_copy(

@@ -38,7 +38,6 @@ from ruleengine.embedded import (
 from ruleengine.errors import RuleEngineError
 from ruleengine.ports import EmbeddedServers, PortUse, check_ports
 from ruleengine.rules.model import parse_rule
-from ruleengine.sandbox.extras import write_sheets_credentials
 from ruleengine.settings import PORT_LAYOUT, Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
@@ -184,8 +183,12 @@ class Up:
 
     def start_sandbox(self) -> None:
         """The Graph sandbox, plus its Sheets simulator and webhook sink for the demo rules."""
+        # The simulator is a sibling package, not part of the product: it is loaded here, only
+        # when ``up`` runs the sandbox, and never by the dispatcher, the workers or the web app.
+        from graph_sandbox.extras import write_sheets_credentials
+
         port = self.settings.sandbox_port
-        argv = [sys.executable, "-m", "ruleengine.sandbox", "--port", str(port)]
+        argv = [sys.executable, "-m", "graph_sandbox", "--port", str(port)]
         argv += ["--seed", str(self.settings.sandbox_seed)]
         child = self._start("sandbox", argv, address=self.settings.graph_url)
         self._started(child, f"{child.address} (Graph API {self.settings.graph_version})")

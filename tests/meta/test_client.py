@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine.errors import ErrorReport
 from ruleengine.meta.batch import BatchReader, SubRequest
 from ruleengine.meta.errors import AuthError, InvalidRequestError, RateLimitError, TransientError
@@ -15,7 +16,6 @@ from ruleengine.meta.http import READ_AND_BATCH, READ_WRITE, GraphSession, ReadO
 from ruleengine.meta.insights import fetch_insights
 from ruleengine.meta.reader import GraphReader, RetryPolicy
 from ruleengine.meta.writer import GraphWriter, WriteContext
-from ruleengine.sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from support import SANDBOX_NOW, SANDBOX_TOKEN
 

@@ -12,8 +12,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from ruleengine.sandbox import create_app
-from ruleengine.sandbox.admin import SandboxAdmin
+from graph_sandbox import create_app
+from graph_sandbox.admin import SandboxAdmin
 
 TOKEN = "EAAB-sandbox-test-token-0123456789abcdef"
 #: 10:00 in New York, 16:00 in Berlin, 22:00 in Jakarta.

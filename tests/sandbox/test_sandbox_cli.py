@@ -1,4 +1,4 @@
-"""``python -m ruleengine.sandbox`` starts, announces its address, serves and stops on SIGTERM."""
+"""``python -m graph_sandbox`` starts, announces its address, serves and stops on SIGTERM."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ async def test_cli_serves_on_a_free_port_and_stops_cleanly_on_sigterm() -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "ruleengine.sandbox",
+        "graph_sandbox",
         "--port",
         "0",
         "--seed",
@@ -54,7 +54,7 @@ async def test_cli_help_explains_the_flags() -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "ruleengine.sandbox",
+        "graph_sandbox",
         "--help",
         stdout=asyncio.subprocess.PIPE,
     )
@@ -62,3 +62,17 @@ async def test_cli_help_explains_the_flags() -> None:
     assert process.returncode == 0
     for flag in ("--host", "--port", "--seed", "--scenario", "--accounts", "--campaigns"):
         assert flag in out.decode()
+
+
+async def test_the_old_module_name_is_an_alias_of_the_new_one() -> None:
+    # ``python -m ruleengine.sandbox`` is kept for one release; it runs graph_sandbox's main.
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "ruleengine.sandbox",
+        "--help",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await process.communicate()
+    assert process.returncode == 0
+    assert out.decode().startswith("usage: python -m graph_sandbox ")

@@ -1,10 +1,5 @@
-"""A local simulator of Meta's Graph API v25.0 for the demo, the tests and the benchmarks.
+"""Alias kept for one release: ``python -m ruleengine.sandbox`` runs ``python -m graph_sandbox``.
 
-``create_app()`` builds the aiohttp application; ``python -m ruleengine.sandbox``
-serves it; :class:`ruleengine.sandbox.admin.SandboxAdmin` drives its admin
-routes. See ``docs/sandbox.md``.
+The Graph API simulator is the sibling package ``graph_sandbox``; this alias will be
+removed in the next release. It imports nothing, and nothing in the product imports it.
 """
-
-from ruleengine.sandbox.app import create_app
-
-__all__ = ["create_app"]

@@ -12,8 +12,8 @@ import random
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from ruleengine.sandbox.delivery import Archetype, Profile
-from ruleengine.sandbox.world import ACTIVE, PAUSED, Account, AdObject, World
+from graph_sandbox.delivery import Archetype, Profile
+from graph_sandbox.world import ACTIVE, PAUSED, Account, AdObject, World
 
 SCENARIOS = ("demo", "bench")
 

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 import orjson
 
-from ruleengine.sandbox.query import Page
+from graph_sandbox.query import Page
 
 DEFAULT_VERSION = "v25.0"
 _VERSION = re.compile(r"^v\d+\.\d+$")

@@ -1,4 +1,4 @@
-"""Graph API errors in Meta's shape, and the catalogue of codes the sandbox uses.
+"""Graph API errors in Meta's shape, the catalogue of codes the sandbox uses, and its own base.
 
 Meta answers every failure with ``{"error": {message, type, code, error_subcode,
 fbtrace_id, is_transient}}``; clients decide what to do from ``code`` and
@@ -51,6 +51,14 @@ _DEFAULTS: dict[int, _Default] = {
         True,
     ),
 }
+
+
+class SandboxError(Exception):
+    """Base of the errors the sandbox raises to its Python callers (the admin client).
+
+    Graph and Sheets failures are not among them: those are answers the simulated
+    services send over HTTP (:class:`GraphError` renders Meta's).
+    """
 
 
 class GraphError(Exception):

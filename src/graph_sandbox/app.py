@@ -13,12 +13,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ruleengine.sandbox.admin_routes import add_admin_routes
-from ruleengine.sandbox.batch import run_batch
-from ruleengine.sandbox.errors import GraphError, invalid_param
-from ruleengine.sandbox.extras import add_extras, seed_sheets
-from ruleengine.sandbox.limits import UseCase
-from ruleengine.sandbox.protocol import (
+from graph_sandbox.admin_routes import add_admin_routes
+from graph_sandbox.batch import run_batch
+from graph_sandbox.errors import GraphError, invalid_param
+from graph_sandbox.extras import add_extras, seed_sheets
+from graph_sandbox.limits import UseCase
+from graph_sandbox.protocol import (
     DEFAULT_VERSION,
     GraphRequest,
     GraphResponse,
@@ -26,9 +26,9 @@ from ruleengine.sandbox.protocol import (
     split_token,
     split_version,
 )
-from ruleengine.sandbox.router import execute
-from ruleengine.sandbox.scenarios import WorldConfig
-from ruleengine.sandbox.state import STATE, SandboxState
+from graph_sandbox.router import execute
+from graph_sandbox.scenarios import WorldConfig
+from graph_sandbox.state import STATE, SandboxState
 
 # Batch bodies of 50 sub-requests with long id filters exceed aiohttp's 1 MiB default.
 _MAX_BODY_BYTES = 16 * 1024 * 1024

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from ruleengine.sandbox.errors import invalid_param
+from graph_sandbox.errors import invalid_param
 
 T = TypeVar("T")
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import aiohttp
 
-from ruleengine.errors import RuleEngineError
+from graph_sandbox.errors import SandboxError
 
 
-class SandboxAdminError(RuleEngineError):
+class SandboxAdminError(SandboxError):
     """An admin call failed; the message carries the sandbox's answer."""
 
 

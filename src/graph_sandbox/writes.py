@@ -12,10 +12,10 @@ from typing import Any
 
 import orjson
 
-from ruleengine.sandbox.errors import invalid_param
-from ruleengine.sandbox.protocol import GraphRequest
-from ruleengine.sandbox.state import SandboxState
-from ruleengine.sandbox.world import ACTIVE, PAUSED, AdObject
+from graph_sandbox.errors import invalid_param
+from graph_sandbox.protocol import GraphRequest
+from graph_sandbox.state import SandboxState
+from graph_sandbox.world import ACTIVE, PAUSED, AdObject
 
 #: Meta's smallest budget, in minor units (1.00 in the account currency).
 MIN_BUDGET = 100

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from ruleengine.sandbox.delivery import Profile
+from graph_sandbox.delivery import Profile
 
 Kind = Literal["campaign", "adset"]
 

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from ruleengine.sandbox.delivery import ZERO, Totals, add, day_totals, scale
-from ruleengine.sandbox.periods import Period
-from ruleengine.sandbox.world import AdObject, World
+from graph_sandbox.delivery import ZERO, Totals, add, day_totals, scale
+from graph_sandbox.periods import Period
+from graph_sandbox.world import AdObject, World
 
 
 class InsightsEngine:

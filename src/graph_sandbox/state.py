@@ -11,13 +11,13 @@ from typing import Any
 
 from aiohttp import web
 
-from ruleengine.sandbox.clock import SandboxClock
-from ruleengine.sandbox.faults import Faults
-from ruleengine.sandbox.insights import InsightsEngine
-from ruleengine.sandbox.limits import BudgetChangeLimiter, UsageModel
-from ruleengine.sandbox.scenarios import WorldConfig, build_world
-from ruleengine.sandbox.stats import Stats
-from ruleengine.sandbox.world import World
+from graph_sandbox.clock import SandboxClock
+from graph_sandbox.faults import Faults
+from graph_sandbox.insights import InsightsEngine
+from graph_sandbox.limits import BudgetChangeLimiter, UsageModel
+from graph_sandbox.scenarios import WorldConfig, build_world
+from graph_sandbox.stats import Stats
+from graph_sandbox.world import World
 
 _TRACE_ALPHABET = string.ascii_letters + string.digits
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ruleengine.sandbox import reads, reports, writes
-from ruleengine.sandbox.errors import (
+from graph_sandbox import reads, reports, writes
+from graph_sandbox.errors import (
     GraphError,
     invalid_param,
     invalid_token,
@@ -19,9 +19,9 @@ from ruleengine.sandbox.errors import (
     no_permission,
     nonexistent_object,
 )
-from ruleengine.sandbox.limits import UseCase
-from ruleengine.sandbox.protocol import GraphRequest, GraphResponse
-from ruleengine.sandbox.state import SandboxState, WriteRecord
+from graph_sandbox.limits import UseCase
+from graph_sandbox.protocol import GraphRequest, GraphResponse
+from graph_sandbox.state import SandboxState, WriteRecord
 
 Handler = Callable[[SandboxState, GraphRequest], Any]
 

@@ -8,15 +8,14 @@ itself adds no counted call. Under ``null_item_rate`` an item comes back as
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qsl
 
 import orjson
 
-from ruleengine.constants import BATCH_MAX_ITEMS
-from ruleengine.sandbox.errors import GraphError, invalid_param
-from ruleengine.sandbox.limits import UseCase
-from ruleengine.sandbox.protocol import (
+from graph_sandbox.errors import GraphError, invalid_param
+from graph_sandbox.limits import UseCase
+from graph_sandbox.protocol import (
     DEFAULT_VERSION,
     GraphRequest,
     GraphResponse,
@@ -24,8 +23,11 @@ from ruleengine.sandbox.protocol import (
     split_token,
     split_version,
 )
-from ruleengine.sandbox.router import classify, execute
-from ruleengine.sandbox.state import SandboxState
+from graph_sandbox.router import classify, execute
+from graph_sandbox.state import SandboxState
+
+#: Meta's own limit on the sub-requests of one batch call.
+BATCH_MAX_ITEMS: Final = 50
 
 
 def run_batch(

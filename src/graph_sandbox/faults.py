@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ruleengine.sandbox.errors import GraphError
+from graph_sandbox.errors import GraphError
 
 
 class FaultRule(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ruleengine.sandbox.delivery import Totals
+from graph_sandbox.delivery import Totals
 
 #: Conversions without ``use_unified_attribution_setting=true`` use Meta's older
 #: attribution (longer click window), which finds this many times more.

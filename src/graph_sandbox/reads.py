@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ruleengine.sandbox.errors import invalid_param
-from ruleengine.sandbox.objects import (
+from graph_sandbox.errors import invalid_param
+from graph_sandbox.objects import (
     ACCOUNT_FIELDS,
     filter_fields,
     filter_value,
@@ -17,8 +17,8 @@ from ruleengine.sandbox.objects import (
     render_account,
     render_object,
 )
-from ruleengine.sandbox.protocol import GraphRequest, page_body
-from ruleengine.sandbox.query import (
+from graph_sandbox.protocol import GraphRequest, page_body
+from graph_sandbox.query import (
     Filter,
     matches,
     paginate,
@@ -27,8 +27,8 @@ from ruleengine.sandbox.query import (
     parse_json_list,
     parse_limit,
 )
-from ruleengine.sandbox.state import SandboxState
-from ruleengine.sandbox.world import AdObject
+from graph_sandbox.state import SandboxState
+from graph_sandbox.world import AdObject
 
 EFFECTIVE_STATUSES = frozenset(
     {

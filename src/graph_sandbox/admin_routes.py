@@ -15,8 +15,8 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ruleengine.sandbox.state import STATE, SandboxState
-from ruleengine.sandbox.stats import Stats
+from graph_sandbox.state import STATE, SandboxState
+from graph_sandbox.stats import Stats
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -11,7 +11,7 @@ from datetime import date, timedelta
 
 import orjson
 
-from ruleengine.sandbox.errors import GraphError, invalid_param
+from graph_sandbox.errors import GraphError, invalid_param
 
 Period = tuple[date, date]
 

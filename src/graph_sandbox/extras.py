@@ -1,6 +1,6 @@
 """What the all-in-one demo needs beside Graph: a Google Sheet of custom metrics and a webhook sink.
 
-* The Sheets v4 simulator (:mod:`ruleengine.sandbox.sheets_api`) is mounted under
+* The Sheets v4 simulator (:mod:`graph_sandbox.sheets_api`) is mounted under
   ``/sheets``; in the ``demo`` scenario it holds the spreadsheet ``demo-margins``
   (tab ``targets``): each campaign's id, name and a break-even ``target_roas``,
   which the example rule "Margin guard" reads as ``custom:target_roas``.
@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ruleengine.sandbox.sheets_api import SheetsStore, add_sheets_routes
-from ruleengine.sandbox.world import World
+from graph_sandbox.sheets_api import SheetsStore, add_sheets_routes
+from graph_sandbox.world import World
 
 SHEETS: web.AppKey[SheetsStore] = web.AppKey("sandbox_sheets", SheetsStore)
 WEBHOOKS: web.AppKey[list[dict[str, Any]]] = web.AppKey("sandbox_webhooks", list)

@@ -11,13 +11,13 @@ from __future__ import annotations
 from datetime import date
 from typing import Any
 
-from ruleengine.sandbox.delivery import Totals
-from ruleengine.sandbox.errors import invalid_param
-from ruleengine.sandbox.metrics import METRIC_FIELDS, render_metrics, with_attribution
-from ruleengine.sandbox.objects import filter_fields, filter_value, getters
-from ruleengine.sandbox.periods import Period, parse_time_range, preset_period
-from ruleengine.sandbox.protocol import GraphRequest, page_body
-from ruleengine.sandbox.query import (
+from graph_sandbox.delivery import Totals
+from graph_sandbox.errors import invalid_param
+from graph_sandbox.insights_fields import METRIC_FIELDS, render_metrics, with_attribution
+from graph_sandbox.objects import filter_fields, filter_value, getters
+from graph_sandbox.periods import Period, parse_time_range, preset_period
+from graph_sandbox.protocol import GraphRequest, page_body
+from graph_sandbox.query import (
     Filter,
     matches,
     paginate,
@@ -25,8 +25,8 @@ from ruleengine.sandbox.query import (
     parse_filtering,
     parse_limit,
 )
-from ruleengine.sandbox.state import SandboxState
-from ruleengine.sandbox.world import Account, AdObject
+from graph_sandbox.state import SandboxState
+from graph_sandbox.world import Account, AdObject
 
 LEVELS = ("account", "campaign", "adset")
 IDENTITY_FIELDS = frozenset(

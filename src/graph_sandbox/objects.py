@@ -10,9 +10,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from ruleengine.sandbox.periods import MAX_HISTORY_DAYS
-from ruleengine.sandbox.state import SandboxState
-from ruleengine.sandbox.world import Account, AdObject
+from graph_sandbox.periods import MAX_HISTORY_DAYS
+from graph_sandbox.state import SandboxState
+from graph_sandbox.world import Account, AdObject
 
 Getter = Callable[[SandboxState, AdObject], Any]
 
