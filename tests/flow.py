@@ -26,7 +26,7 @@ from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.queue import connect_queue
 from ruleengine.reaper import Reaper
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.ruledocs import RuleDoc
@@ -129,6 +129,13 @@ def process_env(settings: Settings, **extra: str) -> dict[str, str]:
         "RULEENGINE_DATA_DIR": str(settings.data_dir),
         **{f"RULEENGINE_{k.upper()}": v for k, v in extra.items()},
     }
+
+
+def budget_rule(name: str = "Scale", percent: float = 20, **extra: Any) -> Rule:
+    """A validated campaign rule raising budgets by ``percent`` when anything was spent today."""
+    spent = {"metric": "spend", "period": "today", "operator": ">", "value": 1}
+    data = campaign_rule({"type": "increase_budget", "percent": percent}, [spent], name=name)
+    return parse_rule(data | extra)
 
 
 def campaign_rule(

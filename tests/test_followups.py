@@ -15,7 +15,7 @@ from pydantic import SecretStr
 from redis.asyncio import Connection as RedisConnection
 from redis.asyncio import ConnectionPool
 
-from flow import dispatch, engine_for, records, run_rule, save_rule, work
+from flow import LOSER, campaign_rule, dispatch, engine_for, records, run_rule, save_rule, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.embedded import ProcessGroup, start_redis
@@ -33,32 +33,20 @@ from ruleengine.store.db import Database
 from ruleengine.store.followups import followup_job_id
 from support import SANDBOX_TOKEN
 
-LOSER = {
-    "metric": "purchase_roas.omni_purchase",
-    "period": "last_7d",
-    "operator": "<",
-    "value": 1.2,
-}
 HUMAN_TOKEN = "EAAGhumanTOKEN0123456789abcdef"
 ONE_LOSER = [{"field": "name", "operator": "EQUAL", "value": "[AUTO] Prospecting US 2"}]
 
 
 def pause_then(then: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {
-        "name": extra.pop("name", "Pause losers for a while"),
-        "level": "campaign",
-        "ad_accounts": ["act_1001"],
-        "filters": extra.pop("filters", ONE_LOSER),
-        "schedule": {"mode": "interval", "every_minutes": 15},
-        "timezone": "America/New_York",
-        "tasks": [
-            {
-                "id": "cool-off",
-                "conditions": [LOSER],
-                "action": extra.pop("action", {"type": "pause"}) | {"then": then},
-            }
-        ],
-    }
+    """A rule pausing "[AUTO] Prospecting US 2" (a loser), then ``then``."""
+    data = campaign_rule(
+        extra.pop("action", {"type": "pause"}) | {"then": then},
+        [LOSER],
+        name=extra.pop("name", "Pause losers for a while"),
+        filters=extra.pop("filters", ONE_LOSER),
+    )
+    data["tasks"][0]["id"] = "cool-off"
+    return data
 
 
 def raise_then(then: dict[str, Any], *, percent: int) -> dict[str, Any]:

@@ -10,37 +10,17 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from flow import budget_rule
 from ruleengine import constants as c
 from ruleengine.cli import main as cli_main
 from ruleengine.dispatch import run_dispatcher
 from ruleengine.errors import ConflictError
-from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.rules import ORPHAN_GRACE, RuleStore
 from ruleengine.web.app import create_app
 
 NOW = datetime.now(UTC)
-
-
-def make_rule(name: str, percent: float = 20) -> Rule:
-    return parse_rule(
-        {
-            "name": name,
-            "level": "campaign",
-            "ad_accounts": ["act_1001"],
-            "schedule": {"mode": "interval", "every_minutes": 15},
-            "tasks": [
-                {
-                    "id": "t",
-                    "conditions": [
-                        {"metric": "spend", "period": "today", "operator": ">", "value": 1}
-                    ],
-                    "action": {"type": "increase_budget", "percent": percent},
-                }
-            ],
-        }
-    )
 
 
 async def versions_of(db: Database, rule_id: str) -> list[int]:
@@ -50,15 +30,15 @@ async def versions_of(db: Database, rule_id: str) -> list[int]:
 
 async def test_a_save_refused_because_the_name_is_taken_leaves_no_version(db: Database) -> None:
     store = RuleStore(db)
-    await store.save(make_rule("a"), now=NOW, author="x", source="t")
-    b = (await store.save(make_rule("b"), now=NOW, author="x", source="t")).rule
+    await store.save(budget_rule("a"), now=NOW, author="x", source="t")
+    b = (await store.save(budget_rule("b"), now=NOW, author="x", source="t")).rule
 
     with pytest.raises(ConflictError, match="already exists"):
-        await store.save(make_rule("a", percent=5), now=NOW, author="x", source="t", rule_id=b.id)
+        await store.save(budget_rule("a", percent=5), now=NOW, author="x", source="t", rule_id=b.id)
 
     assert await versions_of(db, b.id) == [1]
     saved = await store.save(
-        make_rule("b", percent=5), now=NOW, author="x", source="t", rule_id=b.id
+        budget_rule("b", percent=5), now=NOW, author="x", source="t", rule_id=b.id
     )
     assert (saved.new_version, saved.rule.version) == (True, 2)
     assert await versions_of(db, b.id) == [1, 2]
@@ -68,10 +48,10 @@ async def test_a_create_refused_because_the_name_is_taken_leaves_no_version(
     db: Database,
 ) -> None:
     store = RuleStore(db)
-    first = (await store.save(make_rule("a"), now=NOW, author="x", source="t")).rule
+    first = (await store.save(budget_rule("a"), now=NOW, author="x", source="t")).rule
     # the name check of save() passed (as when two creates race): the insert is refused
     with pytest.raises(ConflictError, match="already exists"):
-        await store._create(make_rule("a", percent=7), NOW, "x", "t")
+        await store._create(budget_rule("a", percent=7), NOW, "x", "t")
     assert await db[c.RULE_VERSIONS].count_documents({}) == 1
     assert await versions_of(db, first.id) == [1]
 
@@ -93,7 +73,7 @@ async def insert_orphan(db: Database, rule_id: str, version: int, *, age: timede
 
 async def test_repair_removes_orphans_and_keeps_young_ones(db: Database) -> None:
     store = RuleStore(db)
-    rule = (await store.save(make_rule("a"), now=NOW, author="x", source="t")).rule
+    rule = (await store.save(budget_rule("a"), now=NOW, author="x", source="t")).rule
     await insert_orphan(db, rule.id, 2, age=timedelta(hours=1))
     await insert_orphan(db, rule.id, 3, age=timedelta(0))  # a save still in flight
     await insert_orphan(db, "no-such-rule", 1, age=timedelta(hours=1))
@@ -106,10 +86,10 @@ async def test_repair_removes_orphans_and_keeps_young_ones(db: Database) -> None
 
 async def test_an_old_orphan_does_not_block_the_next_save(db: Database) -> None:
     store = RuleStore(db)
-    rule = (await store.save(make_rule("a"), now=NOW, author="x", source="t")).rule
+    rule = (await store.save(budget_rule("a"), now=NOW, author="x", source="t")).rule
     await insert_orphan(db, rule.id, 2, age=ORPHAN_GRACE * 2)
     saved = await store.save(
-        make_rule("a", percent=5), now=datetime.now(UTC), author="x", source="t", rule_id=rule.id
+        budget_rule("a", percent=5), now=datetime.now(UTC), author="x", source="t", rule_id=rule.id
     )
     assert saved.rule.version == 2
     version = await store.version(rule.id, 2)
@@ -118,17 +98,17 @@ async def test_an_old_orphan_does_not_block_the_next_save(db: Database) -> None:
 
 async def test_a_young_orphan_is_someone_elses_save_in_flight(db: Database) -> None:
     store = RuleStore(db)
-    rule = (await store.save(make_rule("a"), now=NOW, author="x", source="t")).rule
+    rule = (await store.save(budget_rule("a"), now=NOW, author="x", source="t")).rule
     await insert_orphan(db, rule.id, 2, age=timedelta(0))
     with pytest.raises(ConflictError, match="reload the rule and retry"):
-        await store.save(make_rule("a", percent=5), now=datetime.now(UTC), author="x", source="t")
+        await store.save(budget_rule("a", percent=5), now=datetime.now(UTC), author="x", source="t")
 
 
 async def test_the_web_app_the_dispatcher_and_the_cli_repair_orphans_when_they_start(
     settings: Settings, db: Database, redis: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = RuleStore(db)
-    rule = (await store.save(make_rule("a", percent=3), now=NOW, author="x", source="t")).rule
+    rule = (await store.save(budget_rule("a", percent=3), now=NOW, author="x", source="t")).rule
     await insert_orphan(db, rule.id, 2, age=timedelta(hours=1))
     client: TestClient[web.Request, web.Application] = TestClient(
         TestServer(create_app(settings), host="127.0.0.1")

@@ -4,38 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
+from flow import budget_rule
 from ruleengine.errors import ConflictError, NotFoundError
-from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.store.db import Database
 from ruleengine.store.ruledocs import RuleDoc
 from ruleengine.store.rules import RuleStore
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
-
-
-def make_rule(name: str = "Scale", percent: float = 20, **extra: Any) -> Rule:
-    return parse_rule(
-        {
-            "name": name,
-            "level": "campaign",
-            "ad_accounts": ["act_1001"],
-            "schedule": {"mode": "interval", "every_minutes": 15},
-            "tasks": [
-                {
-                    "id": "t",
-                    "conditions": [
-                        {"metric": "spend", "period": "today", "operator": ">", "value": 1}
-                    ],
-                    "action": {"type": "increase_budget", "percent": percent},
-                }
-            ],
-            **extra,
-        }
-    )
 
 
 async def due_docs(store: RuleStore, now: datetime) -> list[RuleDoc]:
@@ -46,8 +24,8 @@ async def due_docs(store: RuleStore, now: datetime) -> list[RuleDoc]:
 
 async def test_identical_resave_creates_no_version(db: Database) -> None:
     store = RuleStore(db)
-    first = await store.save(make_rule(), now=NOW, author="a", source="test")
-    again = await store.save(make_rule(), now=NOW, author="a", source="test")
+    first = await store.save(budget_rule(), now=NOW, author="a", source="test")
+    again = await store.save(budget_rule(), now=NOW, author="a", source="test")
     assert (first.created, first.rule.version) == (True, 1)
     assert (again.created, again.new_version, again.rule.version) == (False, False, 1)
     assert len(await store.versions(first.rule.id)) == 1
@@ -55,8 +33,8 @@ async def test_identical_resave_creates_no_version(db: Database) -> None:
 
 async def test_a_change_creates_the_next_version_and_keeps_history(db: Database) -> None:
     store = RuleStore(db)
-    first = await store.save(make_rule(), now=NOW, author="a", source="test")
-    second = await store.save(make_rule(percent=25), now=NOW, author="b", source="api")
+    first = await store.save(budget_rule(), now=NOW, author="a", source="test")
+    second = await store.save(budget_rule(percent=25), now=NOW, author="b", source="api")
     assert second.rule.version == 2
     versions = await store.versions(first.rule.id)
     assert [v.version for v in versions] == [2, 1]
@@ -66,20 +44,20 @@ async def test_a_change_creates_the_next_version_and_keeps_history(db: Database)
 
 async def test_rollback_moves_the_pointer_without_a_new_version(db: Database) -> None:
     store = RuleStore(db)
-    rule_id = (await store.save(make_rule(), now=NOW, author="a", source="t")).rule.id
-    await store.save(make_rule(percent=30), now=NOW, author="a", source="t")
+    rule_id = (await store.save(budget_rule(), now=NOW, author="a", source="t")).rule.id
+    await store.save(budget_rule(percent=30), now=NOW, author="a", source="t")
     rolled = await store.rollback(rule_id, 1, now=NOW)
     assert (rolled.version, rolled.latest_version) == (1, 2)
     assert rolled.rule().tasks[0].action.percent == 20  # type: ignore[union-attr]
-    third = await store.save(make_rule(percent=40), now=NOW, author="a", source="t")
+    third = await store.save(budget_rule(percent=40), now=NOW, author="a", source="t")
     assert third.rule.version == 3
 
 
 async def test_two_concurrent_rollbacks_exactly_one_wins(db: Database) -> None:
     store = RuleStore(db)
-    rule_id = (await store.save(make_rule(), now=NOW, author="a", source="t")).rule.id
-    await store.save(make_rule(percent=30), now=NOW, author="a", source="t")
-    await store.save(make_rule(percent=40), now=NOW, author="a", source="t")
+    rule_id = (await store.save(budget_rule(), now=NOW, author="a", source="t")).rule.id
+    await store.save(budget_rule(percent=30), now=NOW, author="a", source="t")
+    await store.save(budget_rule(percent=40), now=NOW, author="a", source="t")
     results = await asyncio.gather(
         store.rollback(rule_id, 1, now=NOW, expected_version=3),
         store.rollback(rule_id, 2, now=NOW, expected_version=3),
@@ -95,11 +73,11 @@ async def test_two_concurrent_rollbacks_exactly_one_wins(db: Database) -> None:
 
 async def test_save_with_a_stale_expected_version_conflicts(db: Database) -> None:
     store = RuleStore(db)
-    rule_id = (await store.save(make_rule(), now=NOW, author="a", source="t")).rule.id
-    await store.save(make_rule(percent=30), now=NOW, author="a", source="t")
+    rule_id = (await store.save(budget_rule(), now=NOW, author="a", source="t")).rule.id
+    await store.save(budget_rule(percent=30), now=NOW, author="a", source="t")
     with pytest.raises(ConflictError, match="not 1"):
         await store.save(
-            make_rule(percent=50),
+            budget_rule(percent=50),
             now=NOW,
             author="a",
             source="t",
@@ -112,20 +90,20 @@ async def test_unknown_rule_and_version_are_not_found(db: Database) -> None:
     store = RuleStore(db)
     with pytest.raises(NotFoundError):
         await store.get("nope")
-    rule_id = (await store.save(make_rule(), now=NOW, author="a", source="t")).rule.id
+    rule_id = (await store.save(budget_rule(), now=NOW, author="a", source="t")).rule.id
     with pytest.raises(NotFoundError, match="no version 9"):
         await store.rollback(rule_id, 9, now=NOW)
 
 
 async def test_due_query_honours_status_time_and_date_range(db: Database) -> None:
     store = RuleStore(db)
-    due = (await store.save(make_rule("due"), now=NOW, author="a", source="t")).rule
+    due = (await store.save(budget_rule("due"), now=NOW, author="a", source="t")).rule
     paused = (
-        await store.save(make_rule("paused", status="PAUSED"), now=NOW, author="a", source="t")
+        await store.save(budget_rule("paused", status="PAUSED"), now=NOW, author="a", source="t")
     ).rule
     future = (
         await store.save(
-            make_rule("not yet", schedule={"mode": "timetable", "slots": {"tue": ["12:00"]}}),
+            budget_rule("not yet", schedule={"mode": "timetable", "slots": {"tue": ["12:00"]}}),
             now=NOW,
             author="a",
             source="t",
@@ -133,7 +111,7 @@ async def test_due_query_honours_status_time_and_date_range(db: Database) -> Non
     ).rule
     over = (
         await store.save(
-            make_rule("over", date_range={"start": "2026-11-01", "end": "2026-11-30"}),
+            budget_rule("over", date_range={"start": "2026-11-01", "end": "2026-11-30"}),
             now=NOW,
             author="a",
             source="t",
@@ -141,7 +119,10 @@ async def test_due_query_honours_status_time_and_date_range(db: Database) -> Non
     ).rule
     later = (
         await store.save(
-            make_rule("later", date_range={"start": "2026-12-02"}), now=NOW, author="a", source="t"
+            budget_rule("later", date_range={"start": "2026-12-02"}),
+            now=NOW,
+            author="a",
+            source="t",
         )
     ).rule
     assert {d.name for d in await due_docs(store, NOW)} == {"due"}
@@ -155,7 +136,7 @@ async def test_due_query_honours_status_time_and_date_range(db: Database) -> Non
 
 async def test_advance_is_a_compare_and_set_on_next_execute_at(db: Database) -> None:
     store = RuleStore(db)
-    rule = (await store.save(make_rule(), now=NOW, author="a", source="t")).rule
+    rule = (await store.save(budget_rule(), now=NOW, author="a", source="t")).rule
     assert rule.next_execute_at is not None
     nxt = NOW + timedelta(minutes=15)
     assert await store.advance(
@@ -171,7 +152,7 @@ async def test_advance_is_a_compare_and_set_on_next_execute_at(db: Database) -> 
 
 async def test_pause_and_activate(db: Database) -> None:
     store = RuleStore(db)
-    rule = (await store.save(make_rule(), now=NOW, author="a", source="t")).rule
+    rule = (await store.save(budget_rule(), now=NOW, author="a", source="t")).rule
     paused = await store.set_status(rule.id, "PAUSED", now=NOW)
     assert paused.status == "PAUSED"
     assert await due_docs(store, NOW) == []
@@ -183,7 +164,7 @@ async def test_pause_and_activate(db: Database) -> None:
 
 async def test_renaming_onto_an_existing_name_conflicts(db: Database) -> None:
     store = RuleStore(db)
-    await store.save(make_rule("a"), now=NOW, author="x", source="t")
-    b = (await store.save(make_rule("b"), now=NOW, author="x", source="t")).rule
+    await store.save(budget_rule("a"), now=NOW, author="x", source="t")
+    b = (await store.save(budget_rule("b"), now=NOW, author="x", source="t")).rule
     with pytest.raises(ConflictError, match="already exists"):
-        await store.save(make_rule("a", percent=5), now=NOW, author="x", source="t", rule_id=b.id)
+        await store.save(budget_rule("a", percent=5), now=NOW, author="x", source="t", rule_id=b.id)
