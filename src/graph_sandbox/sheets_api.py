@@ -19,6 +19,9 @@ Served under the prefix:
   and ``GET /_admin/stats`` — unauthenticated test and demo helpers.
 
 Errors have Google's shape: ``{"error": {"code", "message", "status"}}``.
+
+(Over 400 lines: it is a whole second simulated service — values, grid bounds, the
+token endpoint — kept apart from the Graph modules.)
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ computed from the same live value can never both land.
 Copies and messages have their own modules (:mod:`ruleengine.copies`,
 :mod:`ruleengine.notify`); follow-ups reuse :meth:`ActionExecutor.apply`
 (:mod:`ruleengine.followups.running`).
+
+(A little over 400 lines: the locked write step, the settler and reconciliation are one
+protocol and read best in one place.)
 """
 
 from __future__ import annotations

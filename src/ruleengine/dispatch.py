@@ -8,6 +8,10 @@ graph to prove it). What it writes is two fields of each rule —
 ``next_execute_at`` and ``last_execute_at`` — compare-and-set on the value it
 read, and only after the rule's jobs are enqueued: when Redis is down the rule
 stays due and goes out once Redis is back.
+
+(Over 400 lines because it is also the process: the loop, the sweep and the
+entry point of ``python -m ruleengine.dispatch`` belong together; the listings
+are :mod:`ruleengine.listings`, the lease :mod:`ruleengine.lease`.)
 """
 
 from __future__ import annotations

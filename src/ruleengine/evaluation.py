@@ -9,6 +9,8 @@ the first three stages and the record; *acting* is the subclass's:
 :class:`ruleengine.preview.PreviewEvaluation` only says what it would do. Nothing
 here can write to Meta: :class:`Reading`'s session allows GET and the Batch API
 of GETs at most.
+
+(A little over 400 lines: the stages and the record they end in are one pipeline.)
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ A save that changes a rule's definition writes a new ``rule_versions`` document
 ``active_version`` pointer, conditional on the pointer still being where it was
 read. Saving an identical definition writes nothing. Rollback and activation
 move the same pointer the same way, so two concurrent rollbacks cannot both win.
+
+(Over 400 lines: every change of a rule's state is a compare-and-set on the same two
+documents, and the saves, rollback, status changes, orphan repair and the due query
+are kept side by side so their conditions can be read against each other.)
 """
 
 from __future__ import annotations
