@@ -15,12 +15,17 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from graph_sandbox.delivery import Profile
+from graph_sandbox.timeline import StatusChange
 
 Kind = Literal["campaign", "adset"]
 
 ACTIVE = "ACTIVE"
 PAUSED = "PAUSED"
 CAMPAIGN_PAUSED = "CAMPAIGN_PAUSED"
+ARCHIVED = "ARCHIVED"
+DELETED = "DELETED"
+#: Effective statuses a listing leaves out unless the caller asks for them by name.
+HIDDEN_BY_DEFAULT = frozenset({ARCHIVED, DELETED})
 
 # Ids look like Meta's (15 digits, numeric strings); the prefix keeps campaign
 # and ad set ids apart so ``GET /{id}`` never has to guess.
@@ -71,6 +76,9 @@ class AdObject:
     lifetime_budget: int | None = None
     profile: Profile | None = None
     source_id: str | None = None
+    #: What Meta reports instead of ``ACTIVE`` while Meta holds the object back
+    #: (``WITH_ISSUES``, ``IN_PROCESS``); such an object delivers nothing.
+    held_as: str | None = None
 
 
 class World:
@@ -85,6 +93,7 @@ class World:
         self._adsets: dict[str, list[AdObject]] = {}
         self._children: dict[str, list[AdObject]] = {}
         self._serial: dict[Kind, int] = {"campaign": 0, "adset": 0}
+        self._status_log: dict[str, list[StatusChange]] = {}
 
     def add_account(self, account: Account) -> None:
         """Register an ad account."""
@@ -139,10 +148,30 @@ class World:
         return self.objects[adset.campaign_id]
 
     def effective_status(self, obj: AdObject) -> str:
-        """Meta's ``effective_status``: an ad set under a paused campaign is ``CAMPAIGN_PAUSED``."""
-        if obj.kind == "adset" and self.campaign_of(obj).status != ACTIVE:
-            return CAMPAIGN_PAUSED
+        """Meta's ``effective_status``.
+
+        An ad set under a paused campaign is ``CAMPAIGN_PAUSED``; under an archived,
+        deleted or held-back campaign it takes the campaign's status, as Meta's children do.
+        """
+        if obj.kind == "adset":
+            campaign = self.effective_status(self.campaign_of(obj))
+            if campaign == PAUSED:
+                return CAMPAIGN_PAUSED
+            if campaign != ACTIVE:
+                return campaign
+        if obj.status == ACTIVE and obj.held_as:
+            return obj.held_as
         return obj.status
+
+    def set_status(self, obj: AdObject, status: str, at: datetime) -> None:
+        """Change an object's status at ``at``, keeping the change in its status log."""
+        if status != obj.status:
+            self._status_log.setdefault(obj.id, []).append(StatusChange(at, obj.status, status))
+            obj.status = status
+
+    def status_log(self, object_id: str) -> list[StatusChange]:
+        """Every status change of an object, in the order they were made."""
+        return self._status_log.get(object_id, [])
 
     def delivering_now(self, adset: AdObject) -> bool:
         """True when the ad set and its campaign are both active."""

@@ -47,7 +47,11 @@ def update(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     if budget_change:
         state.budget_changes.check(obj.id, now)
     for name, value in changes.items():
-        setattr(obj, name, value)
+        if name == "status":
+            # Logged with its time: delivery stops (or starts) at this instant, not at midnight.
+            state.world.set_status(obj, value, now)
+        else:
+            setattr(obj, name, value)
     obj.updated_time = now
     if budget_change:
         state.budget_changes.record(obj.id, now)
