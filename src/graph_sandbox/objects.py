@@ -114,10 +114,13 @@ def _rendered(value: Any) -> Any:
 
 
 def render_object(state: SandboxState, obj: AdObject, fields: list[str]) -> dict[str, Any]:
-    """The requested fields of a campaign or ad set; budgets as strings, as Meta sends them."""
+    """The requested fields of a campaign or ad set; budgets as strings, as Meta sends them.
+
+    Like Graph, the answer always carries the object's ``id``, asked for or not.
+    """
     table = getters(obj.kind)
     out: dict[str, Any] = {}
-    for name in fields:
+    for name in (*fields, "id"):
         value = table[name](state, obj)
         if value is not None:
             out[name] = _rendered(value)
@@ -125,7 +128,7 @@ def render_object(state: SandboxState, obj: AdObject, fields: list[str]) -> dict
 
 
 def render_account(account: Account, fields: list[str]) -> dict[str, Any]:
-    """The requested fields of an ad account."""
+    """The requested fields of an ad account, and always its ``id``, as Graph answers."""
     values: dict[str, Any] = {
         "id": account.id,
         "account_id": account.account_id,
@@ -135,7 +138,7 @@ def render_account(account: Account, fields: list[str]) -> dict[str, Any]:
         "account_status": account.account_status,
         "business_name": "Sandbox Business",
     }
-    return {name: values[name] for name in fields}
+    return {name: values[name] for name in (*fields, "id")}
 
 
 def filter_fields(kind: str) -> frozenset[str]:

@@ -6,6 +6,7 @@ Pure date maths. ``today`` is the calendar date in the ad account's timezone;
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import date, timedelta
 
@@ -69,16 +70,40 @@ _PRESETS: dict[str, Callable[[date], Period]] = {
     "last_week_sun_sat": _last_week(6),
 }
 
-PRESETS = (*_PRESETS, "maximum")
+#: Every ``date_preset`` Graph takes, in the order its error message lists them.
+PRESETS = (
+    "today",
+    "yesterday",
+    "this_month",
+    "last_month",
+    "this_quarter",
+    "maximum",
+    "data_maximum",
+    "last_3d",
+    "last_7d",
+    "last_14d",
+    "last_28d",
+    "last_30d",
+    "last_90d",
+    "last_week_mon_sun",
+    "last_week_sun_sat",
+    "last_quarter",
+    "last_year",
+    "this_week_mon_today",
+    "this_week_sun_today",
+    "this_year",
+)
+#: Presets reaching back as far as Insights go (``data_maximum``: as far as there is data).
+MAXIMUM_PRESETS = frozenset({"maximum", "data_maximum"})
 
 
 def preset_period(preset: str, today: date, *, earliest: date | None) -> Period:
     """The inclusive dates of ``preset``; ``maximum`` starts at ``earliest`` (the oldest object).
 
     Raises:
-        GraphError: 100 for an unknown preset.
+        GraphError: 100 for an unknown preset, with Graph's message.
     """
-    if preset == "maximum":
+    if preset in MAXIMUM_PRESETS:
         floor = today - timedelta(days=MAX_HISTORY_DAYS)
         return max(earliest or today, floor), today
     make = _PRESETS.get(preset)
@@ -97,11 +122,36 @@ def parse_time_range(raw: str) -> Period:
     """
     try:
         value = orjson.loads(raw)
-        since, until = date.fromisoformat(value["since"]), date.fromisoformat(value["until"])
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+    except orjson.JSONDecodeError as exc:
         raise invalid_param(
             'time_range must be {"since": "YYYY-MM-DD", "until": "YYYY-MM-DD"}'
         ) from exc
+    return time_range_value(value, "time_range")
+
+
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _iso_date(raw: object) -> date:
+    # date.fromisoformat alone would also take 20261201 and 2026-W49-2; Graph does not.
+    if isinstance(raw, str) and _ISO_DATE.fullmatch(raw):
+        try:
+            return date.fromisoformat(raw)
+        except ValueError:
+            pass
+    raise invalid_param("Must be a date representation in the format YYYY-MM-DD")
+
+
+def time_range_value(value: object, name: str) -> Period:
+    """One ``{"since", "until"}`` object (of ``time_range`` or an item of ``time_ranges``).
+
+    Raises:
+        GraphError: 100 when it is not such an object, its dates are not ``YYYY-MM-DD``
+            (Graph's message) or ``since`` is after ``until``.
+    """
+    if not isinstance(value, dict) or not {"since", "until"} <= value.keys():
+        raise invalid_param(f'{name} must be {{"since": "YYYY-MM-DD", "until": "YYYY-MM-DD"}}')
+    since, until = _iso_date(value["since"]), _iso_date(value["until"])
     if since > until:
-        raise GraphError(100, "(#100) time_range: since must not be after until")
+        raise GraphError(100, f"(#100) {name}: since must not be after until")
     return since, until

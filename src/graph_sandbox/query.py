@@ -34,13 +34,30 @@ def parse_fields(
     """
     if not raw:
         return list(default)
-    if "{" in raw or "." in raw:
+    fields = parse_list_param(raw, "fields")
+    if any("{" in name or "." in name for name in fields):
         raise invalid_param("Field expansion (a{b} or a.b) is not supported by the sandbox")
-    fields = [name.strip() for name in raw.split(",") if name.strip()]
     for name in fields:
         if name not in allowed:
             raise invalid_param(f"Tried accessing nonexisting field ({name}) on node type ({node})")
     return list(dict.fromkeys(fields))
+
+
+def parse_list_param(raw: str | None, name: str) -> list[str]:
+    """A list parameter in either form Graph takes, ``["a","b"]`` or ``a,b``; absent → ``[]``.
+
+    Raises:
+        GraphError: 100 when the value starts like a JSON array but is not an array of
+            strings or numbers.
+    """
+    if raw is None or not raw.strip():
+        return []
+    if raw.lstrip().startswith("["):
+        items = parse_json_list(raw, name)
+        if not all(isinstance(item, str | int | float) for item in items):
+            raise invalid_param(f"{name} must be an array of strings")
+        return [str(item).strip() for item in items if str(item).strip()]
+    return [item.strip() for item in raw.split(",") if item.strip()]
 
 
 def parse_json_list(raw: str | None, name: str) -> list[Any]:

@@ -24,27 +24,27 @@ from graph_sandbox.query import (
     paginate,
     parse_fields,
     parse_filtering,
-    parse_json_list,
     parse_limit,
+    parse_list_param,
 )
 from graph_sandbox.state import SandboxState
-from graph_sandbox.world import AdObject
+from graph_sandbox.world import HIDDEN_BY_DEFAULT, AdObject
 
-EFFECTIVE_STATUSES = frozenset(
-    {
-        "ACTIVE",
-        "PAUSED",
-        "DELETED",
-        "ARCHIVED",
-        "CAMPAIGN_PAUSED",
-        "ADSET_PAUSED",
-        "IN_PROCESS",
-        "WITH_ISSUES",
-        "PENDING_REVIEW",
-        "DISAPPROVED",
-        "PREAPPROVED",
-        "PENDING_BILLING_INFO",
-    }
+#: Every ``effective_status`` Graph's listings filter on, in the order its error message
+#: lists them. Campaigns and ad sets only ever have some of them (the rest are ads').
+EFFECTIVE_STATUSES = (
+    "ACTIVE",
+    "PAUSED",
+    "DELETED",
+    "PENDING_REVIEW",
+    "DISAPPROVED",
+    "PREAPPROVED",
+    "PENDING_BILLING_INFO",
+    "CAMPAIGN_PAUSED",
+    "ARCHIVED",
+    "ADSET_PAUSED",
+    "IN_PROCESS",
+    "WITH_ISSUES",
 )
 
 _NODE = {"campaign": "Campaign", "adset": "AdSet"}
@@ -103,7 +103,9 @@ def list_objects(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     fields = _fields(req, kind)
     filters = parse_filtering(req.param("filtering"), filter_fields(kind))
     statuses = _effective_statuses(req.param("effective_status"))
-    selected = [obj for obj in items if _keep(state, obj, filters, statuses)]
+    # Like Meta, archived and deleted objects are listed only when asked for by status.
+    hidden = frozenset() if statuses or _filters_status(filters) else HIDDEN_BY_DEFAULT
+    selected = [obj for obj in items if _keep(state, obj, filters, statuses, hidden)]
     page = paginate(
         selected,
         lambda obj: obj.id,
@@ -115,11 +117,20 @@ def list_objects(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
 
 
 def _keep(
-    state: SandboxState, obj: AdObject, filters: list[Filter], statuses: frozenset[str]
+    state: SandboxState,
+    obj: AdObject,
+    filters: list[Filter],
+    statuses: frozenset[str],
+    hidden: frozenset[str],
 ) -> bool:
-    if statuses and state.world.effective_status(obj) not in statuses:
+    status = state.world.effective_status(obj)
+    if status in hidden or (statuses and status not in statuses):
         return False
     return matches(filters, lambda field: filter_value(state, obj, field))
+
+
+def _filters_status(filters: list[Filter]) -> bool:
+    return any(f.field.rpartition(".")[2] == "effective_status" for f in filters)
 
 
 def _edge_items(state: SandboxState, owner: str, edge: str) -> list[AdObject]:
@@ -132,11 +143,16 @@ def _edge_items(state: SandboxState, owner: str, edge: str) -> list[AdObject]:
 
 
 def _effective_statuses(raw: str | None) -> frozenset[str]:
-    statuses = frozenset(str(value) for value in parse_json_list(raw, "effective_status"))
-    unknown = statuses - EFFECTIVE_STATUSES
-    if unknown:
-        raise invalid_param(
-            f"Param effective_status[{sorted(unknown)[0]}] must be one of "
-            f"{{{', '.join(sorted(EFFECTIVE_STATUSES))}}}"
-        )
-    return statuses
+    """``effective_status``, a JSON array or a comma list of Graph's values.
+
+    Raises:
+        GraphError: 100 naming the first unknown value's position, as Graph words it.
+    """
+    values = parse_list_param(raw, "effective_status")
+    for index, value in enumerate(values):
+        if value not in EFFECTIVE_STATUSES:
+            raise invalid_param(
+                f"Param effective_status[{index}] must be one of "
+                f"{{{', '.join(EFFECTIVE_STATUSES)}}}"
+            )
+    return frozenset(values)

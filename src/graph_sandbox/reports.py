@@ -14,21 +14,37 @@ from typing import Any
 from graph_sandbox.delivery import Totals
 from graph_sandbox.errors import invalid_param
 from graph_sandbox.insights_fields import METRIC_FIELDS, render_metrics, with_attribution
+from graph_sandbox.insights_params import (
+    Slicing,
+    check_action_breakdowns,
+    check_reporting_options,
+    hour_label,
+    parse_breakdowns,
+    parse_insights_fields,
+    parse_level,
+    parse_time_increment,
+    parse_time_ranges,
+    slices,
+)
 from graph_sandbox.objects import filter_fields, filter_value, getters
-from graph_sandbox.periods import Period, parse_time_range, preset_period
+from graph_sandbox.periods import (
+    MAXIMUM_PRESETS,
+    PRESETS,
+    Period,
+    parse_time_range,
+    preset_period,
+)
 from graph_sandbox.protocol import GraphRequest, page_body
 from graph_sandbox.query import (
     Filter,
     matches,
     paginate,
-    parse_fields,
     parse_filtering,
     parse_limit,
 )
 from graph_sandbox.state import SandboxState
 from graph_sandbox.world import Account, AdObject
 
-LEVELS = ("account", "campaign", "adset")
 IDENTITY_FIELDS = frozenset(
     {
         "account_id",
@@ -52,25 +68,34 @@ _FILTER_FIELDS = filter_fields("adset") | filter_fields("campaign")
 def insights(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     """One page of Insights rows for the node in the path."""
     account, leaves, default_level = _scope(state, req.segments[0])
-    level = req.param("level") or default_level
-    if level not in LEVELS:
-        raise invalid_param(f"level must be one of the following values: {', '.join(LEVELS)}")
-    fields = parse_fields(
-        req.param("fields"), default=DEFAULT_FIELDS, allowed=INSIGHTS_FIELDS, node="AdsInsights"
+    level = parse_level(req.param("level"), default_level)
+    fields = parse_insights_fields(
+        req.param("fields"), default=DEFAULT_FIELDS, allowed=INSIGHTS_FIELDS
     )
-    _check_breakdowns(req)
     now = state.now()
-    period = _period(req, now.astimezone(account.tz).date(), account, leaves)
+    slicing = _slicing(req, now.astimezone(account.tz).date(), account, leaves)
     filters = parse_filtering(req.param("filtering"), _FILTER_FIELDS)
     if filters:
         leaves = [leaf for leaf in leaves if _passes(state, leaf, filters, level)]
     unified = (req.param("use_unified_attribution_setting") or "").lower() in ("true", "1")
     rows: list[tuple[str, dict[str, Any]]] = []
-    for key, members in _groups(leaves, level, account).items():
-        totals = state.insights.totals(members, period, now)
-        if totals.impressions:
-            totals = with_attribution(totals, unified=unified)
-            rows.append((key, _row(state, key, level, account, totals, fields, period)))
+    groups = _groups(leaves, level, account)
+    hours: tuple[int | None, ...] = tuple(range(24)) if slicing.hourly else (None,)
+    sliced = len(slicing.periods) > 1 or slicing.hourly is not None
+    for period in slicing.periods:
+        for key, members in groups.items():
+            for hour in hours:
+                totals = state.insights.totals(members, period, now, hour=hour)
+                if not totals.impressions:
+                    continue
+                if hour is not None:
+                    # Meta counts no unique people within an hourly breakdown.
+                    totals = totals._replace(reach=0, unique_clicks=0)
+                totals = with_attribution(totals, unified=unified)
+                row = _row(state, key, level, account, totals, fields, period)
+                if slicing.hourly is not None and hour is not None:
+                    row[slicing.hourly] = hour_label(hour)
+                rows.append((f"{key}|{period[0]}|{hour}" if sliced else key, row))
     page = paginate(
         rows,
         lambda row: row[0],
@@ -94,22 +119,31 @@ def _scope(state: SandboxState, node_id: str) -> tuple[Account, list[AdObject], 
     return world.account_of(obj), [obj], "adset"
 
 
-def _check_breakdowns(req: GraphRequest) -> None:
-    if req.param("breakdowns"):
-        raise invalid_param("breakdowns are not supported by the sandbox")
-    if (req.param("action_breakdowns") or "action_type") != "action_type":
-        raise invalid_param("action_breakdowns must be action_type in the sandbox")
-    if (req.param("time_increment") or "all_days") != "all_days":
-        raise invalid_param("time_increment must be all_days in the sandbox")
+def _slicing(req: GraphRequest, today: date, account: Account, leaves: list[AdObject]) -> Slicing:
+    """The periods (``time_ranges``, or the period cut by ``time_increment``) and breakdown."""
+    hourly = parse_breakdowns(req.param("breakdowns"))
+    check_action_breakdowns(req.param("action_breakdowns"))
+    check_reporting_options(
+        req.param("action_attribution_windows"), req.param("action_report_time")
+    )
+    increment = parse_time_increment(req.param("time_increment"))
+    ranges = parse_time_ranges(req.param("time_ranges"))
+    period = _period(req, today, account, leaves)
+    # As Graph does: time_ranges wins over time_range and date_preset, and ignores time_increment.
+    return Slicing(ranges or slices(period, increment), hourly)
 
 
 def _period(req: GraphRequest, today: date, account: Account, leaves: list[AdObject]) -> Period:
+    preset = req.param("date_preset") or DEFAULT_PRESET
+    if preset not in PRESETS:
+        raise invalid_param(
+            f"date_preset must be one of the following values: {', '.join(PRESETS)}"
+        )
     time_range = req.param("time_range")
     if time_range:
         return parse_time_range(time_range)
-    preset = req.param("date_preset") or DEFAULT_PRESET
     earliest = None
-    if preset == "maximum" and leaves:
+    if preset in MAXIMUM_PRESETS and leaves:
         earliest = min(leaf.created_time for leaf in leaves).astimezone(account.tz).date()
     return preset_period(preset, today, earliest=earliest)
 

@@ -13,7 +13,16 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from graph_sandbox.delivery import Archetype, Profile
-from graph_sandbox.world import ACTIVE, PAUSED, Account, AdObject, World
+from graph_sandbox.world import (
+    ACTIVE,
+    ARCHIVED,
+    IN_PROCESS,
+    PAUSED,
+    WITH_ISSUES,
+    Account,
+    AdObject,
+    World,
+)
 
 SCENARIOS = ("demo", "bench")
 
@@ -55,9 +64,11 @@ class _CampaignSpec:
     objective: str = "OUTCOME_SALES"
     status: str = ACTIVE
     paused_adset: bool = False
+    held_as: str | None = None  # WITH_ISSUES, IN_PROCESS: the campaign and its ad sets
 
 
 _W, _M, _L = Archetype.WINNER, Archetype.MIDDLING, Archetype.LOSER
+_NONE = Archetype.NO_DELIVERY
 
 # One demo account's campaigns; ``{cc}`` is the account's country code.
 _DEMO_CAMPAIGNS = (
@@ -80,6 +91,16 @@ _DEMO_CAMPAIGNS = (
     ),
     _CampaignSpec("Seasonal Promo {cc}", Archetype.NO_DELIVERY, "adset", 6000),
 )
+
+# Campaigns in the other statuses Meta reports, added to the third demo account after
+# everything else (their own random stream, so no other object changes). None delivers;
+# their names carry no [AUTO] tag, so rules filtered on it never see them.
+_DEMO_STATUS_CAMPAIGNS = (
+    _CampaignSpec("Clearance {cc}", _NONE, "daily", 4000, adsets=1, status=ARCHIVED),
+    _CampaignSpec("Payment Hold {cc}", _NONE, "adset", 3000, adsets=1, held_as=WITH_ISSUES),
+    _CampaignSpec("New Launch {cc}", _NONE, "daily", 9000, adsets=1, held_as=IN_PROCESS),
+)
+_STATUS_CAMPAIGNS_ACCOUNT = 2  # index into _DEMO_ACCOUNTS: act_1003
 
 _DEMO_ACCOUNTS = (
     ("1001", "Demo Store US", "USD", "America/New_York", "US"),
@@ -121,6 +142,11 @@ def _build_demo(world: World, rng: random.Random, config: WorldConfig) -> None:
             if position >= len(_DEMO_CAMPAIGNS):
                 spec = _renumbered(spec, position // len(_DEMO_CAMPAIGNS))
             _add_campaign(world, rng, number, spec, cc, config.adsets_per_campaign)
+    if (config.accounts or len(_DEMO_ACCOUNTS)) > _STATUS_CAMPAIGNS_ACCOUNT:
+        number, _, _, _, cc = _DEMO_ACCOUNTS[_STATUS_CAMPAIGNS_ACCOUNT]
+        extra = random.Random(f"{config.seed}:demo:statuses")
+        for spec in _DEMO_STATUS_CAMPAIGNS:
+            _add_campaign(world, extra, number, spec, cc, None)
 
 
 def _build_bench(world: World, rng: random.Random, config: WorldConfig) -> None:
@@ -174,6 +200,7 @@ def _add_campaign(
         updated_time=created + timedelta(hours=rng.randrange(1, 72)),
         daily_budget=spec.budget_cents if spec.budget == "daily" else None,
         lifetime_budget=spec.budget_cents if spec.budget == "lifetime" else None,
+        held_as=spec.held_as,
     )
     world.add(campaign)
     _add_adsets(world, rng, campaign, spec, adsets_override or spec.adsets)
@@ -205,6 +232,7 @@ def _add_adsets(
                 campaign_id=campaign.id,
                 daily_budget=spec.budget_cents if spec.budget == "adset" else None,
                 profile=make_profile(rng, spec.archetype, spend),
+                held_as=spec.held_as,
             )
         )
 

@@ -26,6 +26,10 @@ ARCHIVED = "ARCHIVED"
 DELETED = "DELETED"
 #: Effective statuses a listing leaves out unless the caller asks for them by name.
 HIDDEN_BY_DEFAULT = frozenset({ARCHIVED, DELETED})
+WITH_ISSUES = "WITH_ISSUES"
+IN_PROCESS = "IN_PROCESS"
+# A campaign's effective statuses its ad sets take on.
+_INHERITED = frozenset({ARCHIVED, DELETED, WITH_ISSUES})
 
 # Ids look like Meta's (15 digits, numeric strings); the prefix keeps campaign
 # and ad set ids apart so ``GET /{id}`` never has to guess.
@@ -151,13 +155,14 @@ class World:
         """Meta's ``effective_status``.
 
         An ad set under a paused campaign is ``CAMPAIGN_PAUSED``; under an archived,
-        deleted or held-back campaign it takes the campaign's status, as Meta's children do.
+        deleted or ``WITH_ISSUES`` campaign it takes the campaign's status, as Meta's
+        children do (``IN_PROCESS`` is the campaign's own).
         """
         if obj.kind == "adset":
             campaign = self.effective_status(self.campaign_of(obj))
             if campaign == PAUSED:
                 return CAMPAIGN_PAUSED
-            if campaign != ACTIVE:
+            if campaign in _INHERITED:
                 return campaign
         if obj.status == ACTIVE and obj.held_as:
             return obj.held_as

@@ -50,18 +50,21 @@ FilterOperator = Literal[
     "CONTAIN",
     "NOT_CONTAIN",
 ]
+# Meta's effective_status values, as its listing edges take them in filtering.
 EFFECTIVE_STATUSES = frozenset(
     {
         "ACTIVE",
         "PAUSED",
         "DELETED",
-        "ARCHIVED",
-        "IN_PROCESS",
-        "WITH_ISSUES",
-        "CAMPAIGN_PAUSED",
-        "ADSET_PAUSED",
         "PENDING_REVIEW",
         "DISAPPROVED",
+        "PREAPPROVED",
+        "PENDING_BILLING_INFO",
+        "CAMPAIGN_PAUSED",
+        "ARCHIVED",
+        "ADSET_PAUSED",
+        "IN_PROCESS",
+        "WITH_ISSUES",
     }
 )
 # Fields Meta accepts in ``filtering`` for each listing edge.
