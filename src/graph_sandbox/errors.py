@@ -72,6 +72,7 @@ class GraphError(Exception):
         is_transient: Overrides the catalogue's ``is_transient``.
         user_title: Optional ``error_user_title``.
         user_msg: Optional ``error_user_msg``.
+        error_type: ``type`` in the body: ``OAuthException`` for most errors, as Meta's.
     """
 
     def __init__(
@@ -84,8 +85,10 @@ class GraphError(Exception):
         is_transient: bool | None = None,
         user_title: str | None = None,
         user_msg: str | None = None,
+        error_type: str = "OAuthException",
     ) -> None:
         default = _DEFAULTS.get(code, _Default(f"(#{code}) Simulated error", 400))
+        self.error_type = error_type
         self.code = code
         self.message = message or default.message
         self.subcode = subcode
@@ -99,7 +102,7 @@ class GraphError(Exception):
         """The JSON body Meta would send for this error."""
         error: dict[str, Any] = {
             "message": self.message,
-            "type": "OAuthException",
+            "type": self.error_type,
             "code": self.code,
         }
         if self.subcode is not None:
@@ -119,12 +122,14 @@ def invalid_param(message: str) -> GraphError:
 
 
 def nonexistent_object(object_id: str, method: str = "get") -> GraphError:
-    """Error 100/33: the id names nothing this token can see."""
+    """Error 100/33: the id names nothing this token can see (a ``GraphMethodException``)."""
     return GraphError(
         100,
         f"Unsupported {method.lower()} request. Object with ID '{object_id}' does not exist, "
-        "cannot be loaded due to missing permissions, or does not support this operation.",
+        "cannot be loaded due to missing permissions, or does not support this operation. "
+        "Please read the Graph API documentation at https://developers.facebook.com/docs/graph-api",
         subcode=NONEXISTENT_OBJECT_SUBCODE,
+        error_type="GraphMethodException",
     )
 
 
