@@ -8,7 +8,8 @@ period has no row at all.
 
 from __future__ import annotations
 
-from datetime import date
+from collections.abc import Iterator
+from datetime import date, datetime
 from typing import Any
 
 from graph_sandbox.delivery import Totals
@@ -78,24 +79,11 @@ def insights(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     if filters:
         leaves = [leaf for leaf in leaves if _passes(state, leaf, filters, level)]
     unified = (req.param("use_unified_attribution_setting") or "").lower() in ("true", "1")
-    rows: list[tuple[str, dict[str, Any]]] = []
     groups = _groups(leaves, level, account)
-    hours: tuple[int | None, ...] = tuple(range(24)) if slicing.hourly else (None,)
-    sliced = len(slicing.periods) > 1 or slicing.hourly is not None
-    for period in slicing.periods:
-        for key, members in groups.items():
-            for hour in hours:
-                totals = state.insights.totals(members, period, now, hour=hour)
-                if not totals.impressions:
-                    continue
-                if hour is not None:
-                    # Meta counts no unique people within an hourly breakdown.
-                    totals = totals._replace(reach=0, unique_clicks=0)
-                totals = with_attribution(totals, unified=unified)
-                row = _row(state, key, level, account, totals, fields, period)
-                if slicing.hourly is not None and hour is not None:
-                    row[slicing.hourly] = hour_label(hour)
-                rows.append((f"{key}|{period[0]}|{hour}" if sliced else key, row))
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for key, group, period, totals, extra in _slices(state, groups, slicing, now):
+        shown = with_attribution(totals, unified=unified)
+        rows.append((key, _row(state, group, level, account, shown, fields, period) | extra))
     page = paginate(
         rows,
         lambda row: row[0],
@@ -117,6 +105,31 @@ def _scope(state: SandboxState, node_id: str) -> tuple[Account, list[AdObject], 
     if obj.kind == "campaign":
         return world.account_of(obj), world.adsets_of(obj.id), "campaign"
     return world.account_of(obj), [obj], "adset"
+
+
+def _slices(
+    state: SandboxState, groups: dict[str, list[AdObject]], slicing: Slicing, now: datetime
+) -> Iterator[tuple[str, str, Period, Totals, dict[str, str]]]:
+    """Each result with delivery: its paging key, group, period, totals and breakdown value.
+
+    Period by period, then group by group, then hour by hour. A group with no
+    impressions in a slice has no row for it.
+    """
+    hours: tuple[int | None, ...] = tuple(range(24)) if slicing.hourly else (None,)
+    sliced = len(slicing.periods) > 1 or slicing.hourly is not None
+    for period in slicing.periods:
+        for group, members in groups.items():
+            for hour in hours:
+                totals = state.insights.totals(members, period, now, hour=hour)
+                if not totals.impressions:
+                    continue
+                key = f"{group}|{period[0]}|{hour}" if sliced else group
+                if slicing.hourly is None or hour is None:
+                    yield key, group, period, totals, {}
+                else:
+                    # Meta counts no unique people within an hourly breakdown.
+                    hourly = totals._replace(reach=0, unique_clicks=0)
+                    yield key, group, period, hourly, {slicing.hourly: hour_label(hour)}
 
 
 def _slicing(req: GraphRequest, today: date, account: Account, leaves: list[AdObject]) -> Slicing:

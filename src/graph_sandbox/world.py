@@ -177,7 +177,3 @@ class World:
     def status_log(self, object_id: str) -> list[StatusChange]:
         """Every status change of an object, in the order they were made."""
         return self._status_log.get(object_id, [])
-
-    def delivering_now(self, adset: AdObject) -> bool:
-        """True when the ad set and its campaign are both active."""
-        return self.effective_status(adset) == ACTIVE
