@@ -44,6 +44,8 @@ def sandbox_api(url: str, token: str | None = TOKEN) -> FacebookAdsApi:
     """A ``FacebookAdsApi`` talking to ``url`` instead of graph.facebook.com."""
     session = FacebookSession(access_token=token)
     session.GRAPH = url
+    # The sandbox is on loopback: no proxy from the environment may stand in between.
+    session.requests.trust_env = False
     return FacebookAdsApi(session, api_version=API_VERSION)
 
 
