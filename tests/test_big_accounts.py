@@ -10,6 +10,7 @@ from ruleengine import constants as c
 from ruleengine.engine import evaluate_account
 from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob
+from ruleengine.preview import open_preview, preview_rule
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
@@ -21,25 +22,30 @@ NEVER_ACTS = campaign_rule({"type": "pause"}, [SPENT, WINNER], name="big")
 
 async def evaluate(settings: Settings, db: Database, batch_id: str, sleep: Any = None) -> Any:
     """Evaluate ``NEVER_ACTS`` on act_1001 as batch ``batch_id``; its summary."""
-    doc = await save_rule(db, NEVER_ACTS) if batch_id == "sync" else None
-    rule = parse_rule(NEVER_ACTS)
     async with engine_for(settings, db) as engine:
         if sleep is not None:
             engine.sleep = sleep
-        entities = await GraphReader.from_settings(engine.session).list_for_rule(
-            rule, "act_1001", token=SANDBOX_TOKEN
-        )
-        job = EvaluateJob.of(
-            rule,
-            batch_id=batch_id,
-            rule_id=doc.id if doc else "rule-big",
-            version=1,
-            account="act_1001",
-            entities=entities,
-            scheduled_at=SANDBOX_NOW,
-            dispatched_at=SANDBOX_NOW,
-        )
-        return await evaluate_account(engine, job, now=SANDBOX_NOW)
+        return await evaluate_with(engine, db, batch_id)
+
+
+async def evaluate_with(engine: Any, db: Database, batch_id: str) -> Any:
+    """Evaluate ``NEVER_ACTS`` on act_1001 with ``engine`` as batch ``batch_id``."""
+    doc = await save_rule(db, NEVER_ACTS) if batch_id == "sync" else None
+    rule = parse_rule(NEVER_ACTS)
+    entities = await GraphReader.from_settings(engine.session).list_for_rule(
+        rule, "act_1001", token=SANDBOX_TOKEN
+    )
+    job = EvaluateJob.of(
+        rule,
+        batch_id=batch_id,
+        rule_id=doc.id if doc else "rule-big",
+        version=1,
+        account="act_1001",
+        entities=entities,
+        scheduled_at=SANDBOX_NOW,
+        dispatched_at=SANDBOX_NOW,
+    )
+    return await evaluate_account(engine, job, now=SANDBOX_NOW)
 
 
 def seen(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
@@ -101,3 +107,49 @@ async def test_a_failed_report_run_is_recorded_as_fetch_failed_not_a_crash(
     assert batch is not None
     assert batch["status"] == "FAILED"
     assert batch["failed_count"] == 12
+
+
+async def test_the_preview_of_a_big_account_runs_reports_and_writes_nothing(
+    settings: Settings, db: Database, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    big = settings.model_copy(update={"insights_async_threshold": 5})
+    reading = open_preview(big, db=db)
+
+    async def no_wait(seconds: float) -> None:
+        pass
+
+    reading.sleep = no_wait
+    try:
+        preview = await preview_rule(
+            reading, parse_rule(NEVER_ACTS), rule_id="r", version=1, now=SANDBOX_NOW
+        )
+    finally:
+        await reading.close()
+    assert preview.errors == {}
+    assert len(preview.records) == 12
+    assert all(r["passed"] is False for r in preview.records)
+    assert (await sandbox.stats())["calls_by_kind"]["report"] == 2
+    assert await sandbox.writes() == []
+
+
+async def test_the_worker_slows_down_on_a_full_insights_throttle_and_records_the_refusal(
+    settings: Settings, db: Database, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    await sandbox.set_limits(insights_account_calls_per_hour=2)  # one job's 2 periods fill it
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    async with engine_for(settings, db) as engine:
+        engine.sleep = sleep
+        first = await evaluate_with(engine, db, "t1")
+        assert (first.status, waits) == ("DONE", [])
+        second = await evaluate_with(engine, db, "t2")
+    # at 100 % each Batch API call waits 30 s first; each refusal (4/1504039) waits 30 s more
+    assert waits == [30.0, 30.0, 30.0, 30.0, 30.0]
+    assert second.status == "FAILED"
+    rows = await records(db, batch_id="t2")
+    assert {(r["reason"], r["error"]["code"], r["error"]["subcode"]) for r in rows} == {
+        ("fetch_failed", 4, 1504039)
+    }
