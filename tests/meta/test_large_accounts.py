@@ -7,14 +7,21 @@ from datetime import date, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.meta.batch import BatchReader
-from ruleengine.meta.errors import DataTooLargeError, ReportRunError
+from ruleengine.meta.errors import (
+    DataTooLargeError,
+    MalformedResponseError,
+    ReportRunError,
+    error_from_body,
+)
 from ruleengine.meta.http import READ_AND_REPORT, READ_WRITE, GraphSession, ReadOnlyViolation
 from ruleengine.meta.insights import InsightsResult, LargeAccounts, fetch_insights, sum_rows
 from ruleengine.meta.reader import RetryPolicy
-from ruleengine.meta.reports import ReportRunner
+from ruleengine.meta.reports import ReportRunner, RunStatus, parse_status
 from ruleengine.rules.periods import halves, preset_range
 from ruleengine.settings import Settings
 from support import SANDBOX_NOW, SANDBOX_TOKEN
@@ -288,3 +295,62 @@ def test_rows_of_adjacent_ranges_add_up() -> None:
         "date_start": "2026-11-01",
         "date_stop": "2026-11-14",
     }
+
+
+@given(
+    preset=st.one_of(
+        st.integers(min_value=-5, max_value=1200).map(lambda n: f"last_{n}d"),
+        st.sampled_from(["today", "yesterday", "this_month", "last_month", "maximum", "x"]),
+        st.text(max_size=12),
+    ),
+    today=st.dates(min_value=date(2000, 3, 1), max_value=date(2999, 12, 31)),
+)
+def test_any_preset_is_a_valid_range_or_none_and_halves_cover_it(preset: str, today: date) -> None:
+    span = preset_range(preset, today)
+    if span is None:
+        return
+    since, until = span
+    assert since <= until <= today
+    parts = halves(span)
+    if since == until:
+        assert parts is None
+        return
+    assert parts is not None
+    (a, b), (c, d) = parts
+    assert (a, d) == (since, until)
+    assert b + timedelta(days=1) == c
+    assert a <= b and c <= d
+    assert abs((b - a).days - (d - c).days) <= 1
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["async_status", "async_percent_completion", "error_code", "id"]),
+        st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text()),
+    )
+)
+def test_any_report_run_body_is_a_status_or_a_malformed_response(body: dict[str, Any]) -> None:
+    try:
+        status = parse_status(body)
+    except MalformedResponseError:
+        assert not isinstance(body.get("async_status"), str)
+        return
+    assert isinstance(status, RunStatus)
+    assert isinstance(status.error("1"), ReportRunError)
+    assert status.done == (status.status == "Job Completed" and status.percent >= 100)
+
+
+@given(
+    code=st.one_of(st.none(), st.integers(), st.text(max_size=5)),
+    subcode=st.one_of(st.none(), st.integers(), st.text(max_size=8)),
+    message=st.one_of(st.none(), st.text(max_size=80)),
+)
+def test_any_error_body_maps_to_a_class_and_timeouts_to_data_too_large(
+    code: Any, subcode: Any, message: Any
+) -> None:
+    body = {"error": {"code": code, "error_subcode": subcode, "message": message}}
+    error = error_from_body(body, http_status=400, throttle_wait_s=30)
+    if (code, subcode) in ((100, 1504018), (2, 1504038)):
+        assert isinstance(error, DataTooLargeError)
+    if code == 4 and subcode in (1504022, 1504039):
+        assert getattr(error, "retry_after_s", None) == 30

@@ -57,8 +57,8 @@ class RunStatus:
         text = user_msg or message or f"the report run ended as '{self.status}'"
         return ReportRunError(
             f"Insights report run {run_id}: {self.status}: {text}",
-            code=code if isinstance(code, int) else None,
-            subcode=subcode if isinstance(subcode, int) else None,
+            code=_integer(code),
+            subcode=_integer(subcode),
             response=self.body,
         )
 
@@ -141,7 +141,7 @@ class ReportRunner:
         while True:
             # No ``fields``: the defaults carry the status and, since v25.0, the error fields.
             body = await self._call("GET", run_id, account_id, token, params={})
-            status = _status(body)
+            status = parse_status(body)
             if on_percent is not None:
                 await on_percent(status.percent)
             if status.done or status.status in (FAILED, SKIPPED):
@@ -171,7 +171,16 @@ class ReportRunner:
                 return rows
 
 
-def _status(body: dict[str, Any]) -> RunStatus:
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def parse_status(body: dict[str, Any]) -> RunStatus:
+    """An ``AdReportRun`` read as a status.
+
+    Raises:
+        MalformedResponseError: the answer has no ``async_status``.
+    """
     status = body.get("async_status")
     percent = body.get("async_percent_completion")
     if not isinstance(status, str):
