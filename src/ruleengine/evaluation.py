@@ -7,10 +7,11 @@ execution record saying what the engine saw, decided and did. This module holds
 the first three stages and the record; *acting* is the subclass's:
 :class:`ruleengine.engine.JobEvaluation` writes (the worker),
 :class:`ruleengine.preview.PreviewEvaluation` only says what it would do. Nothing
-here can write to Meta: :class:`Reading`'s session allows GET and the Batch API
-of GETs at most.
+here can write to Meta: :class:`Reading`'s session allows GET, the Batch API of
+GETs and ``REPORT`` (starting an async Insights report run, which changes no ad
+object) at most.
 
-(A little over 400 lines: the stages and the record they end in are one pipeline.)
+(Over 400 lines: the stages and the record they end in are one pipeline.)
 """
 
 from __future__ import annotations

@@ -19,9 +19,10 @@ from ruleengine.meta.errors import (
     error_from_body,
 )
 from ruleengine.meta.http import READ_AND_REPORT, READ_WRITE, GraphSession, ReadOnlyViolation
-from ruleengine.meta.insights import InsightsResult, LargeAccounts, fetch_insights, sum_rows
+from ruleengine.meta.insights import InsightsResult, LargeAccounts, fetch_insights
 from ruleengine.meta.reader import RetryPolicy
 from ruleengine.meta.reports import ReportRunner, RunStatus, parse_status
+from ruleengine.meta.rows import sum_rows
 from ruleengine.rules.periods import halves, preset_range
 from ruleengine.settings import Settings
 from support import SANDBOX_NOW, SANDBOX_TOKEN

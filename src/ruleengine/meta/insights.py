@@ -27,13 +27,13 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
-from decimal import Decimal, InvalidOperation
 from typing import Any, Final, Literal
 
 from ruleengine.meta.batch import BatchReader, SubRequest, SubResult
 from ruleengine.meta.errors import DataTooLargeError, GraphError, MalformedResponseError
 from ruleengine.meta.reader import next_cursor
 from ruleengine.meta.reports import ReportRunner
+from ruleengine.meta.rows import ADDITIVE_FIELDS, IDENTITY_FIELDS, sum_rows
 from ruleengine.rules.periods import DateRange, halves, preset_range
 
 log = logging.getLogger(__name__)
@@ -42,26 +42,6 @@ Strategy = Literal["account_level", "per_campaign"]
 Progress = Callable[[float], Awaitable[None]]
 IDS_PER_REQUEST: Final = 500
 BASE_PARAMS: Final = {"use_unified_attribution_setting": True, "action_breakdowns": "action_type"}
-# Fields whose value over a range is the sum of its values over the parts (a split by
-# range is exact for these only); and fields that name the row rather than measure it.
-ADDITIVE_FIELDS: Final = frozenset(
-    {"spend", "impressions", "clicks", "inline_link_clicks", "actions", "action_values"}
-)
-IDENTITY_FIELDS: Final = frozenset(
-    {
-        "account_id",
-        "account_name",
-        "account_currency",
-        "campaign_id",
-        "campaign_name",
-        "adset_id",
-        "adset_name",
-        "objective",
-        "date_start",
-        "date_stop",
-    }
-)
-_ACTION_LISTS: Final = ("actions", "action_values")
 
 
 @dataclass
@@ -380,40 +360,3 @@ def _absorb(plan: _Planned, answer: SubResult, result: InsightsResult, level: st
         if isinstance(row, dict) and entity_id in wanted:
             keep(entity_id, plan.period, row)
     return next_cursor(answer.body)
-
-
-def sum_rows(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
-    """Two rows of the same entity over adjacent ranges as one row over both (additive fields)."""
-    merged = {**second, **first}
-    for name in ADDITIVE_FIELDS - set(_ACTION_LISTS):
-        if name in first or name in second:
-            merged[name] = _add(first.get(name), second.get(name))
-    for name in _ACTION_LISTS:
-        if name in first or name in second:
-            merged[name] = _add_actions(first.get(name), second.get(name))
-    for name, pick in (("date_start", min), ("date_stop", max)):
-        dates = [row[name] for row in (first, second) if isinstance(row.get(name), str)]
-        if dates:
-            merged[name] = pick(dates)
-    return merged
-
-
-def _decimal(value: Any) -> Decimal:
-    try:
-        return Decimal(str(value)) if value is not None else Decimal(0)
-    except InvalidOperation:
-        return Decimal(0)
-
-
-def _add(a: Any, b: Any) -> str:
-    return str(_decimal(a) + _decimal(b))
-
-
-def _add_actions(a: Any, b: Any) -> list[dict[str, Any]]:
-    totals: dict[str, Decimal] = {}
-    for entries in (a, b):
-        for entry in entries if isinstance(entries, list) else []:
-            if isinstance(entry, dict) and isinstance(entry.get("action_type"), str):
-                kind = entry["action_type"]
-                totals[kind] = totals.get(kind, Decimal(0)) + _decimal(entry.get("value"))
-    return [{"action_type": kind, "value": str(value)} for kind, value in totals.items()]
