@@ -132,11 +132,23 @@ class SandboxAdmin:
         return result
 
     async def set_limits(self, **limits: int) -> dict[str, Any]:
-        """Set ``account_calls_per_hour`` and/or ``app_calls_per_hour``."""
+        """Set ``account_calls_per_hour``, ``app_calls_per_hour``,
+        ``insights_app_calls_per_hour`` and/or ``insights_account_calls_per_hour``."""
         result: dict[str, Any] = await self._call("POST", "limits", limits)
         return result
 
     async def limits(self) -> dict[str, Any]:
         """Capacities and current rolling-hour call counts."""
         result: dict[str, Any] = await self._call("GET", "limits")
+        return result
+
+    async def set_insights(self, **settings: Any) -> dict[str, Any]:
+        """Set ``sync_max_cells``, ``sync_timeout_subcode``, ``report_polls`` and/or
+        ``report_outcomes`` (queued for the next report runs); others stay as they are."""
+        result: dict[str, Any] = await self._call("POST", "insights", settings)
+        return result
+
+    async def insights(self) -> dict[str, Any]:
+        """The Insights settings, the outcomes still queued and the number of report runs."""
+        result: dict[str, Any] = await self._call("GET", "insights")
         return result

@@ -1,4 +1,5 @@
-"""Admin routes under ``/_sandbox``: stats, reset, faults, write log, raw objects, clock, limits.
+"""Admin routes under ``/_sandbox``: stats, reset, faults, write log, raw objects, clock, limits,
+and the size and report-run settings of Insights.
 
 For tests and benchmarks only: they need no token and are never counted.
 Bad input answers 400 with ``{"error": "<what was wrong>"}``.
@@ -43,6 +44,8 @@ class _Limits(BaseModel):
 
     account_calls_per_hour: int | None = Field(default=None, ge=0)
     app_calls_per_hour: int | None = Field(default=None, ge=0)
+    insights_app_calls_per_hour: int | None = Field(default=None, ge=0)
+    insights_account_calls_per_hour: int | None = Field(default=None, ge=0)
 
 
 def add_admin_routes(app: web.Application) -> None:
@@ -60,6 +63,8 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get("/_sandbox/limits", _guarded(_limits))
     app.router.add_post("/_sandbox/limits", _guarded(_set_limits))
     app.router.add_get("/_sandbox/world", _guarded(_world))
+    app.router.add_get("/_sandbox/insights", _guarded(_insights))
+    app.router.add_post("/_sandbox/insights", _guarded(_set_insights))
 
 
 def _json(value: Any, status: int = 200) -> web.Response:
@@ -188,6 +193,19 @@ async def _set_limits(request: web.Request) -> web.Response:
     for name, value in body.model_dump(exclude_none=True).items():
         setattr(state.usage.limits, name, value)
     return _json(state.usage.snapshot(state.now()))
+
+
+async def _insights(request: web.Request) -> web.Response:
+    return _json(request.app[STATE].report_runs.describe())
+
+
+async def _set_insights(request: web.Request) -> web.Response:
+    runs = request.app[STATE].report_runs
+    try:
+        runs.configure(await _body(request))
+    except ValidationError as exc:
+        raise _BadInput(str(exc)) from exc
+    return _json(runs.describe())
 
 
 async def _world(request: web.Request) -> web.Response:

@@ -23,7 +23,7 @@ from graph_sandbox.protocol import (
     split_token,
     split_version,
 )
-from graph_sandbox.router import classify, execute
+from graph_sandbox.router import execute, kind_of
 from graph_sandbox.state import SandboxState
 
 #: Meta's own limit on the sub-requests of one batch call.
@@ -95,7 +95,7 @@ def _run_item(
     state: SandboxState, req: GraphRequest, include_headers: bool
 ) -> dict[str, Any] | None:
     if state.faults.null_item():
-        state.stats.call(classify(req))
+        state.stats.call(kind_of(state, req))
         return None
     response = execute(state, req)
     item: dict[str, Any] = {"code": response.status}

@@ -6,6 +6,11 @@ and in the window of each ad account it touches, split by business use case
 as percentages of their capacity; a call that would go over is refused with
 Meta's error (4 for the app, 80004 / 80000 for an ad account). Refused calls do
 not enter the windows, so a client that waits does regain access.
+
+Insights calls also count against Meta's Insights load limit, reported on every
+Insights response in ``X-FB-Ads-Insights-Throttle`` (the app's and the ad account's
+share, in percent); at 100 % the call is refused with code 4, subcode 1504022 (the
+app) or 1504039 (the ad account).
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ from typing import Final
 import orjson
 
 from graph_sandbox.errors import GraphError, account_throttled, budget_change_limit
+
+#: Meta's subcodes of code 4 for its Insights load limit (app-wide, per ad account).
+INSIGHTS_APP_THROTTLE_SUBCODE: Final = 1504022
+INSIGHTS_ACCOUNT_THROTTLE_SUBCODE: Final = 1504039
 
 WINDOW_S = 3600.0
 #: Meta's own limit (error 17/1885172 beyond it), not a setting of any client.
@@ -83,6 +92,9 @@ class UsageLimits:
 
     app_calls_per_hour: int = 10_000_000
     account_calls_per_hour: int = 1_000_000
+    # Meta's Insights load limit (X-FB-Ads-Insights-Throttle): Insights calls per rolling hour.
+    insights_app_calls_per_hour: int = 10_000_000
+    insights_account_calls_per_hour: int = 1_000_000
 
 
 def _pct(used: float, capacity: int) -> int:
@@ -100,6 +112,7 @@ class UsageModel:
         self.limits = limits or UsageLimits()
         self._app = RollingWindow()
         self._accounts: dict[tuple[str, UseCase], RollingWindow] = {}
+        self._insights_app = RollingWindow()
 
     def _window(self, account: str, use_case: UseCase) -> RollingWindow:
         key = (account, use_case)
@@ -120,10 +133,37 @@ class UsageModel:
         for account in accounts:
             if self._window(account, use_case).count(t) >= self.limits.account_calls_per_hour:
                 raise account_throttled(insights=use_case is UseCase.ADS_INSIGHTS)
+        if use_case is UseCase.ADS_INSIGHTS:
+            self._admit_insights(t, accounts)
         cputime, time = _COST[use_case]
         self._app.add(t, cputime, time)
         for account in accounts:
             self._window(account, use_case).add(t, cputime, time)
+
+    def _admit_insights(self, t: float, accounts: tuple[str, ...]) -> None:
+        """Refuse an Insights call at Meta's Insights load limit; else count it app-wide."""
+        if self._insights_app.count(t) >= self.limits.insights_app_calls_per_hour:
+            raise insights_throttled(INSIGHTS_APP_THROTTLE_SUBCODE)
+        cap = self.limits.insights_account_calls_per_hour
+        if any(self._window(a, UseCase.ADS_INSIGHTS).count(t) >= cap for a in accounts):
+            raise insights_throttled(INSIGHTS_ACCOUNT_THROTTLE_SUBCODE)
+        self._insights_app.add(t)
+
+    def insights_throttle(self, now: datetime, accounts: tuple[str, ...]) -> dict[str, str]:
+        """``X-FB-Ads-Insights-Throttle``: the Insights load of the app and the ad account."""
+        t = now.timestamp()
+        windows = [self._window(account, UseCase.ADS_INSIGHTS) for account in accounts]
+        value = {
+            "app_id_util_pct": _pct(
+                self._insights_app.count(t), self.limits.insights_app_calls_per_hour
+            ),
+            "acc_id_util_pct": max(
+                (_pct(w.count(t), self.limits.insights_account_calls_per_hour) for w in windows),
+                default=0,
+            ),
+            "ads_api_access_tier": "standard_access",
+        }
+        return {"X-FB-Ads-Insights-Throttle": _json(value)}
 
     def headers(
         self, now: datetime, accounts: tuple[str, ...], use_case: UseCase
@@ -182,6 +222,9 @@ class UsageModel:
         return {
             "app_calls_per_hour": self.limits.app_calls_per_hour,
             "account_calls_per_hour": self.limits.account_calls_per_hour,
+            "insights_app_calls_per_hour": self.limits.insights_app_calls_per_hour,
+            "insights_account_calls_per_hour": self.limits.insights_account_calls_per_hour,
+            "insights_app_calls": self._insights_app.count(t),
             "app_calls": self._app.count(t),
             "account_calls": {
                 f"{acc}:{case.value}": window.count(t)
@@ -193,6 +236,16 @@ class UsageModel:
 
 def _json(value: object) -> str:
     return orjson.dumps(value).decode()
+
+
+def insights_throttled(subcode: int) -> GraphError:
+    """Code 4 with 1504022 (the app) or 1504039 (the ad account): Insights load at 100 %."""
+    return GraphError(
+        4,
+        subcode=subcode,
+        user_title="Too many API requests",
+        user_msg="Your app has exceeded the allowed number of API requests. Wait before retrying.",
+    )
 
 
 class BudgetChangeLimiter:

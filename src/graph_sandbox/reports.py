@@ -1,9 +1,12 @@
-"""The Insights route: ``GET /act_{id}/insights`` and ``GET /{campaign_or_adset_id}/insights``.
+"""The Insights routes: ``GET /act_{id}/insights`` and ``GET /{campaign_or_adset_id}/insights``,
+and the async report runs (``POST …/insights``, ``GET /{report_run_id}``, its ``insights``).
 
 Rows are built from the ad sets under the requested node: ``filtering`` picks
 ad sets (``campaign.id`` reads each ad set's campaign), ``level`` groups them
 into account, campaign or ad set rows, and a group with no impressions in the
-period has no row at all.
+period has no row at all. A synchronous request over more than ``sync_max_cells``
+(ad sets × days) times out (:mod:`graph_sandbox.report_runs`); a report run answers
+the same parameters without that limit.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from datetime import date, datetime
 from typing import Any
 
 from graph_sandbox.delivery import Totals
-from graph_sandbox.errors import invalid_param
+from graph_sandbox.errors import GraphError, invalid_param
 from graph_sandbox.insights_fields import METRIC_FIELDS, render_metrics, with_attribution
 from graph_sandbox.insights_params import (
     Slicing,
@@ -40,9 +43,11 @@ from graph_sandbox.query import (
     Filter,
     matches,
     paginate,
+    parse_fields,
     parse_filtering,
     parse_limit,
 )
+from graph_sandbox.report_runs import RUN_FIELDS, ReportRun, sync_timeout
 from graph_sandbox.state import SandboxState
 from graph_sandbox.world import Account, AdObject
 
@@ -68,6 +73,30 @@ _FILTER_FIELDS = filter_fields("adset") | filter_fields("campaign")
 
 def insights(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     """One page of Insights rows for the node in the path."""
+    settings = state.report_runs.settings
+    rows, _ = _rows(state, req, max_cells=settings.sync_max_cells)
+    return _page(req, rows)
+
+
+def _page(req: GraphRequest, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    page = paginate(
+        rows,
+        lambda row: row[0],
+        limit=parse_limit(req.param("limit")),
+        after=req.param("after"),
+        before=req.param("before"),
+    )
+    return page_body(req, [row for _, row in page.items], page)
+
+
+def _rows(
+    state: SandboxState, req: GraphRequest, *, max_cells: int | None
+) -> tuple[list[tuple[str, dict[str, Any]]], Period]:
+    """(key, row) for each group with delivery, and the period.
+
+    Raises:
+        GraphError: 100 for a bad parameter; the sync timeout beyond ``max_cells``.
+    """
     account, leaves, default_level = _scope(state, req.segments[0])
     level = parse_level(req.param("level"), default_level)
     fields = parse_insights_fields(
@@ -78,20 +107,49 @@ def insights(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     filters = parse_filtering(req.param("filtering"), _FILTER_FIELDS)
     if filters:
         leaves = [leaf for leaf in leaves if _passes(state, leaf, filters, level)]
+    span = _overall(slicing)
+    if max_cells is not None and len(leaves) * ((span[1] - span[0]).days + 1) > max_cells:
+        raise sync_timeout(state.report_runs.settings.sync_timeout_subcode)
     unified = (req.param("use_unified_attribution_setting") or "").lower() in ("true", "1")
     groups = _groups(leaves, level, account)
     rows: list[tuple[str, dict[str, Any]]] = []
     for key, group, period, totals, extra in _slices(state, groups, slicing, now):
         shown = with_attribution(totals, unified=unified)
         rows.append((key, _row(state, group, level, account, shown, fields, period) | extra))
-    page = paginate(
-        rows,
-        lambda row: row[0],
-        limit=parse_limit(req.param("limit")),
-        after=req.param("after"),
-        before=req.param("before"),
-    )
-    return page_body(req, [row for _, row in page.items], page)
+    return rows, span
+
+
+def create_report_run(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
+    """``POST /{node}/insights``: an async report run of the same parameters (no size limit)."""
+    rows, period = _rows(state, req, max_cells=None)
+    account, _, _ = _scope(state, req.segments[0])
+    run = state.report_runs.create(account.id, rows, period, state.now())
+    return {"report_run_id": run.id}
+
+
+def _run(state: SandboxState, run_id: str) -> ReportRun:
+    run = state.report_runs.get(run_id)
+    assert run is not None, "the router checks report run ids"
+    return run
+
+
+def report_run(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
+    """``GET /{report_run_id}``: the run, one step further."""
+    run = _run(state, req.segments[0])
+    fields = parse_fields(req.param("fields"), default=(), allowed=RUN_FIELDS, node="AdReportRun")
+    run.read(state.now())
+    return run.render(fields)
+
+
+def report_run_insights(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
+    """``GET /{report_run_id}/insights``: the rows of a completed run, paged."""
+    run = _run(state, req.segments[0])
+    if run.status != "Job Completed":
+        raise GraphError(
+            100,
+            f"(#100) The report run {run.id} has no results: its status is {run.status}",
+        )
+    return _page(req, run.rows)
 
 
 def _scope(state: SandboxState, node_id: str) -> tuple[Account, list[AdObject], str]:
@@ -130,6 +188,14 @@ def _slices(
                     # Meta counts no unique people within an hourly breakdown.
                     hourly = totals._replace(reach=0, unique_clicks=0)
                     yield key, group, period, hourly, {slicing.hourly: hour_label(hour)}
+
+
+def _overall(slicing: Slicing) -> Period:
+    """From the first day of the first slice to the last day of the last."""
+    return (
+        min(period[0] for period in slicing.periods),
+        max(period[1] for period in slicing.periods),
+    )
 
 
 def _slicing(req: GraphRequest, today: date, account: Account, leaves: list[AdObject]) -> Slicing:

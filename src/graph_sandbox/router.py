@@ -32,7 +32,12 @@ _HANDLERS: dict[str, Handler] = {
     "insights": reports.insights,
     "write": writes.update,
     "copies": writes.copy,
+    "report": reports.create_report_run,
+    "report_run": reports.report_run,
+    "report_results": reports.report_run_insights,
 }
+#: Calls Meta counts as Insights (the ``ads_insights`` use case, the Insights throttle).
+INSIGHTS_KINDS = frozenset({"insights", "report", "report_run", "report_results"})
 
 _GET_EDGES = {"campaigns": "list", "adsets": "list", "insights": "insights"}
 
@@ -51,13 +56,26 @@ def classify(req: GraphRequest) -> str:
         return "write"
     if method == "POST" and len(segments) == 2 and segments[1] == "copies":
         return "copies"
+    if method == "POST" and len(segments) == 2 and segments[1] == "insights":
+        return "report"
     return "other"
+
+
+def kind_of(state: SandboxState, req: GraphRequest) -> str:
+    """:func:`classify`, knowing this world's async report runs (``GET /{report_run_id}``)."""
+    segments = req.segments
+    if req.method == "GET" and segments and state.report_runs.get(segments[0]) is not None:
+        if len(segments) == 1:
+            return "report_run"
+        if segments[1:] == ("insights",):
+            return "report_results"
+    return classify(req)
 
 
 def execute(state: SandboxState, req: GraphRequest) -> GraphResponse:
     """Answer one counted call the way Meta would."""
-    kind = classify(req)
-    use_case = UseCase.ADS_INSIGHTS if kind == "insights" else UseCase.ADS_MANAGEMENT
+    kind = kind_of(state, req)
+    use_case = UseCase.ADS_INSIGHTS if kind in INSIGHTS_KINDS else UseCase.ADS_MANAGEMENT
     now = state.now()
     state.stats.call(kind)
     accounts: tuple[str, ...] = ()
@@ -76,6 +94,8 @@ def execute(state: SandboxState, req: GraphRequest) -> GraphResponse:
     if kind in ("write", "copies"):
         _log_write(state, req, kind, status, body)
     headers = state.usage.headers(now, accounts, use_case)
+    if use_case is UseCase.ADS_INSIGHTS and accounts:
+        headers |= state.usage.insights_throttle(now, accounts)
     return GraphResponse(status, body, headers)
 
 
@@ -119,6 +139,8 @@ def _owner(state: SandboxState, node: str) -> str | None:
     """``act_<n>`` of the ad account a node belongs to, or ``None`` for an unknown node."""
     if state.world.account(node) is not None:
         return node
+    if (run := state.report_runs.get(node)) is not None:
+        return run.account
     obj = state.world.get(node)
     return f"act_{obj.account_id}" if obj is not None else None
 

@@ -15,6 +15,7 @@ from graph_sandbox.clock import SandboxClock
 from graph_sandbox.faults import Faults
 from graph_sandbox.insights import InsightsEngine
 from graph_sandbox.limits import BudgetChangeLimiter, UsageModel
+from graph_sandbox.report_runs import ReportRuns
 from graph_sandbox.scenarios import WorldConfig, build_world
 from graph_sandbox.stats import Stats
 from graph_sandbox.world import World
@@ -59,6 +60,7 @@ class SandboxState:
     stats: Stats
     writes: list[WriteRecord]
     budget_changes: BudgetChangeLimiter
+    report_runs: ReportRuns
 
     def __init__(self, config: WorldConfig) -> None:
         self.defaults = config
@@ -81,6 +83,7 @@ class SandboxState:
         self.stats = Stats()
         self.writes = []
         self.budget_changes = BudgetChangeLimiter()
+        self.report_runs = ReportRuns()
         self.clock.reset()
         self._trace_rng = random.Random(f"trace:{config.seed}")
         if self.on_reset is not None:

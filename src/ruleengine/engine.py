@@ -54,8 +54,8 @@ class Engine(Reading):
 
     def graph(self, cost: Cost) -> tuple[GraphReader, BatchReader, GraphWriter]:
         """Per-job Graph clients sharing the process session, counting into ``cost``."""
-        reader, batch = self.readers(cost)
-        return reader, batch, GraphWriter(self.session.view(cost=cost), self.errors)
+        readers = self.readers(cost)
+        return readers.reader, readers.batch, GraphWriter(self.session.view(cost=cost), self.errors)
 
 
 def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = "worker") -> Engine:
@@ -173,6 +173,13 @@ class JobEvaluation(Evaluation):
                 "status": doc.status,
                 "reason": doc.reason,
             }
+
+    async def _fetch_progress(self, percent: float) -> None:
+        """Show the async Insights reports' progress in the batch row while they run."""
+        total = len(self.job.entities)
+        await self.engine.batches.progress(
+            self.job.batch_id, done=0, total=total, phase="fetch", percent=round(percent, 1)
+        )
 
     async def _progress(self, done: int, total: int) -> None:
         if time.perf_counter() - self._last_progress < PROGRESS_EVERY_S:

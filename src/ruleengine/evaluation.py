@@ -7,29 +7,34 @@ execution record saying what the engine saw, decided and did. This module holds
 the first three stages and the record; *acting* is the subclass's:
 :class:`ruleengine.engine.JobEvaluation` writes (the worker),
 :class:`ruleengine.preview.PreviewEvaluation` only says what it would do. Nothing
-here can write to Meta: :class:`Reading`'s session allows GET and the Batch API
-of GETs at most.
+here can write to Meta: :class:`Reading`'s session allows GET, the Batch API of
+GETs and ``REPORT`` (starting an async Insights report run, which changes no ad
+object) at most.
 
-(A little over 400 lines: the stages and the record they end in are one pipeline.)
+(Over 400 lines: the stages and the record they end in are one pipeline.)
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ruleengine.acts import ActResult, JobRun
 from ruleengine.constants import STAGES
 from ruleengine.errors import ErrorReport
 from ruleengine.meta.batch import BatchReader
 from ruleengine.meta.http import Cost, GraphSession
-from ruleengine.meta.insights import InsightsResult, fetch_insights
+from ruleengine.meta.insights import InsightsResult, LargeAccounts, fetch_insights
+from ruleengine.meta.pacing import InsightsPacer
 from ruleengine.meta.reader import GraphReader, RetryPolicy
+from ruleengine.meta.reports import ReportRunner
 from ruleengine.metric_table import CustomMetricTable, SheetsError
 from ruleengine.payload import EvaluateJob
 from ruleengine.rules.entity import Entity, currency_offset
@@ -46,9 +51,22 @@ from ruleengine.store.records import record_key
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Readers:
+    """One job's Graph readers: objects, Batch API reads, async Insights reports."""
+
+    reader: GraphReader
+    batch: BatchReader
+    reports: ReportRunner
+
+
 @dataclass
 class Reading:
-    """What the read-only stages need: Graph, tokens, intents (for cooldowns), sheets."""
+    """What the read-only stages need: Graph, tokens, intents (for cooldowns), sheets.
+
+    ``sleep`` is how every Graph wait is taken (retries, Insights pacing, report polls);
+    tests pass a recorder.
+    """
 
     settings: Settings
     session: GraphSession
@@ -56,14 +74,30 @@ class Reading:
     intents: IntentStore
     errors: ErrorLog
     sheets: SheetsReader | None
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, kw_only=True)
 
-    def readers(self, cost: Cost) -> tuple[GraphReader, BatchReader]:
+    def readers(self, cost: Cost) -> Readers:
         """Per-job readers sharing the process's session, counting into ``cost``."""
         view = self.session.view(cost=cost)
         s = self.settings
-        policy = RetryPolicy(s.read_retry_waits_s, rate_limit_cap_s=s.rate_limit_max_wait_s)
-        batch = BatchReader(view, policy=policy, concurrency=s.graph_concurrency)
-        return GraphReader.from_settings(view), batch
+        policy = RetryPolicy(
+            s.read_retry_waits_s, rate_limit_cap_s=s.rate_limit_max_wait_s, sleep=self.sleep
+        )
+        pacer = InsightsPacer(
+            view,
+            slowdown_pct=s.insights_throttle_slowdown_pct,
+            max_wait_s=min(s.insights_throttle_wait_s, s.rate_limit_max_wait_s),
+            sleep=self.sleep,
+        )
+        batch = BatchReader(view, policy=policy, concurrency=s.graph_concurrency, pacer=pacer)
+        reports = ReportRunner(
+            view,
+            policy=policy,
+            poll_first_s=s.insights_report_poll_s,
+            max_wait_s=s.insights_report_max_wait_s,
+            pacer=pacer,
+        )
+        return Readers(GraphReader.from_settings(view, sleep=self.sleep), batch, reports)
 
     async def close(self) -> None:
         """Close the Graph session and the sheets client."""
@@ -136,8 +170,9 @@ class Evaluation:
 
     function = "engine.evaluate_account"  # the error log's group for failures
     run_ctx: JobRun
-    batch_reader: BatchReader
+    graph: Readers
     offset: int = 100
+    account_today: date | None = None  # the ad account's date (Insights days are its days)
 
     def __init__(self, reading: Reading, job: EvaluateJob, *, now: datetime) -> None:
         self.reading = reading
@@ -181,6 +216,9 @@ class Evaluation:
     async def _end(self, summary: Summary) -> None:
         """After everything, also after a failure (the worker closes its batch row)."""
 
+    async def _fetch_progress(self, percent: float) -> None:
+        """How far the async Insights reports of the ``fetch`` stage are (the worker shows it)."""
+
     # ---------------------------------------------------------------- stages
 
     async def _evaluate_all(self) -> list[Pair]:
@@ -198,9 +236,10 @@ class Evaluation:
 
     async def _job_run(self) -> JobRun:
         token = await self.reading.credentials.token(self.job.token_ref)
-        reader, self.batch_reader = self.reading.readers(self.cost)
+        self.graph = self.reading.readers(self.cost)
         account = await self.reading.credentials.get(self.job.account)
         self.offset = currency_offset(account.currency)
+        self.account_today = _local_date(self.now, account.timezone)
         return JobRun(
             batch_id=self.job.batch_id,
             rule_id=self.job.rule_id,
@@ -209,7 +248,7 @@ class Evaluation:
             account=self.job.account,
             token=token,
             now=self.now,
-            reader=reader,
+            reader=self.graph.reader,
         )
 
     def _stage(self, name: str, seconds: float, pairs: list[Pair]) -> None:
@@ -236,14 +275,22 @@ class Evaluation:
         tasks = {p.task.id: p.task for p in pairs}.values()
         entity_ids = list(dict.fromkeys(p.entity.id for p in pairs))
         groups = fetch_groups(self.rule, tasks)
+        settings = self.reading.settings
         insights = await fetch_insights(
-            self.batch_reader,
-            strategy=self.reading.settings.insights_strategy,
+            self.graph.batch,
+            strategy=settings.insights_strategy,
             account_id=self.job.account,
             level=self.rule.level,
             entity_ids=entity_ids,
             groups=groups,
             token=self.run_ctx.token,
+            large=LargeAccounts(
+                reports=self.graph.reports,
+                async_threshold=settings.insights_async_threshold,
+                min_ids=settings.insights_min_ids_per_request,
+                today=self.account_today,
+                on_progress=self._fetch_progress,
+            ),
         )
         for pair in pairs:
             error = insights.errors.get(pair.entity.id)
@@ -379,6 +426,14 @@ class Evaluation:
                 context={"rule_version": self.job.rule_version},
             )
         )
+
+
+def _local_date(now: datetime, timezone: str) -> date | None:
+    """``now``'s date in an ad account's timezone (None for a name zoneinfo does not know)."""
+    try:
+        return now.astimezone(ZoneInfo(timezone)).date()
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
 
 
 def _lookup(table: CustomMetricTable, entity: Entity) -> Callable[[str], float | None]:

@@ -6,9 +6,10 @@ evaluated for real, and for each entity whose task passed the live value is
 re-read and the target planned — but nothing is written to Meta, to the records
 or to intents (so no cooldown starts). The answer is the would-be execution records.
 
-The preview's Graph session allows GET and the Batch API of GETs, nothing else,
-and no import path from this module reaches :mod:`ruleengine.meta.writer`
-(``tests/test_layers.py`` walks the import graph to prove it).
+The preview's Graph session allows GET, the Batch API of GETs and ``REPORT`` (the
+POST that starts an asynchronous Insights report run on a big account, which changes
+no ad object), nothing else, and no import path from this module reaches
+:mod:`ruleengine.meta.writer` (``tests/test_layers.py`` walks the import graph to prove it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from ruleengine.acts import ACT_FAILURES, ActResult, failure_result, read_live, target_of, would_do
 from ruleengine.errors import RuleEngineError
 from ruleengine.evaluation import Evaluation, Pair, Reading, Summary, sheets_reader
-from ruleengine.meta.http import READ_AND_BATCH, GraphSession
+from ruleengine.meta.http import READ_AND_REPORT, GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.notify import task_message
 from ruleengine.payload import EvaluateJob
@@ -38,10 +39,10 @@ log = logging.getLogger(__name__)
 
 
 def open_preview(settings: Settings, *, db: Database) -> Reading:
-    """The preview's services: a session that may only read (GET and Batch API GETs)."""
+    """The preview's services: a session that may only read (GETs, Batch API GETs, reports)."""
     return Reading(
         settings=settings,
-        session=GraphSession(settings, methods=READ_AND_BATCH),
+        session=GraphSession(settings, methods=READ_AND_REPORT),
         credentials=CredentialStore(db, load_key(settings)),
         intents=IntentStore(db),
         errors=ErrorLog(db),

@@ -72,6 +72,26 @@ class Settings(BaseSettings):
     read_retry_waits_s: tuple[float, ...] = (0.5, 1.0)
     rate_limit_max_wait_s: float = 60.0
     insights_strategy: InsightsStrategy = "account_level"
+    # big accounts: a timed-out Insights request is split, then run as an async report
+    insights_async_threshold: int = Field(
+        default=5000, ge=1, description="entities from which Insights run as async reports"
+    )
+    insights_min_ids_per_request: int = Field(
+        default=50, ge=1, description="a timed-out request is split down to this many ids"
+    )
+    insights_report_poll_s: float = Field(
+        default=2.0, gt=0, description="first wait between polls of a report run (doubles)"
+    )
+    insights_report_max_wait_s: float = Field(
+        default=300.0, gt=0, description="longest wait for a report run to complete"
+    )
+    # Insights throttling (X-FB-Ads-Insights-Throttle)
+    insights_throttle_slowdown_pct: float = Field(
+        default=75.0, ge=0, lt=100, description="Insights load from which calls are spaced out"
+    )
+    insights_throttle_wait_s: float = Field(
+        default=30.0, ge=0, description="wait after Meta's Insights load limit, and at 100 %"
+    )
 
     # dispatcher
     tick_seconds: float = Field(default=10.0, gt=0)

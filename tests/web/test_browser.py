@@ -36,6 +36,7 @@ from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.errorlog import ErrorLog
+from ruleengine.store.records import BatchStore
 from ruleengine.store.rollups import RollupStore
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -250,6 +251,18 @@ async def test_expanding_a_batch_shows_its_conditions(page: Any, seeded: Seeded)
     await page.wait_for_function(
         "() => document.querySelectorAll('#batches-table tbody tr.batch-row').length === 1"
     )
+    assert console.errors == []
+
+
+async def test_a_batch_fetching_big_account_insights_shows_the_reports_percent(
+    page: Any, seeded: Seeded, db: Database
+) -> None:
+    await BatchStore(db).progress("running-1", done=0, total=10, phase="fetch", percent=40.0)
+    console = await _open(page, f"{seeded.base}/logs")
+    running = page.locator('tr.batch-row[data-batch-id="running-1"]')
+    await running.locator(".progress").wait_for()
+    assert "fetching Insights 40%" in await running.inner_text()
+    assert await running.locator(".progress").get_attribute("aria-valuenow") == "40"
     assert console.errors == []
 
 

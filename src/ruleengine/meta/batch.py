@@ -6,7 +6,10 @@ dispatcher uses; it only ever carries GET sub-requests, and its session must all
 (the preview's session allows that and GET, nothing else). Chunks are sent
 concurrently (bounded). Each item comes back on its own: a body, or an error,
 or — when Meta is having a moment — ``null``; null and transient items are
-retried in a further round, and whatever still fails is reported per item.
+retried in a further round, rate-limited items too after waiting as Meta asks
+(bounded by the rate-limit cap), and whatever still fails is reported per item.
+A chunk carrying Insights requests first waits as the Insights throttle asks
+(:mod:`ruleengine.meta.pacing`), and the throttle its items report is kept.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from ruleengine.constants import BATCH_MAX_ITEMS
 from ruleengine.meta.errors import (
     GraphError,
     MalformedResponseError,
+    RateLimitError,
     TransientError,
     error_from_body,
 )
 from ruleengine.meta.http import BATCH, READ_AND_BATCH, GraphSession, Usage, encode_params
+from ruleengine.meta.pacing import InsightsPacer
 from ruleengine.meta.reader import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -40,6 +45,11 @@ class SubRequest:
 
     path: str
     params: dict[str, Any]
+
+    @property
+    def insights(self) -> bool:
+        """True for an Insights request (paced by the Insights throttle)."""
+        return self.path.rstrip("/").endswith("insights")
 
     @property
     def relative_url(self) -> str:
@@ -68,7 +78,7 @@ def _item_headers(item: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def parse_item(request: SubRequest, item: Any) -> SubResult | None:
+def parse_item(request: SubRequest, item: Any, *, throttle_wait_s: float = 0.0) -> SubResult | None:
     """A batch item as a result; None for a ``null`` item (to be retried)."""
     if item is None:
         return None
@@ -85,7 +95,12 @@ def parse_item(request: SubRequest, item: Any) -> SubResult | None:
         usage = Usage.from_headers(_item_headers(item))
         return SubResult(
             request,
-            error=error_from_body(body, http_status=code, retry_after_s=usage.regain_access_s),
+            error=error_from_body(
+                body,
+                http_status=code,
+                retry_after_s=usage.regain_access_s,
+                throttle_wait_s=throttle_wait_s,
+            ),
         )
     return SubResult(request, body=body)
 
@@ -97,7 +112,8 @@ class BatchReader:
         session: a session allowed ``BATCH`` (the Batch API call of GETs).
         policy: retry policy for a whole batch call that fails.
         concurrency: batch calls in flight at once.
-        item_rounds: extra rounds for ``null`` and transient items.
+        item_rounds: extra rounds for ``null``, transient and rate-limited items.
+        pacer: spaces out chunks carrying Insights requests (none: no pacing).
     """
 
     def __init__(
@@ -107,11 +123,13 @@ class BatchReader:
         policy: RetryPolicy,
         concurrency: int = 4,
         item_rounds: int = 2,
+        pacer: InsightsPacer | None = None,
     ) -> None:
         self.session = session.view(methods=READ_AND_BATCH, cost=session.cost)
         self.policy = policy
         self._limit = asyncio.Semaphore(concurrency)
         self.item_rounds = item_rounds
+        self.pacer = pacer
 
     async def get_many(
         self, requests: Sequence[SubRequest], *, token: str, account_id: str | None = None
@@ -122,19 +140,37 @@ class BatchReader:
         for round_number in range(self.item_rounds + 1):
             outcome = await self._round([requests[i] for i in pending], token, account_id)
             retry: list[int] = []
+            waits: list[float] = [0.0]
             for index, result in zip(pending, outcome, strict=True):
-                if result is None or (
-                    isinstance(result.error, TransientError) and round_number < self.item_rounds
+                last = round_number >= self.item_rounds
+                wait = (
+                    None if last or result is None else self._rate_limit_wait(result, round_number)
+                )
+                if wait is not None:
+                    waits.append(wait)
+                if (
+                    result is None
+                    or wait is not None
+                    or (isinstance(result.error, TransientError) and not last)
                 ):
                     retry.append(index)
                 if result is not None:
                     results[index] = result
             if not retry:
                 break
-            log.info("retrying %d batch item(s) that came back empty or transient", len(retry))
+            log.info("retrying %d batch item(s): empty, transient or rate-limited", len(retry))
+            if max(waits) > 0:
+                await self.policy.sleep(max(waits))
             pending = retry
         empty = TransientError("the batch item came back empty (null) after retries")
         return [results.get(i) or SubResult(requests[i], error=empty) for i in range(len(requests))]
+
+    def _rate_limit_wait(self, result: SubResult, round_number: int) -> float | None:
+        """The wait before retrying a rate-limited item; None when it is not retried."""
+        error = result.error
+        if not isinstance(error, RateLimitError) or not self.policy.retryable(error):
+            return None
+        return self.policy.rate_limit_wait(error, attempt=round_number + 1)
 
     async def _round(
         self, requests: Sequence[SubRequest], token: str, account_id: str | None
@@ -152,6 +188,8 @@ class BatchReader:
         batch = [{"method": "GET", "relative_url": r.relative_url} for r in chunk]
         form = {"batch": batch, "include_headers": True}
         async with self._limit:
+            if self.pacer is not None and any(r.insights for r in chunk):
+                await self.pacer.before_call(account_id)
             try:
                 body = await self.policy.run(
                     partial(self._post, form, token, len(chunk), account_id),
@@ -164,7 +202,13 @@ class BatchReader:
                 "the batch answer does not match the request", response=body
             )
             return [SubResult(r, error=error) for r in chunk]
-        return [parse_item(r, item) for r, item in zip(chunk, body, strict=True)]
+        wait_s = self.session.settings.insights_throttle_wait_s
+        for item in body:
+            if isinstance(item, dict):
+                self.session.record_throttle(_item_headers(item), account_id)
+        return [
+            parse_item(r, item, throttle_wait_s=wait_s) for r, item in zip(chunk, body, strict=True)
+        ]
 
     async def _post(
         self, form: dict[str, Any], token: str, items: int, account_id: str | None

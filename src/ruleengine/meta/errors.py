@@ -2,8 +2,9 @@
 
 The class says what to do: retry soon (:class:`TransientError`), wait as the
 usage headers say (:class:`RateLimitError`), fix the token (:class:`AuthError`),
-fix access (:class:`PermissionDeniedError`), or fix the request
-(:class:`InvalidRequestError`). Messages never contain a token.
+fix access (:class:`PermissionDeniedError`), fix the request
+(:class:`InvalidRequestError`), or ask for less (:class:`DataTooLargeError`, an Insights
+timeout). Messages never contain a token.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ RATE_LIMIT_CODES: Final = frozenset({4, 17, 32, 341, 613, 80000, 80001, 80002, 8
 AUTH_CODES: Final = frozenset({102, 190, 104, 463, 467})
 # Meta's ad-set limit of budget changes per hour (code 17 with this subcode).
 BUDGET_CHANGE_LIMIT_SUBCODE: Final = 1885172
+# Insights asked for more than Meta could compute in time ("Request Timed Out" in Meta's
+# Ads Insights error codes): ask for less — fewer ids, a shorter range — or run a report.
+TOO_MUCH_DATA: Final = frozenset({(100, 1504018), (2, 1504038)})
+TOO_MUCH_DATA_MESSAGE: Final = "reduce the amount of data"
+# Insights load limits (code 4, "Too Many API Requests"): wait before retrying.
+INSIGHTS_THROTTLE_SUBCODES: Final = frozenset({1504022, 1504039})
 
 
 class GraphError(RuleEngineError):
@@ -80,6 +87,11 @@ class RateLimitError(GraphError):
         """True for the ad-set budget-change limit (not a call-count limit)."""
         return self.subcode == BUDGET_CHANGE_LIMIT_SUBCODE
 
+    @property
+    def insights_throttle(self) -> bool:
+        """True for Meta's Insights load limit (code 4, subcode 1504022 or 1504039)."""
+        return self.subcode in INSIGHTS_THROTTLE_SUBCODES
+
 
 class AuthError(GraphError):
     """The token is missing, invalid or expired (190 …): never retried; re-add the account."""
@@ -91,6 +103,16 @@ class PermissionDeniedError(GraphError):
 
 class InvalidRequestError(GraphError):
     """Meta rejected the request as such (code 100 and friends)."""
+
+
+class DataTooLargeError(GraphError):
+    """Insights timed out on the amount asked (100/1504018, 2/1504038, "Please reduce the
+    amount of data you're asking for"): retrying the same request fails again; ask for
+    fewer ids or a shorter range, or run an asynchronous report."""
+
+
+class ReportRunError(GraphError):
+    """An asynchronous Insights report run failed, was skipped, or did not finish in time."""
 
 
 class MalformedResponseError(GraphError):
@@ -112,22 +134,41 @@ def error_class(code: int | None, http_status: int | None) -> type[GraphError]:
     return InvalidRequestError
 
 
+def too_much_data(code: int | None, subcode: int | None, *messages: Any) -> bool:
+    """True for an Insights timeout Meta answers when a request asks for too much."""
+    if (code, subcode) in TOO_MUCH_DATA:
+        return True
+    return code in (1, 2, 100) and any(
+        isinstance(m, str) and TOO_MUCH_DATA_MESSAGE in m.lower() for m in messages
+    )
+
+
 def error_from_body(
-    body: Any, *, http_status: int | None, retry_after_s: float | None = None
+    body: Any,
+    *,
+    http_status: int | None,
+    retry_after_s: float | None = None,
+    throttle_wait_s: float = 0.0,
 ) -> GraphError:
-    """Build the right exception from a Graph error body ``{"error": {...}}``."""
+    """Build the right exception from a Graph error body ``{"error": {...}}``.
+
+    ``throttle_wait_s`` is the least wait after Meta's Insights load limit, which names
+    no time of its own: Meta only says to wait before retrying.
+    """
     error = body.get("error") if isinstance(body, dict) else None
     kind: type[GraphError]
     if not isinstance(error, dict):
         kind = TransientError if (http_status or 0) >= 500 else MalformedResponseError
         return kind(f"HTTP {http_status} without a Graph error body", http_status=http_status)
-    code = _int(error.get("code"))
+    code, subcode = _int(error.get("code")), _int(error.get("error_subcode"))
     kind = error_class(code, http_status)
     if error.get("is_transient") and kind is InvalidRequestError:
         kind = TransientError
+    if too_much_data(code, subcode, error.get("message"), error.get("error_user_msg")):
+        kind = DataTooLargeError
     fields: dict[str, Any] = {
         "code": code,
-        "subcode": _int(error.get("error_subcode")),
+        "subcode": subcode,
         "fbtrace_id": error.get("fbtrace_id"),
         "http_status": http_status,
         "error_type": error.get("type"),
@@ -135,6 +176,8 @@ def error_from_body(
     }
     message = str(error.get("message") or "Graph API error")
     if kind is RateLimitError:
+        if subcode in INSIGHTS_THROTTLE_SUBCODES:
+            retry_after_s = max(retry_after_s or 0.0, throttle_wait_s)
         return RateLimitError(message, retry_after_s=retry_after_s, **fields)
     return kind(message, **fields)
 

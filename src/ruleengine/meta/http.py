@@ -2,7 +2,9 @@
 
 A :class:`GraphSession` refuses every HTTP method it was not built for: the
 dispatcher's session allows only GET, so it cannot change anything at Meta
-whatever code runs in it. Views made with :meth:`GraphSession.view` share the
+whatever code runs in it. ``REPORT`` is the one POST a read-only caller may send: it
+starts an asynchronous Insights report run (``POST act_…/insights``), which creates a
+report and changes no ad object. Views made with :meth:`GraphSession.view` share the
 process's aiohttp session but carry their own allowed methods and their own
 cost counter (so one job's Graph cost is not mixed with another's).
 """
@@ -10,6 +12,7 @@ cost counter (so one job's Graph cost is not mixed with another's).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,9 +35,13 @@ log = logging.getLogger(__name__)
 
 # "BATCH" is the Batch API call: a POST to the root whose sub-requests are all GETs.
 BATCH: Final = "BATCH"
+# "REPORT" is a POST to an ad account's insights edge: an async report run, nothing else.
+REPORT: Final = "REPORT"
 READ_ONLY: Final = frozenset({"GET"})
 READ_AND_BATCH: Final = frozenset({"GET", BATCH})
-READ_WRITE: Final = frozenset({"GET", BATCH, "POST"})
+READ_AND_REPORT: Final = frozenset({"GET", BATCH, REPORT})
+READ_WRITE: Final = frozenset({"GET", BATCH, REPORT, "POST"})
+_REPORT_PATH = re.compile(r"act_[0-9]{1,30}/insights")
 
 
 class ReadOnlyViolation(RuntimeError):
@@ -60,6 +67,9 @@ class Cost:
 
 def _json_header(headers: Mapping[str, str], name: str) -> Any:
     raw = headers.get(name)
+    if raw is None:  # batch items carry their headers as a plain dict: match any case
+        lowered = name.lower()
+        raw = next((v for k, v in headers.items() if k.lower() == lowered), None)
     if not raw:
         return None
     try:
@@ -69,7 +79,8 @@ def _json_header(headers: Mapping[str, str], name: str) -> Any:
 
 
 def _pct(*values: Any) -> float:
-    numbers = [float(v) for v in values if isinstance(v, int | float)]
+    # bool is an int to Python, not a percentage to Meta
+    numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
     return max(numbers, default=0.0)
 
 
@@ -115,6 +126,37 @@ class Usage:
         )
 
 
+@dataclass(frozen=True)
+class InsightsThrottle:
+    """Meta's ``X-FB-Ads-Insights-Throttle``: how much of the Insights load allowance is used.
+
+    ``app_pct`` is the app's share, ``account_pct`` the ad account's, in percent; near 100
+    Meta starts refusing Insights calls (code 4, subcodes 1504022/1504039).
+    """
+
+    app_pct: float = 0.0
+    account_pct: float = 0.0
+    access_tier: str | None = None
+
+    @property
+    def max_pct(self) -> float:
+        """The higher of the two."""
+        return max(self.app_pct, self.account_pct)
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str]) -> InsightsThrottle | None:
+        """Parse the header; None when the response carries none (not an Insights call)."""
+        value = _json_header(headers, "X-FB-Ads-Insights-Throttle")
+        if not isinstance(value, dict):
+            return None
+        tier = value.get("ads_api_access_tier")
+        return cls(
+            app_pct=_pct(value.get("app_id_util_pct")),
+            account_pct=_pct(value.get("acc_id_util_pct")),
+            access_tier=tier if isinstance(tier, str) else None,
+        )
+
+
 @dataclass
 class _Shared:
     """What every view of one process's session shares."""
@@ -122,6 +164,7 @@ class _Shared:
     settings: Settings
     http: aiohttp.ClientSession | None = None
     usage: dict[str, Usage] = field(default_factory=dict)
+    throttle: dict[str, InsightsThrottle] = field(default_factory=dict)
 
     def client(self) -> aiohttp.ClientSession:
         if self.http is None or self.http.closed:
@@ -140,6 +183,11 @@ def _only_gets(form: Mapping[str, Any] | None) -> None:
         not isinstance(item, dict) or str(item.get("method", "")).upper() != "GET" for item in items
     ):
         raise ReadOnlyViolation("a batch call may carry GET sub-requests only")
+
+
+def _only_report(path: str) -> None:
+    if not _REPORT_PATH.fullmatch(path.strip("/")):
+        raise ReadOnlyViolation(f"a report run is a POST to act_…/insights only; refusing {path}")
 
 
 def encode_params(params: Mapping[str, Any]) -> dict[str, str]:
@@ -196,12 +244,23 @@ class GraphSession:
         return self._shared.usage.get(account_id or "app", Usage())
 
     def record_usage(self, headers: Mapping[str, str], account_id: str | None) -> Usage:
-        """Remember the usage headers of a response."""
+        """Remember the usage headers of a response (and its Insights throttle, if any)."""
         usage = Usage.from_headers(headers)
         self._shared.usage[account_id or "app"] = usage
         if usage.max_pct >= 75:
             log.warning("Graph usage at %.0f%% for %s", usage.max_pct, account_id or "the app")
+        self.record_throttle(headers, account_id)
         return usage
+
+    def insights_throttle(self, account_id: str | None = None) -> InsightsThrottle:
+        """The latest Insights throttle Meta reported for an ad account (zero before any)."""
+        return self._shared.throttle.get(account_id or "app", InsightsThrottle())
+
+    def record_throttle(self, headers: Mapping[str, str], account_id: str | None) -> None:
+        """Remember ``X-FB-Ads-Insights-Throttle`` when a response (or batch item) has it."""
+        throttle = InsightsThrottle.from_headers(headers)
+        if throttle is not None:
+            self._shared.throttle[account_id or "app"] = throttle
 
     async def request(
         self,
@@ -217,7 +276,8 @@ class GraphSession:
         """Send one request; return the decoded JSON body or raise a :class:`GraphError`.
 
         ``method`` ``BATCH`` sends a Batch API call (a POST to the root) and is refused
-        unless every sub-request in ``form["batch"]`` is a GET.
+        unless every sub-request in ``form["batch"]`` is a GET; ``REPORT`` sends a POST
+        and is refused unless ``path`` is an ad account's insights edge.
         """
         method = method.upper()
         if method not in self.methods:
@@ -227,6 +287,9 @@ class GraphSession:
         if method == BATCH:
             _only_gets(form)
             method, path = "POST", ""
+        elif method == REPORT:
+            _only_report(path)
+            method = "POST"
         REDACTOR.register(token)
         url = f"{self.settings.graph_base}/{path.lstrip('/')}"
         started = time.perf_counter()
@@ -249,8 +312,7 @@ class GraphSession:
         log.debug("%s %s -> %s in %.3fs", method, path, status, time.perf_counter() - started)
         return self._decode(raw, status, usage)
 
-    @staticmethod
-    def _decode(raw: bytes, status: int, usage: Usage) -> Any:
+    def _decode(self, raw: bytes, status: int, usage: Usage) -> Any:
         try:
             body = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
@@ -259,7 +321,12 @@ class GraphSession:
                 f"Graph answered HTTP {status} with a body that is not JSON", http_status=status
             ) from None
         if status >= 400 or (isinstance(body, dict) and "error" in body):
-            raise error_from_body(body, http_status=status, retry_after_s=usage.regain_access_s)
+            raise error_from_body(
+                body,
+                http_status=status,
+                retry_after_s=usage.regain_access_s,
+                throttle_wait_s=self.settings.insights_throttle_wait_s,
+            )
         return body
 
     async def close(self) -> None:
@@ -271,11 +338,14 @@ class GraphSession:
 __all__ = [
     "BATCH",
     "READ_AND_BATCH",
+    "READ_AND_REPORT",
     "READ_ONLY",
     "READ_WRITE",
+    "REPORT",
     "Cost",
     "GraphError",
     "GraphSession",
+    "InsightsThrottle",
     "RateLimitError",
     "ReadOnlyViolation",
     "Usage",

@@ -10,23 +10,36 @@
 Both ask for ``use_unified_attribution_setting=true`` (ROAS as Ads Manager shows
 it) and ``action_breakdowns=action_type``, and both return period → row per
 entity, leaving entities without delivery without a row, as Meta does.
+
+Big accounts (:class:`LargeAccounts`): a synchronous request Meta cannot answer in
+time (:class:`DataTooLargeError`) is split — fewer ids, down to ``min_ids``; then,
+where the period allows (every field additive, several days, the account's date
+known), shorter ranges whose rows are summed. What still times out, and every
+account-level fetch of ``async_threshold`` entities or more, runs as asynchronous
+report runs (:mod:`ruleengine.meta.reports`), one per period, whose progress is
+reported through ``on_progress``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import date
 from typing import Any, Final, Literal
 
 from ruleengine.meta.batch import BatchReader, SubRequest, SubResult
-from ruleengine.meta.errors import GraphError, MalformedResponseError
+from ruleengine.meta.errors import DataTooLargeError, GraphError, MalformedResponseError
 from ruleengine.meta.reader import next_cursor
+from ruleengine.meta.reports import ReportRunner
+from ruleengine.meta.rows import ADDITIVE_FIELDS, IDENTITY_FIELDS, sum_rows
+from ruleengine.rules.periods import DateRange, halves, preset_range
 
 log = logging.getLogger(__name__)
 
 Strategy = Literal["account_level", "per_campaign"]
+Progress = Callable[[float], Awaitable[None]]
 IDS_PER_REQUEST: Final = 500
 BASE_PARAMS: Final = {"use_unified_attribution_setting": True, "action_breakdowns": "action_type"}
 
@@ -42,6 +55,16 @@ class InsightsResult:
         """Store one row."""
         self.rows.setdefault(entity_id, {})[period] = row
 
+    def merge_row(self, entity_id: str, period: str, row: dict[str, Any]) -> None:
+        """Add the row of a part of the period to what the other parts gave."""
+        earlier = self.rows.get(entity_id, {}).get(period)
+        self.add_row(entity_id, period, row if earlier is None else sum_rows(earlier, row))
+
+    def forget(self, entity_ids: Sequence[str], period: str) -> None:
+        """Drop rows of ``period`` (they are about to be fetched again, whole)."""
+        for entity_id in entity_ids:
+            self.rows.get(entity_id, {}).pop(period, None)
+
     def fail(self, entity_ids: Sequence[str], error: GraphError) -> None:
         """Mark entities whose metrics could not be fetched."""
         for entity_id in entity_ids:
@@ -52,8 +75,39 @@ class InsightsResult:
         return self.rows.get(entity_id, {})
 
 
+@dataclass(frozen=True)
+class LargeAccounts:
+    """What to do when an account is too big for synchronous Insights.
+
+    Attributes:
+        reports: runs async reports; None leaves what still times out failed.
+        async_threshold: entities from which account-level Insights go async at once
+            (None: only after splitting failed).
+        min_ids: a timed-out request is split by ids while it has more than this.
+        today: the ad account's date, which lets a multi-day period be split by range.
+        on_progress: told the mean percent of the running report runs.
+    """
+
+    reports: ReportRunner | None = None
+    async_threshold: int | None = None
+    min_ids: int = 50
+    today: date | None = None
+    on_progress: Progress | None = None
+
+
 def _id_field(level: str) -> str:
     return "campaign_id" if level == "campaign" else "adset_id"
+
+
+@dataclass(frozen=True)
+class _Fetch:
+    """One fetch's fixed context."""
+
+    batch: BatchReader
+    account_id: str
+    level: str
+    token: str
+    large: LargeAccounts
 
 
 async def fetch_insights(
@@ -66,24 +120,32 @@ async def fetch_insights(
     groups: Mapping[str, Sequence[str]],
     token: str,
     ids_per_request: int = IDS_PER_REQUEST,
+    large: LargeAccounts | None = None,
 ) -> InsightsResult:
     """Fetch every period group for ``entity_ids`` with the chosen strategy."""
     result = InsightsResult()
     if not entity_ids or not groups:
         return result
+    ctx = _Fetch(batch, account_id, level, token, large or LargeAccounts())
+    if strategy == "account_level" and _goes_async(ctx.large, len(entity_ids)):
+        await _run_reports(ctx, {p: list(entity_ids) for p in groups}, groups, result)
+        return result
     if strategy == "per_campaign":
         # The original design: one Batch API call per entity, fanned out (BatchReader bounds it).
         per_entity = [_per_entity_requests([e], groups) for e in entity_ids]
-        await asyncio.gather(
-            *(
-                _collect(batch, r, result, level=level, token=token, account_id=account_id)
-                for r in per_entity
-            )
-        )
+        parts = await asyncio.gather(*(_collect(ctx, r, result) for r in per_entity))
+        exhausted = [plan for part in parts for plan in part]
     else:
         requests = _account_requests(account_id, level, entity_ids, groups, ids_per_request)
-        await _collect(batch, requests, result, level=level, token=token, account_id=account_id)
+        exhausted = await _collect(ctx, requests, result)
+    if exhausted:
+        await _escalate(ctx, exhausted, groups, result)
     return result
+
+
+def _goes_async(large: LargeAccounts, entities: int) -> bool:
+    threshold = large.async_threshold
+    return large.reports is not None and threshold is not None and entities >= threshold
 
 
 @dataclass(frozen=True)
@@ -92,6 +154,26 @@ class _Planned:
     period: str
     entity_ids: tuple[str, ...]  # the entities this request covers
     direct: bool  # True: per-entity request, rows carry no id field
+    span: DateRange | None = None  # a part of the period (its rows are summed), or None
+    error: GraphError | None = None  # why it could not be answered (when exhausted)
+
+    def with_ids(self, entity_ids: tuple[str, ...], level: str) -> _Planned:
+        params = {k: v for k, v in self.request.params.items() if k != "after"}
+        params |= {"filtering": _ids_filter(level, entity_ids), "limit": len(entity_ids)}
+        return replace(self, request=SubRequest(self.request.path, params), entity_ids=entity_ids)
+
+    def with_span(self, span: DateRange) -> _Planned:
+        params = {k: v for k, v in self.request.params.items() if k not in ("after", "date_preset")}
+        params["time_range"] = {"since": span[0].isoformat(), "until": span[1].isoformat()}
+        return replace(self, request=SubRequest(self.request.path, params), span=span)
+
+    def next_page(self, cursor: str) -> _Planned:
+        params = {**self.request.params, "after": cursor}
+        return replace(self, request=SubRequest(self.request.path, params))
+
+
+def _ids_filter(level: str, entity_ids: Sequence[str]) -> list[dict[str, Any]]:
+    return [{"field": f"{level}.id", "operator": "IN", "value": list(entity_ids)}]
 
 
 def _per_entity_requests(
@@ -107,6 +189,15 @@ def _per_entity_requests(
     return planned
 
 
+def _account_params(level: str, period: str, fields: Sequence[str]) -> dict[str, Any]:
+    return {
+        **BASE_PARAMS,
+        "level": level,
+        "date_preset": period,
+        "fields": ",".join(sorted({*fields, _id_field(level)})),
+    }
+
+
 def _account_requests(
     account_id: str,
     level: str,
@@ -115,16 +206,11 @@ def _account_requests(
     ids_per_request: int,
 ) -> list[_Planned]:
     planned: list[_Planned] = []
-    id_field = _id_field(level)
     for period, fields in groups.items():
         for start in range(0, len(entity_ids), ids_per_request):
             chunk = tuple(entity_ids[start : start + ids_per_request])
-            params = {
-                **BASE_PARAMS,
-                "level": level,
-                "date_preset": period,
-                "fields": ",".join(sorted({*fields, id_field})),
-                "filtering": [{"field": f"{level}.id", "operator": "IN", "value": list(chunk)}],
+            params = _account_params(level, period, fields) | {
+                "filtering": _ids_filter(level, chunk),
                 "limit": len(chunk),
             }
             planned.append(
@@ -133,34 +219,121 @@ def _account_requests(
     return planned
 
 
-async def _collect(
-    batch: BatchReader,
-    planned: list[_Planned],
-    result: InsightsResult,
-    *,
-    level: str,
-    token: str,
-    account_id: str,
-) -> None:
-    """Send every planned request; follow pagination in further batch rounds."""
+async def _collect(ctx: _Fetch, planned: list[_Planned], result: InsightsResult) -> list[_Planned]:
+    """Send every planned request; follow pagination and splits in further batch rounds.
+
+    Returns the requests that still asked too much once they could be split no more.
+    """
+    exhausted: list[_Planned] = []
     while planned:
-        answers = await batch.get_many(
-            [p.request for p in planned], token=token, account_id=account_id
+        answers = await ctx.batch.get_many(
+            [p.request for p in planned], token=ctx.token, account_id=ctx.account_id
         )
         follow_up: list[_Planned] = []
         for plan, answer in zip(planned, answers, strict=True):
-            cursor = _absorb(plan, answer, result, level)
+            if isinstance(answer.error, DataTooLargeError):
+                pieces = _split(plan, ctx)
+                if pieces is None:
+                    exhausted.append(replace(plan, error=answer.error))
+                else:
+                    if plan.span is None:  # the pieces fetch these rows again, whole
+                        result.forget(plan.entity_ids, plan.period)
+                    follow_up.extend(pieces)
+                continue
+            cursor = _absorb(plan, answer, result, ctx.level)
             if cursor:
-                params = {**plan.request.params, "after": cursor}
-                follow_up.append(
-                    _Planned(
-                        SubRequest(plan.request.path, params),
-                        plan.period,
-                        plan.entity_ids,
-                        plan.direct,
-                    )
-                )
+                follow_up.append(plan.next_page(cursor))
         planned = follow_up
+    return exhausted
+
+
+def _split(plan: _Planned, ctx: _Fetch) -> list[_Planned] | None:
+    """Two smaller requests covering ``plan`` — fewer ids, else a shorter range — or None."""
+    ids = plan.entity_ids
+    if not plan.direct and len(ids) > max(1, ctx.large.min_ids):
+        half = (len(ids) + 1) // 2
+        log.info("insights %s for %d ids timed out: splitting the ids", plan.period, len(ids))
+        return [plan.with_ids(ids[:half], ctx.level), plan.with_ids(ids[half:], ctx.level)]
+    span = plan.span or _preset_span(plan, ctx.large.today)
+    if span is None or not _additive(plan) or (parts := halves(span)) is None:
+        return None
+    log.info("insights %s %s..%s timed out: splitting the range", plan.period, *span)
+    return [plan.with_span(part) for part in parts]
+
+
+def _preset_span(plan: _Planned, today: date | None) -> DateRange | None:
+    preset = plan.request.params.get("date_preset")
+    return preset_range(preset, today) if isinstance(preset, str) and today else None
+
+
+def _additive(plan: _Planned) -> bool:
+    fields = set(str(plan.request.params.get("fields", "")).split(",")) - IDENTITY_FIELDS
+    return bool(fields) and fields <= ADDITIVE_FIELDS
+
+
+async def _escalate(
+    ctx: _Fetch,
+    exhausted: list[_Planned],
+    groups: Mapping[str, Sequence[str]],
+    result: InsightsResult,
+) -> None:
+    """Run what could not be split small enough as async reports (or record it failed)."""
+    if ctx.large.reports is None:
+        for plan in exhausted:
+            assert plan.error is not None
+            result.fail(plan.entity_ids, plan.error)
+        return
+    by_period: dict[str, list[str]] = {}
+    for plan in exhausted:
+        ids = by_period.setdefault(plan.period, [])
+        ids.extend(i for i in plan.entity_ids if i not in ids)
+    log.info("insights still timing out after splits: %d async report run(s)", len(by_period))
+    await _run_reports(ctx, by_period, groups, result)
+
+
+async def _run_reports(
+    ctx: _Fetch,
+    by_period: Mapping[str, list[str]],
+    groups: Mapping[str, Sequence[str]],
+    result: InsightsResult,
+) -> None:
+    """One async report run per period, concurrently; progress is their mean percent."""
+    reports = ctx.large.reports
+    assert reports is not None
+    percents = dict.fromkeys(by_period, 0.0)
+    reported, turn = [-1.0], asyncio.Lock()
+
+    async def track(period: str, percent: float) -> None:
+        # One report at a time and only upwards: concurrent runs never show progress going back.
+        percents[period] = percent
+        async with turn:
+            mean = sum(percents.values()) / len(percents)
+            if ctx.large.on_progress is not None and mean > reported[0]:
+                reported[0] = mean
+                await ctx.large.on_progress(mean)
+
+    async def run(period: str, ids: list[str]) -> None:
+        params = _account_params(ctx.level, period, groups[period])
+        params["filtering"] = _ids_filter(ctx.level, ids)
+        try:
+            rows = await reports.rows(
+                ctx.account_id,
+                params,
+                token=ctx.token,
+                on_percent=lambda pct: track(period, pct),
+            )
+        except GraphError as exc:
+            log.warning("insights report %s failed for %d entities: %s", period, len(ids), exc)
+            result.fail(ids, exc)
+            return
+        result.forget(ids, period)
+        wanted, id_field = set(ids), _id_field(ctx.level)
+        for row in rows:
+            entity_id = str(row.get(id_field, ""))
+            if entity_id in wanted:
+                result.add_row(entity_id, period, row)
+
+    await asyncio.gather(*(run(period, ids) for period, ids in by_period.items()))
 
 
 def _absorb(plan: _Planned, answer: SubResult, result: InsightsResult, level: str) -> str | None:
@@ -181,8 +354,9 @@ def _absorb(plan: _Planned, answer: SubResult, result: InsightsResult, level: st
         )
         return None
     wanted = set(plan.entity_ids)
+    keep = result.add_row if plan.span is None else result.merge_row
     for row in data:
         entity_id = plan.entity_ids[0] if plan.direct else str(row.get(_id_field(level), ""))
         if isinstance(row, dict) and entity_id in wanted:
-            result.add_row(entity_id, plan.period, row)
+            keep(entity_id, plan.period, row)
     return next_cursor(answer.body)

@@ -116,11 +116,22 @@ class BatchStore:
         assert doc is not None
         return doc
 
-    async def progress(self, batch_id: str, *, done: int, total: int) -> None:
-        """Report how far the job has walked its entity list."""
+    async def progress(
+        self,
+        batch_id: str,
+        *,
+        done: int,
+        total: int,
+        phase: str | None = None,
+        percent: float | None = None,
+    ) -> None:
+        """Report how far the job has walked its entity list (or, with ``phase`` ``fetch``,
+        how far its async Insights reports are, in ``percent``)."""
+        progress: dict[str, Any] = {"done": done, "total": total}
+        if phase is not None:
+            progress |= {"phase": phase, "percent": percent}
         await self._batches.update_one(
-            {"_id": batch_id, "status": "RUNNING"},
-            {"$set": {"progress": {"done": done, "total": total}}},
+            {"_id": batch_id, "status": "RUNNING"}, {"$set": {"progress": progress}}
         )
 
     async def finish(

@@ -52,12 +52,16 @@
     const cell = el("td", { class: "status-cell" }, badge(batch.status));
     if (batch.status === "RUNNING") {
       const progress = batch.progress || { done: 0, total: 0 };
-      const pct = progress.total ? Math.round((100 * progress.done) / progress.total) : 0;
+      // While big-account Insights run as async reports, the bar shows the reports' percent.
+      const fetching = progress.phase === "fetch";
+      const pct = fetching ? Math.round(progress.percent || 0)
+        : progress.total ? Math.round((100 * progress.done) / progress.total) : 0;
+      const label = fetching ? `fetching Insights ${pct}%` : `${progress.done}/${progress.total}`;
       const bar = el("div", { class: "bar" });
       bar.style.width = pct + "%";  // CSSOM, allowed by the Content-Security-Policy
-      cell.append(el("div", { class: "progress", title: `${progress.done}/${progress.total} entities`, role: "progressbar",
+      cell.append(el("div", { class: "progress", title: fetching ? label : `${label} entities`, role: "progressbar",
         "aria-valuenow": pct, "aria-valuemin": 0, "aria-valuemax": 100 }, bar),
-      el("span", { class: "muted" }, ` ${progress.done}/${progress.total}`));
+      el("span", { class: "muted" }, ` ${label}`));
     } else if (batch.error) {
       cell.append(el("div", { class: "error-line" }, batch.error));
     }
