@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from graph_sandbox import reads, reports, writes
+from graph_sandbox import activities, reads, reports, writes
 from graph_sandbox.errors import (
     GraphError,
     invalid_param,
@@ -32,9 +32,15 @@ _HANDLERS: dict[str, Handler] = {
     "insights": reports.insights,
     "write": writes.update,
     "copies": writes.copy,
+    "activities": activities.list_activities,
 }
 
-_GET_EDGES = {"campaigns": "list", "adsets": "list", "insights": "insights"}
+_GET_EDGES = {
+    "campaigns": "list",
+    "adsets": "list",
+    "insights": "insights",
+    "activities": "activities",
+}
 
 
 def classify(req: GraphRequest) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from graph_sandbox.activities import ActivityLog
 from graph_sandbox.clock import SandboxClock
 from graph_sandbox.faults import Faults
 from graph_sandbox.insights import InsightsEngine
@@ -59,6 +60,7 @@ class SandboxState:
     stats: Stats
     writes: list[WriteRecord]
     budget_changes: BudgetChangeLimiter
+    activity: ActivityLog
 
     def __init__(self, config: WorldConfig) -> None:
         self.defaults = config
@@ -81,6 +83,7 @@ class SandboxState:
         self.stats = Stats()
         self.writes = []
         self.budget_changes = BudgetChangeLimiter()
+        self.activity = ActivityLog()
         self.clock.reset()
         self._trace_rng = random.Random(f"trace:{config.seed}")
         if self.on_reset is not None:
