@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ruleengine.acts import ActResult, JobRun
+from ruleengine.budget_limits import AccountFacts
 from ruleengine.constants import STAGES
 from ruleengine.errors import ErrorReport
 from ruleengine.meta.batch import BatchReader
@@ -201,6 +202,9 @@ class Evaluation:
         reader, self.batch_reader = self.reading.readers(self.cost)
         account = await self.reading.credentials.get(self.job.account)
         self.offset = currency_offset(account.currency)
+        facts = AccountFacts(
+            reader, account=self.job.account, token=token, now=self.now, currency_offset=self.offset
+        )
         return JobRun(
             batch_id=self.job.batch_id,
             rule_id=self.job.rule_id,
@@ -210,6 +214,7 @@ class Evaluation:
             token=token,
             now=self.now,
             reader=reader,
+            facts=facts,
         )
 
     def _stage(self, name: str, seconds: float, pairs: list[Pair]) -> None:
