@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from ruleengine.acts import ActResult, JobRun
 from ruleengine.budget_limits import AccountFacts
@@ -139,6 +140,7 @@ class Evaluation:
     run_ctx: JobRun
     batch_reader: BatchReader
     offset: int = 100
+    account_tz: ZoneInfo  # the clock keys' timezone: Meta's day ends at the account's midnight
 
     def __init__(self, reading: Reading, job: EvaluateJob, *, now: datetime) -> None:
         self.reading = reading
@@ -202,6 +204,7 @@ class Evaluation:
         reader, self.batch_reader = self.reading.readers(self.cost)
         account = await self.reading.credentials.get(self.job.account)
         self.offset = currency_offset(account.currency)
+        self.account_tz = ZoneInfo(account.timezone)
         facts = AccountFacts(
             reader, account=self.job.account, token=token, now=self.now, currency_offset=self.offset
         )
@@ -283,7 +286,7 @@ class Evaluation:
         insights: InsightsResult,
         custom: dict[str, Callable[[str], float | None]],
     ) -> None:
-        tz = self.rule.zone()
+        tz = self.account_tz  # not the rule's: Meta's day and daily budgets reset there
         for pair in pairs:
             if pair.reason is not None:
                 continue
