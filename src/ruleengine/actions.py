@@ -32,10 +32,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from ruleengine import constants as c
 from ruleengine.acts import (
     ACT_FAILURES,
-    BUDGET_FIELDS,
     UNVERIFIABLE,
     ActKey,
     ActResult,
@@ -49,7 +47,12 @@ from ruleengine.acts import (
     target_of,
     unchanged,
 )
-from ruleengine.budget_limits import CHANGE_WINDOW, ChangeCount
+from ruleengine.budget_limits import (
+    budget_limited,
+    counts_toward_limit,
+    known_too_low,
+    read_refusal,
+)
 from ruleengine.copies import duplicate
 from ruleengine.locks import AccountLocks, HeldLock, LockLost
 from ruleengine.meta.errors import (
@@ -57,8 +60,6 @@ from ruleengine.meta.errors import (
     MalformedResponseError,
     RateLimitError,
     TransientError,
-    is_budget_change_limit,
-    is_budget_too_low,
 )
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
@@ -69,21 +70,12 @@ from ruleengine.rules.evaluate import TaskVerdict
 from ruleengine.rules.model import Task
 from ruleengine.rules.plan import Plan
 from ruleengine.settings import Settings
-from ruleengine.store.intents import (
-    BUDGET_LIMITED,
-    BUDGET_TOO_LOW,
-    Intent,
-    IntentStatus,
-    IntentStore,
-    hour_ago,
-)
+from ruleengine.store.intents import Intent, IntentStatus, IntentStore
 from ruleengine.store.records import BatchStore
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-# How long a budget Meta refused as too low keeps later targets at or below it from being sent.
-TOO_LOW_REMEMBERED = timedelta(hours=24)
 
 
 def utcnow() -> datetime:
@@ -236,7 +228,7 @@ class ActionExecutor:
         Raises what stops it before a write could be tried (the lock, Redis, reading
         the live value); see :func:`~ruleengine.acts.failure_result`.
         """
-        if _counts_toward_limit(run, target.field) and run.facts is not None:
+        if counts_toward_limit(run, target.field) and run.facts is not None:
             # the activity log is read once per job, here: never under the lock
             await run.facts.budget_events()
         # Inside the lock a rate limit is not waited out: the lock is released, the wait
@@ -275,10 +267,10 @@ class ActionExecutor:
             return plan
         if not plan.changes:
             return unchanged(plan)
-        refused = await self._known_too_low(run, entity, plan)
+        refused = await known_too_low(self.intents, run, entity, plan)
         if refused is not None:
             return refused
-        limited = await self._budget_limited(run, entity, plan)
+        limited = await budget_limited(self.intents, run, entity, plan)
         if limited is not None:
             return limited
         doc = intent_doc(run, entity, key, plan) | {"lock_fence": lock.fence}
@@ -336,56 +328,6 @@ class ActionExecutor:
             return ActResult("skipped", "previous_write_reconciled", field_name, value, value)
         return None
 
-    async def _budget_limited(self, run: JobRun, entity: Entity, plan: Plan) -> ActResult | None:
-        """Why Meta would refuse this ad set's budget change now, if it would.
-
-        Meta blocks the budget for an hour after answering code 17; otherwise it allows
-        4 changes in a rolling hour, counting changes made outside the engine (the
-        account's activity log, read once per job) and the engine's own (its intents).
-        """
-        if not _counts_toward_limit(run, plan.field):
-            return None
-        blocked = await self.intents.budget_blocked_until(entity.id, now=run.now)
-        if blocked is not None:
-            message = "Meta blocked this ad set's budget (code 17) until it may change again"
-            return _limit_skip(plan, allowed_at=blocked, message=message)
-        own = await self.intents.budget_changes(entity.id, since=hour_ago(run.now))
-        if run.facts is not None:
-            count = await run.facts.changes(entity.id, own)
-        else:
-            count = ChangeCount([change.at for change in own])
-        allowed_at = count.allowed_at(c.ADSET_BUDGET_CHANGES_PER_HOUR)
-        if allowed_at is None:
-            return None
-        message = (
-            f"the ad set's budget changed {len(count.times)} times in the last hour"
-            f" ({count.outside} outside the engine); Meta allows "
-            f"{c.ADSET_BUDGET_CHANGES_PER_HOUR}"
-        )
-        return _limit_skip(plan, allowed_at=allowed_at, message=message, changes=count)
-
-    async def _known_too_low(self, run: JobRun, entity: Entity, plan: Plan) -> ActResult | None:
-        """A lowered budget Meta already refused as too low (or lower) is not sent again."""
-        after, before = plan.after, plan.before
-        if plan.field not in BUDGET_FIELDS or not isinstance(after, int):
-            return None
-        if not isinstance(before, int) or after >= before:
-            return None
-        refused = await self.intents.refused_as_too_low(
-            entity.id, plan.field, since=run.now - TOO_LOW_REMEMBERED
-        )
-        if refused is None or after > refused:
-            return None
-        return ActResult(
-            "no_change",
-            "at_min_budget",
-            plan.field,
-            plan.before,
-            plan.before,
-            plan.requested,
-            [*plan.clamped_by, "min_daily_budget"],
-        )
-
     async def _write(self, intent: Intent, plan: Plan, step: _Step, lock: HeldLock) -> ActResult:
         run = step.run
         try:
@@ -440,54 +382,20 @@ class ActionExecutor:
         )
 
     async def _refused(self, intent: Intent, plan: Plan, run: JobRun, exc: GraphError) -> ActResult:
-        """A write Meta answered with an error: nothing changed. Settle the intent and say why.
-
-        Code 17 on an ad set's budget is Meta's budget-change limit: the ad set's budget is
-        blocked for an hour, and the intent keeps until when (``allowed_at``) so that no
-        run tries again before. "Budget too low" means the decrease is at Meta's minimum.
-        """
-        error = exc.as_dict()
-        if _counts_toward_limit(run, plan.field) and is_budget_change_limit(exc):
-            allowed_at = max(run.now, self.clock()) + CHANGE_WINDOW
-            error |= {"allowed_at": allowed_at}
-            fields: dict[str, Any] = {"reason": BUDGET_LIMITED, "allowed_at": allowed_at}
-            await self.intents.resolve(
-                intent.id, status="failed", now=run.now, error=error, **fields
-            )
-            return ActResult(
-                "failed",
-                BUDGET_LIMITED,
-                plan.field,
-                plan.before,
-                plan.before,
-                plan.requested,
-                plan.clamped_by,
-                error,
-            )
-        if plan.field in BUDGET_FIELDS and is_budget_too_low(exc):
-            await self.intents.resolve(
-                intent.id, status="failed", now=run.now, error=error, reason=BUDGET_TOO_LOW
-            )
-            return ActResult(
-                "no_change",
-                "at_min_budget",
-                plan.field,
-                plan.before,
-                plan.before,
-                plan.requested,
-                plan.clamped_by,
-                error,
-            )
-        await self.intents.resolve(intent.id, status="failed", now=run.now, error=error)
+        """A write Meta answered with an error: nothing changed. Settle the intent, say why."""
+        refusal = read_refusal(exc, run, plan.field, now=max(run.now, self.clock()))
+        await self.intents.resolve(
+            intent.id, status="failed", now=run.now, error=refusal.error, **refusal.intent
+        )
         return ActResult(
-            "failed",
-            "write_failed",
+            refusal.outcome,
+            refusal.reason,
             plan.field,
             plan.before,
             plan.before,
             plan.requested,
             plan.clamped_by,
-            error,
+            refusal.error,
         )
 
     async def _reconcile(self, intent: Intent, live: Any, step: _Step, lock: HeldLock) -> ActResult:
@@ -522,29 +430,6 @@ def unanswered(exc: GraphError) -> bool:
     if isinstance(exc, TransientError):
         return exc.code is None
     return isinstance(exc, MalformedResponseError) and (exc.http_status or 200) < 400
-
-
-def _counts_toward_limit(run: JobRun, field: str) -> bool:
-    """True for a budget write of an ad set: Meta allows 4 of them an hour."""
-    return run.rule.level == "adset" and field in BUDGET_FIELDS
-
-
-def _limit_skip(
-    plan: Plan, *, allowed_at: datetime, message: str, changes: ChangeCount | None = None
-) -> ActResult:
-    error: dict[str, Any] = {"message": message, "allowed_at": allowed_at}
-    if changes is not None:
-        error |= {"changes_last_hour": len(changes.times), "outside_engine": changes.outside}
-    return ActResult(
-        "skipped",
-        BUDGET_LIMITED,
-        plan.field,
-        plan.before,
-        plan.before,
-        plan.requested,
-        plan.clamped_by,
-        error,
-    )
 
 
 __all__ = ["ActionExecutor", "IntentSettler", "reconcile", "unanswered", "write_field"]

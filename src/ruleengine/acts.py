@@ -15,11 +15,10 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from redis.exceptions import RedisError
 
-from ruleengine.budget_limits import AccountFacts
 from ruleengine.errors import LockLost, LockTimeout
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
@@ -34,6 +33,9 @@ from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule, Task
 from ruleengine.rules.plan import Plan, plan_budget, plan_name, plan_status
 from ruleengine.store.intents import Intent, IntentStore
+
+if TYPE_CHECKING:  # budget_limits builds on this module
+    from ruleengine.budget_limits import AccountFacts
 
 Outcome = Literal["applied", "no_change", "skipped", "failed", "would_apply"]
 # Effects that cannot be read back from Meta afterwards: a pending one is never retried.
