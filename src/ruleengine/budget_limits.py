@@ -263,5 +263,5 @@ def read_refusal(exc: GraphError, run: JobRun, field: str, *, now: datetime) -> 
         intent = {"reason": BUDGET_LIMITED, "allowed_at": allowed_at}
         return Refusal("failed", BUDGET_LIMITED, error, intent)
     if field in BUDGET_FIELDS and is_budget_too_low(exc):
-        return Refusal("no_change", "at_min_budget", error, {"reason": BUDGET_TOO_LOW})
+        return Refusal("no_change", BUDGET_TOO_LOW, error, {"reason": BUDGET_TOO_LOW})
     return Refusal("failed", "write_failed", error, {})

@@ -30,7 +30,7 @@ FIRED: tuple[IntentStatus, ...] = ("pending", "done")
 BUDGET_FIELDS = ["daily_budget", "lifetime_budget"]
 # Why a failed budget intent failed, when Meta said so (the engine reads them back).
 BUDGET_LIMITED = "meta_budget_change_limit"
-BUDGET_TOO_LOW = "budget_too_low"
+BUDGET_TOO_LOW = "at_min_budget"  # Meta answered "Your Budget Is Too Low"
 
 
 @dataclass(frozen=True)
