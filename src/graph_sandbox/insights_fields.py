@@ -34,8 +34,8 @@ def with_attribution(totals: Totals, *, unified: bool) -> Totals:
     )
 
 
-def _money(cents: float, offset: int) -> str:
-    return f"{cents / 100:.2f}" if offset == 100 else str(round(cents / offset))
+def _money(cents: float) -> str:
+    return f"{cents / 100:.2f}"
 
 
 def _ratio(numerator: float, denominator: float, factor: float = 1.0) -> str | None:
@@ -68,16 +68,16 @@ def _actions(t: Totals) -> ActionList | None:
     return entries or None
 
 
-def _action_values(t: Totals, offset: int) -> ActionList | None:
+def _action_values(t: Totals) -> ActionList | None:
     if not t.purchase_value_cents:
         return None
-    value = _money(t.purchase_value_cents, offset)
+    value = _money(t.purchase_value_cents)
     return [{"action_type": kind, "value": value} for kind in _PURCHASE_TYPES]
 
 
-def _cost_per_action(t: Totals, offset: int) -> ActionList | None:
+def _cost_per_action(t: Totals) -> ActionList | None:
     entries = [
-        {"action_type": kind, "value": f"{t.spend_cents / offset / n:.6f}"}
+        {"action_type": kind, "value": f"{t.spend_cents / 100 / n:.6f}"}
         for kind, n in _action_counts(t)
         if n
     ]
@@ -90,27 +90,26 @@ def _roas(t: Totals, action_type: str) -> ActionList | None:
     return [{"action_type": action_type, "value": f"{t.purchase_value_cents / t.spend_cents:.6f}"}]
 
 
-# Each field's value from the totals and the currency's offset (money is totals / offset).
-_FIELDS: dict[str, Callable[[Totals, int], Any]] = {
-    "spend": lambda t, o: _money(t.spend_cents, o),
-    "impressions": lambda t, o: str(t.impressions),
-    "reach": lambda t, o: str(t.reach),
-    "frequency": lambda t, o: _ratio(t.impressions, t.reach),
-    "clicks": lambda t, o: str(t.clicks),
-    "unique_clicks": lambda t, o: str(t.unique_clicks),
-    "ctr": lambda t, o: _ratio(t.clicks, t.impressions, 100),
-    "unique_ctr": lambda t, o: _ratio(t.unique_clicks, t.reach, 100),
-    "cpc": lambda t, o: _ratio(t.spend_cents / o, t.clicks),
-    "cpm": lambda t, o: _ratio(t.spend_cents / o, t.impressions, 1000),
-    "cpp": lambda t, o: _ratio(t.spend_cents / o, t.reach, 1000),
-    "inline_link_clicks": lambda t, o: str(t.link_clicks),
-    "inline_link_click_ctr": lambda t, o: _ratio(t.link_clicks, t.impressions, 100),
-    "cost_per_inline_link_click": lambda t, o: _ratio(t.spend_cents / o, t.link_clicks),
-    "actions": lambda t, o: _actions(t),
+_FIELDS: dict[str, Callable[[Totals], Any]] = {
+    "spend": lambda t: _money(t.spend_cents),
+    "impressions": lambda t: str(t.impressions),
+    "reach": lambda t: str(t.reach),
+    "frequency": lambda t: _ratio(t.impressions, t.reach),
+    "clicks": lambda t: str(t.clicks),
+    "unique_clicks": lambda t: str(t.unique_clicks),
+    "ctr": lambda t: _ratio(t.clicks, t.impressions, 100),
+    "unique_ctr": lambda t: _ratio(t.unique_clicks, t.reach, 100),
+    "cpc": lambda t: _ratio(t.spend_cents / 100, t.clicks),
+    "cpm": lambda t: _ratio(t.spend_cents / 100, t.impressions, 1000),
+    "cpp": lambda t: _ratio(t.spend_cents / 100, t.reach, 1000),
+    "inline_link_clicks": lambda t: str(t.link_clicks),
+    "inline_link_click_ctr": lambda t: _ratio(t.link_clicks, t.impressions, 100),
+    "cost_per_inline_link_click": lambda t: _ratio(t.spend_cents / 100, t.link_clicks),
+    "actions": _actions,
     "action_values": _action_values,
     "cost_per_action_type": _cost_per_action,
-    "purchase_roas": lambda t, o: _roas(t, "omni_purchase"),
-    "website_purchase_roas": lambda t, o: _roas(t, "offsite_conversion.fb_pixel_purchase"),
+    "purchase_roas": lambda t: _roas(t, "omni_purchase"),
+    "website_purchase_roas": lambda t: _roas(t, "offsite_conversion.fb_pixel_purchase"),
 }
 
 METRIC_FIELDS = frozenset(_FIELDS)
@@ -119,12 +118,29 @@ METRIC_FIELDS = frozenset(_FIELDS)
 def render_metrics(totals: Totals, fields: Iterable[str], *, offset: int = 100) -> dict[str, Any]:
     """The requested metric fields of ``totals``; fields without a value are left out.
 
-    ``offset`` is the account currency's (100 for cents, 1 for JPY and the other
-    zero-decimal currencies): money in the totals is in minor units.
+    ``offset`` is the account currency's: 100 for cents, 1 for JPY and the other
+    zero-decimal currencies, whose money the totals hold in whole units.
     """
+    if offset != 100:
+        # the fields compute money from hundredths: express whole units as hundredths
+        totals = totals._replace(
+            spend_cents=totals.spend_cents * 100 // offset,
+            purchase_value_cents=totals.purchase_value_cents * 100 // offset,
+        )
     row: dict[str, Any] = {}
     for name in fields:
-        value = _FIELDS[name](totals, offset)
+        value = _FIELDS[name](totals)
         if value is not None:
             row[name] = value
+    return row if offset == 100 else _whole_units(row)
+
+
+def _whole_units(row: dict[str, Any]) -> dict[str, Any]:
+    """Amounts of a zero-decimal currency without decimals, as Meta writes them."""
+    if "spend" in row:
+        row["spend"] = str(round(float(row["spend"])))
+    if "action_values" in row:
+        row["action_values"] = [
+            item | {"value": str(round(float(item["value"])))} for item in row["action_values"]
+        ]
     return row
