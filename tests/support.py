@@ -12,4 +12,5 @@ SANDBOX_ACCOUNTS = {
     "act_1001": ("Demo Store US", "America/New_York", "USD"),
     "act_1002": ("Demo Store DE", "Europe/Berlin", "EUR"),
     "act_1003": ("Demo Store ID", "Asia/Jakarta", "USD"),
+    "act_1004": ("Demo Store JP", "Asia/Tokyo", "JPY"),
 }

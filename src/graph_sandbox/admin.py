@@ -152,3 +152,10 @@ class SandboxAdmin:
         """The Insights settings, the outcomes still queued and the number of report runs."""
         result: dict[str, Any] = await self._call("GET", "insights")
         return result
+
+    async def ads_manager_change(self, object_id: str, **changes: Any) -> dict[str, Any]:
+        """Change ``status``, ``daily_budget``, ``lifetime_budget`` or ``name`` of a campaign or
+        ad set as a person in Ads Manager would: it shows in the activity log and counts
+        toward the ad set's budget-change limit. A refusal raises with Meta's error."""
+        result: dict[str, Any] = await self._call("POST", f"ads_manager/{object_id}", changes)
+        return result

@@ -1,5 +1,5 @@
 """Admin routes under ``/_sandbox``: stats, reset, faults, write log, raw objects, clock, limits,
-and the size and report-run settings of Insights.
+the size and report-run settings of Insights, and changes "made in Ads Manager".
 
 For tests and benchmarks only: they need no token and are never counted.
 Bad input answers 400 with ``{"error": "<what was wrong>"}``.
@@ -16,8 +16,11 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from graph_sandbox.activities import ADS_MANAGER
+from graph_sandbox.errors import GraphError
 from graph_sandbox.state import STATE, SandboxState
 from graph_sandbox.stats import Stats
+from graph_sandbox.writes import apply_changes
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -65,6 +68,7 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get("/_sandbox/world", _guarded(_world))
     app.router.add_get("/_sandbox/insights", _guarded(_insights))
     app.router.add_post("/_sandbox/insights", _guarded(_set_insights))
+    app.router.add_post("/_sandbox/ads_manager/{id}", _guarded(_ads_manager_change))
 
 
 def _json(value: Any, status: int = 200) -> web.Response:
@@ -206,6 +210,21 @@ async def _set_insights(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise _BadInput(str(exc)) from exc
     return _json(runs.describe())
+
+
+async def _ads_manager_change(request: web.Request) -> web.Response:
+    """A change a person makes in Ads Manager: validated and limited like a Graph write,
+    logged in the activity log under Ads Manager, and absent from the write log."""
+    state = request.app[STATE]
+    obj = state.world.get(request.match_info["id"])
+    if obj is None:
+        return _json({"error": f"no campaign or ad set {request.match_info['id']}"}, status=404)
+    params = {name: str(value) for name, value in (await _body(request)).items()}
+    try:
+        apply_changes(state, obj, params, actor=ADS_MANAGER)
+    except GraphError as exc:
+        return _json({"error": exc.message, "graph_error": exc.body(state.trace_id())}, status=400)
+    return _json({"success": True})
 
 
 async def _world(request: web.Request) -> web.Response:

@@ -13,8 +13,8 @@ from typing import Any
 
 #: Subcode Meta sends with 80000/80004 ("too many calls to this ad account").
 ACCOUNT_THROTTLED_SUBCODE = 2446079
-#: Subcode of error 17 when an ad set's budget changed too often in an hour.
-BUDGET_CHANGE_LIMIT_SUBCODE = 1885172
+#: Subcode of error 100 for a budget below the ad account's minimum ("Your Budget Is Too Low").
+BUDGET_TOO_LOW_SUBCODE = 1885272
 #: Subcode of error 190 for an expired or invalidated session.
 TOKEN_EXPIRED_SUBCODE = 463
 #: Subcode of error 100 for an object that does not exist.
@@ -164,15 +164,22 @@ def account_throttled(*, insights: bool) -> GraphError:
     return GraphError(80000 if insights else 80004, subcode=ACCOUNT_THROTTLED_SUBCODE)
 
 
-def budget_change_limit(limit: int) -> GraphError:
-    """Error 17/1885172: an ad set's budget changed ``limit`` times within the last hour."""
+def budget_change_limit() -> GraphError:
+    """Error 17 as Meta sends it for an ad set whose budget changed too often within an hour.
+
+    Meta tells this limit apart from its other code-17 limits only by the call that met it
+    (a budget write of an ad set): there is no subcode and no user title.
+    """
+    return GraphError(17)
+
+
+def budget_too_low(kind: str, minimum: str) -> GraphError:
+    """Error 100/1885272: a budget below the minimum (``minimum`` as people read it)."""
+    label = "ad set" if kind == "adset" else kind
     return GraphError(
-        17,
-        f"(#17) Ad set budget change limit reached: an ad set's budget can change at most "
-        f"{limit} times per hour",
-        subcode=BUDGET_CHANGE_LIMIT_SUBCODE,
-        is_transient=False,
-        user_title="Ad set budget change limit reached",
-        user_msg=f"This ad set's budget has changed {limit} times in the last hour. "
-        "Wait before changing it again.",
+        100,
+        "Invalid parameter",
+        subcode=BUDGET_TOO_LOW_SUBCODE,
+        user_title="Your Budget Is Too Low",
+        user_msg=f"The minimum budget for this {label} is {minimum} per day.",
     )

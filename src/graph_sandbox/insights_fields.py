@@ -1,6 +1,7 @@
 """Insights metric fields, computed from totals and formatted the way Meta formats them.
 
-Numbers are strings; money is in major units (``"123.45"``). A ratio whose
+Numbers are strings; money is in major units (``"123.45"``; ``"12345"`` in a
+zero-decimal currency such as JPY, whose offset is 1). A ratio whose
 denominator is zero is left out, and so is any action-list entry that is zero,
 so a client sees exactly the gaps it would see from Meta.
 """
@@ -114,11 +115,32 @@ _FIELDS: dict[str, Callable[[Totals], Any]] = {
 METRIC_FIELDS = frozenset(_FIELDS)
 
 
-def render_metrics(totals: Totals, fields: Iterable[str]) -> dict[str, Any]:
-    """The requested metric fields of ``totals``; fields without a value are left out."""
+def render_metrics(totals: Totals, fields: Iterable[str], *, offset: int = 100) -> dict[str, Any]:
+    """The requested metric fields of ``totals``; fields without a value are left out.
+
+    ``offset`` is the account currency's: 100 for cents, 1 for JPY and the other
+    zero-decimal currencies, whose money the totals hold in whole units.
+    """
+    if offset != 100:
+        # the fields compute money from hundredths: express whole units as hundredths
+        totals = totals._replace(
+            spend_cents=totals.spend_cents * 100 // offset,
+            purchase_value_cents=totals.purchase_value_cents * 100 // offset,
+        )
     row: dict[str, Any] = {}
     for name in fields:
         value = _FIELDS[name](totals)
         if value is not None:
             row[name] = value
+    return row if offset == 100 else _whole_units(row)
+
+
+def _whole_units(row: dict[str, Any]) -> dict[str, Any]:
+    """Amounts of a zero-decimal currency without decimals, as Meta writes them."""
+    if "spend" in row:
+        row["spend"] = str(round(float(row["spend"])))
+    if "action_values" in row:
+        row["action_values"] = [
+            item | {"value": str(round(float(item["value"])))} for item in row["action_values"]
+        ]
     return row

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final
 
@@ -31,7 +31,7 @@ INSIGHTS_APP_THROTTLE_SUBCODE: Final = 1504022
 INSIGHTS_ACCOUNT_THROTTLE_SUBCODE: Final = 1504039
 
 WINDOW_S = 3600.0
-#: Meta's own limit (error 17/1885172 beyond it), not a setting of any client.
+#: Meta's own limit (a plain error 17 beyond it), not a setting of any client.
 ADSET_BUDGET_CHANGES_PER_HOUR: Final = 4
 
 
@@ -249,17 +249,27 @@ def insights_throttled(subcode: int) -> GraphError:
 
 
 class BudgetChangeLimiter:
-    """Meta's rule that an ad set's budget changes at most ``per_hour`` times in a rolling hour."""
+    """Meta's rule that an ad set's budget changes at most ``per_hour`` times in a rolling hour.
+
+    Changes made anywhere count (the API, Ads Manager). The change that would exceed
+    the limit is refused with error 17, and the ad set's budget then stays blocked for
+    an hour from that refusal, as Meta's rate-limiting guide says.
+    """
 
     def __init__(self, per_hour: int = ADSET_BUDGET_CHANGES_PER_HOUR) -> None:
         self.per_hour = per_hour
         self._changes: dict[str, RollingWindow] = {}
+        self._blocked_until: dict[str, datetime] = {}
 
     def check(self, adset_id: str, now: datetime) -> None:
-        """Raise error 17/1885172 if another change now would break the limit."""
+        """Raise error 17 if the ad set is blocked, or if a change now would break the limit."""
+        blocked = self._blocked_until.get(adset_id)
+        if blocked is not None and now < blocked:
+            raise budget_change_limit()
         window = self._changes.get(adset_id)
         if window is not None and window.count(now.timestamp()) >= self.per_hour:
-            raise budget_change_limit(self.per_hour)
+            self._blocked_until[adset_id] = now + timedelta(seconds=WINDOW_S)
+            raise budget_change_limit()
 
     def record(self, adset_id: str, now: datetime) -> None:
         """Remember one successful budget change."""

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from graph_sandbox.currencies import min_daily_budget
 from graph_sandbox.periods import MAX_HISTORY_DAYS
 from graph_sandbox.state import SandboxState
 from graph_sandbox.world import Account, AdObject
@@ -96,7 +97,16 @@ _CAMPAIGN_FILTERS = frozenset((*_FILTERABLE, "objective"))
 _ADSET_FILTERS = frozenset((*_FILTERABLE, "campaign_id"))
 
 ACCOUNT_FIELDS = frozenset(
-    {"id", "account_id", "name", "currency", "timezone_name", "account_status", "business_name"}
+    {
+        "id",
+        "account_id",
+        "name",
+        "currency",
+        "timezone_name",
+        "account_status",
+        "business_name",
+        "min_daily_budget",
+    }
 )
 
 
@@ -137,6 +147,8 @@ def render_account(account: Account, fields: list[str]) -> dict[str, Any]:
         "timezone_name": account.timezone_name,
         "account_status": account.account_status,
         "business_name": "Sandbox Business",
+        # an unsigned int in minor units (a number, unlike campaign budgets)
+        "min_daily_budget": min_daily_budget(account.currency),
     }
     return {name: values[name] for name in (*fields, "id")}
 

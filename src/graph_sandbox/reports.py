@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from datetime import date, datetime
 from typing import Any
 
+from graph_sandbox.currencies import offset as currency_offset
 from graph_sandbox.delivery import Totals
 from graph_sandbox.errors import GraphError, invalid_param
 from graph_sandbox.insights_fields import METRIC_FIELDS, render_metrics, with_attribution
@@ -277,7 +278,8 @@ def _row(
         }
         if obj.kind == "adset":
             identity |= {"adset_id": obj.id, "adset_name": obj.name}
-    row = render_metrics(totals, [f for f in fields if f in METRIC_FIELDS])
+    metrics = [f for f in fields if f in METRIC_FIELDS]
+    row = render_metrics(totals, metrics, offset=currency_offset(account.currency))
     row |= {f: identity[f] for f in fields if f in identity}
     row["date_start"], row["date_stop"] = period[0].isoformat(), period[1].isoformat()
     return row

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from graph_sandbox import reads, reports, writes
+from graph_sandbox import activities, reads, reports, writes
 from graph_sandbox.errors import (
     GraphError,
     invalid_param,
@@ -35,11 +35,17 @@ _HANDLERS: dict[str, Handler] = {
     "report": reports.create_report_run,
     "report_run": reports.report_run,
     "report_results": reports.report_run_insights,
+    "activities": activities.list_activities,
 }
 #: Calls Meta counts as Insights (the ``ads_insights`` use case, the Insights throttle).
 INSIGHTS_KINDS = frozenset({"insights", "report", "report_run", "report_results"})
 
-_GET_EDGES = {"campaigns": "list", "adsets": "list", "insights": "insights"}
+_GET_EDGES = {
+    "campaigns": "list",
+    "adsets": "list",
+    "insights": "insights",
+    "activities": "activities",
+}
 
 
 def classify(req: GraphRequest) -> str:

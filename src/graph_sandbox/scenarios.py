@@ -44,7 +44,7 @@ class WorldConfig:
     """What to build: a scenario, a seed, and optional sizes.
 
     ``None`` sizes take the scenario's defaults (demo: 3 accounts × 12
-    campaigns × 2–3 ad sets; bench: 3 × 500 × 1).
+    campaigns × 2–3 ad sets, and a yen account with 4 campaigns; bench: 3 × 500 × 1).
     """
 
     seed: int = 1
@@ -108,6 +108,19 @@ _DEMO_ACCOUNTS = (
     ("1003", "Demo Store ID", "USD", "Asia/Jakarta", "ID"),
 )
 
+#: The fourth demo account bills in yen, a zero-decimal currency: its budgets and
+#: Insights money are whole yen (``"30000"`` is ¥30,000), so a client that divides by
+#: 100 is off by 100 times.
+_JPY_ACCOUNT = ("1004", "Demo Store JP", "JPY", "Asia/Tokyo", "JP")
+_JPY_CAMPAIGNS = (
+    _CampaignSpec("[AUTO] Prospecting {cc} 1", _W, "daily", 30000),
+    _CampaignSpec("[AUTO] Retargeting {cc} 1", _L, "adset", 5000),
+    _CampaignSpec("[AUTO] Creative Test {cc} 1", Archetype.NO_PURCHASE, "adset", 3000),
+    _CampaignSpec(
+        "Brand Awareness {cc}", Archetype.AWARENESS, "daily", 8000, objective="OUTCOME_AWARENESS"
+    ),
+)
+
 _BENCH_MIX = (_W, _M, _L, Archetype.NO_PURCHASE, _M)
 
 
@@ -132,15 +145,19 @@ def build_world(config: WorldConfig) -> World:
 
 
 def _build_demo(world: World, rng: random.Random, config: WorldConfig) -> None:
-    for index in range(config.accounts or len(_DEMO_ACCOUNTS)):
+    # act_1001–act_1003, then the yen account act_1004, then copies of the first three.
+    for index in range(config.accounts or len(_DEMO_ACCOUNTS) + 1):
         number, name, currency, tz, cc = _DEMO_ACCOUNTS[index % len(_DEMO_ACCOUNTS)]
-        if index >= len(_DEMO_ACCOUNTS):
+        campaigns: tuple[_CampaignSpec, ...] = _DEMO_CAMPAIGNS
+        if index == len(_DEMO_ACCOUNTS):
+            (number, name, currency, tz, cc), campaigns = _JPY_ACCOUNT, _JPY_CAMPAIGNS
+        elif index > len(_DEMO_ACCOUNTS):
             number, name = str(1001 + index), f"Demo Store {index + 1}"
         world.add_account(Account(number, name, currency, tz))
-        for position in range(config.campaigns_per_account or len(_DEMO_CAMPAIGNS)):
-            spec = _DEMO_CAMPAIGNS[position % len(_DEMO_CAMPAIGNS)]
-            if position >= len(_DEMO_CAMPAIGNS):
-                spec = _renumbered(spec, position // len(_DEMO_CAMPAIGNS))
+        for position in range(config.campaigns_per_account or len(campaigns)):
+            spec = campaigns[position % len(campaigns)]
+            if position >= len(campaigns):
+                spec = _renumbered(spec, position // len(campaigns))
             _add_campaign(world, rng, number, spec, cc, config.adsets_per_campaign)
     if (config.accounts or len(_DEMO_ACCOUNTS)) > _STATUS_CAMPAIGNS_ACCOUNT:
         number, _, _, _, cc = _DEMO_ACCOUNTS[_STATUS_CAMPAIGNS_ACCOUNT]

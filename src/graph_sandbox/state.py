@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from graph_sandbox.activities import ActivityLog
 from graph_sandbox.clock import SandboxClock
 from graph_sandbox.faults import Faults
 from graph_sandbox.insights import InsightsEngine
@@ -61,6 +62,7 @@ class SandboxState:
     writes: list[WriteRecord]
     budget_changes: BudgetChangeLimiter
     report_runs: ReportRuns
+    activity: ActivityLog
 
     def __init__(self, config: WorldConfig) -> None:
         self.defaults = config
@@ -84,6 +86,7 @@ class SandboxState:
         self.writes = []
         self.budget_changes = BudgetChangeLimiter()
         self.report_runs = ReportRuns()
+        self.activity = ActivityLog()
         self.clock.reset()
         self._trace_rng = random.Random(f"trace:{config.seed}")
         if self.on_reset is not None:

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 #: Kinds of counted calls, always present in the snapshot (zero or not).
-KINDS = ("accounts", "list", "read", "insights", "write", "copies")
+KINDS = ("accounts", "list", "read", "insights", "write", "copies", "activities")
 
 
 class Stats:

@@ -12,12 +12,14 @@ from typing import Any
 
 import orjson
 
-from graph_sandbox.errors import invalid_param
+from graph_sandbox.activities import GRAPH_API, Actor
+from graph_sandbox.currencies import min_daily_budget, money
+from graph_sandbox.errors import budget_too_low, invalid_param
 from graph_sandbox.protocol import GraphRequest
 from graph_sandbox.state import SandboxState
 from graph_sandbox.world import ACTIVE, PAUSED, AdObject
 
-#: Meta's smallest budget, in minor units (1.00 in the account currency).
+#: The smallest budget a copy moved into an ad-set-budget campaign gets, in minor units.
 MIN_BUDGET = 100
 
 _UPDATABLE = frozenset({"status", "daily_budget", "lifetime_budget", "name"})
@@ -38,8 +40,24 @@ def _target(state: SandboxState, req: GraphRequest) -> AdObject:
 
 def update(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     """``POST /{id}``: change status, budgets or name; ``{"success": true}``."""
-    obj = _target(state, req)
-    changes = _validated(obj, req.params)
+    apply_changes(state, _target(state, req), req.params, actor=GRAPH_API)
+    return {"success": True}
+
+
+def apply_changes(
+    state: SandboxState, obj: AdObject, params: Mapping[str, str], *, actor: Actor
+) -> None:
+    """Validate and apply a change of status, budgets or name, made by ``actor``.
+
+    Budget changes of an ad set count toward Meta's hourly limit whoever makes
+    them, and every change lands in the activity log.
+
+    Raises:
+        GraphError: 100 for invalid parameters (100/1885272 below the minimum budget),
+            17 when the ad set's budget may not change now.
+    """
+    currency = state.world.account_of(obj).currency
+    changes = _validated(obj, params, currency)
     now = state.now()
     budget_change = obj.kind == "adset" and bool(
         {"daily_budget", "lifetime_budget"} & changes.keys()
@@ -47,18 +65,20 @@ def update(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     if budget_change:
         state.budget_changes.check(obj.id, now)
     for name, value in changes.items():
+        old = getattr(obj, name)
         if name == "status":
             # Logged with its time: delivery stops (or starts) at this instant, not at midnight.
             state.world.set_status(obj, value, now)
         else:
             setattr(obj, name, value)
+        if old != value:
+            state.activity.record(state, obj, name, old, value, actor=actor)
     obj.updated_time = now
     if budget_change:
         state.budget_changes.record(obj.id, now)
-    return {"success": True}
 
 
-def _validated(obj: AdObject, params: Mapping[str, str]) -> dict[str, Any]:
+def _validated(obj: AdObject, params: Mapping[str, str], currency: str) -> dict[str, Any]:
     unknown = sorted(params.keys() - _UPDATABLE)
     if unknown:
         raise invalid_param(
@@ -74,7 +94,7 @@ def _validated(obj: AdObject, params: Mapping[str, str]) -> dict[str, Any]:
         changes["status"] = params["status"]
     for field in ("daily_budget", "lifetime_budget"):
         if field in params:
-            changes[field] = _budget(obj, field, params[field])
+            changes[field] = _budget(obj, field, params[field], currency)
     if "name" in params:
         if not params["name"].strip():
             raise invalid_param("Param name must be a non-empty string")
@@ -82,19 +102,16 @@ def _validated(obj: AdObject, params: Mapping[str, str]) -> dict[str, Any]:
     return changes
 
 
-def _budget(obj: AdObject, field: str, raw: str) -> int:
+def _budget(obj: AdObject, field: str, raw: str, currency: str) -> int:
     if getattr(obj, field) is None:
         raise invalid_param(_no_budget(obj, field))
     try:
         value = int(raw)
     except ValueError as exc:
         raise invalid_param(f"Param {field} must be an integer in minor units") from exc
-    if value < MIN_BUDGET:
-        label = field.replace("_", " ")
-        raise invalid_param(
-            f"The {label} is too low: it must be at least {MIN_BUDGET} "
-            f"(1.00 in the account currency)"
-        )
+    minimum = min_daily_budget(currency)
+    if value < minimum:
+        raise budget_too_low(obj.kind, money(minimum, currency))
     return value
 
 

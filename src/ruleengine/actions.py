@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from ruleengine import constants as c
 from ruleengine.acts import (
     ACT_FAILURES,
     UNVERIFIABLE,
@@ -47,6 +46,12 @@ from ruleengine.acts import (
     settled,
     target_of,
     unchanged,
+)
+from ruleengine.budget_limits import (
+    budget_limited,
+    counts_toward_limit,
+    known_too_low,
+    read_refusal,
 )
 from ruleengine.copies import duplicate
 from ruleengine.locks import AccountLocks, HeldLock, LockLost
@@ -65,7 +70,7 @@ from ruleengine.rules.evaluate import TaskVerdict
 from ruleengine.rules.model import Task
 from ruleengine.rules.plan import Plan
 from ruleengine.settings import Settings
-from ruleengine.store.intents import Intent, IntentStatus, IntentStore, hour_ago
+from ruleengine.store.intents import Intent, IntentStatus, IntentStore
 from ruleengine.store.records import BatchStore
 
 log = logging.getLogger(__name__)
@@ -175,6 +180,7 @@ class ActionExecutor:
         locks: AccountLocks,
         notifier: Notifier,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Clock = utcnow,
     ) -> None:
         self.settings = settings
         self.intents = intents
@@ -182,6 +188,7 @@ class ActionExecutor:
         self.locks = locks
         self.notifier = notifier
         self.sleep = sleep
+        self.clock = clock
 
     async def act(
         self, run: JobRun, writer: GraphWriter, entity: Entity, task: Task, verdict: TaskVerdict
@@ -206,7 +213,9 @@ class ActionExecutor:
                 return await duplicate(
                     run, writer, entity, task, action, intents=self.intents, locks=self.locks
                 )
-            target = target_of(action, run, max_change_pct=self.settings.max_budget_change_pct)
+            target = await target_of(
+                action, run, max_change_pct=self.settings.max_budget_change_pct
+            )
             return await self.apply(run, writer, entity, ActKey.of(task), target)
         except ACT_FAILURES as exc:
             return failure_result(exc)
@@ -219,6 +228,9 @@ class ActionExecutor:
         Raises what stops it before a write could be tried (the lock, Redis, reading
         the live value); see :func:`~ruleengine.acts.failure_result`.
         """
+        if counts_toward_limit(run, target.field) and run.facts is not None:
+            # the activity log is read once per job, here: never under the lock
+            await run.facts.budget_events()
         # Inside the lock a rate limit is not waited out: the lock is released, the wait
         # happens outside it, and the whole locked section starts again from the live read.
         reader = run.reader.with_reads(run.reader.reads.without_rate_limit_waits())
@@ -255,10 +267,12 @@ class ActionExecutor:
             return plan
         if not plan.changes:
             return unchanged(plan)
-        if await self._budget_limit_reached(run, entity, field_name):
-            return ActResult(
-                "skipped", "meta_budget_change_limit", field=field_name, before=plan.before
-            )
+        refused = await known_too_low(self.intents, run, entity, plan)
+        if refused is not None:
+            return refused
+        limited = await budget_limited(self.intents, run, entity, plan)
+        if limited is not None:
+            return limited
         doc = intent_doc(run, entity, key, plan) | {"lock_fence": lock.fence}
         intent = await self.intents.begin(doc, now=run.now)
         if not intent.created:
@@ -314,13 +328,6 @@ class ActionExecutor:
             return ActResult("skipped", "previous_write_reconciled", field_name, value, value)
         return None
 
-    async def _budget_limit_reached(self, run: JobRun, entity: Entity, field_name: str) -> bool:
-        if run.rule.level != "adset" or field_name != "daily_budget":
-            return False
-        since = hour_ago(run.now)
-        changes = await self.intents.budget_changes_since(entity.id, since=since)
-        return changes >= c.ADSET_BUDGET_CHANGES_PER_HOUR
-
     async def _write(self, intent: Intent, plan: Plan, step: _Step, lock: HeldLock) -> ActResult:
         run = step.run
         try:
@@ -345,10 +352,7 @@ class ActionExecutor:
                 await self.intents.note(intent.id, error=exc.as_dict())
                 reason = "write_unconfirmed"
             else:
-                await self.intents.resolve(
-                    intent.id, status="failed", now=run.now, error=exc.as_dict()
-                )
-                reason = "meta_budget_change_limit" if _is_budget_limit(exc) else "write_failed"
+                return await self._refused(intent, plan, run, exc)
             return ActResult(
                 "failed",
                 reason,
@@ -375,6 +379,23 @@ class ActionExecutor:
             plan.clamped_by,
             None,
             response,
+        )
+
+    async def _refused(self, intent: Intent, plan: Plan, run: JobRun, exc: GraphError) -> ActResult:
+        """A write Meta answered with an error: nothing changed. Settle the intent, say why."""
+        refusal = read_refusal(exc, run, plan.field, now=max(run.now, self.clock()))
+        await self.intents.resolve(
+            intent.id, status="failed", now=run.now, error=refusal.error, **refusal.intent
+        )
+        return ActResult(
+            refusal.outcome,
+            refusal.reason,
+            plan.field,
+            plan.before,
+            plan.before,
+            plan.requested,
+            plan.clamped_by,
+            refusal.error,
         )
 
     async def _reconcile(self, intent: Intent, live: Any, step: _Step, lock: HeldLock) -> ActResult:
@@ -409,10 +430,6 @@ def unanswered(exc: GraphError) -> bool:
     if isinstance(exc, TransientError):
         return exc.code is None
     return isinstance(exc, MalformedResponseError) and (exc.http_status or 200) < 400
-
-
-def _is_budget_limit(exc: GraphError) -> bool:
-    return bool(getattr(exc, "budget_change_limit", False))
 
 
 __all__ = ["ActionExecutor", "IntentSettler", "reconcile", "unanswered", "write_field"]

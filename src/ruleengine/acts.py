@@ -4,7 +4,8 @@ An action on one entity ends in an :class:`ActResult` (what it did, or why not).
 :class:`JobRun` is the per-job context every action reads from — never a writer,
 so the preview, which imports this module, cannot reach code that writes to Meta.
 :func:`target_of` plans a status, budget or name action from the entity's live
-value (pure planning in :mod:`ruleengine.rules.plan`, plus the budget guards);
+value (pure planning in :mod:`ruleengine.rules.plan`, plus the budget guards and the
+ad account's minimum daily budget);
 :func:`record_once` records the intent of an effect that cannot be read back.
 """
 
@@ -14,7 +15,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from redis.exceptions import RedisError
 
@@ -32,6 +33,9 @@ from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule, Task
 from ruleengine.rules.plan import Plan, plan_budget, plan_name, plan_status
 from ruleengine.store.intents import Intent, IntentStore
+
+if TYPE_CHECKING:  # budget_limits builds on this module
+    from ruleengine.budget_limits import AccountFacts
 
 Outcome = Literal["applied", "no_change", "skipped", "failed", "would_apply"]
 # Effects that cannot be read back from Meta afterwards: a pending one is never retried.
@@ -72,6 +76,7 @@ class JobRun:
     token: str
     now: datetime
     reader: GraphReader
+    facts: AccountFacts | None = None  # what Meta says about the account, read once if needed
 
 
 @dataclass(frozen=True)
@@ -117,20 +122,27 @@ def budget_guard(level: str, live: dict[str, Any]) -> ActResult | None:
     return ActResult("skipped", "no_daily_budget", field="daily_budget")
 
 
-def target_of(action: Any, run: JobRun, *, max_change_pct: float) -> Target:
-    """How a status, budget or name action plans its absolute target from the live object."""
+async def target_of(action: Any, run: JobRun, *, max_change_pct: float) -> Target:
+    """How a status, budget or name action plans its absolute target from the live object.
+
+    A budget action reads the ad account's minimum daily budget first (once per job).
+    """
     if isinstance(action, StatusAction):
         return Target(
             "status", ["status"], lambda live: plan_status(action, live=str(live.get("status")))
         )
     if isinstance(action, PercentBudgetAction | SetBudgetAction):
+        minimum = await run.facts.min_daily_budget() if run.facts is not None else None
 
         def plan_daily_budget(live: dict[str, Any]) -> Plan | ActResult:
             guard = budget_guard(run.rule.level, live)
             if guard is not None:
                 return guard
             return plan_budget(
-                action, live=int(live["daily_budget"]), max_change_pct=max_change_pct
+                action,
+                live=int(live["daily_budget"]),
+                max_change_pct=max_change_pct,
+                account_minimum=minimum,
             )
 
         return Target("daily_budget", list(BUDGET_FIELDS), plan_daily_budget)

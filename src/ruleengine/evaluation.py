@@ -27,6 +27,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ruleengine.acts import ActResult, JobRun
+from ruleengine.budget_limits import AccountFacts
 from ruleengine.constants import STAGES
 from ruleengine.errors import ErrorReport
 from ruleengine.meta.batch import BatchReader
@@ -173,6 +174,7 @@ class Evaluation:
     graph: Readers
     offset: int = 100
     account_today: date | None = None  # the ad account's date (Insights days are its days)
+    account_tz: ZoneInfo  # the clock keys' timezone: Meta's day ends at the account's midnight
 
     def __init__(self, reading: Reading, job: EvaluateJob, *, now: datetime) -> None:
         self.reading = reading
@@ -240,6 +242,14 @@ class Evaluation:
         account = await self.reading.credentials.get(self.job.account)
         self.offset = currency_offset(account.currency)
         self.account_today = _local_date(self.now, account.timezone)
+        self.account_tz = ZoneInfo(account.timezone)
+        facts = AccountFacts(
+            self.graph.reader,
+            account=self.job.account,
+            token=token,
+            now=self.now,
+            currency_offset=self.offset,
+        )
         return JobRun(
             batch_id=self.job.batch_id,
             rule_id=self.job.rule_id,
@@ -249,6 +259,7 @@ class Evaluation:
             token=token,
             now=self.now,
             reader=self.graph.reader,
+            facts=facts,
         )
 
     def _stage(self, name: str, seconds: float, pairs: list[Pair]) -> None:
@@ -325,7 +336,7 @@ class Evaluation:
         insights: InsightsResult,
         custom: dict[str, Callable[[str], float | None]],
     ) -> None:
-        tz = self.rule.zone()
+        tz = self.account_tz  # not the rule's: Meta's day and daily budgets reset there
         for pair in pairs:
             if pair.reason is not None:
                 continue

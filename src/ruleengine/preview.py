@@ -98,7 +98,8 @@ class PreviewEvaluation(Evaluation):
             return ActResult(
                 "would_apply", None, "copies", pair.entity.name, f"copy of {pair.entity.id}"
             )
-        target = target_of(action, run, max_change_pct=self.reading.settings.max_budget_change_pct)
+        max_change_pct = self.reading.settings.max_budget_change_pct
+        target = await target_of(action, run, max_change_pct=max_change_pct)
         live = await read_live(run.reader, run, pair.entity, target.reads)
         return would_do(target.planner(live))
 

@@ -49,6 +49,27 @@ def test_min_budget_clamps_a_decrease_and_never_raises_the_budget() -> None:
     assert (below.after, below.changes, below.reason) == (5000, False, "at_min_budget")
 
 
+def test_a_decrease_stops_at_the_accounts_minimum_daily_budget() -> None:
+    plan = plan_budget(decrease(50), live=150, max_change_pct=90, account_minimum=100)
+    assert (plan.requested, plan.after, plan.clamped_by) == (75, 100, ["min_daily_budget"])
+    at = plan_budget(decrease(50), live=100, max_change_pct=90, account_minimum=100)
+    assert (at.after, at.changes, at.reason, at.clamped_by) == (
+        100,
+        False,
+        "at_min_budget",
+        ["min_daily_budget"],
+    )
+    # a budget already under a raised minimum is left alone by a decrease, never raised
+    under = plan_budget(decrease(10), live=80, max_change_pct=90, account_minimum=100)
+    assert (under.after, under.reason) == (80, "at_min_budget")
+
+
+def test_set_budget_below_the_accounts_minimum_sets_the_minimum() -> None:
+    action = SetBudgetAction(type="set_budget", amount=50)
+    plan = plan_budget(action, live=120, max_change_pct=90, account_minimum=100)
+    assert (plan.after, plan.clamped_by) == (100, ["min_daily_budget"])
+
+
 def test_engine_wide_change_cap_wins() -> None:
     plan = plan_budget(increase(300), live=10000, max_change_pct=50)
     assert (plan.requested, plan.after, plan.clamped_by) == (
@@ -123,3 +144,22 @@ def test_the_change_cap_never_lets_more_than_its_percentage_through(
     assert int(plan.after) - live == min(
         int(plan.requested or 0) - live, math.floor(Fraction(live) * Fraction(cap) / 100)
     )
+
+
+@given(
+    live=budgets,
+    percent=st.decimals(min_value="0.01", max_value="99.99", places=2),
+    minimum=st.integers(min_value=1, max_value=10**6),
+)
+def test_a_decrease_never_goes_below_the_minimum_nor_above_the_live_budget(
+    live: int, percent: Decimal, minimum: int
+) -> None:
+    plan = plan_budget(
+        decrease(float(percent)), live=live, max_change_pct=100, account_minimum=minimum
+    )
+    assert isinstance(plan.after, int)
+    assert plan.after <= live
+    assert plan.after >= min(minimum, live)
+    if plan.after == minimum and int(plan.requested or 0) < minimum:
+        # the action's own floor (1 when not given) may have stopped it first
+        assert {"min_daily_budget", "min_budget"} & set(plan.clamped_by)

@@ -26,17 +26,40 @@ async def test_same_seed_builds_the_same_world_and_numbers() -> None:
         assert await _snapshot(other) != await _snapshot(again)
 
 
-async def test_demo_world_has_three_varied_accounts(sandbox: Sandbox) -> None:
+async def test_demo_world_has_four_varied_accounts(sandbox: Sandbox) -> None:
     reply = await sandbox.get("/me/adaccounts", fields="id,account_id,name,currency,timezone_name")
     accounts = reply.body["data"]
-    assert [a["id"] for a in accounts] == ["act_1001", "act_1002", "act_1003"]
+    assert [a["id"] for a in accounts] == ["act_1001", "act_1002", "act_1003", "act_1004"]
     assert {a["timezone_name"] for a in accounts} == {
         "America/New_York",
         "Europe/Berlin",
         "Asia/Jakarta",
+        "Asia/Tokyo",
     }
-    assert "EUR" in {a["currency"] for a in accounts}
+    assert [a["currency"] for a in accounts] == ["USD", "EUR", "USD", "JPY"]
     assert "next" not in reply.body["paging"]
+
+
+async def test_the_yen_account_has_a_few_campaigns_in_whole_yen(sandbox: Sandbox) -> None:
+    reply = await sandbox.get("/act_1004/campaigns", fields="name,daily_budget", limit="100")
+    budgets = {c["name"]: c.get("daily_budget") for c in reply.body["data"]}
+    assert budgets == {
+        "[AUTO] Prospecting JP 1": "30000",
+        "[AUTO] Retargeting JP 1": None,
+        "[AUTO] Creative Test JP 1": None,
+        "Brand Awareness JP": "8000",
+    }
+    adsets = await sandbox.get("/act_1004/adsets", fields="name,daily_budget", limit="100")
+    assert {a["name"]: a.get("daily_budget") for a in adsets.body["data"]} == {
+        "Prospecting JP 1 - Lookalike 1%": None,
+        "Prospecting JP 1 - Broad 18-65": None,
+        "Retargeting JP 1 - Lookalike 1%": "5000",
+        "Retargeting JP 1 - Broad 18-65": "5000",
+        "Creative Test JP 1 - Lookalike 1%": "3000",
+        "Creative Test JP 1 - Broad 18-65": "3000",
+        "Brand Awareness JP - Lookalike 1%": None,
+        "Brand Awareness JP - Broad 18-65": None,
+    }
 
 
 async def test_demo_campaigns_mix_budgets_statuses_and_tags(sandbox: Sandbox) -> None:
@@ -87,7 +110,7 @@ async def test_reset_rebuilds_the_world_and_clears_everything(sandbox: Sandbox) 
 
     summary = await sandbox.admin.reset()
 
-    assert summary["accounts"] == ["act_1001", "act_1002", "act_1003"]
+    assert summary["accounts"] == ["act_1001", "act_1002", "act_1003", "act_1004"]
     assert (await sandbox.get(f"/{campaign}", fields="name")).body["name"] != "renamed"
     stats = await sandbox.admin.stats()
     assert stats["counted_calls"] == 1

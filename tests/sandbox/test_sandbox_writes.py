@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from sandbox_helpers import TOKEN, Sandbox
+
+from graph_sandbox.admin import SandboxAdminError
+from graph_sandbox.currencies import min_daily_budget
+from graph_sandbox.currencies import offset as currency_offset
 
 
 async def _objects(box: Sandbox, edge: str, fields: str) -> list[dict[str, Any]]:
@@ -91,7 +96,7 @@ async def test_invalid_values_are_error_100_and_change_nothing(sandbox: Sandbox)
     assert after.body["updated_time"] == campaign["updated_time"]
 
 
-async def test_fifth_ad_set_budget_change_in_an_hour_is_error_17(sandbox: Sandbox) -> None:
+async def test_fifth_ad_set_budget_change_in_an_hour_is_plain_error_17(sandbox: Sandbox) -> None:
     adset = await _abo_adset(sandbox)
     for step in range(4):
         reply = await sandbox.post(f"/{adset['id']}", daily_budget=str(5000 + step * 100))
@@ -99,15 +104,83 @@ async def test_fifth_ad_set_budget_change_in_an_hour_is_error_17(sandbox: Sandbo
         await sandbox.admin.advance_clock(60)
     refused = await sandbox.post(f"/{adset['id']}", daily_budget="9000")
     assert refused.status == 400
+    # Meta's answer is the generic code 17 (no subcode, no user title): only the call that
+    # met it — an ad set's budget write — says which limit it is.
+    assert set(refused.error) == {"message", "type", "code", "is_transient", "fbtrace_id"}
     assert refused.error["code"] == 17
-    assert refused.error["error_subcode"] == 1885172
-    assert refused.error["is_transient"] is False
-    assert "budget change limit" in refused.error["message"]
+    assert refused.error["message"] == "(#17) User request limit reached"
     assert (await sandbox.post(f"/{adset['id']}", status="PAUSED")).body == {"success": True}
-    await sandbox.admin.advance_clock(3600 - 3 * 60)
+    # blocked for an hour from the refusal (at minute 4), although the changes of minutes
+    # 0–2 have left the rolling hour by minute 63
+    await sandbox.admin.advance_clock(3600 - 60)
+    assert (await sandbox.post(f"/{adset['id']}", daily_budget="9000")).error["code"] == 17
+    await sandbox.admin.advance_clock(60)
     assert (await sandbox.post(f"/{adset['id']}", daily_budget="9000")).body == {"success": True}
     stats = await sandbox.admin.stats()
-    assert stats["errors_by_code"] == {"17": 1}
+    assert stats["errors_by_code"] == {"17": 2}
+
+
+async def test_changes_made_in_ads_manager_count_toward_the_limit(sandbox: Sandbox) -> None:
+    adset = await _abo_adset(sandbox)
+    for step in range(3):
+        await sandbox.admin.ads_manager_change(adset["id"], daily_budget=6000 + step)
+    assert (await sandbox.post(f"/{adset['id']}", daily_budget="7000")).body == {"success": True}
+    assert (await sandbox.post(f"/{adset['id']}", daily_budget="7100")).error["code"] == 17
+    with pytest.raises(SandboxAdminError, match="User request limit reached"):
+        await sandbox.admin.ads_manager_change(adset["id"], daily_budget=7200)
+    live = await sandbox.get(f"/{adset['id']}", fields="daily_budget")
+    assert live.body["daily_budget"] == "7000"
+    # the write log holds Graph writes only; Ads Manager's changes are in the activity log
+    assert [w["params"] for w in await sandbox.admin.writes()] == [
+        {"daily_budget": "7000"},
+        {"daily_budget": "7100"},
+    ]
+
+
+async def test_a_budget_below_the_currency_minimum_is_budget_too_low(sandbox: Sandbox) -> None:
+    adset = await _abo_adset(sandbox)
+    refused = await sandbox.post(f"/{adset['id']}", daily_budget="99")
+    assert refused.status == 400
+    assert (refused.error["code"], refused.error["error_subcode"]) == (100, 1885272)
+    assert refused.error["error_user_title"] == "Your Budget Is Too Low"
+    assert "1.00 USD" in refused.error["error_user_msg"]
+    assert (await sandbox.post(f"/{adset['id']}", daily_budget="100")).body == {"success": True}
+    yen = await sandbox.get("/act_1004/adsets", fields="id,daily_budget", limit="100")
+    yen_adset = next(a for a in yen.body["data"] if "daily_budget" in a)
+    refused = await sandbox.post(f"/{yen_adset['id']}", daily_budget="149")
+    assert refused.error["error_subcode"] == 1885272
+    assert "150 JPY" in refused.error["error_user_msg"]
+    assert (await sandbox.post(f"/{yen_adset['id']}", daily_budget="150")).body == {"success": True}
+
+
+async def test_ad_accounts_serve_their_minimum_daily_budget(sandbox: Sandbox) -> None:
+    reply = await sandbox.get("/me/adaccounts", fields="id,currency,min_daily_budget")
+    minimums = {a["id"]: (a["currency"], a["min_daily_budget"]) for a in reply.body["data"]}
+    assert minimums == {
+        "act_1001": ("USD", 100),
+        "act_1002": ("EUR", 100),
+        "act_1003": ("USD", 100),
+        "act_1004": ("JPY", 150),
+    }
+    one = await sandbox.get("/act_1002", fields="min_daily_budget")
+    assert one.body == {"id": "act_1002", "min_daily_budget": 100}
+
+
+def test_minimum_budgets_per_currency() -> None:
+    assert [min_daily_budget(c) for c in ("USD", "EUR", "JPY", "IDR", "idr")] == [
+        100,
+        100,
+        150,
+        10_000,
+        10_000,
+    ]
+    assert [currency_offset(c) for c in ("USD", "EUR", "JPY", "IDR", "UGX")] == [
+        100,
+        100,
+        1,
+        1,
+        100,
+    ]
 
 
 async def test_copy_a_campaign_deeply(sandbox: Sandbox) -> None:

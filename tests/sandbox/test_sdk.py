@@ -72,7 +72,12 @@ async def _campaign_ids(account: str = "act_1001") -> dict[str, str]:
 async def test_ad_accounts(sandbox: Sandbox, api: FacebookAdsApi) -> None:
     fields = [AdAccount.Field.name, AdAccount.Field.currency, AdAccount.Field.timezone_name]
     accounts = await sdk(lambda: list(User(fbid="me").get_ad_accounts(fields=fields)))
-    assert [a[AdAccount.Field.id] for a in accounts] == ["act_1001", "act_1002", "act_1003"]
+    assert [a[AdAccount.Field.id] for a in accounts] == [
+        "act_1001",
+        "act_1002",
+        "act_1003",
+        "act_1004",
+    ]
     assert all(isinstance(a, AdAccount) for a in accounts)
     germany = await sdk(lambda: AdAccount("act_1002").api_get(fields=fields))
     assert (germany[AdAccount.Field.currency], germany[AdAccount.Field.timezone_name]) == (

@@ -80,7 +80,7 @@ async def test_accounts_are_listed_and_added_without_tokens(
     client: Client, db: Database, web_settings: Settings
 ) -> None:
     listing = await (await client.get("/api/accounts")).json()
-    assert [a["id"] for a in listing["items"]] == ["act_1001", "act_1002", "act_1003"]
+    assert [a["id"] for a in listing["items"]] == ["act_1001", "act_1002", "act_1003", "act_1004"]
     assert set(listing["items"][0]) == {
         "id",
         "name",

@@ -126,7 +126,7 @@ async def test_a_hostile_account_is_422(
     response = await client.post("/api/accounts", json=body, headers=AUTH)
     assert response.status == 422, await response.text()
     assert path in {e["path"] for e in (await response.json())["errors"]}
-    assert await db[c.ACCOUNTS].count_documents({}) == 3  # the sandbox's, nothing more
+    assert await db[c.ACCOUNTS].count_documents({}) == 4  # the sandbox's, nothing more
 
 
 async def test_a_very_long_static_path_is_404_and_real_assets_are_served(client: Client) -> None:

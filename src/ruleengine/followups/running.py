@@ -29,6 +29,7 @@ from ruleengine.acts import (
     live_value,
     read_live,
 )
+from ruleengine.budget_limits import AccountFacts
 from ruleengine.constants import STAGES
 from ruleengine.errors import RuleEngineError
 from ruleengine.meta.errors import GraphError
@@ -36,7 +37,7 @@ from ruleengine.meta.http import Cost
 from ruleengine.meta.writer import GraphWriter
 from ruleengine.notify import MessageContext, render, send_once
 from ruleengine.rules.action_types import SetBudgetAction
-from ruleengine.rules.entity import Entity
+from ruleengine.rules.entity import Entity, currency_offset
 from ruleengine.rules.model import Rule
 from ruleengine.rules.plan import Plan, plan_budget
 from ruleengine.store.credentials import token_ref
@@ -89,7 +90,15 @@ async def _act(engine: Engine, doc: FollowupDoc, *, now: datetime) -> ActResult:
     version = await engine.rules.version(doc.rule_id, doc.rule_version)
     rule = Rule.model_validate({**version.definition, "status": "ACTIVE"})
     token = await engine.credentials.token(token_ref(doc.account))
+    account = await engine.credentials.get(doc.account)
     reader, _batch, writer = engine.graph(Cost())
+    facts = AccountFacts(
+        reader,
+        account=doc.account,
+        token=token,
+        now=now,
+        currency_offset=currency_offset(account.currency),
+    )
     run = JobRun(
         batch_id=f"followup:{doc.id}:{doc.generation}",
         rule_id=doc.rule_id,
@@ -99,6 +108,7 @@ async def _act(engine: Engine, doc: FollowupDoc, *, now: datetime) -> ActResult:
         token=token,
         now=now,
         reader=reader,
+        facts=facts,
     )
     entity = Entity(id=doc.entity_id, name=doc.entity_name)
     return await follow_up(engine.executor, run, writer, entity, doc)

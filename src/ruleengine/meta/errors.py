@@ -17,14 +17,16 @@ from ruleengine.redact import REDACTOR
 TRANSIENT_CODES: Final = frozenset({1, 2})
 RATE_LIMIT_CODES: Final = frozenset({4, 17, 32, 341, 613, 80000, 80001, 80002, 80003, 80004})
 AUTH_CODES: Final = frozenset({102, 190, 104, 463, 467})
-# Meta's ad-set limit of budget changes per hour (code 17 with this subcode).
-BUDGET_CHANGE_LIMIT_SUBCODE: Final = 1885172
 # Insights asked for more than Meta could compute in time ("Request Timed Out" in Meta's
 # Ads Insights error codes): ask for less — fewer ids, a shorter range — or run a report.
 TOO_MUCH_DATA: Final = frozenset({(100, 1504018), (2, 1504038)})
 TOO_MUCH_DATA_MESSAGE: Final = "reduce the amount of data"
 # Insights load limits (code 4, "Too Many API Requests"): wait before retrying.
 INSIGHTS_THROTTLE_SUBCODES: Final = frozenset({1504022, 1504039})
+# Code 17 with this subcode is the ad account's call-count throttle, not the budget limit.
+ACCOUNT_THROTTLED_SUBCODE: Final = 2446079
+# Code 100 with this subcode: "Your Budget Is Too Low" (below the minimum daily budget).
+BUDGET_TOO_LOW_SUBCODE: Final = 1885272
 
 
 class GraphError(RuleEngineError):
@@ -83,11 +85,6 @@ class RateLimitError(GraphError):
         super().__init__(message, **kw)
 
     @property
-    def budget_change_limit(self) -> bool:
-        """True for the ad-set budget-change limit (not a call-count limit)."""
-        return self.subcode == BUDGET_CHANGE_LIMIT_SUBCODE
-
-    @property
     def insights_throttle(self) -> bool:
         """True for Meta's Insights load limit (code 4, subcode 1504022 or 1504039)."""
         return self.subcode in INSIGHTS_THROTTLE_SUBCODES
@@ -117,6 +114,26 @@ class ReportRunError(GraphError):
 
 class MalformedResponseError(GraphError):
     """Meta answered something that is not what the API promises (not JSON, wrong shape)."""
+
+
+def is_budget_change_limit(exc: GraphError) -> bool:
+    """True when ``exc``, answered to a budget write of an **ad set**, is Meta's limit of 4
+    budget changes per ad set an hour.
+
+    Meta answers the 5th change with the generic code 17, "User request limit reached",
+    and no subcode; only the call that met it tells it apart from the ad account's
+    call-count throttle (code 17 with subcode 2446079). Ask this about nothing else.
+    """
+    return (
+        isinstance(exc, RateLimitError)
+        and exc.code == 17
+        and exc.subcode != ACCOUNT_THROTTLED_SUBCODE
+    )
+
+
+def is_budget_too_low(exc: GraphError) -> bool:
+    """True for Meta's "Your Budget Is Too Low" (code 100, subcode 1885272)."""
+    return exc.code == 100 and exc.subcode == BUDGET_TOO_LOW_SUBCODE
 
 
 def error_class(code: int | None, http_status: int | None) -> type[GraphError]:

@@ -69,12 +69,12 @@ class RetryPolicy:
             return True
         if isinstance(exc, RateLimitError) and self.wait_out_rate_limits:
             wait = exc.retry_after_s
-            return not exc.budget_change_limit and (wait is None or wait <= self.rate_limit_cap_s)
+            return wait is None or wait <= self.rate_limit_cap_s
         return False
 
     def rate_limit_wait(self, exc: RateLimitError, *, attempt: int) -> float | None:
         """How long to wait before try ``attempt + 1`` after ``exc``; None to give up."""
-        if exc.budget_change_limit or attempt > len(self.waits_s):
+        if attempt > len(self.waits_s):
             return None
         wait = max(self.waits_s[attempt - 1], exc.retry_after_s or 0.0)
         return wait if wait <= self.rate_limit_cap_s else None

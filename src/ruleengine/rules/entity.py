@@ -7,15 +7,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-# Currencies without a minor unit: Meta's budget fields are whole units there.
-_ZERO_DECIMAL = frozenset(
-    {"JPY", "KRW", "TWD", "CLP", "COP", "CRC", "HUF", "ISK", "IDR", "PYG", "VND", "UGX"}
+# The currencies Meta's currency table gives offset 1 — exactly these eleven: budgets and
+# Insights money are whole units there (¥5000 is "5000"). Every other currency Meta
+# supports has offset 100 (UGX too: Meta does not list it as zero-decimal).
+ZERO_DECIMAL = frozenset(
+    {"CLP", "COP", "CRC", "HUF", "ISK", "IDR", "JPY", "KRW", "PYG", "TWD", "VND"}
 )
 
 
 def currency_offset(currency: str | None) -> int:
     """How many budget units make one currency unit (100 for USD cents, 1 for JPY)."""
-    return 1 if (currency or "").upper() in _ZERO_DECIMAL else 100
+    return 1 if (currency or "").upper() in ZERO_DECIMAL else 100
 
 
 def parse_meta_time(value: str) -> datetime:

@@ -42,7 +42,8 @@ class EvalContext:
         entity: the campaign or ad set.
         insights: period → the Insights row Meta returned (absent: Meta returned no row).
         now: the evaluation time (aware UTC).
-        tz: the rule's timezone, for the clock keys.
+        tz: the ad account's timezone, for the clock keys (``current_hour``,
+            ``hours_left_today``): Meta's day and daily budgets reset at its midnight.
         custom: looks up ``custom:<name>`` values for this entity (None: no sheet loaded).
         currency_offset: budget units per currency unit (100 for cents).
     """

@@ -2,9 +2,9 @@
 
 The worker re-reads the live value right before writing and asks this module
 for the target. Writing an absolute value (never "+20 %") is what makes a
-repeated write harmless. Budgets are clamped to the action's bounds and then to
-the engine-wide change cap, which always wins, and never move against the
-action's direction.
+repeated write harmless. Budgets are clamped to the action's bounds, then to
+the engine-wide change cap, then to the ad account's minimum daily budget (Meta
+refuses anything lower), and never move against the action's direction.
 
 Budget arithmetic is exact (``Decimal``, never binary floats) with one rule each:
 a percentage change is rounded **half up** to the nearest minor unit
@@ -57,9 +57,18 @@ class Plan:
 
 
 def plan_budget(
-    action: PercentBudgetAction | SetBudgetAction, *, live: int, max_change_pct: float
+    action: PercentBudgetAction | SetBudgetAction,
+    *,
+    live: int,
+    max_change_pct: float,
+    account_minimum: int | None = None,
 ) -> Plan:
-    """The daily budget to write, from the live budget (minor units)."""
+    """The daily budget to write, from the live budget (minor units).
+
+    ``account_minimum`` is the ad account's ``min_daily_budget``: a target below it
+    is raised to it (``clamped_by`` names ``min_daily_budget``), so a decrease stops
+    at the minimum (``at_min_budget``) instead of being refused by Meta every run.
+    """
     if isinstance(action, SetBudgetAction):
         requested = action.amount
         lower, upper = 1, None
@@ -68,6 +77,8 @@ def plan_budget(
         requested = percent_of(live, 100 + sign * _decimal(action.percent), rounding=ROUND_HALF_UP)
         lower, upper = action.min_budget or 1, action.max_budget
     target, clamped = _clamp(requested, lower, upper, live=live, max_change_pct=max_change_pct)
+    if account_minimum is not None and target < account_minimum:
+        target, clamped = account_minimum, [*clamped, "min_daily_budget"]
     if isinstance(action, PercentBudgetAction):
         # never move against the action: a decrease below min_budget must not raise the budget
         target = max(target, live) if action.type == "increase_budget" else min(target, live)
@@ -105,7 +116,7 @@ def percent_of(amount: int, percent: Decimal, *, rounding: str) -> int:
 def _why_unchanged(clamped: list[str]) -> str:
     if "max_budget" in clamped:
         return "at_max_budget"
-    if "min_budget" in clamped:
+    if "min_budget" in clamped or "min_daily_budget" in clamped:
         return "at_min_budget"
     return "no_change"
 

@@ -27,6 +27,18 @@ from ruleengine.store.db import Database, Document
 IntentStatus = Literal["pending", "done", "failed"]
 # Intents whose effect is (or may be) in place: they start a cooldown.
 FIRED: tuple[IntentStatus, ...] = ("pending", "done")
+BUDGET_FIELDS = ["daily_budget", "lifetime_budget"]
+# Why a failed budget intent failed, when Meta said so (the engine reads them back).
+BUDGET_LIMITED = "meta_budget_change_limit"
+BUDGET_TOO_LOW = "at_min_budget"  # Meta answered "Your Budget Is Too Low"
+
+
+@dataclass(frozen=True)
+class AppliedChange:
+    """A budget change the engine made: when (its job's time) and the value it wrote."""
+
+    at: datetime
+    target: Any
 
 
 @dataclass(frozen=True)
@@ -140,17 +152,48 @@ class IntentStore:
         }
         return [d async for d in self._intents.find(query)]
 
-    async def budget_changes_since(self, entity_id: str, *, since: datetime) -> int:
-        """How many budget writes the engine made to an entity since ``since``."""
-        return await self._intents.count_documents(
+    async def budget_changes(self, entity_id: str, *, since: datetime) -> list[AppliedChange]:
+        """The budget changes the engine made to an entity since ``since``, oldest first."""
+        query = {
+            "entity_id": entity_id,
+            "field": {"$in": BUDGET_FIELDS},
+            "status": "done",
+            "changed": True,
+            "applied_at": {"$gte": since},
+        }
+        projection = {"applied_at": 1, "target": 1}
+        cursor = self._intents.find(query, projection).sort("applied_at")
+        return [AppliedChange(d["applied_at"], d.get("target")) async for d in cursor]
+
+    async def budget_blocked_until(self, entity_id: str, *, now: datetime) -> datetime | None:
+        """Until when Meta blocks the entity's budget (it answered code 17), if it still does."""
+        doc = await self._intents.find_one(
             {
                 "entity_id": entity_id,
-                "field": {"$in": ["daily_budget", "lifetime_budget"]},
-                "status": "done",
-                "changed": True,
-                "applied_at": {"$gte": since},
-            }
+                "field": {"$in": BUDGET_FIELDS},
+                "status": "failed",
+                "reason": BUDGET_LIMITED,
+                "allowed_at": {"$gt": now},
+            },
+            {"allowed_at": 1},
+            sort=[("allowed_at", -1)],
         )
+        return None if doc is None else doc["allowed_at"]
+
+    async def refused_as_too_low(self, entity_id: str, field: str, *, since: datetime) -> Any:
+        """The highest budget Meta refused as too low for this entity since ``since``, if any."""
+        doc = await self._intents.find_one(
+            {
+                "entity_id": entity_id,
+                "field": field,
+                "status": "failed",
+                "reason": BUDGET_TOO_LOW,
+                "resolved_at": {"$gte": since},
+            },
+            {"target": 1},
+            sort=[("target", -1)],
+        )
+        return None if doc is None else doc.get("target")
 
     async def cooling(
         self,

@@ -1,0 +1,267 @@
+"""Meta's limits on budget writes, as one job sees them: the ad account's minimum daily
+budget, and the 4 budget changes an ad set may take in an hour — counting changes made
+outside the engine without counting the engine's own twice.
+
+Meta limits an ad set to 4 budget changes in a rolling hour, *whoever* makes them, and
+answers the 5th with code 17, after which the ad set's budget is blocked for an hour.
+The engine's own changes are in its intents; everyone else's only in the ad account's
+activity log. :class:`AccountFacts` reads that log (and the minimum daily budget) at
+most once per job, lazily, and only for jobs that change budgets;
+:func:`count_changes` merges the log with the intents: an intent whose value the log
+already shows is the same change, counted once; one the log does not show yet (a write
+made after the log was read, or one Meta has not logged yet) is added.
+
+The write path (:mod:`ruleengine.actions`) asks :func:`budget_limited` and
+:func:`known_too_low` before it records an intent, and :func:`read_refusal` what an
+error Meta answered to a write means (code 17 on an ad set's budget: blocked for an
+hour; "budget too low": the decrease is at Meta's minimum).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any, Final
+
+from ruleengine import constants as c
+from ruleengine.acts import BUDGET_FIELDS, ActResult, JobRun, Outcome
+from ruleengine.meta.adaccount import BudgetEvent, read_budget_events, read_min_daily_budget
+from ruleengine.meta.errors import GraphError, is_budget_change_limit, is_budget_too_low
+from ruleengine.meta.reader import GraphReader
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.plan import Plan
+from ruleengine.store.intents import (
+    BUDGET_LIMITED,
+    BUDGET_TOO_LOW,
+    AppliedChange,
+    IntentStore,
+    hour_ago,
+)
+
+log = logging.getLogger(__name__)
+
+#: Meta's window for the ad-set budget limit, and how long it blocks after a code 17.
+CHANGE_WINDOW: Final = timedelta(hours=1)
+#: How long a budget Meta refused as too low keeps targets at or below it from being sent.
+TOO_LOW_REMEMBERED: Final = timedelta(hours=24)
+
+
+@dataclass(frozen=True)
+class ChangeCount:
+    """An entity's budget changes within the window, each counted once.
+
+    Attributes:
+        times: when each counted change happened, oldest first.
+        outside: how many of them the engine did not make (seen only in Meta's log).
+    """
+
+    times: list[datetime]
+    outside: int = 0
+
+    def allowed_at(self, per_hour: int) -> datetime | None:
+        """When one more change is allowed, or ``None`` when it is allowed now."""
+        if len(self.times) < per_hour:
+            return None
+        return self.times[len(self.times) - per_hour] + CHANGE_WINDOW
+
+
+def same_value(reported: Decimal | None, target: Any, *, offset: int) -> bool:
+    """True when Meta's logged value is the budget the engine wrote (``target``, minor units).
+
+    Meta does not document the unit of ``extra_data``: minor units and major units
+    (``target / offset``) both match.
+    """
+    if reported is None or isinstance(target, bool) or not isinstance(target, int):
+        return False
+    return reported == target or reported * offset == target
+
+
+def count_changes(
+    events: Sequence[BudgetEvent],
+    own: Sequence[AppliedChange],
+    *,
+    since: datetime,
+    offset: int,
+) -> ChangeCount:
+    """One entity's budget changes since ``since``: Meta's log, plus the engine's own
+    changes the log does not show, each change counted once.
+
+    ``events`` are the entity's logged budget events; ``own`` the engine's applied
+    changes. Each own change is matched to one logged event with the same new value;
+    an own change without a match is counted on its own.
+    """
+    logged = sorted((e for e in events if e.at >= since), key=lambda e: e.at)
+    unmatched = list(logged)
+    extra: list[datetime] = []
+    for change in sorted((o for o in own if o.at >= since), key=lambda o: o.at):
+        match = next(
+            (e for e in unmatched if same_value(e.new_value, change.target, offset=offset)), None
+        )
+        if match is None:
+            extra.append(change.at)
+        else:
+            unmatched.remove(match)
+    times = sorted([e.at for e in logged] + extra)
+    return ChangeCount(times, outside=len(unmatched))
+
+
+class AccountFacts:
+    """What one job learns about its ad account from Meta, each read at most once, when needed.
+
+    A read that fails is logged and answered with ``None``: the write path then works
+    with what it knows (its own intents; no minimum) and Meta's own answer (code 17,
+    "budget too low") is the backstop.
+
+    Args:
+        reader: the job's reader (it waits out rate limits: use it outside the write lock).
+        account: ``act_…``.
+        token: the account's token.
+        now: the job's time.
+        currency_offset: budget units per currency unit (100, or 1 for JPY and the like).
+    """
+
+    def __init__(
+        self, reader: GraphReader, *, account: str, token: str, now: datetime, currency_offset: int
+    ) -> None:
+        self.reader = reader
+        self.account = account
+        self.token = token
+        self.now = now
+        self.currency_offset = currency_offset
+        self._minimum: tuple[int | None] | None = None
+        self._events: tuple[list[BudgetEvent] | None] | None = None
+
+    async def min_daily_budget(self) -> int | None:
+        """The account's minimum daily budget (minor units), or ``None`` if unknown."""
+        if self._minimum is None:
+            try:
+                value = await read_min_daily_budget(self.reader, self.account, token=self.token)
+            except GraphError as exc:
+                log.warning("could not read min_daily_budget of %s: %s", self.account, exc)
+                value = None
+            self._minimum = (value,)
+        return self._minimum[0]
+
+    async def budget_events(self) -> list[BudgetEvent] | None:
+        """Every budget change in the account's activity log within the last hour, by anyone;
+        ``None`` when the log could not be read."""
+        if self._events is None:
+            try:
+                events: list[BudgetEvent] | None = await read_budget_events(
+                    self.reader, self.account, token=self.token, since=self.now - CHANGE_WINDOW
+                )
+            except GraphError as exc:
+                log.warning("could not read the activities of %s: %s", self.account, exc)
+                events = None
+            self._events = (events,)
+        return self._events[0]
+
+    async def changes(self, entity_id: str, own: Sequence[AppliedChange]) -> ChangeCount:
+        """The entity's budget changes in the last hour: the log's and the engine's own."""
+        events = [e for e in (await self.budget_events() or []) if e.object_id == entity_id]
+        return count_changes(
+            events, own, since=self.now - CHANGE_WINDOW, offset=self.currency_offset
+        )
+
+
+def counts_toward_limit(run: JobRun, field: str) -> bool:
+    """True for a budget write of an ad set: Meta allows 4 of them an hour."""
+    return run.rule.level == "adset" and field in BUDGET_FIELDS
+
+
+async def budget_limited(
+    intents: IntentStore, run: JobRun, entity: Entity, plan: Plan
+) -> ActResult | None:
+    """Why Meta would refuse this ad set's budget change now, if it would.
+
+    Meta blocks the budget for an hour after answering code 17; otherwise it allows
+    4 changes in a rolling hour, counting changes made outside the engine (the
+    account's activity log, read once per job) and the engine's own (its intents).
+    """
+    if not counts_toward_limit(run, plan.field):
+        return None
+    blocked = await intents.budget_blocked_until(entity.id, now=run.now)
+    if blocked is not None:
+        message = "Meta blocked this ad set's budget (code 17) until it may change again"
+        return _limit_skip(plan, allowed_at=blocked, message=message)
+    own = await intents.budget_changes(entity.id, since=hour_ago(run.now))
+    if run.facts is not None:
+        count = await run.facts.changes(entity.id, own)
+    else:
+        count = ChangeCount([change.at for change in own])
+    allowed_at = count.allowed_at(c.ADSET_BUDGET_CHANGES_PER_HOUR)
+    if allowed_at is None:
+        return None
+    message = (
+        f"the ad set's budget changed {len(count.times)} times in the last hour"
+        f" ({count.outside} outside the engine); Meta allows {c.ADSET_BUDGET_CHANGES_PER_HOUR}"
+    )
+    return _limit_skip(plan, allowed_at=allowed_at, message=message, changes=count)
+
+
+def _limit_skip(
+    plan: Plan, *, allowed_at: datetime, message: str, changes: ChangeCount | None = None
+) -> ActResult:
+    error: dict[str, Any] = {"message": message, "allowed_at": allowed_at}
+    if changes is not None:
+        error |= {"changes_last_hour": len(changes.times), "outside_engine": changes.outside}
+    return ActResult(
+        "skipped",
+        BUDGET_LIMITED,
+        plan.field,
+        plan.before,
+        plan.before,
+        plan.requested,
+        plan.clamped_by,
+        error,
+    )
+
+
+async def known_too_low(
+    intents: IntentStore, run: JobRun, entity: Entity, plan: Plan
+) -> ActResult | None:
+    """A lowered budget Meta refused as too low (or a lower one) is not sent again for a day."""
+    after, before = plan.after, plan.before
+    if plan.field not in BUDGET_FIELDS or not isinstance(after, int):
+        return None
+    if not isinstance(before, int) or after >= before:
+        return None
+    refused = await intents.refused_as_too_low(
+        entity.id, plan.field, since=run.now - TOO_LOW_REMEMBERED
+    )
+    if refused is None or after > refused:
+        return None
+    clamped = [*plan.clamped_by, "min_daily_budget"]
+    return ActResult("no_change", "at_min_budget", plan.field, before, before, after, clamped)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What an error Meta answered to a write means for the record and the intent."""
+
+    outcome: Outcome
+    reason: str
+    error: dict[str, Any]
+    intent: dict[str, Any]  # what the failed intent keeps for later runs
+
+
+def read_refusal(exc: GraphError, run: JobRun, field: str, *, now: datetime) -> Refusal:
+    """Meta refused a write of ``field`` at ``now``: what it means.
+
+    Code 17 on an ad set's budget is the budget-change limit: the ad set's budget is
+    blocked for an hour, and the intent keeps until when (``allowed_at``) so that no run
+    tries before. "Budget too low" (100/1885272) means the budget is at Meta's minimum:
+    nothing changes, and the refused value is remembered. Anything else failed the write.
+    """
+    error = exc.as_dict()
+    if counts_toward_limit(run, field) and is_budget_change_limit(exc):
+        allowed_at = now + CHANGE_WINDOW
+        error |= {"allowed_at": allowed_at}
+        intent = {"reason": BUDGET_LIMITED, "allowed_at": allowed_at}
+        return Refusal("failed", BUDGET_LIMITED, error, intent)
+    if field in BUDGET_FIELDS and is_budget_too_low(exc):
+        return Refusal("no_change", BUDGET_TOO_LOW, error, {"reason": BUDGET_TOO_LOW})
+    return Refusal("failed", "write_failed", error, {})
