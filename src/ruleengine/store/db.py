@@ -59,10 +59,8 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("status", ASCENDING), ("started_at", DESCENDING)]),
     ],
     c.EXECUTIONS: [
-        # one record per (batch, task, entity); older records without a key stay as they are
-        IndexModel(
-            [("key", ASCENDING)], unique=True, partialFilterExpression={"key": {"$exists": True}}
-        ),
+        # one record per (batch, task, entity); every record has a key (see _keyed_executions)
+        IndexModel([("key", ASCENDING)], unique=True),
         IndexModel([("batch_id", ASCENDING)]),
         IndexModel([("rule_id", ASCENDING), ("created_at", DESCENDING)]),
         IndexModel([("entity_id", ASCENDING), ("created_at", DESCENDING)]),
@@ -95,8 +93,28 @@ _INDEXES: dict[str, list[IndexModel]] = {
 
 async def ensure_indexes(db: Database) -> None:
     """Create every index the engine relies on (safe to call on every start)."""
+    await _keyed_executions(db)
     for collection, indexes in _INDEXES.items():
         await db[collection].create_indexes(indexes)
+
+
+async def _keyed_executions(db: Database) -> None:
+    """Give keys to execution records written before records had one, once.
+
+    A first version indexed ``key`` only where it existed (a partial index); the
+    embedded server never uses a partial index for its lookups, so each upsert of a
+    record scanned the whole collection. Records without a key get ``legacy|<_id>``
+    and the plain unique index replaces the partial one — done only while the plain
+    index is missing, so a normal start scans nothing.
+    """
+    executions = db[c.EXECUTIONS]
+    index = (await executions.index_information()).get("key_1")
+    if index is not None and "partialFilterExpression" not in index:
+        return
+    if index is not None:
+        await executions.drop_index("key_1")
+    legacy_key = {"$concat": ["legacy|", {"$toString": "$_id"}]}
+    await executions.update_many({"key": {"$exists": False}}, [{"$set": {"key": legacy_key}}])
 
 
 TtlChange = Literal["created", "unchanged", "updated", "recreated"]

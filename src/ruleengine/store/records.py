@@ -236,7 +236,7 @@ class ExecutionStore:
 
     async def by_key(self, batch_id: str) -> dict[str, Document]:
         """The batch's records by ``key`` (what earlier deliveries recorded)."""
-        cursor = self._executions.find({"batch_id": batch_id, "key": {"$exists": True}})
+        cursor = self._executions.find({"batch_id": batch_id})
         return {d["key"]: d async for d in cursor}
 
     async def for_batch(self, batch_id: str, *, limit: int = 5000) -> list[Document]:
