@@ -1,9 +1,10 @@
-"""The sandbox's world: ad accounts, campaigns and ad sets, stored in memory.
+"""The sandbox's world: ad accounts, campaigns, ad sets and ads, stored in memory.
 
-Campaigns and ad sets share one :class:`AdObject` type (``kind`` tells them
-apart) because Graph treats them alike: both are read, filtered, updated and
+Campaigns, ad sets and ads share one :class:`AdObject` type (``kind`` tells them
+apart) because Graph treats them alike: they are read, filtered, updated and
 copied by id. Iteration order is creation order, which makes listings and
-cursors stable.
+cursors stable. Ads deliver nothing of their own: an ad set's delivery is its
+profile's, whatever ads it holds.
 """
 
 from __future__ import annotations
@@ -16,15 +17,16 @@ from zoneinfo import ZoneInfo
 
 from graph_sandbox.delivery import Profile
 
-Kind = Literal["campaign", "adset"]
+Kind = Literal["campaign", "adset", "ad"]
 
 ACTIVE = "ACTIVE"
 PAUSED = "PAUSED"
 CAMPAIGN_PAUSED = "CAMPAIGN_PAUSED"
+ADSET_PAUSED = "ADSET_PAUSED"
 
 # Ids look like Meta's (15 digits, numeric strings); the prefix keeps campaign
 # and ad set ids apart so ``GET /{id}`` never has to guess.
-_ID_PREFIX: dict[Kind, str] = {"campaign": "12021", "adset": "12022"}
+_ID_PREFIX: dict[Kind, str] = {"campaign": "12021", "adset": "12022", "ad": "12023"}
 
 
 @dataclass
@@ -50,12 +52,12 @@ class Account:
 
 @dataclass
 class AdObject:
-    """A campaign or an ad set.
+    """A campaign, an ad set or an ad.
 
     Budgets are integers in minor units, ``None`` when the object has no such
     budget (an ad-set-budget campaign, or an ad set under a CBO campaign).
     Only ad sets have a delivery ``profile``; a campaign delivers what its ad
-    sets deliver.
+    sets deliver. An ad has its ``campaign_id`` and its ``adset_id``.
     """
 
     id: str
@@ -71,6 +73,7 @@ class AdObject:
     lifetime_budget: int | None = None
     profile: Profile | None = None
     source_id: str | None = None
+    adset_id: str | None = None
 
 
 class World:
@@ -84,27 +87,35 @@ class World:
         self._campaigns: dict[str, list[AdObject]] = {}
         self._adsets: dict[str, list[AdObject]] = {}
         self._children: dict[str, list[AdObject]] = {}
-        self._serial: dict[Kind, int] = {"campaign": 0, "adset": 0}
+        self._ads: dict[str, list[AdObject]] = {}
+        self._ads_of: dict[str, list[AdObject]] = {}
+        self._serial: dict[Kind, int] = {"campaign": 0, "adset": 0, "ad": 0}
 
     def add_account(self, account: Account) -> None:
         """Register an ad account."""
         self.accounts[account.id] = account
         self._campaigns[account.id] = []
         self._adsets[account.id] = []
+        self._ads[account.id] = []
 
     def next_id(self, kind: Kind) -> str:
-        """A fresh id for a new campaign or ad set, deterministic from the seed and position."""
+        """A fresh id for a new campaign, ad set or ad, deterministic from the seed and position."""
         self._serial[kind] += 1
         return f"{_ID_PREFIX[kind]}{self.seed % 1000:03d}{self._serial[kind]:07d}"
 
     def add(self, obj: AdObject) -> None:
-        """Store a campaign or ad set (its account, and for an ad set its campaign, must exist)."""
+        """Store a campaign, ad set or ad (its account and its parents must exist)."""
         self.objects[obj.id] = obj
         act = f"act_{obj.account_id}"
         if obj.kind == "campaign":
             self._campaigns[act].append(obj)
             self._children[obj.id] = []
+        elif obj.kind == "ad":
+            assert obj.adset_id is not None, "an ad needs its adset_id"
+            self._ads[act].append(obj)
+            self._ads_of[obj.adset_id].append(obj)
         else:
+            self._ads_of[obj.id] = []
             assert obj.campaign_id is not None, "an ad set needs its campaign_id"
             self._adsets[act].append(obj)
             self._children[obj.campaign_id].append(obj)
@@ -133,6 +144,21 @@ class World:
         """The ad sets of a campaign, in creation order."""
         return self._children[campaign_id]
 
+    def ads(self, act_id: str) -> list[AdObject]:
+        """The ads of an ad account, in creation order."""
+        return self._ads[act_id]
+
+    def ads_of(self, parent_id: str) -> list[AdObject]:
+        """The ads of an ad set, or of every ad set of a campaign, in creation order."""
+        if parent_id in self._children:
+            return [ad for adset in self._children[parent_id] for ad in self._ads_of[adset.id]]
+        return self._ads_of[parent_id]
+
+    def adset_of(self, ad: AdObject) -> AdObject:
+        """The ad set an ad belongs to."""
+        assert ad.adset_id is not None
+        return self.objects[ad.adset_id]
+
     def campaign_of(self, adset: AdObject) -> AdObject:
         """The campaign an ad set belongs to."""
         assert adset.campaign_id is not None
@@ -140,6 +166,9 @@ class World:
 
     def effective_status(self, obj: AdObject) -> str:
         """Meta's ``effective_status``: an ad set under a paused campaign is ``CAMPAIGN_PAUSED``."""
+        if obj.kind == "ad" and obj.status == ACTIVE:
+            parent = self.effective_status(self.adset_of(obj))
+            return ADSET_PAUSED if parent == PAUSED else parent
         if obj.kind == "adset" and self.campaign_of(obj).status != ACTIVE:
             return CAMPAIGN_PAUSED
         return obj.status

@@ -93,6 +93,71 @@ async def test_listing_follows_cursors_with_filters(
     assert [c["effective_status"] for c in active] == ["PAUSED"]
 
 
+ACTIVE_ONLY = [{"field": "effective_status", "operator": "IN", "value": ["ACTIVE"]}]
+
+
+async def _active_campaigns(reader: GraphReader) -> list[str]:
+    listed = await reader.list_entities(
+        "act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"], filtering=ACTIVE_ONLY
+    )
+    return [c["id"] for c in listed]
+
+
+@pytest.mark.parametrize("position", [1, 0], ids=["the cursor's entity", "an earlier entity"])
+async def test_an_entity_paused_mid_listing_leaves_every_other_exactly_once(
+    session: GraphSession, sandbox: SandboxAdmin, position: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    reader = reader_with(session, SleepRecorder())
+    active = await _active_campaigns(reader)
+    paused = active[position]
+    # Paused "in Ads Manager" right after the first page (2 entities) was served: with
+    # position 1 the next page's cursor points at it, and Meta answers 2642.
+    await sandbox.set_faults(
+        changes=[{"path_contains": "act_1001/campaigns", "object_id": paused, "status": "PAUSED"}]
+    )
+    await sandbox.clear_stats()
+    with caplog.at_level(logging.INFO, logger="ruleengine.meta.reader"):
+        listed = await reader.list_entities(
+            "act_1001",
+            "campaign",
+            token=SANDBOX_TOKEN,
+            fields=["id", "effective_status"],
+            filtering=ACTIVE_ONLY,
+            page_size=2,
+        )
+    ids = [c["id"] for c in listed]
+    # Every other entity exactly once; the paused one only if a page served it before the pause.
+    assert sorted(i for i in ids if i != paused) == sorted(a for a in active if a != paused)
+    assert len(ids) == len(set(ids))
+    assert (paused in ids) is (position == 0)
+    stats = await sandbox.stats()
+    restarted = position == 1
+    assert stats["errors_by_code"] == ({"2642": 1} if restarted else {})
+    assert ("listing again from the start" in caplog.text) is restarted
+
+
+async def test_a_listing_whose_restart_goes_stale_again_fails(
+    session: GraphSession, sandbox: SandboxAdmin
+) -> None:
+    reader = reader_with(session, SleepRecorder())
+    active = await _active_campaigns(reader)
+    changes = [
+        {"path_contains": "act_1001/campaigns", "after_calls": 1, "object_id": active[1]},
+        {"path_contains": "act_1001/campaigns", "after_calls": 3, "object_id": active[2]},
+    ]
+    await sandbox.set_faults(changes=changes)
+    with pytest.raises(InvalidRequestError) as info:
+        await reader.list_entities(
+            "act_1001",
+            "campaign",
+            token=SANDBOX_TOKEN,
+            fields=["id"],
+            filtering=ACTIVE_ONLY,
+            page_size=2,
+        )
+    assert info.value.code == 2642
+
+
 async def test_a_batch_of_120_reads_is_3_http_calls_with_per_item_errors(
     session: GraphSession, sandbox: SandboxAdmin
 ) -> None:
