@@ -99,7 +99,7 @@ class Reaper:
 
     async def _settle_account(self, account: str, docs: list[Document], *, now: datetime) -> int:
         try:
-            token = await self.engine.credentials.token(token_ref(account))
+            token = await self.engine.credentials.usable_token(token_ref(account))
         except (RuleEngineError, PyMongoError) as exc:
             log.error("cannot settle %d intent(s) of %s now: %s", len(docs), account, exc)
             return 0

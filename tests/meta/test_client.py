@@ -11,7 +11,14 @@ import pytest
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.errors import ErrorReport
 from ruleengine.meta.batch import BatchReader, SubRequest
-from ruleengine.meta.errors import AuthError, InvalidRequestError, RateLimitError, TransientError
+from ruleengine.meta.errors import (
+    AuthError,
+    GraphError,
+    InvalidRequestError,
+    RateLimitError,
+    TransientError,
+    token_status,
+)
 from ruleengine.meta.http import READ_AND_BATCH, READ_WRITE, GraphSession, ReadOnlyViolation
 from ruleengine.meta.insights import fetch_insights
 from ruleengine.meta.reader import GraphReader, RetryPolicy
@@ -243,6 +250,38 @@ async def test_expired_token_is_never_retried(session: GraphSession, sandbox: Sa
     assert info.value.code == 190
     assert sleep.waits == []
     assert SANDBOX_TOKEN not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "code", "subcode", "status"),
+    [
+        ({"expire": True}, 190, 463, "expired"),
+        ({"invalidate": "password_changed"}, 190, 460, "invalid"),
+        ({"invalidate": "logged_out"}, 190, 467, "invalid"),
+        ({"permissions": []}, 200, None, "missing_permission"),
+    ],
+)
+async def test_token_errors_are_never_retried_and_say_what_they_mean(
+    session: GraphSession,
+    sandbox: SandboxAdmin,
+    change: dict[str, Any],
+    code: int,
+    subcode: int | None,
+    status: str,
+) -> None:
+    sleep = SleepRecorder()
+    reader = reader_with(session, sleep)
+    await sandbox.update_token(SANDBOX_TOKEN, **change)
+    with pytest.raises(GraphError) as info:
+        await reader.list_entities("act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"])
+    assert (info.value.code, info.value.subcode) == (code, subcode)
+    assert token_status(info.value.code, info.value.subcode) == status
+    batch = BatchReader(session, policy=RetryPolicy((0.01,), rate_limit_cap_s=1, sleep=sleep))
+    (result,) = await batch.get_many([SubRequest("act_1001", {})], token=SANDBOX_TOKEN)
+    assert result.error is not None
+    assert result.error.code == code
+    assert sleep.waits == []
+    assert (await sandbox.stats())["calls_by_kind"]["list"] == 1
 
 
 async def test_ad_account_rate_limit_waits_as_the_headers_say(

@@ -254,7 +254,7 @@ async def test_write_log_records_every_post_without_the_token(sandbox: Sandbox) 
 
 
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=12),
     lambda inner: (
         st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
     ),
