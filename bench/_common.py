@@ -66,7 +66,7 @@ def figures(values: dict[str, Any]) -> None:
 def start_sandbox(group: ProcessGroup, *args: str) -> str:
     """The Graph sandbox as a child process."""
     port = free_port()
-    argv = [sys.executable, "-m", "graph_sandbox", "--port", str(port), *args]
+    argv = [sys.executable, "-m", "graph_sandbox", "--port", str(port), "--token", TOKEN, *args]
     group.start(
         "sandbox", argv, address=f"http://127.0.0.1:{port}", ready=lambda: port_answers(port)
     )

@@ -56,6 +56,7 @@ def process_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessG
 def _start_sandbox(group: ProcessGroup) -> str:
     port = free_port()
     argv = [sys.executable, "-m", "graph_sandbox", "--port", str(port), "--seed", "1"]
+    argv += ["--token", SANDBOX_TOKEN]  # the sandbox accepts only tokens it issued
     child = group.start(
         "sandbox", argv, address=f"http://127.0.0.1:{port}", ready=lambda: port_answers(port)
     )

@@ -16,6 +16,7 @@ from graph_sandbox.scenarios import SCENARIOS
 _EPILOG = """\
 examples:
   python -m graph_sandbox                    demo world on 127.0.0.1:8081
+  python -m graph_sandbox --token EAAGmine   also accept EAAGmine for every ad account
   python -m graph_sandbox --port 0 --seed 2  another world on a free port
   python -m graph_sandbox --scenario bench --accounts 4 --campaigns 500
 
@@ -28,6 +29,8 @@ admin routes (no token, not counted; for tests and benchmarks):
   GET|POST   /_sandbox/clock         freeze, move or release the clock
   GET|POST   /_sandbox/limits        hourly call capacities and usage
   GET        /_sandbox/world         seed, scenario, account ids
+  GET|POST   /_sandbox/tokens        issued tokens; issue one (accounts, permissions, expiry)
+  POST       /_sandbox/tokens/update expire or invalidate a token, change its permissions
 
 The process stops cleanly (exit 0) on SIGTERM or SIGINT.
 """
@@ -40,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "A local simulator of Meta's Graph API v25.0 (ad accounts, campaigns, ad sets, "
             "Insights, writes, copies, the Batch API, rate-limit headers, fault injection). "
-            "Any non-empty access token is accepted. See docs/sandbox.md."
+            "Only tokens it issued are accepted: one per ad account (GET /_sandbox/tokens), "
+            "the --token ones, and those made through POST /_sandbox/tokens. See docs/sandbox.md."
         ),
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -68,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--adsets", type=int, help="ad sets per campaign (default: demo 2-3, bench 1)"
+    )
+    parser.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        metavar="TOKEN",
+        help="accept TOKEN for every ad account, also after resets (repeatable)",
     )
     parser.add_argument(
         "--access-log", action="store_true", help="log every request to stderr (off by default)"
@@ -107,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             accounts=args.accounts,
             campaigns_per_account=args.campaigns,
             adsets_per_campaign=args.adsets,
+            tokens=args.token,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -81,7 +81,8 @@ class SandboxAdmin:
 
     async def set_faults(self, **faults: Any) -> dict[str, Any]:
         """Set ``latency_ms``, ``error_rate``, ``error_code``, ``null_item_rate``,
-        ``revoked_tokens`` or ``rules``; settings not named stay as they are."""
+        ``revoked_tokens``, ``rules``, ``changes`` (status changes made "in Ads Manager" after
+        a given call) or ``async_batch_delay_s``; settings not named stay as they are."""
         result: dict[str, Any] = await self._call("POST", "faults", faults)
         return result
 
@@ -93,6 +94,42 @@ class SandboxAdmin:
     async def clear_faults(self) -> None:
         """Remove every fault."""
         await self._call("DELETE", "faults")
+
+    async def tokens(self) -> list[dict[str, Any]]:
+        """Every token the sandbox accepts: the demo tokens in full, the others masked."""
+        result: list[dict[str, Any]] = await self._call("GET", "tokens")
+        return result
+
+    async def demo_token(self, account_id: str) -> str:
+        """The token the sandbox issued for one ad account of its world."""
+        for grant in await self.tokens():
+            if grant["origin"] == "demo" and grant["accounts"] == [account_id]:
+                return str(grant["token"])
+        raise SandboxAdminError(f"no demo token for {account_id}")
+
+    async def issue_token(
+        self,
+        token: str | None = None,
+        *,
+        accounts: list[str] | None = None,
+        permissions: list[str] | None = None,
+        expires_in_s: float | None = None,
+    ) -> dict[str, Any]:
+        """Register ``token`` (or let the sandbox make one up: then ``["token"]`` holds it) for
+        ``accounts`` (every one when ``None``), with ``permissions`` (both by default)."""
+        body: dict[str, Any] = {"token": token, "accounts": accounts, "expires_in_s": expires_in_s}
+        if permissions is not None:
+            body["permissions"] = permissions
+        result: dict[str, Any] = await self._call("POST", "tokens", body)
+        return result
+
+    async def update_token(self, token: str, **changes: Any) -> dict[str, Any]:
+        """Change a token: ``expire=True``, ``invalidate="password_changed"|"logged_out"``,
+        ``permissions=[...]`` or ``restore=True``."""
+        result: dict[str, Any] = await self._call(
+            "POST", "tokens/update", {"token": token, **changes}
+        )
+        return result
 
     async def stats(self) -> dict[str, Any]:
         """HTTP requests, counted calls and errors since the last reset or clear."""

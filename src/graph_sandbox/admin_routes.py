@@ -1,5 +1,5 @@
 """Admin routes under ``/_sandbox``: stats, reset, faults, write log, raw objects, clock, limits,
-the size and report-run settings of Insights, and changes "made in Ads Manager".
+the size and report-run settings of Insights, changes "made in Ads Manager", and tokens.
 
 For tests and benchmarks only: they need no token and are never counted.
 Bad input answers 400 with ``{"error": "<what was wrong>"}``.
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, TypeVar
 
 import orjson
 from aiohttp import web
@@ -20,6 +20,7 @@ from graph_sandbox.activities import ADS_MANAGER
 from graph_sandbox.errors import GraphError
 from graph_sandbox.state import STATE, SandboxState
 from graph_sandbox.stats import Stats
+from graph_sandbox.tokens import INVALIDATIONS, PERMISSIONS, Grant
 from graph_sandbox.writes import apply_changes
 
 M = TypeVar("M", bound=BaseModel)
@@ -51,6 +52,28 @@ class _Limits(BaseModel):
     insights_account_calls_per_hour: int | None = Field(default=None, ge=0)
 
 
+Permission = Literal["ads_management", "ads_read"]
+
+
+class _Issue(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    token: str | None = Field(default=None, min_length=1)
+    accounts: list[str] | None = None
+    permissions: list[Permission] | None = None
+    expires_in_s: float | None = None
+
+
+class _TokenUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(min_length=1)
+    expire: bool = False
+    invalidate: Literal["password_changed", "logged_out"] | None = None
+    permissions: list[Permission] | None = None
+    restore: bool = False
+
+
 def add_admin_routes(app: web.Application) -> None:
     """Register the ``/_sandbox`` routes on ``app`` (before the Graph catch-all)."""
     app.router.add_get("/_sandbox/stats", _guarded(_stats))
@@ -69,6 +92,9 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get("/_sandbox/insights", _guarded(_insights))
     app.router.add_post("/_sandbox/insights", _guarded(_set_insights))
     app.router.add_post("/_sandbox/ads_manager/{id}", _guarded(_ads_manager_change))
+    app.router.add_get("/_sandbox/tokens", _guarded(_tokens))
+    app.router.add_post("/_sandbox/tokens", _guarded(_issue_token))
+    app.router.add_post("/_sandbox/tokens/update", _guarded(_update_token))
 
 
 def _json(value: Any, status: int = 200) -> web.Response:
@@ -233,11 +259,55 @@ async def _world(request: web.Request) -> web.Response:
 
 def _world_summary(state: SandboxState) -> dict[str, Any]:
     world = state.world
-    campaigns = sum(1 for obj in world.objects.values() if obj.kind == "campaign")
+    kinds = [obj.kind for obj in world.objects.values()]
     return {
         "seed": world.seed,
         "scenario": world.scenario,
         "accounts": list(world.accounts),
-        "campaigns": campaigns,
-        "adsets": len(world.objects) - campaigns,
+        "campaigns": kinds.count("campaign"),
+        "adsets": kinds.count("adset"),
+        "ads": kinds.count("ad"),
     }
+
+
+async def _tokens(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return _json([grant.describe(state.now()) for grant in state.tokens.all()])
+
+
+async def _issue_token(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = _validated(_Issue, await _body(request))
+    unknown = [a for a in body.accounts or () if state.world.account(a) is None]
+    if unknown:
+        raise _BadInput(f"{unknown[0]} is not an ad account of this world")
+    expires_at = None
+    if body.expires_in_s is not None:
+        expires_at = state.now() + timedelta(seconds=body.expires_in_s)
+    grant = state.tokens.issue(
+        token=body.token,
+        accounts=body.accounts,
+        permissions=PERMISSIONS if body.permissions is None else body.permissions,
+        expires_at=expires_at,
+    )
+    return _json(grant.describe(state.now()), status=201)
+
+
+async def _update_token(request: web.Request) -> web.Response:
+    """Expire, invalidate (``password_changed``, ``logged_out``) or restore a token, or set
+    its permissions."""
+    state = request.app[STATE]
+    body = _validated(_TokenUpdate, await _body(request))
+    grant: Grant | None = state.tokens.grant(body.token)
+    if grant is None:
+        return _json({"error": "the sandbox never issued this token"}, status=404)
+    if body.restore:
+        grant.invalidated, grant.expires_at = None, None
+    if body.expire:
+        grant.expires_at = state.now()
+    if body.invalidate is not None:
+        assert body.invalidate in INVALIDATIONS
+        grant.invalidated = body.invalidate
+    if body.permissions is not None:
+        grant.permissions = set(body.permissions)
+    return _json(grant.describe(state.now()))

@@ -8,6 +8,7 @@ call means is decided by the router, the same for direct and batch calls.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -41,6 +42,7 @@ def create_app(
     accounts: int | None = None,
     campaigns_per_account: int | None = None,
     adsets_per_campaign: int | None = None,
+    tokens: Iterable[str] = (),
 ) -> web.Application:
     """Build a sandbox app holding a fresh world.
 
@@ -50,6 +52,8 @@ def create_app(
         accounts: Number of ad accounts (scenario default when ``None``).
         campaigns_per_account: Campaigns per ad account (scenario default when ``None``).
         adsets_per_campaign: Ad sets per campaign (scenario default when ``None``).
+        tokens: Access tokens to accept for every ad account, in this world and after every
+            reset (the sandbox also issues one per ad account; see ``graph_sandbox.tokens``).
 
     Raises:
         ValueError: Unknown scenario, or a size below 1.
@@ -62,7 +66,7 @@ def create_app(
         adsets_per_campaign=adsets_per_campaign,
     )
     app = web.Application(client_max_size=_MAX_BODY_BYTES)
-    app[STATE] = SandboxState(config)
+    app[STATE] = SandboxState(config, operator_tokens=tokens)
     add_admin_routes(app)
     add_extras(app)
     state = app[STATE]

@@ -9,7 +9,9 @@ codes and messages and picks plausible statuses.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 #: Subcode Meta sends with 80000/80004 ("too many calls to this ad account").
 ACCOUNT_THROTTLED_SUBCODE = 2446079
@@ -182,4 +184,90 @@ def budget_too_low(kind: str, minimum: str) -> GraphError:
         subcode=BUDGET_TOO_LOW_SUBCODE,
         user_title="Your Budget Is Too Low",
         user_msg=f"The minimum budget for this {label} is {minimum} per day.",
+    )
+
+
+#: Code Meta sends for an ``after``/``before`` cursor it cannot use any more.
+INVALID_CURSOR_CODE = 2642
+#: Subcodes of error 190 (Meta's "authentication error subcodes").
+TOKEN_PASSWORD_CHANGED_SUBCODE = 460
+TOKEN_INVALID_SUBCODE = 467
+#: Subcode of error 100 for a synchronous copy of more objects than Meta copies at once.
+COPY_TOO_LARGE_SUBCODE = 1885194
+# Meta writes the times of an expired session in Pacific time.
+_PACIFIC = ZoneInfo("America/Los_Angeles")
+
+
+def invalid_cursor() -> GraphError:
+    """Error 2642: the cursor's item left the listing (deleted, or filtered out since)."""
+    return GraphError(INVALID_CURSOR_CODE, "(#2642) Invalid cursors values")
+
+
+def malformed_token() -> GraphError:
+    """Error 190 without a subcode: a token Meta never issued (or cannot parse)."""
+    return GraphError(190, "Invalid OAuth access token - Cannot parse access token")
+
+
+def expired_token(expired_at: datetime, now: datetime) -> GraphError:
+    """Error 190/463 with Meta's wording (times in Pacific time, as Meta writes them)."""
+
+    def pacific(moment: datetime) -> str:
+        return moment.astimezone(_PACIFIC).strftime("%A, %d-%b-%y %H:%M:%S %Z")
+
+    return GraphError(
+        190,
+        f"Error validating access token: Session has expired on {pacific(expired_at)}. "
+        f"The current time is {pacific(now)}.",
+        subcode=TOKEN_EXPIRED_SUBCODE,
+    )
+
+
+def password_changed_token() -> GraphError:
+    """Error 190/460: the user changed their password, which ends every session."""
+    return GraphError(
+        190,
+        "Error validating access token: The session has been invalidated because the user "
+        "changed their password or Facebook has changed the session for security reasons.",
+        subcode=TOKEN_PASSWORD_CHANGED_SUBCODE,
+    )
+
+
+def logged_out_token() -> GraphError:
+    """Error 190/467: the session was ended (the user logged out, the token was revoked)."""
+    return GraphError(
+        190,
+        "Error validating access token: The session is invalid because the user logged out.",
+        subcode=TOKEN_INVALID_SUBCODE,
+    )
+
+
+def missing_ads_management() -> GraphError:
+    """Error 294: a write with a token that lacks ``ads_management``."""
+    return GraphError(
+        294,
+        "(#294) Managing advertisements requires an access token with the extended "
+        "permission for ads_management",
+        status=403,
+    )
+
+
+def missing_ads_read(account_id: str) -> GraphError:
+    """Error 200: a read with a token that has neither ``ads_read`` nor ``ads_management``."""
+    return GraphError(
+        200,
+        f"(#200) Ad account owner has NOT grant ads_management or ads_read permission "
+        f"({account_id})",
+        status=403,
+    )
+
+
+def copy_too_large(objects: int, limit: int) -> GraphError:
+    """Error 100/1885194: a synchronous deep copy of more objects than Meta copies at once."""
+    return GraphError(
+        100,
+        f"(#100) The number of objects to copy ({objects}) is more than {limit}: copy them "
+        "with an asynchronous batch request (POST /act_{ad_account_id}/async_batch_requests)",
+        subcode=COPY_TOO_LARGE_SUBCODE,
+        user_title="Too many objects to copy",
+        user_msg=f"A copy made at once can hold at most {limit} objects.",
     )

@@ -1,4 +1,5 @@
-"""Fault injection: latency, random errors, error rules, ``null`` batch items, revoked tokens.
+"""Fault injection: latency, random errors, error rules, ``null`` batch items, revoked tokens,
+and changes made "elsewhere" between two calls.
 
 Randomness comes from a generator seeded with the world's seed, so a test that
 sets ``error_rate`` sees the same failures on every run.
@@ -27,6 +28,19 @@ class FaultRule(BaseModel):
     times: int | None = Field(default=None, ge=1)
 
 
+class FaultChange(BaseModel):
+    """Change an object's ``status`` right after the ``after_calls``-th call whose path contains
+    ``path_contains`` — as if someone changed it in Ads Manager between two of your calls."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path_contains: str = ""
+    method: Literal["GET", "POST"] | None = None
+    after_calls: int = Field(default=1, ge=1)
+    object_id: str
+    status: Literal["ACTIVE", "PAUSED"] = "PAUSED"
+
+
 class FaultSettings(BaseModel):
     """Everything ``POST /_sandbox/faults`` can set."""
 
@@ -39,6 +53,9 @@ class FaultSettings(BaseModel):
     null_item_rate: float = Field(default=0.0, ge=0, le=1)
     revoked_tokens: list[str] = Field(default_factory=list)
     rules: list[FaultRule] = Field(default_factory=list)
+    #: How long an asynchronous batch stays in progress before its requests run.
+    async_batch_delay_s: float = Field(default=0.0, ge=0)
+    changes: list[FaultChange] = Field(default_factory=list)
 
 
 class Faults:
@@ -52,6 +69,7 @@ class Faults:
         self._rng = random.Random(f"faults:{seed}")
         self.settings = FaultSettings()
         self._remaining: list[int | None] = []
+        self._calls_left: list[int] = []
 
     def update(self, changes: dict[str, Any]) -> None:
         """Replace the settings named in ``changes``, keep the others.
@@ -63,11 +81,14 @@ class Faults:
         self.settings = FaultSettings.model_validate(merged)
         if "rules" in changes:
             self._remaining = [rule.times for rule in self.settings.rules]
+        if "changes" in changes:
+            self._calls_left = [change.after_calls for change in self.settings.changes]
 
     def clear(self) -> None:
         """No faults at all."""
         self.settings = FaultSettings()
         self._remaining = []
+        self._calls_left = []
 
     def delay_s(self, method: str, path: str) -> float:
         """The delay before handling a request: ``latency_ms``, plus ``write_latency_ms`` for
@@ -94,6 +115,20 @@ class Faults:
             return GraphError(self.settings.error_code)
         return None
 
+    def changes_due(self, method: str, path: str) -> list[FaultChange]:
+        """Count this call against every pending change; the changes it makes due (each once)."""
+        due = []
+        for index, change in enumerate(self.settings.changes):
+            left = self._calls_left[index]
+            if left <= 0 or change.path_contains not in path:
+                continue
+            if change.method is not None and change.method != method:
+                continue
+            self._calls_left[index] = left - 1
+            if left == 1:
+                due.append(change)
+        return due
+
     def null_item(self) -> bool:
         """True when a batch item must come back as ``null``."""
         rate = self.settings.null_item_rate
@@ -105,6 +140,8 @@ class Faults:
         described["revoked_tokens"] = [_mask(token) for token in self.settings.revoked_tokens]
         for rule, remaining in zip(described["rules"], self._remaining, strict=True):
             rule["remaining"] = remaining
+        for change, left in zip(described["changes"], self._calls_left, strict=True):
+            change["calls_left"] = left
         return described
 
 

@@ -1,4 +1,4 @@
-"""Fields of ad accounts, campaigns and ad sets: their values, for rendering and for filtering.
+"""Fields of ad accounts, campaigns, ad sets and ads: their values, for rendering and filtering.
 
 A field whose value is ``None`` (a budget the object does not have) is left
 out of the rendered object, as Meta leaves it out.
@@ -77,8 +77,29 @@ _ADSET: dict[str, Getter] = {
     "source_adset_id": lambda s, o: o.source_id or "0",
 }
 
+_AD: dict[str, Getter] = {
+    name: _COMMON[name]
+    for name in (
+        "id",
+        "name",
+        "status",
+        "configured_status",
+        "effective_status",
+        "account_id",
+        "created_time",
+        "updated_time",
+    )
+} | {
+    "campaign_id": lambda s, o: o.campaign_id,
+    "adset_id": lambda s, o: o.adset_id,
+    "campaign": lambda s, o: {"id": o.campaign_id},
+    "adset": lambda s, o: {"id": o.adset_id},
+    "source_ad_id": lambda s, o: o.source_id or "0",
+}
+
 CAMPAIGN_FIELDS = frozenset(_CAMPAIGN)
 ADSET_FIELDS = frozenset(_ADSET)
+AD_FIELDS = frozenset(_AD)
 
 # Fields ``filtering`` accepts, bare or prefixed with the object's kind.
 _FILTERABLE = (
@@ -95,6 +116,9 @@ _FILTERABLE = (
 )
 _CAMPAIGN_FILTERS = frozenset((*_FILTERABLE, "objective"))
 _ADSET_FILTERS = frozenset((*_FILTERABLE, "campaign_id"))
+_AD_FILTERS = frozenset(
+    (*(f for f in _FILTERABLE if not f.endswith("_budget")), "campaign_id", "adset_id")
+)
 
 ACCOUNT_FIELDS = frozenset(
     {
@@ -111,7 +135,9 @@ ACCOUNT_FIELDS = frozenset(
 
 
 def getters(kind: str) -> dict[str, Getter]:
-    """Field getters of a ``campaign`` or an ``adset``."""
+    """Field getters of a ``campaign``, an ``adset`` or an ``ad``."""
+    if kind == "ad":
+        return _AD
     return _CAMPAIGN if kind == "campaign" else _ADSET
 
 
@@ -155,10 +181,15 @@ def render_account(account: Account, fields: list[str]) -> dict[str, Any]:
 
 def filter_fields(kind: str) -> frozenset[str]:
     """The ``filtering`` fields valid on a listing of ``kind`` objects."""
-    own = _CAMPAIGN_FILTERS if kind == "campaign" else _ADSET_FILTERS
+    if kind == "ad":
+        own = _AD_FILTERS
+    else:
+        own = _CAMPAIGN_FILTERS if kind == "campaign" else _ADSET_FILTERS
     names = set(own) | {f"{kind}.{name}" for name in own}
-    if kind == "adset":
+    if kind in ("adset", "ad"):
         names |= {f"campaign.{name}" for name in _CAMPAIGN_FILTERS}
+    if kind == "ad":
+        names |= {f"adset.{name}" for name in _ADSET_FILTERS}
     return frozenset(names)
 
 
@@ -169,7 +200,9 @@ def filter_value(state: SandboxState, obj: AdObject, field: str) -> Any:
     """
     prefix, _, name = field.rpartition(".")
     target = obj
-    if prefix == "campaign" and obj.kind == "adset":
+    if prefix == "campaign" and obj.kind in ("adset", "ad"):
         target = state.world.campaign_of(obj)
+    elif prefix == "adset" and obj.kind == "ad":
+        target = state.world.adset_of(obj)
     value = getters(target.kind)[name](state, target)
     return int(value.timestamp()) if isinstance(value, datetime) else value

@@ -33,6 +33,8 @@ class GraphRequest:
         token: The access token, or ``None`` when the caller sent none.
         base_url: Scheme, host and version, e.g. ``http://127.0.0.1:8081/v25.0``, for
             ``paging.next`` links.
+        in_async_batch: True for a request run as part of an asynchronous batch (where
+            Meta allows bigger copies).
     """
 
     method: str
@@ -40,6 +42,7 @@ class GraphRequest:
     params: Mapping[str, str]
     token: str | None
     base_url: str
+    in_async_batch: bool = False
 
     @cached_property
     def segments(self) -> tuple[str, ...]:

@@ -1,8 +1,10 @@
 """Graph query parameters: ``fields``, ``filtering``, ``limit`` and cursor pagination.
 
-Cursors are opaque to clients (base64, as Meta's are) but carry both the key
-of the item they point at and its position, so a page still follows on when an
-item vanished from the listing between two requests (paused by the engine, say).
+Cursors are opaque to clients (base64, as Meta's are) and point at one item
+of the listing. As at Meta, a cursor whose item left the listing between two
+requests (deleted, or no longer matching the filters: paused under an
+``effective_status`` filter, say) is invalid: the next page answers error 2642
+and the client must start the listing again.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from graph_sandbox.errors import invalid_param
+from graph_sandbox.errors import invalid_cursor, invalid_param
 
 T = TypeVar("T")
 
@@ -222,18 +224,23 @@ def encode_cursor(offset: int, key: str) -> str:
     return base64.urlsafe_b64encode(f"{offset}:{key}".encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str, keys: Sequence[str]) -> tuple[int, bool]:
-    """Cursor position: ``(index, True)`` if its item is still listed, else its old offset."""
+def _decode_cursor(cursor: str, keys: Sequence[str]) -> int:
+    """The index of the item the cursor points at.
+
+    Raises:
+        GraphError: 100 for a cursor that does not decode; 2642 when its item has left
+            the listing.
+    """
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         offset_text, key = raw.split(":", 1)
-        offset = int(offset_text)
+        int(offset_text)
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise invalid_param(f"Invalid cursor: {cursor}") from exc
     try:
-        return keys.index(key), True
+        return keys.index(key)
     except ValueError:
-        return min(offset, len(keys)), False
+        raise invalid_cursor() from None
 
 
 def paginate(
@@ -244,15 +251,17 @@ def paginate(
     after: str | None = None,
     before: str | None = None,
 ) -> Page[T]:
-    """The page of ``items`` after (or before) a cursor."""
+    """The page of ``items`` after (or before) a cursor.
+
+    Raises:
+        GraphError: 2642 when the cursor's item is no longer among ``items``.
+    """
     keys = [key(item) for item in items]
     if after:
-        # When the item the cursor names has gone, its successor moved into its place.
-        index, found = _decode_cursor(after, keys)
-        start = index + 1 if found else index
+        start = _decode_cursor(after, keys) + 1
         end = start + limit
     elif before:
-        end, _ = _decode_cursor(before, keys)
+        end = _decode_cursor(before, keys)
         start = max(0, end - limit)
     else:
         start, end = 0, limit

@@ -1,4 +1,4 @@
-"""Reads: ``/me/adaccounts``, ``/act_{id}``, ``/act_{id}/campaigns|adsets``, ``/{id}``, ``?ids=``.
+"""Reads: ``/me/adaccounts``, ``/act_{id}`` and its edges, ``/{id}`` and its edges, ``?ids=``.
 
 The router has already checked that the ids exist (``scope``), so these
 handlers only read and render.
@@ -47,16 +47,18 @@ EFFECTIVE_STATUSES = (
     "WITH_ISSUES",
 )
 
-_NODE = {"campaign": "Campaign", "adset": "AdSet"}
+_NODE = {"campaign": "Campaign", "adset": "AdSet", "ad": "Ad"}
+_EDGE_KIND = {"campaigns": "campaign", "adsets": "adset", "ads": "ad"}
 
 
 def list_accounts(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
-    """``GET /me/adaccounts``: every ad account of the world."""
+    """``GET /me/adaccounts``: the ad accounts of the world the token may see."""
     fields = parse_fields(
         req.param("fields"), default=("id",), allowed=ACCOUNT_FIELDS, node="AdAccount"
     )
+    grant = state.tokens.grant(req.token or "")
     page = paginate(
-        list(state.world.accounts.values()),
+        [a for a in state.world.accounts.values() if grant is None or grant.covers(a.id)],
         lambda account: account.id,
         limit=parse_limit(req.param("limit")),
         after=req.param("after"),
@@ -96,9 +98,9 @@ def _fields(req: GraphRequest, kind: str) -> list[str]:
 
 
 def list_objects(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
-    """``GET /act_{id}/campaigns|adsets`` and ``GET /{campaign_id}/adsets``."""
+    """``GET /act_{id}/campaigns|adsets|ads``, ``/{campaign_id}/adsets|ads``, ``/{adset}/ads``."""
     owner, edge = req.segments
-    kind = "campaign" if edge == "campaigns" else "adset"
+    kind = _EDGE_KIND[edge]
     items = _edge_items(state, owner, edge)
     fields = _fields(req, kind)
     filters = parse_filtering(req.param("filtering"), filter_fields(kind))
@@ -134,12 +136,16 @@ def _filters_status(filters: list[Filter]) -> bool:
 
 
 def _edge_items(state: SandboxState, owner: str, edge: str) -> list[AdObject]:
+    world = state.world
     if owner.startswith("act_"):
-        return state.world.campaigns(owner) if edge == "campaigns" else state.world.adsets(owner)
-    parent = state.world.get(owner)
-    if parent is None or parent.kind != "campaign" or edge != "adsets":
-        raise invalid_param(f"Unknown path components: /{owner}/{edge}")
-    return state.world.adsets_of(owner)
+        edges = {"campaigns": world.campaigns, "adsets": world.adsets, "ads": world.ads}
+        return edges[edge](owner)
+    parent = world.get(owner)
+    if parent is not None and parent.kind == "campaign" and edge == "adsets":
+        return world.adsets_of(owner)
+    if parent is not None and parent.kind in ("campaign", "adset") and edge == "ads":
+        return world.ads_of(owner)
+    raise invalid_param(f"Unknown path components: /{owner}/{edge}")
 
 
 def _effective_statuses(raw: str | None) -> frozenset[str]:

@@ -1,7 +1,8 @@
 """Runs one Graph call: count it, check token, scope, faults and quotas, then hand it to its route.
 
-The same path serves direct HTTP requests and batch sub-requests, which is why
-a batch item costs exactly what the same request sent alone costs.
+The same path serves direct HTTP requests, batch sub-requests and the requests of
+an asynchronous batch, which is why a batch item costs exactly what the same
+request sent alone costs. Asynchronous batches whose time has come run first.
 """
 
 from __future__ import annotations
@@ -9,19 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from graph_sandbox import activities, reads, reports, writes
+from graph_sandbox import activities, async_batches, reads, reports, writes
 from graph_sandbox.errors import (
     GraphError,
     invalid_param,
     invalid_token,
     missing_aliases,
-    missing_token,
     no_permission,
     nonexistent_object,
 )
 from graph_sandbox.limits import UseCase
 from graph_sandbox.protocol import GraphRequest, GraphResponse
 from graph_sandbox.state import SandboxState, WriteRecord
+from graph_sandbox.tokens import Grant
 
 Handler = Callable[[SandboxState, GraphRequest], Any]
 
@@ -36,6 +37,9 @@ _HANDLERS: dict[str, Handler] = {
     "report_run": reports.report_run,
     "report_results": reports.report_run_insights,
     "activities": activities.list_activities,
+    "async_batch": async_batches.create_set,
+    "async_set": async_batches.read_set,
+    "async_requests": async_batches.read_requests,
 }
 #: Calls Meta counts as Insights (the ``ads_insights`` use case, the Insights throttle).
 INSIGHTS_KINDS = frozenset({"insights", "report", "report_run", "report_results"})
@@ -43,9 +47,13 @@ INSIGHTS_KINDS = frozenset({"insights", "report", "report_run", "report_results"
 _GET_EDGES = {
     "campaigns": "list",
     "adsets": "list",
+    "ads": "list",
     "insights": "insights",
     "activities": "activities",
+    "requests": "async_requests",
 }
+#: Calls that change something at Meta (they need ``ads_management``).
+_WRITES = frozenset({"write", "copies", "async_batch"})
 
 
 def classify(req: GraphRequest) -> str:
@@ -54,6 +62,8 @@ def classify(req: GraphRequest) -> str:
     if method == "GET":
         if segments == ("me", "adaccounts"):
             return "accounts"
+        if len(segments) == 1 and segments[0].startswith(async_batches.SET_ID_PREFIX):
+            return "async_set"
         if len(segments) <= 1:
             return "read"
         if len(segments) == 2:
@@ -64,6 +74,8 @@ def classify(req: GraphRequest) -> str:
         return "copies"
     if method == "POST" and len(segments) == 2 and segments[1] == "insights":
         return "report"
+    if method == "POST" and len(segments) == 2 and segments[1] == "async_batch_requests":
+        return "async_batch"
     return "other"
 
 
@@ -80,14 +92,17 @@ def kind_of(state: SandboxState, req: GraphRequest) -> str:
 
 def execute(state: SandboxState, req: GraphRequest) -> GraphResponse:
     """Answer one counted call the way Meta would."""
+    _run_async_batches(state)
     kind = kind_of(state, req)
     use_case = UseCase.ADS_INSIGHTS if kind in INSIGHTS_KINDS else UseCase.ADS_MANAGEMENT
     now = state.now()
     state.stats.call(kind)
     accounts: tuple[str, ...] = ()
     try:
-        _check_token(state, req)
+        grant = _check_token(state, req)
         accounts = scope(state, req, kind)
+        _authorize(state, req, grant, accounts, kind)
+        _check_supported(state, req, kind)
         state.stats.accounts(accounts)
         failure = state.faults.failure(req.method, req.path)
         if failure is not None:
@@ -97,19 +112,47 @@ def execute(state: SandboxState, req: GraphRequest) -> GraphResponse:
     except GraphError as error:
         status, body = error.status, error.body(state.trace_id())
         state.stats.error(error.code)
-    if kind in ("write", "copies"):
+    if kind in _WRITES:
         _log_write(state, req, kind, status, body)
+    for change in state.faults.changes_due(req.method, req.path):
+        _apply_change(state, change.object_id, change.status)
     headers = state.usage.headers(now, accounts, use_case)
     if use_case is UseCase.ADS_INSIGHTS and accounts:
         headers |= state.usage.insights_throttle(now, accounts)
     return GraphResponse(status, body, headers)
 
 
-def _check_token(state: SandboxState, req: GraphRequest) -> None:
-    if not req.token:
-        raise missing_token()
-    if state.faults.token_revoked(req.token):
+def _check_token(state: SandboxState, req: GraphRequest) -> Grant:
+    if req.token and state.faults.token_revoked(req.token):
         raise invalid_token()
+    return state.tokens.check(req.token, state.now())
+
+
+def _authorize(
+    state: SandboxState, req: GraphRequest, grant: Grant, accounts: tuple[str, ...], kind: str
+) -> None:
+    """The token must cover every ad account the call touches, with the right permission.
+
+    An ad account the token does not cover answers as an object the caller cannot see.
+    """
+    hidden = [account for account in accounts if not grant.covers(account)]
+    if hidden:
+        if not req.segments:
+            ids = [part.strip() for part in (req.param("ids") or "").split(",") if part.strip()]
+            raise missing_aliases([i for i in ids if _owner(state, i) in hidden])
+        node = req.segments[0]
+        if node.startswith("act_"):
+            raise no_permission(node)
+        raise nonexistent_object(node, req.method)
+    for account in accounts:
+        state.tokens.authorize(grant, write=kind in _WRITES, account_id=account)
+
+
+def _check_supported(state: SandboxState, req: GraphRequest, kind: str) -> None:
+    if kind == "insights" and req.segments:
+        obj = state.world.get(req.segments[0])
+        if obj is not None and obj.kind == "ad":
+            raise invalid_param("Ad-level Insights are not simulated: ask an ad set or campaign")
 
 
 def scope(state: SandboxState, req: GraphRequest, kind: str) -> tuple[str, ...]:
@@ -148,7 +191,27 @@ def _owner(state: SandboxState, node: str) -> str | None:
     if (run := state.report_runs.get(node)) is not None:
         return run.account
     obj = state.world.get(node)
-    return f"act_{obj.account_id}" if obj is not None else None
+    if obj is None:
+        return state.async_batches.owner(node)
+    return f"act_{obj.account_id}"
+
+
+def _run_async_batches(state: SandboxState) -> None:
+    """Run the requests of every asynchronous batch whose time has come, in order."""
+    for request_set in state.async_batches.take_due(state.now()):
+        for request in request_set.requests:
+            response = execute(
+                state, request.as_graph_request(request_set.token, request_set.base_url)
+            )
+            async_batches.record_result(request, response.status, response.body, state.now())
+
+
+def _apply_change(state: SandboxState, object_id: str, status: str) -> None:
+    """A change made outside the API (a fault's ``changes``), after the call that triggered it."""
+    obj = state.world.get(object_id)
+    if obj is not None:
+        obj.status = status
+        obj.updated_time = state.now()
 
 
 def _log_write(state: SandboxState, req: GraphRequest, kind: str, status: int, body: Any) -> None:
@@ -156,7 +219,7 @@ def _log_write(state: SandboxState, req: GraphRequest, kind: str, status: int, b
         WriteRecord(
             at=state.now(),
             id=req.segments[0],
-            kind="update" if kind == "write" else "copies",
+            kind="update" if kind == "write" else kind,
             params=dict(req.params),
             ok=status == 200,
             error=body.get("error") if status != 200 else None,

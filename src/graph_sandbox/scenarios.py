@@ -141,6 +141,7 @@ def build_world(config: WorldConfig) -> World:
         _build_demo(world, rng, config)
     else:
         _build_bench(world, rng, config)
+    _add_ads(world)
     return world
 
 
@@ -252,6 +253,36 @@ def _add_adsets(
                 held_as=spec.held_as,
             )
         )
+
+
+def _add_ads(world: World) -> None:
+    """Ads under every ad set, made after everything else so campaigns and ad sets stay as they
+    were (same ids, same numbers); ads need no randomness."""
+    for account in list(world.accounts):
+        for adset in list(world.adsets(account)):
+            position = world.adsets_of(adset.campaign_id or "").index(adset)
+            for number in range(1, _ads_per_adset(adset, position) + 1):
+                world.add(
+                    AdObject(
+                        id=world.next_id("ad"),
+                        kind="ad",
+                        account_id=adset.account_id,
+                        name=f"{adset.name} - Ad {number}",
+                        status=ACTIVE,
+                        objective=adset.objective,
+                        created_time=adset.created_time + timedelta(minutes=10 + number),
+                        updated_time=adset.updated_time,
+                        campaign_id=adset.campaign_id,
+                        adset_id=adset.id,
+                    )
+                )
+
+
+def _ads_per_adset(adset: AdObject, position: int) -> int:
+    """Three ads in a creative test's ad sets, else one or two (alternating within a campaign)."""
+    if adset.profile is not None and adset.profile.archetype is Archetype.NO_PURCHASE:
+        return 3
+    return 1 + position % 2
 
 
 def make_profile(rng: random.Random, archetype: Archetype, budget_cents: int) -> Profile:

@@ -1,10 +1,10 @@
-"""Everything one sandbox app holds: world, clock, usage, faults, counters and the write log."""
+"""Everything one sandbox app holds: world, tokens, clock, usage, faults, counters, write log."""
 
 from __future__ import annotations
 
 import random
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from graph_sandbox.activities import ActivityLog
+from graph_sandbox.async_batches import AsyncBatches
 from graph_sandbox.clock import SandboxClock
 from graph_sandbox.faults import Faults
 from graph_sandbox.insights import InsightsEngine
@@ -19,6 +20,7 @@ from graph_sandbox.limits import BudgetChangeLimiter, UsageModel
 from graph_sandbox.report_runs import ReportRuns
 from graph_sandbox.scenarios import WorldConfig, build_world
 from graph_sandbox.stats import Stats
+from graph_sandbox.tokens import Tokens
 from graph_sandbox.world import World
 
 _TRACE_ALPHABET = string.ascii_letters + string.digits
@@ -52,6 +54,8 @@ class SandboxState:
 
     Args:
         config: The world to build now, and the defaults of later resets.
+        operator_tokens: Tokens accepted for every ad account, in this world and after
+            every reset (besides the demo tokens and those made through the admin API).
     """
 
     world: World
@@ -63,9 +67,12 @@ class SandboxState:
     budget_changes: BudgetChangeLimiter
     report_runs: ReportRuns
     activity: ActivityLog
+    tokens: Tokens
+    async_batches: AsyncBatches
 
-    def __init__(self, config: WorldConfig) -> None:
+    def __init__(self, config: WorldConfig, *, operator_tokens: Iterable[str] = ()) -> None:
         self.defaults = config
+        self.operator_tokens = tuple(operator_tokens)
         self.clock = SandboxClock()
         self.on_reset: Callable[[SandboxState], None] | None = None
         self.reset(config)
@@ -87,6 +94,8 @@ class SandboxState:
         self.budget_changes = BudgetChangeLimiter()
         self.report_runs = ReportRuns()
         self.activity = ActivityLog()
+        self.tokens = Tokens(world.accounts, seed=config.seed, operator_tokens=self.operator_tokens)
+        self.async_batches = AsyncBatches(config.seed)
         self.clock.reset()
         self._trace_rng = random.Random(f"trace:{config.seed}")
         if self.on_reset is not None:

@@ -1,9 +1,10 @@
-"""The sandbox's world: ad accounts, campaigns and ad sets, stored in memory.
+"""The sandbox's world: ad accounts, campaigns, ad sets and ads, stored in memory.
 
-Campaigns and ad sets share one :class:`AdObject` type (``kind`` tells them
-apart) because Graph treats them alike: both are read, filtered, updated and
+Campaigns, ad sets and ads share one :class:`AdObject` type (``kind`` tells them
+apart) because Graph treats them alike: they are read, filtered, updated and
 copied by id. Iteration order is creation order, which makes listings and
-cursors stable.
+cursors stable. Ads deliver nothing of their own: an ad set's delivery is its
+profile's, whatever ads it holds.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from zoneinfo import ZoneInfo
 from graph_sandbox.delivery import Profile
 from graph_sandbox.timeline import StatusChange
 
-Kind = Literal["campaign", "adset"]
+Kind = Literal["campaign", "adset", "ad"]
 
 ACTIVE = "ACTIVE"
 PAUSED = "PAUSED"
@@ -28,12 +29,13 @@ DELETED = "DELETED"
 HIDDEN_BY_DEFAULT = frozenset({ARCHIVED, DELETED})
 WITH_ISSUES = "WITH_ISSUES"
 IN_PROCESS = "IN_PROCESS"
+ADSET_PAUSED = "ADSET_PAUSED"
 # A campaign's effective statuses its ad sets take on.
 _INHERITED = frozenset({ARCHIVED, DELETED, WITH_ISSUES})
 
 # Ids look like Meta's (15 digits, numeric strings); the prefix keeps campaign
 # and ad set ids apart so ``GET /{id}`` never has to guess.
-_ID_PREFIX: dict[Kind, str] = {"campaign": "12021", "adset": "12022"}
+_ID_PREFIX: dict[Kind, str] = {"campaign": "12021", "adset": "12022", "ad": "12023"}
 
 
 @dataclass
@@ -59,12 +61,12 @@ class Account:
 
 @dataclass
 class AdObject:
-    """A campaign or an ad set.
+    """A campaign, an ad set or an ad.
 
     Budgets are integers in minor units, ``None`` when the object has no such
     budget (an ad-set-budget campaign, or an ad set under a CBO campaign).
     Only ad sets have a delivery ``profile``; a campaign delivers what its ad
-    sets deliver.
+    sets deliver. An ad has its ``campaign_id`` and its ``adset_id``.
     """
 
     id: str
@@ -83,6 +85,7 @@ class AdObject:
     #: What Meta reports instead of ``ACTIVE`` while Meta holds the object back
     #: (``WITH_ISSUES``, ``IN_PROCESS``); such an object delivers nothing.
     held_as: str | None = None
+    adset_id: str | None = None
 
 
 class World:
@@ -96,7 +99,9 @@ class World:
         self._campaigns: dict[str, list[AdObject]] = {}
         self._adsets: dict[str, list[AdObject]] = {}
         self._children: dict[str, list[AdObject]] = {}
-        self._serial: dict[Kind, int] = {"campaign": 0, "adset": 0}
+        self._ads: dict[str, list[AdObject]] = {}
+        self._ads_of: dict[str, list[AdObject]] = {}
+        self._serial: dict[Kind, int] = {"campaign": 0, "adset": 0, "ad": 0}
         self._status_log: dict[str, list[StatusChange]] = {}
 
     def add_account(self, account: Account) -> None:
@@ -104,20 +109,26 @@ class World:
         self.accounts[account.id] = account
         self._campaigns[account.id] = []
         self._adsets[account.id] = []
+        self._ads[account.id] = []
 
     def next_id(self, kind: Kind) -> str:
-        """A fresh id for a new campaign or ad set, deterministic from the seed and position."""
+        """A fresh id for a new campaign, ad set or ad, deterministic from the seed and position."""
         self._serial[kind] += 1
         return f"{_ID_PREFIX[kind]}{self.seed % 1000:03d}{self._serial[kind]:07d}"
 
     def add(self, obj: AdObject) -> None:
-        """Store a campaign or ad set (its account, and for an ad set its campaign, must exist)."""
+        """Store a campaign, ad set or ad (its account and its parents must exist)."""
         self.objects[obj.id] = obj
         act = f"act_{obj.account_id}"
         if obj.kind == "campaign":
             self._campaigns[act].append(obj)
             self._children[obj.id] = []
+        elif obj.kind == "ad":
+            assert obj.adset_id is not None, "an ad needs its adset_id"
+            self._ads[act].append(obj)
+            self._ads_of[obj.adset_id].append(obj)
         else:
+            self._ads_of[obj.id] = []
             assert obj.campaign_id is not None, "an ad set needs its campaign_id"
             self._adsets[act].append(obj)
             self._children[obj.campaign_id].append(obj)
@@ -146,6 +157,21 @@ class World:
         """The ad sets of a campaign, in creation order."""
         return self._children[campaign_id]
 
+    def ads(self, act_id: str) -> list[AdObject]:
+        """The ads of an ad account, in creation order."""
+        return self._ads[act_id]
+
+    def ads_of(self, parent_id: str) -> list[AdObject]:
+        """The ads of an ad set, or of every ad set of a campaign, in creation order."""
+        if parent_id in self._children:
+            return [ad for adset in self._children[parent_id] for ad in self._ads_of[adset.id]]
+        return self._ads_of[parent_id]
+
+    def adset_of(self, ad: AdObject) -> AdObject:
+        """The ad set an ad belongs to."""
+        assert ad.adset_id is not None
+        return self.objects[ad.adset_id]
+
     def campaign_of(self, adset: AdObject) -> AdObject:
         """The campaign an ad set belongs to."""
         assert adset.campaign_id is not None
@@ -156,8 +182,12 @@ class World:
 
         An ad set under a paused campaign is ``CAMPAIGN_PAUSED``; under an archived,
         deleted or ``WITH_ISSUES`` campaign it takes the campaign's status, as Meta's
-        children do (``IN_PROCESS`` is the campaign's own).
+        children do (``IN_PROCESS`` is the campaign's own). An active ad under a paused
+        ad set is ``ADSET_PAUSED``, and otherwise shows its ad set's effective status.
         """
+        if obj.kind == "ad" and obj.status == ACTIVE:
+            parent = self.effective_status(self.adset_of(obj))
+            return ADSET_PAUSED if parent == PAUSED else parent
         if obj.kind == "adset":
             campaign = self.effective_status(self.campaign_of(obj))
             if campaign == PAUSED:

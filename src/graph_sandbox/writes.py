@@ -1,7 +1,10 @@
 """Write routes: ``POST /{id}`` (status, budgets, name) and ``POST /{id}/copies``.
 
 Validation follows Meta: every parameter is checked before anything changes,
-so a refused write leaves the object exactly as it was.
+so a refused write leaves the object exactly as it was. A copy holds at most
+:data:`SYNC_COPY_LIMIT` objects (the copied campaign or ad set, plus with
+``deep_copy`` its ad sets and ads); a bigger one is refused (100/1885194) unless
+it runs inside an asynchronous batch, where it may hold :data:`ASYNC_COPY_LIMIT`.
 """
 
 from __future__ import annotations
@@ -14,13 +17,17 @@ import orjson
 
 from graph_sandbox.activities import GRAPH_API, Actor
 from graph_sandbox.currencies import min_daily_budget, money
-from graph_sandbox.errors import budget_too_low, invalid_param
+from graph_sandbox.errors import budget_too_low, copy_too_large, invalid_param
 from graph_sandbox.protocol import GraphRequest
 from graph_sandbox.state import SandboxState
 from graph_sandbox.world import ACTIVE, PAUSED, AdObject
 
 #: The smallest budget a copy moved into an ad-set-budget campaign gets, in minor units.
 MIN_BUDGET = 100
+
+#: Meta's limits on the objects one copy creates: synchronously, and in an async batch.
+SYNC_COPY_LIMIT = 3
+ASYNC_COPY_LIMIT = 51
 
 _UPDATABLE = frozenset({"status", "daily_budget", "lifetime_budget", "name"})
 _COPY_PARAMS = frozenset(
@@ -128,22 +135,72 @@ def _no_budget(obj: AdObject, field: str) -> str:
 
 
 def copy(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
-    """``POST /{id}/copies``: a new campaign (with its ad sets if ``deep_copy``) or ad set."""
+    """``POST /{id}/copies``: a new campaign or ad set (with ``deep_copy``, its children too)."""
     source = _target(state, req)
+    if source.kind == "ad":
+        raise invalid_param("Copying a single ad is not simulated: copy its ad set")
     options = _CopyOptions.parse(req.params)
+    objects = copy_size(state, source, deep=options.deep_copy)
+    limit = ASYNC_COPY_LIMIT if req.in_async_batch else SYNC_COPY_LIMIT
+    if objects > limit:
+        raise copy_too_large(objects, limit)
     if source.kind == "campaign":
         campaign = _clone(state, source, options, top_level=True)
         ids = [_copied("campaign", source, campaign)]
         if options.deep_copy:
             for adset in list(state.world.adsets_of(source.id)):
-                child = _clone(state, adset, options, top_level=False, parent=campaign)
-                ids.append(_copied("ad_set", adset, child))
+                ids += _clone_adset(state, adset, options, campaign, top_level=False)
         return {"copied_campaign_id": campaign.id, "ad_object_ids": ids}
     parent = state.world.campaign_of(source)
     if options.campaign_id:
         parent = _copy_target(state, source, options.campaign_id)
-    copied = _clone(state, source, options, top_level=True, parent=parent)
-    return {"copied_adset_id": copied.id, "ad_object_ids": [_copied("ad_set", source, copied)]}
+    ids = _clone_adset(state, source, options, parent, top_level=True)
+    return {"copied_adset_id": ids[0]["copied_id"], "ad_object_ids": ids}
+
+
+def copy_size(state: SandboxState, source: AdObject, *, deep: bool) -> int:
+    """How many objects a copy of ``source`` creates (itself, and with ``deep`` its children)."""
+    if not deep:
+        return 1
+    if source.kind == "campaign":
+        return 1 + len(state.world.adsets_of(source.id)) + len(state.world.ads_of(source.id))
+    return 1 + len(state.world.ads_of(source.id))
+
+
+def _clone_adset(
+    state: SandboxState,
+    adset: AdObject,
+    options: _CopyOptions,
+    parent: AdObject,
+    *,
+    top_level: bool,
+) -> list[dict[str, str]]:
+    """Copy an ad set (and with ``deep_copy`` its ads) under ``parent``; the copied ids."""
+    copied = _clone(state, adset, options, top_level=top_level, parent=parent)
+    ids = [_copied("ad_set", adset, copied)]
+    if options.deep_copy:
+        for ad in list(state.world.ads_of(adset.id)):
+            ids.append(_copied("ad", ad, _clone_ad(state, ad, options, copied)))
+    return ids
+
+
+def _clone_ad(
+    state: SandboxState, source: AdObject, options: _CopyOptions, adset: AdObject
+) -> AdObject:
+    now = state.now()
+    copied = replace(
+        source,
+        id=state.world.next_id("ad"),
+        name=options.name(source.name, top_level=False),
+        status=options.status(source.status),
+        created_time=now,
+        updated_time=now,
+        source_id=source.id,
+        campaign_id=adset.campaign_id,
+        adset_id=adset.id,
+    )
+    state.world.add(copied)
+    return copied
 
 
 def _copied(kind: str, source: AdObject, copied: AdObject) -> dict[str, str]:

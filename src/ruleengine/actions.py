@@ -211,7 +211,14 @@ class ActionExecutor:
                 )
             if isinstance(action, DuplicateAction):
                 return await duplicate(
-                    run, writer, entity, task, action, intents=self.intents, locks=self.locks
+                    run,
+                    writer,
+                    entity,
+                    task,
+                    action,
+                    intents=self.intents,
+                    locks=self.locks,
+                    wait_s=self.settings.copy_wait_s,
                 )
             target = await target_of(
                 action, run, max_change_pct=self.settings.max_budget_change_pct

@@ -193,9 +193,11 @@ async def _accounts_list(args: argparse.Namespace, settings: Settings) -> int:
     async with _database(settings) as db:
         accounts = await CredentialStore(db, load_key(settings, create=False)).all()
     for account in accounts:
+        refused = account.token_state
         print(
             f"{account.id:<20} {account.currency:<4} {account.timezone:<22}"
             f" token …{account.token_fingerprint}  {account.name}"
+            + (f"  [TOKEN REFUSED: {refused.describe()}]" if refused else "")
         )
     if not accounts:
         print("no ad accounts registered; add one with `ruleengine accounts add act_…`")

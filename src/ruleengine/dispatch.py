@@ -263,7 +263,7 @@ class Dispatcher:
             await self._set_aside(broken, now, report)
         if due.ready:
             parsed = due.ready
-            listings = await self.listings.fetch([rule for _, rule in parsed])
+            listings = await self.listings.fetch([rule for _, rule in parsed], now=now)
             report.listings = len(listings)
             outcomes = await asyncio.gather(
                 *(self._dispatch(doc, rule, listings, now, fence, report) for doc, rule in parsed)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,17 +25,19 @@ from ruleengine.followups.scheduling import FollowupScheduler, Origin
 from ruleengine.locks import AccountLocks
 from ruleengine.meta.batch import BatchReader
 from ruleengine.meta.http import READ_WRITE, Cost, GraphSession
+from ruleengine.meta.insights import InsightsResult
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter
 from ruleengine.notify import Notifier
 from ruleengine.payload import EvaluateJob
 from ruleengine.settings import Settings
-from ruleengine.store.credentials import CredentialStore, load_key
+from ruleengine.store.credentials import CredentialStore, TokenState, load_key
 from ruleengine.store.db import Database
 from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.intents import IntentStore
 from ruleengine.store.records import BatchCounts, BatchStart, BatchStore, ExecutionStore
 from ruleengine.store.rules import RuleStore
+from ruleengine.tokens import record_refusal, refusal
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,7 @@ class JobEvaluation(Evaluation):
         self.writer = GraphWriter(engine.session.view(cost=self.cost), engine.errors)
         self.counts: BatchCounts | None = None
         self._last_progress = 0.0
+        self._refused: TokenState | None = None  # a token error met so far
 
     async def _begin(self) -> None:
         row = await self.engine.batches.start(
@@ -127,16 +131,43 @@ class JobEvaluation(Evaluation):
     async def _act(self, passing: list[Pair]) -> None:
         total = len(self.job.entities)
         done_entities: set[str] = set()
+        refused = self._refused
         for pair in passing:
             assert pair.verdict is not None
+            if refused is not None:  # every call with this token would fail the same way
+                pair.reason, pair.error = "token_refused", refused.model_dump(mode="json")
+                continue
             started = time.perf_counter()
             pair.result = await self.engine.executor.act(
                 self.run_ctx, self.writer, pair.entity, pair.task, pair.verdict
             )
+            refused = refusal(pair.result.error, token=self.run_ctx.token, now=self.now)
             await self._follow_up(pair)
             self._timed(pair, started)
             done_entities.add(pair.entity.id)
             await self._progress(len(done_entities), total)
+
+    async def _fetch(
+        self, pairs: list[Pair]
+    ) -> tuple[InsightsResult, dict[str, Callable[[str], float | None]]]:
+        insights, custom = await super()._fetch(pairs)
+        for error in insights.errors.values():
+            self._refused = self._refused or refusal(error, token=self.run_ctx.token, now=self.now)
+        return insights, custom
+
+    async def _record_refusal(self, pairs: list[Pair]) -> None:
+        """Keep the first token error this run met on the account (see :mod:`ruleengine.tokens`)."""
+        for pair in pairs:
+            error = pair.error or (pair.result.error if pair.result else None)
+            state = await record_refusal(
+                self.engine.credentials,
+                self.job.account,
+                error,
+                token=self.run_ctx.token,
+                now=self.now,
+            )
+            if state is not None:
+                return
 
     async def _follow_up(self, pair: Pair) -> None:
         """Schedule the action's ``then`` (a redelivery only fills in a missing one)."""
@@ -189,6 +220,7 @@ class JobEvaluation(Evaluation):
 
     async def _keep(self, pairs: list[Pair], summary: Summary) -> None:
         """Write the records (merged with earlier deliveries') and count the batch from them."""
+        await self._record_refusal(pairs)
         records = [self.record(p) for p in pairs]
         executions = self.engine.executions
         earlier = await executions.by_key(self.job.batch_id) if self.delivery > 1 else {}

@@ -57,6 +57,11 @@ class CredentialsError(RuleEngineError):
     """An ad account has no usable token (not registered, or it cannot be decrypted)."""
 
 
+class TokenUnusableError(CredentialsError):
+    """Meta refused an ad account's token (190, or a missing permission): nothing is sent with
+    it until it is replaced (``ruleengine accounts add``, ``POST /api/accounts``)."""
+
+
 @dataclass(frozen=True)
 class ErrorReport:
     """One failure for the error log: where, what, and the exact (redacted) exchange.

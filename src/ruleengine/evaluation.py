@@ -237,7 +237,8 @@ class Evaluation:
         return pairs
 
     async def _job_run(self) -> JobRun:
-        token = await self.reading.credentials.token(self.job.token_ref)
+        # A token Meta refused is not used again: the run fails here, without a Graph call.
+        token = await self.reading.credentials.usable_token(self.job.token_ref)
         self.graph = self.reading.readers(self.cost)
         account = await self.reading.credentials.get(self.job.account)
         self.offset = currency_offset(account.currency)

@@ -5,7 +5,10 @@ listings of different accounts run concurrently (bounded by the dispatcher's
 semaphore). A listing that fails its three tries — or an account whose token cannot
 be read, or an entity Meta sent that does not parse — becomes the error for that
 account, reported once to the error log and the ``listing_failures`` metric, and the
-rules skip that account this run. Read-only: it uses the GET-only reader.
+rules skip that account this run. A token Meta refuses (190, or a missing permission)
+is recorded on the account (:mod:`ruleengine.tokens`); from then on the account is
+skipped without a Graph call — and without a report each tick — until its token is
+replaced. Read-only: it uses the GET-only reader.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import orjson
 
-from ruleengine.errors import ErrorReport, RuleEngineError
+from ruleengine.errors import ErrorReport, RuleEngineError, TokenUnusableError
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.observability import DispatcherMetrics
@@ -24,6 +28,7 @@ from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule
 from ruleengine.store.credentials import CredentialStore, token_ref
 from ruleengine.store.errorlog import ErrorLog
+from ruleengine.tokens import record_refusal
 
 
 @dataclass(frozen=True)
@@ -67,19 +72,24 @@ class Listings:
         self.metrics = metrics
         self._limit = limit
 
-    async def fetch(self, rules: Sequence[Rule]) -> dict[ListingKey, Listing]:
+    async def fetch(
+        self, rules: Sequence[Rule], *, now: datetime | None = None
+    ) -> dict[ListingKey, Listing]:
         """Every listing ``rules`` need on their ad accounts: entities, or the error."""
         keys = {ListingKey.of(rule, account) for rule in rules for account in rule.ad_accounts}
         tokens: dict[str, str | RuleEngineError] = {}
         for account in {k.account for k in keys}:
             try:
-                tokens[account] = await self.credentials.token(token_ref(account))
+                tokens[account] = await self.credentials.usable_token(token_ref(account))
             except RuleEngineError as exc:
                 tokens[account] = exc
-        results = await asyncio.gather(*(self._list(k, tokens[k.account]) for k in keys))
+        when = now or datetime.now(UTC)
+        results = await asyncio.gather(*(self._list(k, tokens[k.account], when) for k in keys))
         return dict(zip(keys, results, strict=True))
 
-    async def _list(self, key: ListingKey, token: str | RuleEngineError) -> Listing:
+    async def _list(self, key: ListingKey, token: str | RuleEngineError, now: datetime) -> Listing:
+        if isinstance(token, TokenUnusableError):
+            return token  # recorded when Meta refused it; the rules say they skip the account
         if isinstance(token, RuleEngineError):
             await self._report(key, token)
             return token
@@ -94,6 +104,7 @@ class Listings:
                 )
                 return [Entity.model_validate(item) for item in raw]
             except GraphError as exc:
+                await record_refusal(self.credentials, key.account, exc, token=token, now=now)
                 await self._report(key, exc)
                 return exc
             except ValueError as exc:  # an entity Meta sent that does not parse

@@ -115,7 +115,7 @@ async def preview_rule(
     reader = GraphReader.from_settings(reading.session.view())
     for account in rule.ad_accounts:
         try:
-            token = await reading.credentials.token(token_ref(account))
+            token = await reading.credentials.usable_token(token_ref(account))
             entities = await reader.list_for_rule(rule, account, token=token)
         except (RuleEngineError, ValueError) as exc:
             result.errors[account] = str(exc)

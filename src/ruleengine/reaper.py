@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 
 from ruleengine.acts import UNVERIFIABLE, live_value
 from ruleengine.constants import STAGES
+from ruleengine.copies import settle_async_copy
 from ruleengine.errors import ErrorReport, RuleEngineError
 from ruleengine.meta.errors import GraphError, InvalidRequestError
 from ruleengine.meta.http import READ_ONLY
@@ -99,7 +100,7 @@ class Reaper:
 
     async def _settle_account(self, account: str, docs: list[Document], *, now: datetime) -> int:
         try:
-            token = await self.engine.credentials.token(token_ref(account))
+            token = await self.engine.credentials.usable_token(token_ref(account))
         except (RuleEngineError, PyMongoError) as exc:
             log.error("cannot settle %d intent(s) of %s now: %s", len(docs), account, exc)
             return 0
@@ -125,6 +126,11 @@ class Reaper:
         Returns the status it got, None when someone else settled it first.
         """
         field = intent["field"]
+        if field == "copies" and (intent.get("response") or {}).get("request_set_id"):
+            # A copy Meta makes in the background can be read back from its request set.
+            return await settle_async_copy(
+                self.intents, intent, reader=reader, token=token, now=now
+            )
         if field in UNVERIFIABLE:
             return await self.settler.settle(intent, None, now=now)
         async with self.engine.executor.locks.hold(intent["account"]):

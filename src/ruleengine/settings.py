@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     job_timeout_s: int = Field(default=600, ge=1)
     worker_metrics_port: PortNumber = 9102
     max_budget_change_pct: float = Field(default=50.0, gt=0)
+    copy_wait_s: float = Field(
+        default=60.0, ge=0, description="how long a duplicate waits for Meta's background copy"
+    )
     account_lock_ttl_s: float | None = Field(
         default=None, gt=0, description="write lock lifetime; unset: derived from Graph timeouts"
     )

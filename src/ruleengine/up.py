@@ -190,6 +190,7 @@ class Up:
         port = self.settings.sandbox_port
         argv = [sys.executable, "-m", "graph_sandbox", "--port", str(port)]
         argv += ["--seed", str(self.settings.sandbox_seed)]
+        argv += ["--token", SANDBOX_TOKEN]  # a demo constant, not a secret: accepted everywhere
         child = self._start("sandbox", argv, address=self.settings.graph_url)
         self._started(child, f"{child.address} (Graph API {self.settings.graph_version})")
         credentials = write_sheets_credentials(

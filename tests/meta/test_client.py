@@ -11,7 +11,14 @@ import pytest
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.errors import ErrorReport
 from ruleengine.meta.batch import BatchReader, SubRequest
-from ruleengine.meta.errors import AuthError, InvalidRequestError, RateLimitError, TransientError
+from ruleengine.meta.errors import (
+    AuthError,
+    GraphError,
+    InvalidRequestError,
+    RateLimitError,
+    TransientError,
+    token_status,
+)
 from ruleengine.meta.http import READ_AND_BATCH, READ_WRITE, GraphSession, ReadOnlyViolation
 from ruleengine.meta.insights import fetch_insights
 from ruleengine.meta.reader import GraphReader, RetryPolicy
@@ -91,6 +98,71 @@ async def test_listing_follows_cursors_with_filters(
         filtering=[{"field": "effective_status", "operator": "IN", "value": ["PAUSED"]}],
     )
     assert [c["effective_status"] for c in active] == ["PAUSED"]
+
+
+ACTIVE_ONLY = [{"field": "effective_status", "operator": "IN", "value": ["ACTIVE"]}]
+
+
+async def _active_campaigns(reader: GraphReader) -> list[str]:
+    listed = await reader.list_entities(
+        "act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"], filtering=ACTIVE_ONLY
+    )
+    return [c["id"] for c in listed]
+
+
+@pytest.mark.parametrize("position", [1, 0], ids=["the cursor's entity", "an earlier entity"])
+async def test_an_entity_paused_mid_listing_leaves_every_other_exactly_once(
+    session: GraphSession, sandbox: SandboxAdmin, position: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    reader = reader_with(session, SleepRecorder())
+    active = await _active_campaigns(reader)
+    paused = active[position]
+    # Paused "in Ads Manager" right after the first page (2 entities) was served: with
+    # position 1 the next page's cursor points at it, and Meta answers 2642.
+    await sandbox.set_faults(
+        changes=[{"path_contains": "act_1001/campaigns", "object_id": paused, "status": "PAUSED"}]
+    )
+    await sandbox.clear_stats()
+    with caplog.at_level(logging.INFO, logger="ruleengine.meta.reader"):
+        listed = await reader.list_entities(
+            "act_1001",
+            "campaign",
+            token=SANDBOX_TOKEN,
+            fields=["id", "effective_status"],
+            filtering=ACTIVE_ONLY,
+            page_size=2,
+        )
+    ids = [c["id"] for c in listed]
+    # Every other entity exactly once; the paused one only if a page served it before the pause.
+    assert sorted(i for i in ids if i != paused) == sorted(a for a in active if a != paused)
+    assert len(ids) == len(set(ids))
+    assert (paused in ids) is (position == 0)
+    stats = await sandbox.stats()
+    restarted = position == 1
+    assert stats["errors_by_code"] == ({"2642": 1} if restarted else {})
+    assert ("listing again from the start" in caplog.text) is restarted
+
+
+async def test_a_listing_whose_restart_goes_stale_again_fails(
+    session: GraphSession, sandbox: SandboxAdmin
+) -> None:
+    reader = reader_with(session, SleepRecorder())
+    active = await _active_campaigns(reader)
+    changes = [
+        {"path_contains": "act_1001/campaigns", "after_calls": 1, "object_id": active[1]},
+        {"path_contains": "act_1001/campaigns", "after_calls": 3, "object_id": active[2]},
+    ]
+    await sandbox.set_faults(changes=changes)
+    with pytest.raises(InvalidRequestError) as info:
+        await reader.list_entities(
+            "act_1001",
+            "campaign",
+            token=SANDBOX_TOKEN,
+            fields=["id"],
+            filtering=ACTIVE_ONLY,
+            page_size=2,
+        )
+    assert info.value.code == 2642
 
 
 async def test_a_batch_of_120_reads_is_3_http_calls_with_per_item_errors(
@@ -178,6 +250,38 @@ async def test_expired_token_is_never_retried(session: GraphSession, sandbox: Sa
     assert info.value.code == 190
     assert sleep.waits == []
     assert SANDBOX_TOKEN not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "code", "subcode", "status"),
+    [
+        ({"expire": True}, 190, 463, "expired"),
+        ({"invalidate": "password_changed"}, 190, 460, "invalid"),
+        ({"invalidate": "logged_out"}, 190, 467, "invalid"),
+        ({"permissions": []}, 200, None, "missing_permission"),
+    ],
+)
+async def test_token_errors_are_never_retried_and_say_what_they_mean(
+    session: GraphSession,
+    sandbox: SandboxAdmin,
+    change: dict[str, Any],
+    code: int,
+    subcode: int | None,
+    status: str,
+) -> None:
+    sleep = SleepRecorder()
+    reader = reader_with(session, sleep)
+    await sandbox.update_token(SANDBOX_TOKEN, **change)
+    with pytest.raises(GraphError) as info:
+        await reader.list_entities("act_1001", "campaign", token=SANDBOX_TOKEN, fields=["id"])
+    assert (info.value.code, info.value.subcode) == (code, subcode)
+    assert token_status(info.value.code, info.value.subcode) == status
+    batch = BatchReader(session, policy=RetryPolicy((0.01,), rate_limit_cap_s=1, sleep=sleep))
+    (result,) = await batch.get_many([SubRequest("act_1001", {})], token=SANDBOX_TOKEN)
+    assert result.error is not None
+    assert result.error.code == code
+    assert sleep.waits == []
+    assert (await sandbox.stats())["calls_by_kind"]["list"] == 1
 
 
 async def test_ad_account_rate_limit_waits_as_the_headers_say(

@@ -82,7 +82,9 @@ class Sandbox:
 
 @contextlib.asynccontextmanager
 async def running_sandbox(**options: Any) -> AsyncIterator[Sandbox]:
-    """Serve ``create_app(**options)`` on a free loopback port for the duration."""
+    """Serve ``create_app(**options)`` on a free loopback port for the duration (``TOKEN``
+    is accepted for every ad account unless ``tokens`` says otherwise)."""
+    options.setdefault("tokens", (TOKEN,))
     runner = web.AppRunner(create_app(**options))
     await runner.setup()
     try:

@@ -100,7 +100,8 @@ async def test_item_tokens_override_and_a_batch_without_any_token_fails_per_item
     sandbox: Sandbox,
 ) -> None:
     await sandbox.admin.set_faults(revoked_tokens=[TOKEN])
-    item = {"method": "GET", "relative_url": "act_1001?fields=id&access_token=another-token-123"}
+    another = await sandbox.admin.demo_token("act_1001")
+    item = {"method": "GET", "relative_url": f"act_1001?fields=id&access_token={another}"}
     reply = await sandbox.batch([item, {"method": "GET", "relative_url": "act_1001"}])
     assert [i["code"] for i in reply.body] == [200, 400]
     assert orjson.loads(reply.body[1]["body"])["error"]["code"] == 190

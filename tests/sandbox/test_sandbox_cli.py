@@ -25,6 +25,8 @@ async def test_cli_serves_on_a_free_port_and_stops_cleanly_on_sigterm() -> None:
         "1",
         "--campaigns",
         "5",
+        "--token",
+        "t",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

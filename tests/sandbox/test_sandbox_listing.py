@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sandbox_helpers import TOKEN, Sandbox, running_sandbox
 
 
@@ -164,6 +167,57 @@ async def test_a_missing_token_is_error_104(sandbox: Sandbox) -> None:
 
 
 async def test_unknown_paths_are_error_100(sandbox: Sandbox) -> None:
-    reply = await sandbox.get("/act_1001/ads")
+    reply = await sandbox.get("/act_1001/adcreatives")
     assert reply.error["code"] == 100
     assert (await sandbox.get("/", fields="id")).error["code"] == 100
+
+
+async def test_a_cursor_whose_item_left_the_listing_is_error_2642(sandbox: Sandbox) -> None:
+    active = [{"field": "effective_status", "operator": "IN", "value": ["ACTIVE"]}]
+    first = await sandbox.get("/act_1001/campaigns", limit="3", filtering=active)
+    last_on_page = first.body["data"][-1]["id"]
+    await sandbox.post(f"/{last_on_page}", status="PAUSED")  # it leaves the filtered listing
+    after = first.body["paging"]["cursors"]["after"]
+    reply = await sandbox.get("/act_1001/campaigns", limit="3", filtering=active, after=after)
+    assert reply.status == 400
+    assert (reply.error["code"], reply.error["message"]) == (2642, "(#2642) Invalid cursors values")
+    before = await sandbox.get(
+        "/act_1001/campaigns", filtering=active, before=first.body["paging"]["cursors"]["before"]
+    )
+    assert before.body["data"] == []  # the first item is still listed: nothing before it
+
+
+async def test_a_page_follows_on_when_another_item_left_the_listing(sandbox: Sandbox) -> None:
+    active = [{"field": "effective_status", "operator": "IN", "value": ["ACTIVE"]}]
+    everything = await _all_pages(sandbox, "/act_1001/campaigns", filtering=active)
+    first = await sandbox.get("/act_1001/campaigns", limit="3", filtering=active)
+    await sandbox.post(f"/{first.body['data'][0]['id']}", status="PAUSED")
+    after = first.body["paging"]["cursors"]["after"]
+    rest = await sandbox.get("/act_1001/campaigns", limit="100", filtering=active, after=after)
+    assert [c["id"] for c in first.body["data"] + rest.body["data"]] == [
+        c["id"] for c in everything
+    ]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    cursor=st.one_of(
+        st.text(max_size=40),
+        st.binary(max_size=30).map(lambda raw: base64.urlsafe_b64encode(raw).decode()),
+        st.tuples(st.integers(-5, 10**6), st.text(max_size=20)).map(
+            lambda pair: base64.urlsafe_b64encode(f"{pair[0]}:{pair[1]}".encode()).decode()
+        ),
+    ),
+    direction=st.sampled_from(["after", "before"]),
+)
+async def test_any_cursor_is_a_page_or_a_graph_error(
+    sandbox: Sandbox, cursor: str, direction: str
+) -> None:
+    reply = await sandbox.get("/act_1001/campaigns", limit="2", **{direction: cursor})
+    if reply.status == 200:
+        assert isinstance(reply.body["data"], list)
+    else:
+        assert reply.status == 400
+        assert reply.error["code"] in (100, 2642)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sandbox_helpers import TOKEN, Sandbox
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sandbox_helpers import TOKEN, Sandbox, running_sandbox
 
 from graph_sandbox.admin import SandboxAdminError
 from graph_sandbox.currencies import min_daily_budget
@@ -183,29 +185,118 @@ def test_minimum_budgets_per_currency() -> None:
     ]
 
 
-async def test_copy_a_campaign_deeply(sandbox: Sandbox) -> None:
+async def test_ads_live_under_ad_sets_and_follow_their_status(sandbox: Sandbox) -> None:
+    before = await sandbox.admin.world()
+    adset = await _abo_adset(sandbox)
+    ads = await sandbox.get(
+        f"/{adset['id']}/ads", fields="id,adset_id,campaign_id,effective_status"
+    )
+    assert ads.body["data"]
+    assert {a["adset_id"] for a in ads.body["data"]} == {adset["id"]}
+    assert {a["effective_status"] for a in ads.body["data"]} == {"ACTIVE"}
+    await sandbox.post(f"/{adset['id']}", status="PAUSED")
+    paused = await sandbox.get(f"/{adset['id']}/ads", fields="effective_status")
+    assert {a["effective_status"] for a in paused.body["data"]} == {"ADSET_PAUSED"}
+    world = await sandbox.admin.world()
+    assert (world["campaigns"], world["adsets"]) == (before["campaigns"], before["adsets"])
+    assert world["ads"] > world["adsets"]
+
+
+async def test_a_synchronous_deep_copy_holds_at_most_three_objects(sandbox: Sandbox) -> None:
+    campaign = await _cbo_campaign(sandbox)
+    before = await sandbox.admin.world()
+    refused = await sandbox.post(f"/{campaign['id']}/copies", deep_copy="true")
+    assert refused.status == 400
+    assert (refused.error["code"], refused.error["error_subcode"]) == (100, 1885194)
+    assert "asynchronous" in refused.error["message"]
+    assert await sandbox.admin.world() == before  # nothing was copied
+    shallow = await sandbox.post(f"/{campaign['id']}/copies")
+    assert [o["ad_object_type"] for o in shallow.body["ad_object_ids"]] == ["campaign"]
+
+
+async def test_copy_an_ad_set_deeply_with_its_ads(sandbox: Sandbox) -> None:
+    adset = await _abo_adset(sandbox)
+    ads = (await sandbox.get(f"/{adset['id']}/ads")).body["data"]
+    assert 1 + len(ads) <= 3
+    reply = await sandbox.post(f"/{adset['id']}/copies", deep_copy="true")
+    copied = reply.body["copied_adset_id"]
+    kinds = [o["ad_object_type"] for o in reply.body["ad_object_ids"]]
+    assert kinds == ["ad_set"] + ["ad"] * len(ads)
+    copies = await sandbox.get(f"/{copied}/ads", fields="adset_id,status")
+    assert {a["adset_id"] for a in copies.body["data"]} == {copied}
+    assert len(copies.body["data"]) == len(ads)
+
+
+async def _async_copy(box: Sandbox, object_id: str, **body: Any) -> str:
+    adbatch = [{"name": "copy", "relative_url": f"{object_id}/copies", "body": body}]
+    reply = await box.post("/act_1001/async_batch_requests", name="deep copy", adbatch=adbatch)
+    assert reply.status == 200, reply.body
+    return str(reply.body["id"])
+
+
+async def test_copy_a_campaign_deeply_through_an_async_batch(sandbox: Sandbox) -> None:
     campaign = await _cbo_campaign(sandbox)
     source = await sandbox.get(f"/{campaign['id']}", fields="name,status")
-    reply = await sandbox.post(
-        f"/{campaign['id']}/copies",
-        deep_copy="true",
-        status_option="ACTIVE",
-        rename_options={"rename_suffix": " - Copy 2"},
-    )
-    copied_id = reply.body["copied_campaign_id"]
-    assert copied_id != campaign["id"]
-    assert copied_id.isdigit()
-    assert [o["ad_object_type"] for o in reply.body["ad_object_ids"]][:2] == ["campaign", "ad_set"]
+    body = {
+        "deep_copy": "true",
+        "status_option": "ACTIVE",
+        "rename_options": '{"rename_suffix": " - Copy 2"}',
+    }
+    set_id = await _async_copy(sandbox, campaign["id"], **body)
+    request_set = await sandbox.get(f"/{set_id}", fields="is_completed,success_count,owner_id")
+    assert request_set.body == {"is_completed": True, "success_count": 1, "owner_id": "1001"}
+    requests = await sandbox.get(f"/{set_id}/requests", fields="status,result")
+    (request,) = requests.body["data"]
+    assert request["status"] == "SUCCESS"
+    result = request["result"]
+    copied_id = result["copied_campaign_id"]
+    kinds = [o["ad_object_type"] for o in result["ad_object_ids"]]
+    assert kinds[0] == "campaign"
+    assert {"ad_set", "ad"} <= set(kinds)
     copy = await sandbox.get(f"/{copied_id}", fields="name,status,daily_budget,created_time")
     assert copy.body["name"] == source.body["name"] + " - Copy 2"
     assert copy.body["status"] == "ACTIVE"
     assert copy.body["daily_budget"] == campaign["daily_budget"]
     assert copy.body["created_time"] == "2026-12-01T15:00:00+0000"
     adsets = await sandbox.get(f"/{copied_id}/adsets")
-    assert len(adsets.body["data"]) == len(reply.body["ad_object_ids"]) - 1
+    assert len(adsets.body["data"]) == kinds.count("ad_set")
+    ads = await sandbox.get(f"/{copied_id}/ads")
+    assert len(ads.body["data"]) == kinds.count("ad")
     assert (await sandbox.get(f"/{copied_id}/insights", date_preset="last_7d")).body == {"data": []}
     await sandbox.admin.advance_clock(3600)
     assert (await sandbox.get(f"/{copied_id}/insights", date_preset="today")).body["data"]
+    log = await sandbox.admin.writes()
+    assert [(w["kind"], w["ok"]) for w in log] == [("async_batch", True), ("copies", True)]
+
+
+async def test_an_async_batch_runs_once_its_delay_has_passed(sandbox: Sandbox) -> None:
+    campaign = await _cbo_campaign(sandbox)
+    await sandbox.admin.set_faults(async_batch_delay_s=60)
+    set_id = await _async_copy(sandbox, campaign["id"], deep_copy="true")
+    pending = await sandbox.get(f"/{set_id}/requests", fields="status,result")
+    assert [r["status"] for r in pending.body["data"]] == ["IN_PROGRESS"]
+    assert (await sandbox.get(f"/{set_id}")).body["is_completed"] is False
+    before = await sandbox.admin.world()
+    await sandbox.admin.advance_clock(60)
+    done = await sandbox.get(f"/{set_id}/requests", fields="status,result")
+    assert [r["status"] for r in done.body["data"]] == ["SUCCESS"]
+    assert (await sandbox.admin.world())["campaigns"] == before["campaigns"] + 1
+
+
+async def test_an_asynchronous_copy_holds_at_most_51_objects() -> None:
+    async with running_sandbox(
+        scenario="bench", accounts=1, campaigns_per_account=1, adsets_per_campaign=30
+    ) as box:
+        campaigns = await box.get("/act_2001/campaigns")
+        (campaign,) = campaigns.body["data"]
+        adbatch = [{"relative_url": f"{campaign['id']}/copies", "body": "deep_copy=true"}]
+        reply = await box.post("/act_2001/async_batch_requests", name="big", adbatch=adbatch)
+        requests = await box.get(f"/{reply.body['id']}/requests", fields="status,result")
+        (request,) = requests.body["data"]
+        assert request["status"] == "ERROR"
+        error = request["result"]["error"]
+        assert (error["code"], error["error_subcode"]) == (100, 1885194)
+        assert (await box.admin.world())["campaigns"] == 1
 
 
 async def test_copy_an_ad_set_paused_by_default(sandbox: Sandbox) -> None:
@@ -234,3 +325,36 @@ async def test_write_log_records_every_post_without_the_token(sandbox: Sandbox) 
     assert log[0]["error"] is None
     assert log[0]["at"].startswith("2026-12-01T15:00:00")
     assert TOKEN not in str(log)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_ITEM = st.fixed_dictionaries(
+    {},
+    optional={
+        "relative_url": st.one_of(st.text(max_size=30), st.just("act_1001/copies"), _JSON),
+        "method": st.sampled_from(["POST", "GET", "post", "DELETE"]) | _JSON,
+        "body": st.one_of(st.text(max_size=30), st.dictionaries(st.text(max_size=8), _JSON), _JSON),
+        "name": _JSON,
+    },
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(adbatch=st.one_of(st.lists(_ITEM | _JSON, max_size=4), _JSON), name=st.text(max_size=10))
+async def test_any_adbatch_is_a_request_set_or_error_100(
+    sandbox: Sandbox, adbatch: Any, name: str
+) -> None:
+    reply = await sandbox.post("/act_1001/async_batch_requests", name=name, adbatch=adbatch)
+    if reply.status == 200:
+        requests = await sandbox.get(f"/{reply.body['id']}/requests", fields="status,result")
+        assert {r["status"] for r in requests.body["data"]} <= {"SUCCESS", "ERROR"}
+    else:
+        assert (reply.status, reply.error["code"]) == (400, 100)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from cryptography.fernet import Fernet
 
 from ruleengine import constants as c
-from ruleengine.errors import ConfigurationError, CredentialsError
+from ruleengine.errors import ConfigurationError, CredentialsError, TokenUnusableError
 from ruleengine.settings import Settings
-from ruleengine.store.credentials import CredentialStore, load_key, token_ref
+from ruleengine.store.credentials import (
+    CredentialStore,
+    TokenState,
+    fingerprint,
+    load_key,
+    token_ref,
+)
 from ruleengine.store.db import Database
 
 TOKEN = "EAABsbCS1iHgBAKZCZBq7ZCz0secrettokenvalue1234567890"
@@ -55,3 +61,30 @@ async def test_rotating_a_token_keeps_the_accounts_timezone_and_currency(db: Dat
     assert await store.token(token_ref("act_9")) == TOKEN + "new"
     fresh = await store.add("act_10", TOKEN, now=NOW)
     assert (fresh.name, fresh.timezone, fresh.currency) == ("act_10", "UTC", "USD")
+
+
+async def test_a_refused_token_is_kept_once_and_cleared_by_a_new_one(db: Database) -> None:
+    store = CredentialStore(db, Fernet.generate_key())
+    await store.add("act_1001", TOKEN, now=NOW)
+    ref = token_ref("act_1001")
+    state = TokenState(
+        status="expired",
+        code=190,
+        subcode=463,
+        message="expired",
+        at=NOW,
+        token_fingerprint=fingerprint(TOKEN),
+    )
+    stale = state.model_copy(update={"token_fingerprint": fingerprint("an older token")})
+    assert not await store.mark_token("act_1001", stale)  # a report about a replaced token
+    assert await store.usable_token(ref) == TOKEN
+    assert await store.mark_token("act_1001", state)
+    later = state.model_copy(update={"status": "invalid", "at": NOW + timedelta(hours=1)})
+    assert not await store.mark_token("act_1001", later)  # the first refusal stays
+    with pytest.raises(TokenUnusableError, match=r"expired \(code 190/463\).*accounts add"):
+        await store.usable_token(ref)
+    assert [a.token_state for a in await store.unusable()] == [state]
+    assert (await store.get("act_1001")).token_state == state
+    await store.add("act_1001", TOKEN, now=NOW)  # the same token, its permission restored
+    assert await store.usable_token(ref) == TOKEN
+    assert await store.unusable() == []

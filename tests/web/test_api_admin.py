@@ -89,7 +89,9 @@ async def test_accounts_are_listed_and_added_without_tokens(
         "token_fingerprint",
         "created_at",
         "updated_at",
+        "token_state",
     }
+    assert listing["items"][0]["token_state"] is None
     token = "EAAB" + "q7Zr2Xw9Lk4Tn8Vb3Hs6Jd1Fg5Pm0Cy" * 2
     body = {
         "id": "act_2001",
@@ -139,7 +141,7 @@ async def _seed_token_bearing_data(
     call: Recorder, settings: Settings, db: Database, redis: Any
 ) -> tuple[str, str]:
     """An account, rule, preview, real batch, error and batch row that all met the tokens."""
-    # The ad token replaces the sandbox token of act_1001 (the sandbox accepts any token).
+    # The ad token replaces the sandbox token of act_1001 (the test registers it at the sandbox).
     added = await call("POST", "/api/accounts", json={"id": "act_1001", "token": AD_TOKEN})
     assert added.status == 201
     rule_id = (await (await call("POST", "/api/rules", json=rule_body())).json())["id"]
@@ -173,6 +175,7 @@ async def test_no_token_ever_appears_in_an_api_response(
     web_settings: Settings, db: Database, redis: Any, sandbox: Any, accounts: list[str]
 ) -> None:
     settings = web_settings.model_copy(update={"api_token": SecretStr(API_TOKEN_LIKE_META)})
+    await sandbox.issue_token(AD_TOKEN, accounts=["act_1001"])  # a token Meta issued
     client = await start_client(settings)
     call = Recorder(client)
     try:

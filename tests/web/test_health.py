@@ -46,6 +46,7 @@ async def test_ready_is_200_when_everything_is_healthy(
         "dispatcher",
         "queue",
         "followups",
+        "tokens",
     }
     assert all(check["ok"] for check in answer["checks"].values())
     assert answer["checks"]["queue"]["depth"] == 2

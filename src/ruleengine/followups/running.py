@@ -89,7 +89,7 @@ async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime
 async def _act(engine: Engine, doc: FollowupDoc, *, now: datetime) -> ActResult:
     version = await engine.rules.version(doc.rule_id, doc.rule_version)
     rule = Rule.model_validate({**version.definition, "status": "ACTIVE"})
-    token = await engine.credentials.token(token_ref(doc.account))
+    token = await engine.credentials.usable_token(token_ref(doc.account))
     account = await engine.credentials.get(doc.account)
     reader, _batch, writer = engine.graph(Cost())
     facts = AccountFacts(

@@ -9,7 +9,7 @@ timeout). Messages never contain a token.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from ruleengine.errors import RuleEngineError
 from ruleengine.redact import REDACTOR
@@ -204,3 +204,28 @@ def _int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+#: Meta's code for an ``after``/``before`` cursor whose item has left the listing.
+INVALID_CURSOR_CODE: Final = 2642
+#: Subcode of 190 for an expired session (the others: 460 password changed, 467 logged out…).
+TOKEN_EXPIRED_SUBCODE: Final = 463
+
+#: What an error says about the token that got it, kept on the account (``token_state``).
+TokenStatus = Literal["invalid", "expired", "missing_permission"]
+
+
+def token_status(code: int | None, subcode: int | None) -> TokenStatus | None:
+    """``invalid``/``expired`` for Meta's token errors (190, 102, 104 …), ``missing_permission``
+    for its permission errors (10, 200–299, e.g. 294 without ``ads_management``), else None."""
+    kind = error_class(code, None)
+    if kind is AuthError:
+        return "expired" if subcode == TOKEN_EXPIRED_SUBCODE else "invalid"
+    if kind is PermissionDeniedError:
+        return "missing_permission"
+    return None
+
+
+def is_invalid_cursor(error: GraphError) -> bool:
+    """True for Meta's answer to a cursor it cannot use any more (error 2642)."""
+    return error.code == INVALID_CURSOR_CODE

@@ -17,7 +17,13 @@ from typing import Any, Final, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from ruleengine.meta.errors import MalformedResponseError, RateLimitError, TransientError
+from ruleengine.meta.errors import (
+    InvalidRequestError,
+    MalformedResponseError,
+    RateLimitError,
+    TransientError,
+    is_invalid_cursor,
+)
 from ruleengine.meta.http import READ_ONLY, GraphSession
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule
@@ -181,26 +187,42 @@ class GraphReader:
         filtering: Sequence[dict[str, Any]] = (),
         page_size: int = LIST_PAGE_SIZE,
     ) -> list[dict[str, Any]]:
-        """Every campaign/ad set of an account matching ``filtering``, cursor by cursor.
+        """Every campaign/ad set of an account matching ``filtering``, cursor by cursor, each once.
 
         Each page is tried 3 times in total (the listing policy); the last error is raised.
+        An entity that leaves the listing between two pages (paused under an
+        ``effective_status`` filter, deleted) invalidates the cursor pointing at it: Meta
+        answers 2642, and the listing starts again from the first page — once — so no
+        entity is skipped; entities are de-duplicated by id, so none is listed twice.
         """
         path = f"{account_id}/{'campaigns' if level == 'campaign' else 'adsets'}"
         params: dict[str, Any] = {"fields": ",".join(fields), "limit": page_size}
         if filtering:
             params["filtering"] = list(filtering)
-        entities: list[dict[str, Any]] = []
-        after: str | None = None
-        while True:
-            page_params = params | ({"after": after} if after else {})
-            body = await self.listing.run(
-                partial(self._get, path, token=token, params=page_params, account_id=account_id),
-                what=f"listing {level}s of {account_id}",
-            )
-            entities.extend(_data_list(body, f"listing {path}"))
-            after = next_cursor(body)
-            if after is None:
-                return entities
+        for attempt in (1, 2):
+            entities: dict[str, dict[str, Any]] = {}
+            after: str | None = None
+            try:
+                while True:
+                    page_params = params | ({"after": after} if after else {})
+                    body = await self.listing.run(
+                        partial(
+                            self._get, path, token=token, params=page_params, account_id=account_id
+                        ),
+                        what=f"listing {level}s of {account_id}",
+                    )
+                    for item in _data_list(body, f"listing {path}"):
+                        entities.setdefault(str(item.get("id", f"#{len(entities)}")), item)
+                    after = next_cursor(body)
+                    if after is None:
+                        return list(entities.values())
+            except InvalidRequestError as exc:
+                if not is_invalid_cursor(exc) or attempt == 2:
+                    raise
+                log.info(
+                    "listing %ss of %s: %s; listing again from the start", level, account_id, exc
+                )
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def list_for_rule(self, rule: Rule, account_id: str, *, token: str) -> list[Entity]:
         """The entities ``rule`` applies to on ``account_id``, with the fields it needs.

@@ -1,5 +1,8 @@
 """Writes to the Graph API: status, budgets, name, copies — through one instrumented wrapper.
 
+A copy too big for ``/copies`` is started as an asynchronous batch
+(:meth:`GraphWriter.copy_async`, see :mod:`ruleengine.meta.copies`).
+
 Every write is logged (request and response, tokens redacted) and, on failure,
 reported to the error sink with the function name, message, stack, the exact
 request body and Meta's error. Writes are not retried here: the values written
@@ -11,12 +14,15 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlencode
 
 from ruleengine.errors import ErrorReport, ErrorSink
+from ruleengine.meta.copies import CopyResult, parse_copy, too_large
 from ruleengine.meta.errors import GraphError, MalformedResponseError
-from ruleengine.meta.http import READ_WRITE, GraphSession
+from ruleengine.meta.http import READ_WRITE, GraphSession, encode_params
 from ruleengine.redact import REDACTOR
 
 log = logging.getLogger(__name__)
@@ -63,29 +69,60 @@ class GraphWriter:
         deep_copy: bool,
         token: str,
         ctx: WriteContext,
-    ) -> str:
-        """``POST /{id}/copies``; returns the id of the copy."""
-        form = {
-            "status_option": status_option,
-            "rename_options": {"rename_suffix": rename_suffix},
-            "deep_copy": deep_copy,
-        }
-        body = await self._write("copy", f"{ctx.entity_id}/copies", form, token, ctx)
-        copied = (
-            body.get("copied_campaign_id") or body.get("copied_adset_id")
-            if isinstance(body, dict)
-            else None
+    ) -> CopyResult:
+        """``POST /{id}/copies``: the copy and every object it created.
+
+        Raises:
+            GraphError: Meta's refusal — 100/1885194 when the copy is too big to be made
+                at once (nothing was copied: use :meth:`copy_async`).
+        """
+        form = _copy_form(status_option, rename_suffix, deep_copy)
+        body = await self._write(
+            "copy", f"{ctx.entity_id}/copies", form, token, ctx, expected=too_large
         )
-        if not copied:
+        return parse_copy(body)
+
+    async def copy_async(
+        self,
+        *,
+        status_option: str,
+        rename_suffix: str,
+        deep_copy: bool,
+        token: str,
+        ctx: WriteContext,
+    ) -> str:
+        """The same copy as an asynchronous batch; the request set's id (Meta copies later)."""
+        # As in the Batch API, a request's body is form-encoded.
+        body = urlencode(encode_params(_copy_form(status_option, rename_suffix, deep_copy)))
+        form = {
+            "name": f"ruleengine copy of {ctx.entity_id} ({ctx.batch_id or 'no batch'})"[:200],
+            "adbatch": [{"name": "copy", "relative_url": f"{ctx.entity_id}/copies", "body": body}],
+        }
+        answer = await self._write(
+            "copy_async", f"{ctx.account_id}/async_batch_requests", form, token, ctx
+        )
+        set_id = answer.get("id") if isinstance(answer, dict) else None
+        if not set_id:
             raise MalformedResponseError(
-                "copies answered without the id of the copy", response=body
+                "async_batch_requests answered without a request set id", response=answer
             )
-        return str(copied)
+        return str(set_id)
 
     async def _write(
-        self, function: str, path: str, form: dict[str, Any], token: str, ctx: WriteContext
+        self,
+        function: str,
+        path: str,
+        form: dict[str, Any],
+        token: str,
+        ctx: WriteContext,
+        *,
+        expected: Callable[[GraphError], bool] = lambda exc: False,
     ) -> Any:
-        """The instrumented wrapper every write goes through."""
+        """The instrumented wrapper every write goes through.
+
+        A refusal the caller ``expected`` (and handles: a copy too big to be made at once)
+        is logged but not reported to the error log.
+        """
         request = {"method": "POST", "path": path, "params": REDACTOR.data(form)}
         log.info(
             "graph write %s %s %s (account %s, batch %s)",
@@ -100,6 +137,9 @@ class GraphWriter:
                 "POST", path, token=token, form=form, account_id=ctx.account_id
             )
         except GraphError as exc:
+            if expected(exc):
+                log.info("graph write %s %s refused, as it may be: %s", function, path, exc)
+                raise
             log.warning("graph write %s %s failed: %s", function, path, exc)
             await self._report(function, exc, request, ctx)
             raise
@@ -127,3 +167,11 @@ class GraphWriter:
             await self.sink.report(report)
         except Exception:  # the sink must never hide the write's own error
             log.exception("could not record a write failure in the error log")
+
+
+def _copy_form(status_option: str, rename_suffix: str, deep_copy: bool) -> dict[str, Any]:
+    return {
+        "status_option": status_option,
+        "rename_options": {"rename_suffix": rename_suffix},
+        "deep_copy": deep_copy,
+    }

@@ -3,6 +3,13 @@
 Jobs never carry a token: they carry a *token reference* that the worker
 resolves here. The stored document holds the ciphertext and a short
 fingerprint (for "which token is this?") — never the plaintext.
+
+When Meta refuses a token (190: invalid or expired; 10/200/294: a permission is
+missing) the dispatcher or the worker records it on the account as its
+``token_state``; from then on :meth:`CredentialStore.usable_token` refuses to hand
+the token out, so no listing, job or write uses it, until the token is replaced
+(:meth:`CredentialStore.add`, which clears the state — also when it is the same
+token again, once its permission is restored).
 """
 
 from __future__ import annotations
@@ -11,13 +18,19 @@ import hashlib
 import re
 from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
 from cryptography.fernet import Fernet, InvalidToken
 from pydantic import BaseModel, ConfigDict
 from pymongo import ReturnDocument
 
 from ruleengine import constants as c
-from ruleengine.errors import ConfigurationError, CredentialsError, NotFoundError
+from ruleengine.errors import (
+    ConfigurationError,
+    CredentialsError,
+    NotFoundError,
+    TokenUnusableError,
+)
 from ruleengine.rules.basics import is_account_id, timezone_problem
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database, Document
@@ -82,6 +95,38 @@ def token_ref(account_id: str) -> str:
     return f"{TOKEN_REF_PREFIX}{account_id}"
 
 
+class TokenState(BaseModel):
+    """Why Meta refused an account's token, and when it first did.
+
+    Attributes:
+        status: ``invalid`` (190, and 102/104), ``expired`` (190/463) or
+            ``missing_permission`` (10, 200–299, e.g. 294 without ``ads_management``).
+        code: Meta's error code.
+        subcode: Meta's ``error_subcode`` (463 expired, 460 password changed, 467 logged out…).
+        message: Meta's message (tokens redacted).
+        at: When it was first seen.
+        token_fingerprint: Which token it was (a replaced token is not marked by a late report).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    status: Literal["invalid", "expired", "missing_permission"]
+    code: int | None = None
+    subcode: int | None = None
+    message: str = ""
+    at: datetime
+    token_fingerprint: str = ""
+
+    def describe(self) -> str:
+        """One line for logs, errors and the CLI."""
+        code = (
+            ""
+            if self.code is None
+            else f" (code {self.code}" + (f"/{self.subcode})" if self.subcode else ")")
+        )
+        return f"{self.status.replace('_', ' ')}{code} since {self.at.isoformat()}"
+
+
 class Account(BaseModel):
     """A registered ad account, without its token."""
 
@@ -94,6 +139,7 @@ class Account(BaseModel):
     token_fingerprint: str
     created_at: datetime
     updated_at: datetime
+    token_state: TokenState | None = None
 
     @classmethod
     def from_mongo(cls, doc: Document) -> Account:
@@ -121,7 +167,8 @@ class CredentialStore:
     ) -> Account:
         """Register an account, or rotate its token (what is not given is kept).
 
-        A new account without ``timezone``/``currency`` gets UTC/USD.
+        A new account without ``timezone``/``currency`` gets UTC/USD. Giving a token clears
+        the account's ``token_state``: the engine uses the account again.
         """
         if not token.strip():
             raise CredentialsError("the access token is empty")
@@ -142,6 +189,7 @@ class CredentialStore:
                     "created_at": now,
                     **{k: v for k, v in defaults.items() if k not in changes},
                 },
+                "$unset": {"token_state": ""},
             },
             upsert=True,
             return_document=ReturnDocument.AFTER,
@@ -164,10 +212,55 @@ class CredentialStore:
         """The ids of every registered account."""
         return {d["_id"] async for d in self._accounts.find({}, {"_id": 1})}
 
+    async def mark_token(self, account_id: str, state: TokenState) -> bool:
+        """Record that Meta refused the account's token; True when this call recorded it.
+
+        Only the token that failed is marked (compare-and-set on its fingerprint, so a report
+        arriving after the token was replaced changes nothing), and only once: the first
+        refusal's time stays.
+        """
+        result = await self._accounts.update_one(
+            {
+                "_id": account_id,
+                "token_fingerprint": state.token_fingerprint,
+                "token_state": None,
+            },
+            {"$set": {"token_state": state.model_dump()}},
+        )
+        return result.modified_count == 1
+
+    async def unusable(self) -> list[Account]:
+        """The accounts whose token Meta refused, by id."""
+        found = self._accounts.find({"token_state": {"$ne": None}}).sort("_id")
+        return [Account.from_mongo(d) async for d in found]
+
+    async def usable_token(self, ref: str) -> str:
+        """The plaintext token behind a reference, unless Meta refused it.
+
+        Raises:
+            TokenUnusableError: the account has a ``token_state``.
+            CredentialsError: not registered, or the token cannot be decrypted.
+        """
+        account_id = ref.removeprefix(TOKEN_REF_PREFIX)
+        doc = await self._accounts.find_one(
+            {"_id": account_id}, {"token_encrypted": 1, "token_state": 1}
+        )
+        if doc is not None and doc.get("token_state"):
+            state = TokenState.model_validate(doc["token_state"])
+            raise TokenUnusableError(
+                f"Meta refused the token of {account_id}: {state.describe()}; nothing is sent"
+                f" with it until it is replaced (`ruleengine accounts add {account_id}"
+                " --token-env NAME` or POST /api/accounts)"
+            )
+        return self._decrypt(account_id, doc)
+
     async def token(self, ref: str) -> str:
         """The plaintext token behind a token reference."""
         account_id = ref.removeprefix(TOKEN_REF_PREFIX)
         doc = await self._accounts.find_one({"_id": account_id}, {"token_encrypted": 1})
+        return self._decrypt(account_id, doc)
+
+    def _decrypt(self, account_id: str, doc: Document | None) -> str:
         if doc is None:
             raise CredentialsError(f"ad account '{account_id}' is not registered")
         try:

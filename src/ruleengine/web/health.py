@@ -8,6 +8,12 @@ how many wait ``pending`` (stored while Redis was away, to be re-armed) and how
 many are overdue (their timer did not fire: see
 :mod:`ruleengine.store.followups`). Pending alone is healthy — that is the
 graceful degradation working; overdue is not.
+
+The ``tokens`` check names every ad account whose token Meta refused (see
+:mod:`ruleengine.tokens`). It does not make readiness fail: the processes are fine
+and restarting them, or taking the web app out of a load balancer, fixes nothing —
+the operator replaces the token. The answer says ``"status": "degraded"`` and lists
+the check under ``degraded`` instead, with a 200.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from ruleengine.web.jsonio import json_response
 from ruleengine.web.state import Services, services, settings_of, uptime_s
 
 CHECK_TIMEOUT_S: Final = 1.5
+#: Checks that report a problem without making readiness fail (see the module docstring).
+NON_BLOCKING: Final = frozenset({"tokens"})
 WORKER_FRESH_S: Final = 30.0
 WORKER_PREFIX: Final = "worker:"
 DISPATCHER: Final = "dispatcher"
@@ -126,6 +134,9 @@ def _probes(svc: Services, settings: Settings) -> dict[str, Callable[[], Awaitab
     async def followups() -> Detail:
         return await followups_check(svc)
 
+    async def tokens() -> Detail:
+        return await tokens_check(svc)
+
     return {
         "mongodb": mongodb,
         "redis": redis,
@@ -133,7 +144,31 @@ def _probes(svc: Services, settings: Settings) -> dict[str, Callable[[], Awaitab
         "dispatcher": dispatcher,
         "queue": queue,
         "followups": followups,
+        "tokens": tokens,
     }
+
+
+async def tokens_check(svc: Services) -> Detail:
+    """Ad accounts whose token Meta refused: the engine skips them until it is replaced."""
+    refused = await svc.credentials.unusable()
+    detail: Detail = {
+        "ok": not refused,
+        "refused": [
+            {
+                "account": a.id,
+                **a.token_state.model_dump(mode="json", exclude={"token_fingerprint"}),
+            }
+            for a in refused
+            if a.token_state is not None
+        ],
+    }
+    if refused:
+        names = ", ".join(a.id for a in refused)
+        detail["error"] = (
+            f"Meta refused the token of {names}: their rules skip them until the token is"
+            " replaced (ruleengine accounts add ACCOUNT --token-env NAME, or POST /api/accounts)"
+        )
+    return detail
 
 
 async def followups_check(svc: Services) -> Detail:
@@ -156,12 +191,15 @@ def _round(value: float | None) -> float | None:
 
 
 async def readiness(svc: Services, settings: Settings) -> dict[str, Any]:
-    """Every check, run concurrently: ``{"status", "failing", "checks"}``."""
+    """Every check, run concurrently: ``{"status", "failing", "degraded", "checks"}``."""
     probes = _probes(svc, settings)
     results = await asyncio.gather(*(bounded(p) for p in probes.values()))
     checks = dict(zip(probes, results, strict=True))
-    failing = [name for name, detail in checks.items() if not detail["ok"]]
-    return {"status": "unhealthy" if failing else "ok", "failing": failing, "checks": checks}
+    bad = [name for name, detail in checks.items() if not detail["ok"]]
+    failing = [name for name in bad if name not in NON_BLOCKING]
+    degraded = [name for name in bad if name in NON_BLOCKING]
+    status = "unhealthy" if failing else "degraded" if degraded else "ok"
+    return {"status": status, "failing": failing, "degraded": degraded, "checks": checks}
 
 
 async def health(request: web.Request) -> web.Response:
@@ -172,7 +210,8 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def ready(request: web.Request) -> web.Response:
-    """``GET /health/ready``: 200 when every dependency is healthy, else 503 naming them."""
+    """``GET /health/ready``: 200 when every dependency is healthy (or only ``degraded``),
+    else 503 naming the failing ones."""
     report = await readiness(services(request), settings_of(request))
     return json_response(report, status=503 if report["failing"] else 200)
 

@@ -1,0 +1,147 @@
+"""Copies at Meta: what ``/copies`` answers, and the asynchronous batch a big copy needs.
+
+Meta copies a small tree at once (``POST /{id}/copies``: at most 3 objects, the
+copied campaign or ad set and, with ``deep_copy``, its ad sets and ads) and
+refuses a bigger one with error 100/1885194 without copying anything. That copy
+goes through an asynchronous batch instead (``POST /act_{id}/async_batch_requests``
+with the same request in ``adbatch``; up to 51 objects): Meta answers the request
+set's id at once and makes the copy in the background, and the request's
+``status`` and ``result`` (the ``/copies`` answer) are read from
+``GET /{set_id}/requests``. The POSTs go through the writer; this module parses
+answers and reads request sets (GET only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Final, Literal
+
+from ruleengine.meta.errors import GraphError, MalformedResponseError, error_from_body
+from ruleengine.meta.reader import GraphReader
+
+#: Meta's subcode (with code 100) for a copy too big to be made synchronously.
+COPY_TOO_LARGE_SUBCODE: Final = 1885194
+#: Statuses of an asynchronous request that are still on their way.
+_RUNNING: Final = frozenset({"INITIAL", "IN_PROGRESS", "PENDING_DEPENDENCY"})
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    """A copy Meta made: the copy's id and every object it created.
+
+    Attributes:
+        copied_id: The new campaign or ad set.
+        objects: ``[{"ad_object_type", "source_id", "copied_id"}]``, the copy first: for a
+            deep copy also every ad set and ad it created.
+        mode: ``sync`` (``/copies``) or ``async`` (an asynchronous batch).
+        request_set_id: The asynchronous batch's request set, if one was used.
+    """
+
+    copied_id: str
+    objects: list[dict[str, str]] = field(default_factory=list)
+    mode: Literal["sync", "async"] = "sync"
+    request_set_id: str | None = None
+
+    def as_response(self) -> dict[str, Any]:
+        """What the intent and the execution record keep of it."""
+        return {
+            "copied_id": self.copied_id,
+            "copied_ids": [o["copied_id"] for o in self.objects] or [self.copied_id],
+            "objects": self.objects,
+            "mode": self.mode,
+            "request_set_id": self.request_set_id,
+        }
+
+
+def parse_copy(
+    body: Any, *, mode: Literal["sync", "async"] = "sync", request_set_id: str | None = None
+) -> CopyResult:
+    """A ``/copies`` answer as a :class:`CopyResult`.
+
+    Raises:
+        MalformedResponseError: the answer names no copy.
+    """
+    copied = None
+    if isinstance(body, dict):
+        copied = body.get("copied_campaign_id") or body.get("copied_adset_id")
+    if not copied:
+        raise MalformedResponseError("copies answered without the id of the copy", response=body)
+    raw = body.get("ad_object_ids") if isinstance(body, dict) else None
+    objects = [
+        {k: str(o[k]) for k in ("ad_object_type", "source_id", "copied_id") if k in o}
+        for o in (raw if isinstance(raw, list) else [])
+        if isinstance(o, dict) and o.get("copied_id")
+    ]
+    return CopyResult(str(copied), objects, mode, request_set_id)
+
+
+def too_large(error: GraphError) -> bool:
+    """True when Meta refused a synchronous copy as too big (nothing was copied)."""
+    return error.code == 100 and error.subcode == COPY_TOO_LARGE_SUBCODE
+
+
+async def read_async_copy(
+    reader: GraphReader, set_id: str, *, token: str, account_id: str
+) -> CopyResult | GraphError | None:
+    """The copy an asynchronous batch made; Meta's error when the copy failed; None while
+    Meta is still copying.
+
+    Raises:
+        GraphError: the set could not be read (the copy may still be made).
+    """
+    params = {"fields": "id,status,result"}
+    body = await reader.reads.run(
+        partial(
+            reader.session.request,
+            "GET",
+            f"{set_id}/requests",
+            token=token,
+            params=params,
+            account_id=account_id,
+        ),
+        what=f"reading the asynchronous batch {set_id}",
+    )
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+        raise MalformedResponseError(
+            f"the asynchronous batch {set_id} has no request", response=body
+        )
+    request = data[0]
+    status = str(request.get("status") or "")
+    if status in _RUNNING:
+        return None
+    result = request.get("result")
+    if status == "SUCCESS":
+        return parse_copy(result, mode="async", request_set_id=set_id)
+    return error_from_body(
+        result if isinstance(result, dict) else {"error": {"message": f"copy {status}"}},
+        http_status=400,
+    )
+
+
+async def wait_for_async_copy(
+    reader: GraphReader,
+    set_id: str,
+    *,
+    token: str,
+    account_id: str,
+    wait_s: float,
+    sleep: Sleep = asyncio.sleep,
+) -> CopyResult | GraphError | None:
+    """Poll the request set (0.25 s, doubling up to 5 s between reads) for up to ``wait_s``;
+    None when the copy was not finished by then."""
+    deadline = time.monotonic() + wait_s
+    pause = 0.25
+    while True:
+        result = await read_async_copy(reader, set_id, token=token, account_id=account_id)
+        left = deadline - time.monotonic()
+        if result is not None or left <= 0:
+            return result
+        await sleep(min(pause, left))
+        pause = min(pause * 2, 5.0)

@@ -1,0 +1,130 @@
+"""The duplicate action: copies Meta makes at once, and those it makes in the background."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+
+from flow import campaign_rule, dispatch, reap, records, run_rule, save_rule, work
+from graph_sandbox.admin import SandboxAdmin
+from ruleengine import constants as c
+from ruleengine.payload import EvaluateJob, deserialize, evaluate_job_id
+from ruleengine.queue import connect_queue
+from ruleengine.settings import Settings
+from ruleengine.store.db import Database
+from support import SANDBOX_TOKEN
+
+ALWAYS = {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
+DEEP = {"type": "duplicate", "deep_copy": True, "rename_suffix": " - Copy"}
+
+
+async def graph(sandbox: SandboxAdmin, path: str, **params: str) -> Any:
+    """A Graph read from the sandbox, as any client makes it."""
+    query = {"access_token": SANDBOX_TOKEN, "limit": "100", **params}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{sandbox.base_url}/v25.0/{path}", params=query) as response,
+    ):
+        return await response.json()
+
+
+async def named(sandbox: SandboxAdmin, edge: str, name: str) -> str:
+    """The id of the object of act_1001's ``edge`` called ``name``."""
+    body = await graph(sandbox, f"act_1001/{edge}", fields="id,name")
+    return next(o["id"] for o in body["data"] if o["name"] == name)
+
+
+def only(entity_id: str, **extra: Any) -> dict[str, Any]:
+    return campaign_rule(
+        DEEP, [ALWAYS], filters=[{"field": "id", "operator": "EQUAL", "value": entity_id}], **extra
+    )
+
+
+async def test_a_deep_copy_too_big_to_make_at_once_goes_through_an_async_batch(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, accounts: list[str]
+) -> None:
+    campaign = await named(sandbox, "campaigns", "[AUTO] Prospecting US 1")
+    source_ads = (await graph(sandbox, f"{campaign}/ads"))["data"]
+    rule = await run_rule(settings, db, only(campaign))
+    (record,) = await records(db, rule_id=rule.id)
+    assert (record["outcome"], record["reason"], record["field"]) == ("applied", None, "copies")
+    response = record["response"]
+    assert response["mode"] == "async"
+    assert response["request_set_id"]
+    kinds = Counter(o["ad_object_type"] for o in response["objects"])
+    assert kinds == {"campaign": 1, "ad_set": 3, "ad": len(source_ads)}
+    assert response["copied_ids"][0] == record["after"] == response["copied_id"]
+    assert len(set(response["copied_ids"])) == 1 + 3 + len(source_ads)
+    copy = await sandbox.object(record["after"])
+    assert (copy["name"], copy["status"]) == (
+        f"{(await sandbox.object(campaign))['name']} - Copy",
+        "PAUSED",
+    )
+    copied_ads = (await graph(sandbox, f"{record['after']}/ads", fields="id"))["data"]
+    assert {a["id"] for a in copied_ads} <= set(response["copied_ids"])
+    log = [(w["kind"], w["ok"]) for w in await sandbox.writes()]
+    # the synchronous copy was refused (nothing copied), the same copy went in the background
+    assert log == [("copies", False), ("async_batch", True), ("copies", True)]
+    intent = await db[c.ACTION_INTENTS].find_one({"field": "copies"})
+    assert intent is not None
+    assert (intent["status"], intent["response"]["copied_ids"]) == ("done", response["copied_ids"])
+    assert await db[c.ERROR_LOG].count_documents({}) == 0  # an expected refusal is no error
+
+
+async def test_a_small_deep_copy_is_made_at_once_with_every_new_id(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, accounts: list[str]
+) -> None:
+    adset = await named(sandbox, "adsets", "Retargeting US 2 - Lookalike 1%")
+    ads = (await graph(sandbox, f"{adset}/ads"))["data"]
+    assert 1 + len(ads) <= 3
+    rule = await run_rule(settings, db, only(adset, level="adset"))
+    (record,) = await records(db, rule_id=rule.id)
+    assert record["outcome"] == "applied"
+    response = record["response"]
+    assert (response["mode"], response["request_set_id"]) == ("sync", None)
+    assert [o["ad_object_type"] for o in response["objects"]] == ["ad_set"] + ["ad"] * len(ads)
+    assert [(w["kind"], w["ok"]) for w in await sandbox.writes()] == [("copies", True)]
+
+
+async def test_a_background_copy_still_running_is_read_back_never_sent_again(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, accounts: list[str]
+) -> None:
+    waiting = settings.model_copy(update={"copy_wait_s": 0.0})  # one look, then move on
+    await sandbox.set_faults(async_batch_delay_s=600)
+    campaign = await named(sandbox, "campaigns", "[AUTO] Prospecting US 2")
+    rule = await save_rule(db, only(campaign))
+    await dispatch(waiting, db)
+    raw = await redis.get(b"arq:job:" + (await redis.zrange(c.QUEUE_NAME, 0, 0))[0])
+    payload = EvaluateJob.model_validate(deserialize(raw)["a"][0])
+    await work(waiting)
+    (record,) = await records(db, rule_id=rule.id)
+    assert (record["outcome"], record["reason"], record["after"]) == (
+        "applied",
+        "copy_in_progress",
+        None,
+    )
+    intent = await db[c.ACTION_INTENTS].find_one({"field": "copies"})
+    assert intent is not None
+    set_id = intent["response"]["request_set_id"]
+    assert intent["status"] == "pending"
+
+    queue = connect_queue(waiting)  # the same job delivered again: it reads, it sends nothing
+    await queue.enqueue_job(
+        c.EVALUATE_JOB, payload.to_job(), _job_id=evaluate_job_id(payload.batch_id) + ":again"
+    )
+    await queue.aclose()
+    await work(waiting)
+    assert [w["kind"] for w in await sandbox.writes()] == ["copies", "async_batch"]
+    assert (await db[c.ACTION_INTENTS].find_one({"_id": intent["_id"]}))["status"] == "pending"
+
+    await sandbox.advance_clock(600)  # Meta finishes; the reaper reads the copy back
+    await reap(settings, db, redis, now=datetime.now(UTC) + timedelta(hours=2))
+    settled = await db[c.ACTION_INTENTS].find_one({"_id": intent["_id"]})
+    assert settled is not None
+    assert settled["status"] == "done"
+    assert settled["response"]["request_set_id"] == set_id
+    assert len(settled["response"]["copied_ids"]) > 3
+    assert [w["kind"] for w in await sandbox.writes()] == ["copies", "async_batch", "copies"]
