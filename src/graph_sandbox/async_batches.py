@@ -19,12 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import parse_qsl
 
 import orjson
 
 from graph_sandbox.errors import invalid_param
-from graph_sandbox.protocol import GraphRequest, as_param, page_body, split_token, split_version
+from graph_sandbox.protocol import GraphRequest, item_request_parts, page_body, split_token
 from graph_sandbox.query import paginate, parse_fields, parse_json_list, parse_limit
 
 if TYPE_CHECKING:  # the state holds the sets: a runtime import would go round in a circle
@@ -172,14 +171,7 @@ class AsyncBatches:
         method = str(item.get("method") or "POST").upper()
         if method != "POST":
             raise invalid_param(f"adbatch[{index}]: an asynchronous batch runs POST requests only")
-        path_part, _, query = item["relative_url"].partition("?")
-        _, path = split_version(path_part)
-        params = dict(parse_qsl(query, keep_blank_values=True))
-        body = item.get("body")
-        if isinstance(body, str):
-            params |= dict(parse_qsl(body, keep_blank_values=True))
-        elif isinstance(body, dict):
-            params |= {key: as_param(value) for key, value in body.items()}
+        _, path, params = item_request_parts(item)
         rest, _ = split_token(params, None)  # a request runs with the set's token
         name = str(item.get("name") or f"request {index + 1}")
         return AsyncRequest(self._next_id(REQUEST_ID_PREFIX), name, method, path, rest, now)

@@ -9,7 +9,6 @@ itself adds no counted call. Under ``null_item_rate`` an item comes back as
 from __future__ import annotations
 
 from typing import Any, Final
-from urllib.parse import parse_qsl
 
 import orjson
 
@@ -19,9 +18,8 @@ from graph_sandbox.protocol import (
     DEFAULT_VERSION,
     GraphRequest,
     GraphResponse,
-    as_param,
+    item_request_parts,
     split_token,
-    split_version,
 )
 from graph_sandbox.router import execute, kind_of
 from graph_sandbox.state import SandboxState
@@ -73,14 +71,7 @@ def _parse(raw: str | None) -> list[Any]:
 def _item_request(item: Any, token: str | None, origin: str) -> GraphRequest:
     if not isinstance(item, dict) or not isinstance(item.get("relative_url"), str):
         raise invalid_param("Each batch request needs a method and a relative_url")
-    path_part, _, query = item["relative_url"].partition("?")
-    version, path = split_version(path_part)
-    params = dict(parse_qsl(query, keep_blank_values=True))
-    body = item.get("body")
-    if isinstance(body, str):
-        params |= dict(parse_qsl(body, keep_blank_values=True))
-    elif isinstance(body, dict):
-        params |= {name: as_param(value) for name, value in body.items()}
+    version, path, params = item_request_parts(item)
     rest, item_token = split_token(params, None)
     return GraphRequest(
         method=str(item.get("method") or "GET").upper(),

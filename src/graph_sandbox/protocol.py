@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 import orjson
 
@@ -69,6 +69,22 @@ def split_version(raw_path: str) -> tuple[str | None, str]:
     if parts and _VERSION.match(parts[0]):
         return parts[0], "/" + "/".join(parts[1:])
     return None, "/" + "/".join(parts)
+
+
+def item_request_parts(item: Mapping[str, Any]) -> tuple[str | None, str, dict[str, str]]:
+    """The version, path and parameters of a batch item: its ``relative_url`` and ``body``.
+
+    The body is form-encoded (a string) or a JSON object; its fields join the query's.
+    """
+    path_part, _, query = str(item["relative_url"]).partition("?")
+    version, path = split_version(path_part)
+    params = dict(parse_qsl(query, keep_blank_values=True))
+    body = item.get("body")
+    if isinstance(body, str):
+        params |= dict(parse_qsl(body, keep_blank_values=True))
+    elif isinstance(body, Mapping):
+        params |= {name: as_param(value) for name, value in body.items()}
+    return version, path, params
 
 
 def as_param(value: Any) -> str:
