@@ -196,3 +196,10 @@ class SandboxAdmin:
         toward the ad set's budget-change limit. A refusal raises with Meta's error."""
         result: dict[str, Any] = await self._call("POST", f"ads_manager/{object_id}", changes)
         return result
+
+    async def add_rule_run(self, rule_id: str, **run: Any) -> dict[str, Any]:
+        """Add a run to an ad rule's history (``timestamp``, ``is_manual``, ``results``,
+        ``exception_code``, ``exception_message``); the entry as ``/{rule_id}/history`` shows it."""
+        body = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in run.items()}
+        result: dict[str, Any] = await self._call("POST", f"adrules/{rule_id}/history", body)
+        return result

@@ -1,5 +1,6 @@
 """Admin routes under ``/_sandbox``: stats, reset, faults, write log, raw objects, clock, limits,
-the size and report-run settings of Insights, changes "made in Ads Manager", and tokens.
+the size and report-run settings of Insights, changes "made in Ads Manager", tokens, and runs
+of ad rules (their history).
 
 For tests and benchmarks only: they need no token and are never counted.
 Bad input answers 400 with ``{"error": "<what was wrong>"}``.
@@ -17,6 +18,8 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from graph_sandbox.activities import ADS_MANAGER
+from graph_sandbox.adrule_specs import HISTORY_ACTIONS, HISTORY_OBJECT_TYPES
+from graph_sandbox.adrules import HISTORY_FIELDS, render_run
 from graph_sandbox.errors import GraphError
 from graph_sandbox.state import STATE, SandboxState
 from graph_sandbox.stats import Stats
@@ -74,6 +77,35 @@ class _TokenUpdate(BaseModel):
     restore: bool = False
 
 
+class _RunAction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    action: str
+    field: str | None = None
+    old_value: str | None = None
+    new_value: str | None = None
+
+
+class _RunResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    object_id: str = Field(min_length=1)
+    object_type: str
+    actions: list[_RunAction] = Field(default_factory=list)
+
+
+class _Run(BaseModel):
+    """A run of an ad rule, in the shape of Meta's ``AdRuleHistory``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timestamp: datetime | None = None
+    is_manual: bool = False
+    results: list[_RunResult] = Field(default_factory=list)
+    exception_code: int | None = None
+    exception_message: str | None = None
+
+
 def add_admin_routes(app: web.Application) -> None:
     """Register the ``/_sandbox`` routes on ``app`` (before the Graph catch-all)."""
     app.router.add_get("/_sandbox/stats", _guarded(_stats))
@@ -95,6 +127,7 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get("/_sandbox/tokens", _guarded(_tokens))
     app.router.add_post("/_sandbox/tokens", _guarded(_issue_token))
     app.router.add_post("/_sandbox/tokens/update", _guarded(_update_token))
+    app.router.add_post("/_sandbox/adrules/{id}/history", _guarded(_add_rule_run))
 
 
 def _json(value: Any, status: int = 200) -> web.Response:
@@ -267,6 +300,7 @@ def _world_summary(state: SandboxState) -> dict[str, Any]:
         "campaigns": kinds.count("campaign"),
         "adsets": kinds.count("adset"),
         "ads": kinds.count("ad"),
+        "adrules": len(world.adrules.rules),
     }
 
 
@@ -311,3 +345,29 @@ async def _update_token(request: web.Request) -> web.Response:
     if body.permissions is not None:
         grant.permissions = set(body.permissions)
     return _json(grant.describe(state.now()))
+
+
+async def _add_rule_run(request: web.Request) -> web.Response:
+    """Add a run to an ad rule's history (the sandbox never runs rules itself)."""
+    state = request.app[STATE]
+    rule = state.world.adrules.get(request.match_info["id"])
+    if rule is None:
+        return _json({"error": f"no ad rule {request.match_info['id']}"}, status=404)
+    run = _validated(_Run, await _body(request))
+    for result in run.results:
+        if result.object_type not in HISTORY_OBJECT_TYPES:
+            raise _BadInput(f"object_type must be one of {HISTORY_OBJECT_TYPES}")
+        unknown = [a.action for a in result.actions if a.action not in HISTORY_ACTIONS]
+        if unknown:
+            raise _BadInput(f"{unknown[0]} is not one of Meta's AdRuleHistory actions")
+    at = run.timestamp or state.now()
+    entry = state.world.adrules.record(
+        rule,
+        at=at if at.tzinfo else at.replace(tzinfo=UTC),
+        results=[r.model_dump(exclude_none=True) for r in run.results],
+        is_manual=run.is_manual,
+        exception=(run.exception_code, run.exception_message or "")
+        if run.exception_code is not None
+        else None,
+    )
+    return _json(render_run(entry, HISTORY_FIELDS), status=201)

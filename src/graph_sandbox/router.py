@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from graph_sandbox import activities, async_batches, reads, reports, writes
+from graph_sandbox import activities, adrules, async_batches, reads, reports, writes
 from graph_sandbox.errors import (
     GraphError,
     invalid_param,
@@ -40,6 +40,8 @@ _HANDLERS: dict[str, Handler] = {
     "async_batch": async_batches.create_set,
     "async_set": async_batches.read_set,
     "async_requests": async_batches.read_requests,
+    "adrules": adrules.read_call,
+    "adrules_write": adrules.write_call,
 }
 #: Calls Meta counts as Insights (the ``ads_insights`` use case, the Insights throttle).
 INSIGHTS_KINDS = frozenset({"insights", "report", "report_run", "report_results"})
@@ -51,9 +53,12 @@ _GET_EDGES = {
     "insights": "insights",
     "activities": "activities",
     "requests": "async_requests",
+    "adrules_library": "adrules",
+    "adrules_history": "adrules",
+    "history": "adrules",
 }
 #: Calls that change something at Meta (they need ``ads_management``).
-_WRITES = frozenset({"write", "copies", "async_batch"})
+_WRITES = frozenset({"write", "copies", "async_batch", "adrules_write"})
 
 
 def classify(req: GraphRequest) -> str:
@@ -76,12 +81,17 @@ def classify(req: GraphRequest) -> str:
         return "report"
     if method == "POST" and len(segments) == 2 and segments[1] == "async_batch_requests":
         return "async_batch"
+    if method == "POST" and len(segments) == 2 and segments[1] == "adrules_library":
+        return "adrules_write"
     return "other"
 
 
 def kind_of(state: SandboxState, req: GraphRequest) -> str:
-    """:func:`classify`, knowing this world's async report runs (``GET /{report_run_id}``)."""
+    """:func:`classify`, knowing this world's async report runs (``GET /{report_run_id}``)
+    and ad rules (``GET``/``POST /{rule_id}``)."""
     segments = req.segments
+    if len(segments) == 1 and state.world.adrules.get(segments[0]) is not None:
+        return "adrules" if req.method == "GET" else "adrules_write"
     if req.method == "GET" and segments and state.report_runs.get(segments[0]) is not None:
         if len(segments) == 1:
             return "report_run"
@@ -190,6 +200,8 @@ def _owner(state: SandboxState, node: str) -> str | None:
         return node
     if (run := state.report_runs.get(node)) is not None:
         return run.account
+    if (rule_owner := state.world.adrules.owner(node)) is not None:
+        return rule_owner
     obj = state.world.get(node)
     if obj is None:
         return state.async_batches.owner(node)
@@ -214,12 +226,15 @@ def _apply_change(state: SandboxState, object_id: str, status: str) -> None:
         obj.updated_time = state.now()
 
 
+_WRITE_LOG_KINDS = {"write": "update", "adrules_write": "adrules"}
+
+
 def _log_write(state: SandboxState, req: GraphRequest, kind: str, status: int, body: Any) -> None:
     state.writes.append(
         WriteRecord(
             at=state.now(),
             id=req.segments[0],
-            kind="update" if kind == "write" else kind,
+            kind=_WRITE_LOG_KINDS.get(kind, kind),
             params=dict(req.params),
             ok=status == 200,
             error=body.get("error") if status != 200 else None,

@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from graph_sandbox.adrule_specs import validate_rule
 from graph_sandbox.delivery import Archetype, Profile
 from graph_sandbox.world import (
     ACTIVE,
@@ -142,6 +143,8 @@ def build_world(config: WorldConfig) -> World:
     else:
         _build_bench(world, rng, config)
     _add_ads(world)
+    if config.scenario == "demo":
+        _add_demo_rules(world)
     return world
 
 
@@ -311,3 +314,221 @@ def make_profile(rng: random.Random, archetype: Archetype, budget_cents: int) ->
         return replace(base, cart_rate=rng.uniform(0.03, 0.06))
     low, high = {_W: (3.8, 5.0), _M: (1.6, 2.6), _L: (0.5, 0.95)}[archetype]
     return replace(base, roas=rng.uniform(low, high), cart_rate=rng.uniform(0.06, 0.1))
+
+
+def _filter(field: str, operator: str, value: object) -> dict[str, object]:
+    return {"field": field, "value": value, "operator": operator}
+
+
+def _preset(value: str) -> dict[str, object]:
+    return _filter("time_preset", "EQUAL", value)
+
+
+def _option(field: str, value: object) -> dict[str, object]:
+    return {"field": field, "value": value, "operator": "EQUAL"}
+
+
+def _demo_rules(world: World) -> list[tuple[str, str, str, dict[str, object]]]:
+    """Meta rules of the demo accounts, in the POST body form: (account, name, status, specs).
+
+    Money is in the account currency's minor units as Meta's rules take it (cents for
+    act_1001, whole yen for act_1004). Ids point at objects of this world.
+    """
+    us_test = next(a for a in world.adsets("act_1001") if "Creative Test" in a.name)
+    jp_retargeting = next(c for c in world.campaigns("act_1004") if "Retargeting" in c.name)
+    adset = _filter("entity_type", "EQUAL", "ADSET")
+    ad = _filter("entity_type", "EQUAL", "AD")
+    campaign = _filter("entity_type", "EQUAL", "CAMPAIGN")
+    return [
+        (
+            "1001",
+            "Pause ad sets with CPA over $40 (7 days)",
+            "ENABLED",
+            {
+                "evaluation_spec": {
+                    "evaluation_type": "SCHEDULE",
+                    "filters": [
+                        adset,
+                        _preset("LAST_7_DAYS"),
+                        _filter("cpa", "GREATER_THAN", 4000),
+                        _filter("spent", "GREATER_THAN", 5000),
+                    ],
+                },
+                "execution_spec": {"execution_type": "PAUSE"},
+                "schedule_spec": {"schedule_type": "SEMI_HOURLY"},
+            },
+        ),
+        (
+            "1001",
+            "Scale winners +20% (ROAS over 3)",
+            "ENABLED",
+            {
+                "evaluation_spec": {
+                    "evaluation_type": "SCHEDULE",
+                    "filters": [
+                        adset,
+                        _preset("LAST_7D"),
+                        _filter("website_purchase_roas", "GREATER_THAN", 3),
+                        _filter("hours_since_creation", "GREATER_THAN", 72),
+                    ],
+                },
+                "execution_spec": {
+                    "execution_type": "CHANGE_BUDGET",
+                    "execution_options": [
+                        _option(
+                            "change_spec", {"amount": 20, "unit": "PERCENTAGE", "limit": 50000}
+                        ),
+                        _option("action_frequency", 1440),
+                        _option("execution_count_limit", 5),
+                    ],
+                },
+                "schedule_spec": {"schedule_type": "DAILY"},
+            },
+        ),
+        (
+            "1001",
+            "Tell me when a campaign spends over $250 today",
+            "ENABLED",
+            {
+                "evaluation_spec": {
+                    "evaluation_type": "SCHEDULE",
+                    "filters": [
+                        campaign,
+                        _preset("TODAY"),
+                        _filter("spent", "GREATER_THAN", 25000),
+                    ],
+                },
+                "execution_spec": {
+                    "execution_type": "NOTIFICATION",
+                    "execution_options": [_option("user_ids", [100000000000001])],
+                },
+                "schedule_spec": {"schedule_type": "HOURLY"},
+            },
+        ),
+        (
+            "1001",
+            "Weekday mornings: cut campaigns with CPC over $1.50 by $10",
+            "DISABLED",
+            {
+                "evaluation_spec": {
+                    "evaluation_type": "SCHEDULE",
+                    "filters": [
+                        campaign,
+                        _filter("campaign.name", "CONTAIN", "[AUTO]"),
+                        _preset("LAST_3_DAYS"),
+                        _filter("cpc", "GREATER_THAN", 150),
+                    ],
+                },
+                "execution_spec": {
+                    "execution_type": "CHANGE_CAMPAIGN_BUDGET",
+                    "execution_options": [
+                        _option(
+                            "change_spec",
+                            {"amount": -1000, "unit": "ACCOUNT_CURRENCY", "limit": 5000},
+                        )
+                    ],
+                },
+                "schedule_spec": {
+                    "schedule_type": "CUSTOM",
+                    "schedule": [{"start_minute": 480, "end_minute": 600, "days": [1, 2, 3, 4, 5]}],
+                },
+            },
+        ),
+        (
+            "1001",
+            "Pause ads over $10 per purchase once they reach 5,000 people",
+            "ENABLED",
+            {
+                "evaluation_spec": {
+                    "evaluation_type": "TRIGGER",
+                    "trigger": {
+                        "type": "STATS_CHANGE",
+                        "field": "cost_per_purchase_fb",
+                        "value": 1000,
+                        "operator": "GREATER_THAN",
+                    },
+                    "filters": [ad, _preset("LAST_3_DAYS"), _filter("reach", "GREATER_THAN", 5000)],
+                },
+                "execution_spec": {"execution_type": "PAUSE"},
+            },
+        ),
+        (
+            "1001",
+            "Rotate the creative test's ads daily",
+            "ENABLED",
+            {
+                "evaluation_spec": {
+                    "evaluation_type": "SCHEDULE",
+                    "filters": [
+                        ad,
+                        _filter("adset.id", "IN", [int(us_test.id)]),
+                        _preset("LAST_7_DAYS"),
+                        _filter("impressions", "GREATER_THAN", 5000),
+                    ],
+                },
+                "execution_spec": {"execution_type": "ROTATE"},
+                "schedule_spec": {"schedule_type": "DAILY"},
+            },
+        ),
+        (
+            "1004",
+            "Pause ad sets spending ¥5,000 without a purchase",
+            "ENABLED",
+            {
+                "evaluation_spec": {
+                    "evaluation_type": "SCHEDULE",
+                    "filters": [
+                        adset,
+                        _preset("LAST_3_DAYS"),
+                        _filter("spent", "GREATER_THAN", 5000),
+                        _filter("offsite_conversion.fb_pixel_purchase", "LESS_THAN", 1),
+                    ],
+                },
+                "execution_spec": {"execution_type": "PAUSE"},
+                "schedule_spec": {"schedule_type": "SEMI_HOURLY"},
+            },
+        ),
+        (
+            "1004",
+            "Rebalance retargeting budgets towards the cheapest CPA",
+            "ENABLED",
+            {
+                "evaluation_spec": {
+                    "evaluation_type": "SCHEDULE",
+                    "filters": [
+                        adset,
+                        _filter("campaign.id", "IN", [int(jp_retargeting.id)]),
+                        _preset("LAST_7D"),
+                        _filter("cpa", "GREATER_THAN", 3000),
+                    ],
+                },
+                "execution_spec": {
+                    "execution_type": "REBALANCE_BUDGET",
+                    "execution_options": [
+                        _option(
+                            "rebalance_spec",
+                            {"type": "PROPORTIONAL", "target_field": "cpa", "is_inverse": True},
+                        )
+                    ],
+                },
+                "schedule_spec": {"schedule_type": "DAILY"},
+            },
+        ),
+    ]
+
+
+def _add_demo_rules(world: World) -> None:
+    """Meta rules on act_1001 and act_1004, made a day apart after the accounts' campaigns."""
+    for position, (number, name, status, specs) in enumerate(_demo_rules(world)):
+        if world.account(f"act_{number}") is None:
+            continue
+        evaluation, execution = specs["evaluation_spec"], specs["execution_spec"]
+        schedule = specs.get("schedule_spec")
+        validate_rule(evaluation, execution, schedule)
+        world.adrules.create(
+            number,
+            name=name,
+            status=status,
+            specs=(evaluation, execution, schedule),  # type: ignore[arg-type]
+            at=EPOCH + timedelta(days=41 + position, hours=9),
+        )

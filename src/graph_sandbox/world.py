@@ -1,4 +1,4 @@
-"""The sandbox's world: ad accounts, campaigns, ad sets and ads, stored in memory.
+"""The sandbox's world: ad accounts, campaigns, ad sets, ads and ad rules, stored in memory.
 
 Campaigns, ad sets and ads share one :class:`AdObject` type (``kind`` tells them
 apart) because Graph treats them alike: they are read, filtered, updated and
@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Literal
 from zoneinfo import ZoneInfo
 
+from graph_sandbox.adrule_library import AdRuleLibrary
 from graph_sandbox.delivery import Profile
 from graph_sandbox.timeline import StatusChange
 
@@ -103,6 +104,8 @@ class World:
         self._ads_of: dict[str, list[AdObject]] = {}
         self._serial: dict[Kind, int] = {"campaign": 0, "adset": 0, "ad": 0}
         self._status_log: dict[str, list[StatusChange]] = {}
+        #: Meta's Automated Rules of the accounts (``adrules_library``): stored, never run.
+        self.adrules = AdRuleLibrary(seed=seed)
 
     def add_account(self, account: Account) -> None:
         """Register an ad account."""
