@@ -244,14 +244,19 @@ _VALID = _fixture("change_spec_budget_tue_fri")
 def _broken(path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
     """The valid fixture with the value at ``path`` replaced (``...``: removed)."""
     body = copy.deepcopy(_VALID)
-    node: Any = body
+    _replace(body, path, value)
+    return body
+
+
+def _replace(root: Any, path: tuple[Any, ...], value: Any) -> None:
+    """Put ``value`` at ``path`` inside ``root`` (``...``: remove what is there)."""
+    node = root
     for key in path[:-1]:
         node = node[key]
     if value is ...:
         del node[path[-1]]
     else:
         node[path[-1]] = value
-    return body
 
 
 @pytest.mark.parametrize(
@@ -347,15 +352,8 @@ async def test_any_malformed_spec_is_a_rule_or_metas_error_never_a_500(
     body = _fixture(fixture)
     spec = data.draw(st.sampled_from([s for s in SPECS if s in body]))
     path = data.draw(st.sampled_from(_paths(body[spec]) or [()]))
-    replacement = data.draw(st.just(...) | _JSON)
-    node: Any = body[spec]
     if path:
-        for key in path[:-1]:
-            node = node[key]
-        if replacement is ...:
-            del node[path[-1]]
-        else:
-            node[path[-1]] = replacement
+        _replace(body[spec], path, data.draw(st.just(...) | _JSON))
 
     reply = await sandbox.post("/act_1002/adrules_library", **body)
 
