@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -24,25 +25,22 @@ from ruleengine.listings import ListingKey, SweepListings, plan_listings
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob, deserialize
+from ruleengine.rules.entity import Entity
 from ruleengine.rules.filtering import EVERY_STATUS
-from ruleengine.rules.model import EFFECTIVE_STATUSES, FILTER_FIELDS, Rule, parse_rule
+from ruleengine.rules.model import (
+    EFFECTIVE_STATUSES,
+    FILTER_FIELDS,
+    FilterOperator,
+    Rule,
+    parse_rule,
+)
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.store.ruledocs import RuleDoc
 from support import SANDBOX_TOKEN
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
-OPERATORS = [
-    "EQUAL",
-    "NOT_EQUAL",
-    "GREATER_THAN",
-    "GREATER_THAN_OR_EQUAL",
-    "LESS_THAN",
-    "LESS_THAN_OR_EQUAL",
-    "IN",
-    "NOT_IN",
-    "CONTAIN",
-    "NOT_CONTAIN",
-]
+OPERATORS = list(get_args(FilterOperator))
 _NAMES = itertools.count()
 FIELDS = {
     "campaign": "id,name,created_time,effective_status,status,objective",
@@ -225,28 +223,58 @@ async def test_local_filtering_lists_what_the_sandbox_lists_for_the_same_filteri
 # ---------------------------------------------------------------- the dispatcher
 
 
-async def jobs_by_rule(redis: Any) -> dict[tuple[str, str], list[str]]:
-    """Entity ids of each queued job, by (rule id, account)."""
-    found: dict[tuple[str, str], list[str]] = {}
-    for job_id in await redis.zrange(c.QUEUE_NAME, 0, -1):
-        job = EvaluateJob.model_validate(deserialize(await redis.get(b"arq:job:" + job_id))["a"][0])
-        found[job.rule_id, job.account] = [e.id for e in job.entities]
-    return found
+@dataclass
+class Stack:
+    """The servers a dispatcher test sweeps with, the demo accounts registered."""
+
+    settings: Settings
+    db: Database
+    redis: Any
+    sandbox: SandboxAdmin
+    reader: GraphReader
+
+    async def sweep(self, *rules: dict[str, Any]) -> tuple[list[RuleDoc], Any, int]:
+        """Save ``rules``, dispatch them once: the rules, the report and the list calls."""
+        saved = [await save_rule(self.db, data, now=T0) for data in rules]
+        await self.sandbox.clear_stats()
+        report = await dispatch(self.settings, self.db, now=T0 + timedelta(seconds=3))
+        return saved, report, (await self.sandbox.stats())["calls_by_kind"]["list"]
+
+    async def jobs(self) -> list[EvaluateJob]:
+        """The queued jobs."""
+        found = []
+        for job_id in await self.redis.zrange(c.QUEUE_NAME, 0, -1):
+            raw = deserialize(await self.redis.get(b"arq:job:" + job_id))
+            found.append(EvaluateJob.model_validate(raw["a"][0]))
+        return found
+
+    async def entity_ids(self) -> dict[tuple[str, str], list[str]]:
+        """Entity ids of each queued job, by (rule id, account)."""
+        return {(j.rule_id, j.account): [e.id for e in j.entities] for j in await self.jobs()}
+
+    async def server_side(self, data: dict[str, Any], account: str) -> list[Entity]:
+        """What the rule's own listing with its filters sent to Meta lists (the old way)."""
+        return await self.reader.list_for_rule(parse_rule(data), account, token=SANDBOX_TOKEN)
 
 
-async def server_side(reader: GraphReader, data: dict[str, Any], account: str) -> list[str]:
-    """What the rule's own listing with its filters sent to Meta lists (the old way)."""
-    entities = await reader.list_for_rule(parse_rule(data), account, token=SANDBOX_TOKEN)
-    return [e.id for e in entities]
-
-
-async def test_two_rules_with_different_filters_share_one_listing_and_get_their_own_entities(
+@pytest.fixture
+async def stack(
     settings: Settings,
     db: Database,
     redis: Any,
     sandbox: SandboxAdmin,
     accounts: list[str],
     reader: GraphReader,
+) -> Stack:
+    return Stack(settings, db, redis, sandbox, reader)
+
+
+def ids(entities: list[Entity]) -> list[str]:
+    return [e.id for e in entities]
+
+
+async def test_two_rules_with_different_filters_share_one_listing_and_get_their_own_entities(
+    stack: Stack,
 ) -> None:
     auto = rule_data(
         ad_accounts=["act_1001"],
@@ -256,26 +284,15 @@ async def test_two_rules_with_different_filters_share_one_listing_and_get_their_
         ad_accounts=["act_1001"],
         filters=[{"field": "effective_status", "operator": "IN", "value": ["PAUSED"]}],
     )
-    first, second = await save_rule(db, auto, now=T0), await save_rule(db, paused, now=T0)
-    await sandbox.clear_stats()
-    report = await dispatch(settings, db, now=T0 + timedelta(seconds=3))
-    assert (report.jobs, report.listings) == (2, 1)
-    assert (await sandbox.stats())["calls_by_kind"]["list"] == 1
-    jobs = await jobs_by_rule(redis)
-    assert jobs[first.id, "act_1001"] == await server_side(reader, auto, "act_1001")
-    assert jobs[second.id, "act_1001"] == await server_side(reader, paused, "act_1001")
-    assert len(jobs[first.id, "act_1001"]) == 10
-    assert len(jobs[second.id, "act_1001"]) == 1
+    (first, second), report, list_calls = await stack.sweep(auto, paused)
+    assert (report.jobs, report.listings, list_calls) == (2, 1, 1)
+    jobs = await stack.entity_ids()
+    assert jobs[first.id, "act_1001"] == ids(await stack.server_side(auto, "act_1001"))
+    assert jobs[second.id, "act_1001"] == ids(await stack.server_side(paused, "act_1001"))
+    assert (len(jobs[first.id, "act_1001"]), len(jobs[second.id, "act_1001"])) == (10, 1)
 
 
-async def test_archived_objects_reach_only_the_rules_that_ask_for_them(
-    settings: Settings,
-    db: Database,
-    redis: Any,
-    sandbox: SandboxAdmin,
-    accounts: list[str],
-    reader: GraphReader,
-) -> None:
+async def test_archived_objects_reach_only_the_rules_that_ask_for_them(stack: Stack) -> None:
     archived = rule_data(
         ad_accounts=["act_1003"],
         filters=[{"field": "effective_status", "operator": "IN", "value": ["ARCHIVED"]}],
@@ -286,29 +303,20 @@ async def test_archived_objects_reach_only_the_rules_that_ask_for_them(
         ad_accounts=["act_1003"],
         filters=[{"field": "campaign.name", "operator": "NOT_CONTAIN", "value": "[AUTO]"}],
     )
-    saved = [await save_rule(db, data, now=T0) for data in (archived, everything, adsets)]
-    await sandbox.clear_stats()
-    report = await dispatch(settings, db, now=T0 + timedelta(seconds=3))
+    saved, report, list_calls = await stack.sweep(archived, everything, adsets)
     # one campaign listing (every status) for both campaign rules and the ad sets' names
-    assert (report.jobs, report.listings) == (3, 2)
-    assert (await sandbox.stats())["calls_by_kind"]["list"] == 2
-    jobs = await jobs_by_rule(redis)
+    assert (report.jobs, report.listings, list_calls) == (3, 2, 2)
+    jobs = await stack.entity_ids()
     for doc, data in zip(saved, (archived, everything, adsets), strict=True):
-        assert jobs[doc.id, "act_1003"] == await server_side(reader, data, "act_1003")
-    assert len(jobs[saved[0].id, "act_1003"]) == 1  # "Clearance ID"
-    assert jobs[saved[0].id, "act_1003"][0] not in jobs[saved[1].id, "act_1003"]
-    assert (
-        len(jobs[saved[2].id, "act_1003"]) == 6
-    )  # Brand, Seasonal (2 each), Payment Hold, New Launch
+        assert jobs[doc.id, "act_1003"] == ids(await stack.server_side(data, "act_1003"))
+    (clearance,) = jobs[saved[0].id, "act_1003"]
+    assert clearance not in jobs[saved[1].id, "act_1003"]
+    # Brand Awareness and Seasonal Promo (2 ad sets each), Payment Hold, New Launch
+    assert len(jobs[saved[2].id, "act_1003"]) == 6
 
 
 async def test_every_rule_gets_the_entities_and_fields_its_own_listing_gave_it(
-    settings: Settings,
-    db: Database,
-    redis: Any,
-    sandbox: SandboxAdmin,
-    accounts: list[str],
-    reader: GraphReader,
+    stack: Stack,
 ) -> None:
     budget_task = {
         "id": "t",
@@ -334,11 +342,8 @@ async def test_every_rule_gets_the_entities_and_fields_its_own_listing_gave_it(
             tasks=[budget_task],
         ),
     ]
-    saved = [await save_rule(db, data, now=T0) for data in variants]
-    report = await dispatch(settings, db, now=T0 + timedelta(seconds=3))
-    assert (report.jobs, report.listings) == (8, 4)
-    for job_id in await redis.zrange(c.QUEUE_NAME, 0, -1):
-        job = EvaluateJob.model_validate(deserialize(await redis.get(b"arq:job:" + job_id))["a"][0])
-        data = variants[[d.id for d in saved].index(job.rule_id)]
-        own = await reader.list_for_rule(parse_rule(data), job.account, token=SANDBOX_TOKEN)
-        assert job.entities == own
+    saved, report, list_calls = await stack.sweep(*variants)
+    assert (report.jobs, report.listings, list_calls) == (8, 4, 4)
+    by_id = {doc.id: data for doc, data in zip(saved, variants, strict=True)}
+    for job in await stack.jobs():
+        assert job.entities == await stack.server_side(by_id[job.rule_id], job.account)
