@@ -39,7 +39,7 @@ from ruleengine import constants as c
 from ruleengine.errors import ErrorReport, RuleEngineError
 from ruleengine.followups.scheduling import FollowupScheduler
 from ruleengine.lease import Lease
-from ruleengine.listings import Listing, ListingKey, Listings
+from ruleengine.listings import Listings, SweepListings
 from ruleengine.meta.http import READ_ONLY, GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.observability import DispatcherMetrics, serve
@@ -312,7 +312,7 @@ class Dispatcher:
         self,
         doc: RuleDoc,
         rule: Rule,
-        listings: dict[ListingKey, Listing],
+        listings: SweepListings,
         now: datetime,
         fence: int,
         report: SweepReport,
@@ -327,7 +327,7 @@ class Dispatcher:
                 return None
             try:
                 for account in rule.ad_accounts:
-                    listing = listings[ListingKey.of(rule, account)]
+                    listing = listings.entities(rule, account)
                     if isinstance(listing, RuleEngineError):
                         log.warning(
                             "rule %s (%s) skips %s this run: %s", doc.id, doc.name, account, listing
