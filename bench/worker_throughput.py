@@ -14,6 +14,13 @@ measures the worker's own cost) and its clock is frozen at ``FROZEN_AT``: the
 Insights that decide which campaigns pass — hence the number of writes — are
 the same on every run, whatever the time of day.
 
+The job is built as the dispatcher builds it: an entity list over
+``RULEENGINE_PAYLOAD_INLINE_MAX_BYTES`` is stored once in MongoDB and the job
+carries a reference (``payload_bytes``; ``payload_inline_bytes`` is the same job
+carrying its entities). ``payload_5000_adsets`` measures the same for an ad-set
+rule on an account of 5,000 ad sets (1,000 campaigns × 5): the job's bytes in
+Redis with the entities inline and as the dispatcher enqueues it.
+
 Prints evaluations (entity × task) per second, writes Meta received, Graph
 cost, the time each stage took, the time spent in MongoDB by collection and the
 p50/p95 of each trace stage. Last line: one JSON object.
@@ -27,7 +34,7 @@ import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from arq.constants import job_key_prefix
@@ -40,13 +47,14 @@ from ruleengine import constants as c
 from ruleengine.jobs import worker_kwargs
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob, batch_id_for, evaluate_job_id
+from ruleengine.payload import EvaluateJob, ListingPacker, Packed, batch_id_for, evaluate_job_id
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleStore
+from ruleengine.store.snapshots import ListingSnapshots
 
 ACCOUNT = "act_2001"
 #: The sandbox's frozen clock: noon in New York on a Tuesday, a day of full delivery.
@@ -160,10 +168,12 @@ async def main(campaigns: int, latency_ms: float) -> None:
             await sandbox.set_faults(latency_ms=latency_ms)
             client, db = await open_database(settings)
             try:
-                job = await build_job(settings, db)
+                job, inline = await build_job(settings, db)
                 result = await run_through_arq(settings, job, mongo_times)
                 writes = [w for w in await sandbox.writes() if w["ok"]]
                 records = [r async for r in db[c.EXECUTIONS].find({"batch_id": job.batch_id})]
+                inline_bytes = await enqueued_bytes(settings, inline, "inline")
+                adsets = await adset_payloads(settings, db, sandbox)
             finally:
                 await client.close()
         batch, job_s, queue_s, payload_bytes = result
@@ -180,11 +190,13 @@ async def main(campaigns: int, latency_ms: float) -> None:
         say(f"time in MongoDB by collection: {mongo_times.by_collection()}")
         figures(
             {
-                "campaigns": len(job.entities),
+                "campaigns": job.entity_count,
                 "tasks": len(job.rule["tasks"]),
                 "latency_ms": latency_ms,
                 "sandbox_clock": FROZEN_AT.isoformat(),
                 "payload_bytes": payload_bytes,
+                "payload_inline_bytes": inline_bytes,
+                "payload_5000_adsets": adsets,
                 "evaluations": evaluations,
                 "applied": batch["applied_count"],
                 "writes": len(writes),
@@ -200,28 +212,73 @@ async def main(campaigns: int, latency_ms: float) -> None:
         )
 
 
-async def build_job(settings: Settings, db: Database) -> EvaluateJob:
-    """Register the account, save the rule, list its campaigns: the job the dispatcher sends."""
+async def build_job(
+    settings: Settings, db: Database, rule_data: dict[str, Any] = RULE
+) -> tuple[EvaluateJob, EvaluateJob]:
+    """Register the account, save the rule, list its entities: the job the dispatcher sends,
+    and the same job carrying its entities inline."""
     now = datetime.now(UTC)
     await CredentialStore(db, load_key(settings)).add(ACCOUNT, TOKEN, now=now)
-    rule = parse_rule(RULE)
+    rule = parse_rule(rule_data)
     doc = (await RuleStore(db).save(rule, now=now, author="bench", source="bench")).rule
     graph = GraphSession(settings)
     try:
         entities = await GraphReader.from_settings(graph).list_for_rule(rule, ACCOUNT, token=TOKEN)
     finally:
         await graph.close()
-    say(f"{len(entities)} campaigns listed; a job with {len(rule.tasks)} tasks")
-    return EvaluateJob.of(
-        rule,
-        batch_id=batch_id_for(doc.id, ACCOUNT, now),
-        rule_id=doc.id,
-        version=doc.version,
+    say(f"{len(entities)} {rule.level}s listed; a job with {len(rule.tasks)} tasks")
+    packer = ListingPacker(ListingSnapshots(db), inline_max_bytes=settings.payload_inline_max_bytes)
+    packed = await packer.pack(
+        entities,
         account=ACCOUNT,
-        entities=entities,
-        scheduled_at=now,
-        dispatched_at=now,
+        level=rule.level,
+        now=now,
+        keep_until=now + timedelta(minutes=15, seconds=settings.job_timeout_s),
     )
+
+    def job(carried: Packed) -> EvaluateJob:
+        return EvaluateJob.of(
+            rule,
+            batch_id=batch_id_for(doc.id, ACCOUNT, now),
+            rule_id=doc.id,
+            version=doc.version,
+            account=ACCOUNT,
+            entities=carried,
+            scheduled_at=now,
+            dispatched_at=now,
+        )
+
+    return job(packed), job(entities)
+
+
+async def enqueued_bytes(settings: Settings, job: EvaluateJob, suffix: str) -> int:
+    """The size of ``job`` in Redis (enqueued under a job id of its own, then removed)."""
+    queue = connect_queue(settings)
+    job_id = f"{evaluate_job_id(job.batch_id)}:{suffix}"
+    try:
+        await queue.enqueue_job(c.EVALUATE_JOB, job.to_job(), _job_id=job_id)
+        size = int(await queue.strlen(job_key_prefix + job_id))
+        await queue.delete(job_key_prefix + job_id)
+        await queue.zrem(c.QUEUE_NAME, job_id)
+        return size
+    finally:
+        await queue.aclose()
+
+
+async def adset_payloads(settings: Settings, db: Database, sandbox: SandboxAdmin) -> dict[str, int]:
+    """An ad-set rule's job on an account of 5,000 ad sets: its bytes in Redis, before/after."""
+    await sandbox.reset(
+        scenario="bench", accounts=1, campaigns_per_account=1000, adsets_per_campaign=5
+    )
+    await sandbox.set_clock(FROZEN_AT)
+    job, inline = await build_job(settings, db, RULE | {"name": "adsets", "level": "adset"})
+    sizes = {
+        "adsets": job.entity_count,
+        "inline_bytes": await enqueued_bytes(settings, inline, "inline"),
+        "bytes": await enqueued_bytes(settings, job, "packed"),
+    }
+    say(f"an ad-set job on 5,000 ad sets: {sizes}")
+    return sizes
 
 
 async def run_through_arq(
@@ -247,7 +304,7 @@ async def run_through_arq(
         enqueued = await queue.enqueue_job(c.EVALUATE_JOB, job.to_job(), _job_id=job_id)
         assert enqueued is not None, "arq refused the job"
         payload_bytes = int(await queue.strlen(job_key_prefix + job_id))
-        say(f"enqueued: {payload_bytes:,} bytes in Redis for {len(job.entities)} entities")
+        say(f"enqueued: {payload_bytes:,} bytes in Redis for {job.entity_count} entities")
         # counted when the function returns; the task ends once arq has finished the job
         await until(
             lambda: (

@@ -16,6 +16,7 @@ FOLLOWUPS: Final = "followups"
 HEARTBEATS: Final = "heartbeats"
 ROLLUPS: Final = "rollups"
 ROLLUP_DAYS: Final = "rollup_days"
+LISTING_SNAPSHOTS: Final = "listing_snapshots"
 
 # Redis
 QUEUE_NAME: Final = "ruleengine:queue"

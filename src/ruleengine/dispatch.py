@@ -43,7 +43,7 @@ from ruleengine.listings import Listings, SweepListings
 from ruleengine.meta.http import READ_ONLY, GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.observability import DispatcherMetrics, serve
-from ruleengine.payload import EvaluateJob, batch_id_for, evaluate_job_id
+from ruleengine.payload import EvaluateJob, ListingPacker, batch_id_for, evaluate_job_id
 from ruleengine.queue import connect_queue
 from ruleengine.redact import setup_logging
 from ruleengine.rules.entity import Entity
@@ -56,6 +56,7 @@ from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.heartbeats import Heartbeats
 from ruleengine.store.ruledocs import RuleDoc, StoredRuleError
 from ruleengine.store.rules import RuleStore
+from ruleengine.store.snapshots import ListingSnapshots
 
 log = logging.getLogger("ruleengine.dispatch")
 
@@ -150,6 +151,9 @@ class Dispatcher:
             limit=self._limit,
         )
         self.followups = FollowupScheduler(db, queue=queue)
+        self.packer = ListingPacker(
+            ListingSnapshots(db), inline_max_bytes=settings.payload_inline_max_bytes
+        )
 
     # ---------------------------------------------------------------- the loop
 
@@ -348,13 +352,21 @@ class Dispatcher:
     ) -> None:
         doc, scheduled, now = run.doc, run.scheduled, run.now
         batch_id = batch_id_for(doc.id, account, scheduled)
+        # A job that could not start before the rule's next run is dropped, not run late:
+        # after a worker outage the backlog never bursts, the next scheduled run decides.
+        expires = max(run.next_at - now, timedelta(seconds=self.settings.tick_seconds))
+        # A big listing goes to MongoDB once per tick, kept until its last job may have run.
+        keep_until = now + expires + timedelta(seconds=self.settings.job_timeout_s)
+        packed = await self.packer.pack(
+            entities, account=account, level=run.rule.level, now=now, keep_until=keep_until
+        )
         payload = EvaluateJob.of(
             run.rule,
             batch_id=batch_id,
             rule_id=doc.id,
             version=doc.version,
             account=account,
-            entities=entities,
+            entities=packed,
             scheduled_at=scheduled,
             dispatched_at=now,
             fence=run.fence,
@@ -366,9 +378,7 @@ class Dispatcher:
             payload=payload.to_job(),
             job_id=evaluate_job_id(batch_id),
             queue_name=c.QUEUE_NAME,
-            # A job that could not start before the rule's next run is dropped, not run late:
-            # after a worker outage the backlog never bursts, the next scheduled run decides.
-            expires=max(run.next_at - now, timedelta(seconds=self.settings.tick_seconds)),
+            expires=expires,
             marker=f"{c.DISPATCHED_KEY_PREFIX}{batch_id}",
             marker_value=now.isoformat(),
             marker_ttl_s=DISPATCHED_TTL_S,

@@ -30,6 +30,7 @@ from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter
 from ruleengine.notify import Notifier
 from ruleengine.payload import EvaluateJob
+from ruleengine.rules.entity import Entity
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, TokenState, load_key
 from ruleengine.store.db import Database
@@ -37,6 +38,7 @@ from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.intents import IntentStore
 from ruleengine.store.records import BatchCounts, BatchStart, BatchStore, ExecutionStore
 from ruleengine.store.rules import RuleStore
+from ruleengine.store.snapshots import ListingSnapshots
 from ruleengine.tokens import record_refusal, refusal
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,7 @@ class Engine(Reading):
     executor: ActionExecutor
     followups: FollowupScheduler
     rules: RuleStore
+    snapshots: ListingSnapshots
     worker: str = "worker"
 
     def graph(self, cost: Cost) -> tuple[GraphReader, BatchReader, GraphWriter]:
@@ -86,6 +89,7 @@ def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = 
         executor=executor,
         followups=FollowupScheduler(db, queue=redis),
         rules=RuleStore(db),
+        snapshots=ListingSnapshots(db),
         worker=worker,
     )
 
@@ -120,7 +124,7 @@ class JobEvaluation(Evaluation):
                 account=self.job.account,
                 level=self.rule.level,
                 scheduled_at=self.job.scheduled_at,
-                total=len(self.job.entities),
+                total=self.job.entity_count,
                 job_id=self.job_id,
                 worker=self.engine.worker,
             ),
@@ -128,8 +132,17 @@ class JobEvaluation(Evaluation):
         )
         self.delivery = int(row.get("execute_count") or 1)
 
+    async def _load_entities(self) -> list[Entity]:
+        """The job's entities, or the stored listing it refers to (ListingExpired if gone)."""
+        ref = self.job.listing
+        if ref is None:
+            return self.job.entities
+        return await self.engine.snapshots.load(
+            ref, account=self.job.account, level=self.rule.level
+        )
+
     async def _act(self, passing: list[Pair]) -> None:
-        total = len(self.job.entities)
+        total = self.job.entity_count
         done_entities: set[str] = set()
         refused = self._refused
         for pair in passing:
@@ -207,7 +220,7 @@ class JobEvaluation(Evaluation):
 
     async def _fetch_progress(self, percent: float) -> None:
         """Show the async Insights reports' progress in the batch row while they run."""
-        total = len(self.job.entities)
+        total = self.job.entity_count
         await self.engine.batches.progress(
             self.job.batch_id, done=0, total=total, phase="fetch", percent=round(percent, 1)
         )
@@ -238,12 +251,13 @@ class JobEvaluation(Evaluation):
             self.job.batch_id,
             status="FAILED" if summary.status == "FAILED" else "DONE",
             now=self.now + timedelta(seconds=summary.duration_s),
-            progress={"done": len(self.job.entities), "total": len(self.job.entities)},
+            progress={"done": self.job.entity_count, "total": self.job.entity_count},
             **counts.as_fields(),
             graph=summary.cost,
             trace={k: round(v, 6) for k, v in self.stage_totals.items()},
             duration_s=round(summary.duration_s, 6),
             error=summary.error,
+            **({"reason": summary.reason} if summary.reason else {}),
         )
 
 

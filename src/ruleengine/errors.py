@@ -62,6 +62,16 @@ class TokenUnusableError(CredentialsError):
     it until it is replaced (``ruleengine accounts add``, ``POST /api/accounts``)."""
 
 
+class ListingExpired(RuleEngineError):
+    """A job's stored entity listing is gone (expired or deleted): the job evaluates nothing.
+
+    Its batch is ``FAILED`` with ``reason`` ``listing_expired``; the rule's next run lists
+    the account again.
+    """
+
+    reason = "listing_expired"
+
+
 @dataclass(frozen=True)
 class ErrorReport:
     """One failure for the error log: where, what, and the exact (redacted) exchange.

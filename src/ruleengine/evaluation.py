@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from ruleengine.acts import ActResult, JobRun
 from ruleengine.budget_limits import AccountFacts
 from ruleengine.constants import STAGES
-from ruleengine.errors import ErrorReport
+from ruleengine.errors import ErrorReport, ListingExpired
 from ruleengine.meta.batch import BatchReader
 from ruleengine.meta.http import Cost, GraphSession
 from ruleengine.meta.insights import InsightsResult, LargeAccounts, fetch_insights
@@ -133,6 +133,7 @@ class Summary:
     cost: dict[str, int] = field(default_factory=dict)
     duration_s: float = 0.0
     error: str | None = None
+    reason: str | None = None  # why the whole job failed, when a reason code says it
     outcomes: Counter[str] = field(default_factory=Counter)  # outcome → evaluations
     actions: Counter[tuple[str, str]] = field(default_factory=Counter)  # (type, outcome) → n
     graph_errors: Counter[str] = field(default_factory=Counter)  # Meta error code → n
@@ -180,6 +181,7 @@ class Evaluation:
         self.reading = reading
         self.job = job
         self.rule: Rule = job.parsed_rule()
+        self.entities: list[Entity] = job.entities  # a stored listing: loaded by the stages
         self.now = now
         self.cost = Cost()
         self.stage_totals = dict.fromkeys(STAGES, 0.0)
@@ -196,6 +198,7 @@ class Evaluation:
             await self._keep(pairs, summary)
         except Exception as exc:  # a bug or an outage: record it, never crash the worker
             summary.status, summary.error = "FAILED", f"{type(exc).__name__}: {exc}"
+            summary.reason = exc.reason if isinstance(exc, ListingExpired) else None
             log.exception("batch %s failed", self.job.batch_id)
             await self._report(exc)
         summary.duration_s = time.perf_counter() - started
@@ -221,11 +224,16 @@ class Evaluation:
     async def _fetch_progress(self, percent: float) -> None:
         """How far the async Insights reports of the ``fetch`` stage are (the worker shows it)."""
 
+    async def _load_entities(self) -> list[Entity]:
+        """The job's entities (the worker loads a stored listing here)."""
+        return self.job.entities
+
     # ---------------------------------------------------------------- stages
 
     async def _evaluate_all(self) -> list[Pair]:
+        self.entities = await self._load_entities()
         self.run_ctx = await self._job_run()
-        pairs = [Pair(entity, task) for entity in self.job.entities for task in self.rule.tasks]
+        pairs = [Pair(entity, task) for entity in self.entities for task in self.rule.tasks]
         watch = Stopwatch()
         await self._apply_cooldowns(pairs)
         self._stage("cooldown", watch.lap(), pairs)

@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     # dispatcher
     tick_seconds: float = Field(default=10.0, gt=0)
     dispatch_concurrency: int = Field(default=32, ge=1)
+    payload_inline_max_bytes: int = Field(
+        default=64 * 1024,
+        ge=0,
+        description="a bigger entity list is stored once in MongoDB and jobs carry a reference",
+    )
     dispatcher_metrics_port: PortNumber = 9101
     metrics_host: str = "127.0.0.1"
 

@@ -88,6 +88,11 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("date", DESCENDING), ("rule_name", ASCENDING)]),
         IndexModel([("rule_id", ASCENDING), ("date", DESCENDING)]),
     ],
+    c.LISTING_SNAPSHOTS: [
+        IndexModel([("snapshot", ASCENDING), ("part", ASCENDING)]),
+        # each part carries its own expiry (set by the dispatcher): expire at that date
+        IndexModel([("expires_at", ASCENDING)], name="expires_at_ttl", expireAfterSeconds=0),
+    ],
 }
 
 
