@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from redis.exceptions import RedisError
 
 from ruleengine.errors import LockLost, LockTimeout
-from ruleengine.meta.errors import GraphError
+from ruleengine.meta.errors import GraphError, MalformedResponseError, TransientError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.action_types import (
     NameTextAction,
@@ -251,6 +251,31 @@ async def record_once(
     doc = intent_doc(run, entity, key, Plan(field, before, target))
     intent = await intents.begin(doc, now=run.now)
     return intent if intent.created else settled(intent)
+
+
+def reconcile(intent: Intent, live: Any) -> Literal["done", "write", "changed"]:
+    """What to do with a pending intent given the live value.
+
+    ``done``: the earlier write landed. ``write``: it did not (live is still the
+    value before). ``changed``: someone else changed the value meanwhile.
+    """
+    if live == intent.target:
+        return "done"
+    if live == intent.before:
+        return "write"
+    return "changed"
+
+
+def unanswered(exc: GraphError) -> bool:
+    """True when Meta did not answer a write with a verdict, so it may have landed.
+
+    A timeout, a broken connection or a 5xx without Meta's error body; or a success
+    status whose body is not what the API promises. An error Meta answered (a code) did
+    not apply the write.
+    """
+    if isinstance(exc, TransientError):
+        return exc.code is None
+    return isinstance(exc, MalformedResponseError) and (exc.http_status or 200) < 400
 
 
 def failure_result(exc: Exception) -> ActResult:
