@@ -39,11 +39,14 @@ from ruleengine.acts import (
     ActResult,
     JobRun,
     Target,
+    applied,
     failure_result,
     intent_doc,
     live_value,
+    not_applied,
     read_live,
     reconcile,
+    settle_own,
     settled,
     target_of,
     unanswered,
@@ -347,14 +350,7 @@ class ActionExecutor:
             await lock.check()
         except LockLost as exc:  # nothing was sent: the intent did not happen
             await self.intents.resolve(intent.id, status="failed", now=run.now, reason="lock_lost")
-            return ActResult(
-                "failed",
-                "lock_lost",
-                plan.field,
-                plan.before,
-                plan.before,
-                error={"message": str(exc)},
-            )
+            return not_applied(plan, "failed", "lock_lost", {"message": str(exc)})
         try:
             response = await write_field(step.writer, run, step.entity, plan.field, plan.after)
         except GraphError as exc:
@@ -366,54 +362,21 @@ class ActionExecutor:
                 reason = "write_unconfirmed"
             else:
                 return await refuse(self.intents, intent, plan, run, exc, now=self.clock())
-            return ActResult(
-                "failed",
-                reason,
-                plan.field,
-                plan.before,
-                plan.before,
-                plan.requested,
-                plan.clamped_by,
-                exc.as_dict(),
-            )
+            return not_applied(plan, "failed", reason, exc.as_dict())
         if not await self.intents.resolve(
             intent.id, status="done", now=run.now, response=response, changed=True
         ):
             log.error(
                 "intent %s was settled by someone else while its write was in flight", intent.id
             )
-        return ActResult(
-            "applied",
-            None,
-            plan.field,
-            plan.before,
-            plan.after,
-            plan.requested,
-            plan.clamped_by,
-            None,
-            response,
-        )
+        return applied(plan, response)
 
     async def _reconcile(self, intent: Intent, live: Any, step: _Step, lock: HeldLock) -> ActResult:
-        run = step.run
-        verdict = reconcile(intent, live)
-        log.info(
-            "reconciling pending intent %s (batch %s): %s", intent.id, intent.batch_id, verdict
-        )
-        if verdict == "done":
-            await self.intents.resolve(
-                intent.id, status="done", now=run.now, changed=True, reconciled=True
-            )
-            return ActResult(
-                "no_change", "already_applied", intent.field, intent.before, intent.target
-            )
-        if verdict == "write":
-            plan = Plan(intent.field, intent.before, intent.target)
-            return await self._write(intent, plan, step, lock)
-        await self.intents.resolve(
-            intent.id, status="failed", now=run.now, reason="changed_by_someone_else"
-        )
-        return ActResult("skipped", "changed_by_someone_else", intent.field, live, live)
+        result = await settle_own(self.intents, intent, live, now=step.run.now)
+        if result is not None:
+            return result
+        plan = Plan(intent.field, intent.before, intent.target)
+        return await self._write(intent, plan, step, lock)
 
 
 __all__ = [

@@ -12,6 +12,7 @@ ad account's minimum daily budget);
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,6 +40,8 @@ if TYPE_CHECKING:  # budget_limits builds on this module
 
 Outcome = Literal["applied", "no_change", "skipped", "failed", "would_apply"]
 # Effects that cannot be read back from Meta afterwards: a pending one is never retried.
+log = logging.getLogger(__name__)
+
 UNVERIFIABLE = frozenset({"copies", "notify"})
 BUDGET_FIELDS = ("daily_budget", "lifetime_budget")
 
@@ -177,6 +180,53 @@ def unchanged(plan: Plan) -> ActResult:
         plan.requested,
         plan.clamped_by,
     )
+
+
+def applied(plan: Plan, response: Any = None) -> ActResult:
+    """The result of a plan Meta applied (``response``: Meta's answer)."""
+    return ActResult(
+        "applied",
+        None,
+        plan.field,
+        plan.before,
+        plan.after,
+        plan.requested,
+        plan.clamped_by,
+        None,
+        response,
+    )
+
+
+def not_applied(
+    plan: Plan, outcome: Outcome, reason: str, error: dict[str, Any] | None = None
+) -> ActResult:
+    """The result of a plan that did not change the live value (``before`` stays)."""
+    return ActResult(
+        outcome,
+        reason,
+        plan.field,
+        plan.before,
+        plan.before,
+        plan.requested,
+        plan.clamped_by,
+        error,
+    )
+
+
+async def settle_own(
+    intents: IntentStore, intent: Intent, live: Any, *, now: datetime
+) -> ActResult | None:
+    """A pending intent of this batch (a crash, an unanswered write) settled from the live
+    value; None when the write did not land and may be sent (:func:`reconcile`)."""
+    verdict = reconcile(intent, live)
+    log.info("reconciling pending intent %s (batch %s): %s", intent.id, intent.batch_id, verdict)
+    if verdict == "write":
+        return None
+    if verdict == "done":
+        await intents.resolve(intent.id, status="done", now=now, changed=True, reconciled=True)
+        return ActResult("no_change", "already_applied", intent.field, intent.before, intent.target)
+    await intents.resolve(intent.id, status="failed", now=now, reason="changed_by_someone_else")
+    return ActResult("skipped", "changed_by_someone_else", intent.field, live, live)
 
 
 def would_do(plan: Plan | ActResult) -> ActResult:

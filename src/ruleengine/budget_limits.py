@@ -29,7 +29,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from ruleengine import constants as c
-from ruleengine.acts import BUDGET_FIELDS, ActResult, JobRun, Outcome
+from ruleengine.acts import BUDGET_FIELDS, ActResult, JobRun, Outcome, not_applied
 from ruleengine.meta.adaccount import BudgetEvent, read_budget_events, read_min_daily_budget
 from ruleengine.meta.errors import GraphError, is_budget_change_limit, is_budget_too_low
 from ruleengine.meta.reader import GraphReader
@@ -229,16 +229,7 @@ def _limit_skip(
     error: dict[str, Any] = {"message": message, "allowed_at": allowed_at}
     if changes is not None:
         error |= {"changes_last_hour": len(changes.times), "outside_engine": changes.outside}
-    return ActResult(
-        "skipped",
-        BUDGET_LIMITED,
-        plan.field,
-        plan.before,
-        plan.before,
-        plan.requested,
-        plan.clamped_by,
-        error,
-    )
+    return not_applied(plan, "skipped", BUDGET_LIMITED, error)
 
 
 def known_too_low(history: BudgetHistory, entity: Entity, plan: Plan) -> ActResult | None:
@@ -303,13 +294,4 @@ async def refuse(
     await intents.resolve(
         intent.id, status="failed", now=run.now, error=refusal.error, **refusal.intent
     )
-    return ActResult(
-        refusal.outcome,
-        refusal.reason,
-        plan.field,
-        plan.before,
-        plan.before,
-        plan.requested,
-        plan.clamped_by,
-        refusal.error,
-    )
+    return not_applied(plan, refusal.outcome, refusal.reason, refusal.error)

@@ -9,8 +9,8 @@ every change is planned from its live value (clamps, the account's minimum daily
 budget, Meta's ad-set budget limit — one query over the intents for all of them);
 every intent is recorded in one insert; then the writes go out as Batch API calls of
 ≤ ``write_batch_size`` POSTs, one call at a time, the lock checked before each, and
-each intent is resolved from its own sub-response (a call refused for its token stops
-the sending: the writes not sent are ``token_refused``). A ``null`` sub-response (Meta did
+each intent is resolved from its own sub-response (a token error stops the sending
+after that call: the writes not sent are ``token_refused``). A ``null`` sub-response (Meta did
 not process it) is reconciled against the live value, never sent blindly again: sent
 once more only when the live value shows it did not land.
 
@@ -37,10 +37,13 @@ from ruleengine.acts import (
     ActResult,
     JobRun,
     Target,
+    applied,
     failure_result,
     intent_doc,
     live_value,
+    not_applied,
     reconcile,
+    settle_own,
     settled,
     unanswered,
     unchanged,
@@ -88,31 +91,10 @@ class _Send:
         return FieldWrite(ctx, self.plan.field, self.plan.after)
 
     def applied(self, response: Any = None) -> ActResult:
-        plan = self.plan
-        return ActResult(
-            "applied",
-            None,
-            plan.field,
-            plan.before,
-            plan.after,
-            plan.requested,
-            plan.clamped_by,
-            None,
-            response,
-        )
+        return applied(self.plan, response)
 
     def failed(self, reason: str, error: dict[str, Any] | None = None) -> ActResult:
-        plan = self.plan
-        return ActResult(
-            "failed",
-            reason,
-            plan.field,
-            plan.before,
-            plan.before,
-            plan.requested,
-            plan.clamped_by,
-            error,
-        )
+        return not_applied(self.plan, "failed", reason, error)
 
 
 def rounds(changes: Sequence[FieldChange]) -> list[list[int]]:
@@ -197,7 +179,7 @@ class _LockedRound:
         self.reads = reads
         self.lock = lock
         self.results: dict[int, ActResult] = {}
-        self.refused: GraphError | None = None  # a token error that refused a whole call
+        self.refused: GraphError | None = None  # a token error Meta answered a write with
 
     async def go(self, todo: dict[int, FieldChange]) -> dict[int, ActResult]:
         run = self.run
@@ -279,28 +261,12 @@ class _LockedRound:
             if change.entity.id not in live:
                 continue  # its live read failed
             value = live_value(live[change.entity.id], intent.field)
-            verdict = reconcile(intent, value)
-            log.info(
-                "reconciling pending intent %s (batch %s): %s", intent.id, intent.batch_id, verdict
-            )
-            if verdict == "write":
-                sends.append(
-                    _Send(index, change, Plan(intent.field, intent.before, intent.target), intent)
-                )
-            elif verdict == "done":
-                await self.intents.resolve(
-                    intent.id, status="done", now=self.run.now, changed=True, reconciled=True
-                )
-                self.results[index] = ActResult(
-                    "no_change", "already_applied", intent.field, intent.before, intent.target
-                )
+            result = await settle_own(self.intents, intent, value, now=self.run.now)
+            if result is None:
+                plan = Plan(intent.field, intent.before, intent.target)
+                sends.append(_Send(index, change, plan, intent))
             else:
-                await self.intents.resolve(
-                    intent.id, status="failed", now=self.run.now, reason="changed_by_someone_else"
-                )
-                self.results[index] = ActResult(
-                    "skipped", "changed_by_someone_else", intent.field, value, value
-                )
+                self.results[index] = result
         return sends
 
     async def _plan(
@@ -381,8 +347,6 @@ class _LockedRound:
         try:
             answers = await self.writer.write_batch([s.write(run) for s in chunk], token=run.token)
         except GraphError as exc:
-            if token_status(exc.code, exc.subcode) is not None:
-                self.refused = exc
             for send in chunk:
                 await self._failed(send, exc, own_answer=False)
             return []
@@ -413,6 +377,8 @@ class _LockedRound:
             self.results[send.index] = send.applied(body)
 
     async def _failed(self, send: _Send, exc: GraphError, *, own_answer: bool = True) -> None:
+        if token_status(exc.code, exc.subcode) is not None:
+            self.refused = exc  # no further call: each would meet the same refusal
         if unanswered(exc):
             # No verdict: the write may still land. The intent stays pending — its cooldown in
             # force, the field blocked for other runs — until it is settled from the live value.

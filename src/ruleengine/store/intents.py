@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pymongo import UpdateOne
+import orjson
 from pymongo.errors import BulkWriteError
 
 from ruleengine import constants as c
@@ -189,18 +189,27 @@ class IntentStore:
         return result.modified_count == 1
 
     async def resolve_many(self, resolutions: Sequence[Resolution], *, now: datetime) -> int:
-        """Settle pending intents in one command (each a compare-and-set on ``pending``);
-        how many were still pending and are now settled."""
-        if not resolutions:
-            return 0
-        ops = [
-            UpdateOne(
-                {"_id": r.intent_id, "status": "pending"}, _resolution(r.status, now, r.fields)
+        """Settle pending intents (each a compare-and-set on ``pending``); how many were still
+        pending and are now settled. Intents settled alike (the same status and fields — most
+        writes answer ``{"success": true}``) are settled by one command."""
+        alike: dict[bytes, list[Resolution]] = defaultdict(list)
+        for resolution in resolutions:
+            key = orjson.dumps(
+                [resolution.status, resolution.fields],
+                option=orjson.OPT_SORT_KEYS,
+                default=str,
             )
-            for r in resolutions
-        ]
-        result = await self._intents.bulk_write(ops, ordered=False)
-        return result.modified_count
+            alike[key].append(resolution)
+        settled = 0
+        for group in alike.values():
+            first = group[0]
+            ids = [r.intent_id for r in group]
+            result = await self._intents.update_many(
+                {"_id": {"$in": ids}, "status": "pending"},
+                _resolution(first.status, now, first.fields),
+            )
+            settled += result.modified_count
+        return settled
 
     async def note(self, intent_id: Any, **fields: Any) -> None:
         """Add ``fields`` to a pending intent without settling it (e.g. an unanswered write)."""
