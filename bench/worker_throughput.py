@@ -30,31 +30,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import time
-from collections import defaultdict
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from arq.constants import job_key_prefix
-from arq.worker import Worker
 from pymongo import monitoring
 
-from _common import TOKEN, figures, open_database, percentile, say, stack, stack_settings
+from _common import figures, open_database, percentile, say, stack, stack_settings
+from _through_arq import MongoTimes, build_job, run_through_arq
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.jobs import worker_kwargs
-from ruleengine.meta.http import GraphSession
-from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob, ListingPacker, Packed, batch_id_for, evaluate_job_id
+from ruleengine.payload import EvaluateJob, evaluate_job_id
 from ruleengine.queue import connect_queue
-from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
-from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
-from ruleengine.store.rules import RuleStore
-from ruleengine.store.snapshots import ListingSnapshots
 
 ACCOUNT = "act_2001"
 #: The sandbox's frozen clock: noon in New York on a Tuesday, a day of full delivery.
@@ -103,38 +92,6 @@ RULE = {
 }
 
 
-class MongoTimes(monitoring.CommandListener):
-    """Seconds the MongoDB commands took, by collection, while ``active``."""
-
-    def __init__(self) -> None:
-        self.active = False
-        self.seconds: dict[str, float] = defaultdict(float)
-        self._pending: dict[int, str] = {}
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if self.active:
-            target = event.command.get(event.command_name)
-            if event.command_name == "getMore":
-                target = event.command.get("collection")
-            self._pending[event.request_id] = str(target)
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        self._done(event.request_id, event.duration_micros)
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        self._done(event.request_id, event.duration_micros)
-
-    def _done(self, request_id: int, micros: int) -> None:
-        target = self._pending.pop(request_id, None)
-        if target is not None:
-            self.seconds[target] += micros / 1e6
-
-    def by_collection(self) -> dict[str, float]:
-        """The totals, largest first, rounded to ms."""
-        ordered = sorted(self.seconds.items(), key=lambda kv: -kv[1])
-        return {name: round(s, 3) for name, s in ordered if s >= 0.0005}
-
-
 def stages(records: list[dict[str, Any]]) -> dict[str, float]:
     """p50/p95 of each trace stage over the execution records (act: records that acted)."""
     out: dict[str, float] = {}
@@ -145,16 +102,6 @@ def stages(records: list[dict[str, Any]]) -> dict[str, float]:
         out[f"{stage}_p50_s"] = round(percentile(values, 50), 6)
         out[f"{stage}_p95_s"] = round(percentile(values, 95), 6)
     return out
-
-
-async def until(predicate: Callable[[], bool], *, timeout_s: float) -> None:
-    """Wait (polling every 10 ms) until ``predicate()`` is true; fail after ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not predicate():
-        if loop.time() > deadline:
-            raise SystemExit(f"condition not reached within {timeout_s}s")
-        await asyncio.sleep(0.01)
 
 
 async def main(campaigns: int, latency_ms: float) -> None:
@@ -168,7 +115,8 @@ async def main(campaigns: int, latency_ms: float) -> None:
             await sandbox.set_faults(latency_ms=latency_ms)
             client, db = await open_database(settings)
             try:
-                job, inline = await build_job(settings, db)
+                built = await build_job(settings, db, RULE, ACCOUNT)
+                job, inline = built.job, built.inline
                 result = await run_through_arq(settings, job, mongo_times)
                 writes = [w for w in await sandbox.writes() if w["ok"]]
                 records = [r async for r in db[c.EXECUTIONS].find({"batch_id": job.batch_id})]
@@ -176,11 +124,8 @@ async def main(campaigns: int, latency_ms: float) -> None:
                 adsets = await adset_payloads(settings, db, sandbox)
             finally:
                 await client.close()
-        batch, job_s, queue_s, payload_bytes = result
-        if batch.get("status") != "DONE":
-            raise SystemExit(
-                f"the job did not finish DONE: {batch.get('status')} {batch.get('error')}"
-            )
+        batch, job_s, queue_s = result.batch, result.job_s, result.queue_s
+        payload_bytes = result.payload_bytes
         evaluations = int(batch["evaluated_count"])
         say(
             f"DONE: {evaluations} evaluations, {batch['affected_count']} affected,"
@@ -212,45 +157,6 @@ async def main(campaigns: int, latency_ms: float) -> None:
         )
 
 
-async def build_job(
-    settings: Settings, db: Database, rule_data: dict[str, Any] = RULE
-) -> tuple[EvaluateJob, EvaluateJob]:
-    """Register the account, save the rule, list its entities: the job the dispatcher sends,
-    and the same job carrying its entities inline."""
-    now = datetime.now(UTC)
-    await CredentialStore(db, load_key(settings)).add(ACCOUNT, TOKEN, now=now)
-    rule = parse_rule(rule_data)
-    doc = (await RuleStore(db).save(rule, now=now, author="bench", source="bench")).rule
-    graph = GraphSession(settings)
-    try:
-        entities = await GraphReader.from_settings(graph).list_for_rule(rule, ACCOUNT, token=TOKEN)
-    finally:
-        await graph.close()
-    say(f"{len(entities)} {rule.level}s listed; a job with {len(rule.tasks)} tasks")
-    packer = ListingPacker(ListingSnapshots(db), inline_max_bytes=settings.payload_inline_max_bytes)
-    packed = await packer.pack(
-        entities,
-        account=ACCOUNT,
-        level=rule.level,
-        now=now,
-        keep_until=now + timedelta(minutes=15, seconds=settings.job_timeout_s),
-    )
-
-    def job(carried: Packed) -> EvaluateJob:
-        return EvaluateJob.of(
-            rule,
-            batch_id=batch_id_for(doc.id, ACCOUNT, now),
-            rule_id=doc.id,
-            version=doc.version,
-            account=ACCOUNT,
-            entities=carried,
-            scheduled_at=now,
-            dispatched_at=now,
-        )
-
-    return job(packed), job(entities)
-
-
 async def enqueued_bytes(settings: Settings, job: EvaluateJob, suffix: str) -> int:
     """The size of ``job`` in Redis (enqueued under a job id of its own, then removed)."""
     queue = connect_queue(settings)
@@ -271,7 +177,8 @@ async def adset_payloads(settings: Settings, db: Database, sandbox: SandboxAdmin
         scenario="bench", accounts=1, campaigns_per_account=1000, adsets_per_campaign=5
     )
     await sandbox.set_clock(FROZEN_AT)
-    job, inline = await build_job(settings, db, RULE | {"name": "adsets", "level": "adset"})
+    built = await build_job(settings, db, RULE | {"name": "adsets", "level": "adset"}, ACCOUNT)
+    job, inline = built.job, built.inline
     sizes = {
         "adsets": job.entity_count,
         "inline_bytes": await enqueued_bytes(settings, inline, "inline"),
@@ -279,52 +186,6 @@ async def adset_payloads(settings: Settings, db: Database, sandbox: SandboxAdmin
     }
     say(f"an ad-set job on 5,000 ad sets: {sizes}")
     return sizes
-
-
-async def run_through_arq(
-    settings: Settings, job: EvaluateJob, mongo_times: MongoTimes
-) -> tuple[dict[str, Any], float, float, int]:
-    """Start a production worker, enqueue ``job``, wait until arq has finished it.
-
-    Returns the batch row, enqueue → done seconds, enqueue → job start seconds
-    and the size of the job in Redis.
-    """
-    # The production settings, but no crons: the reaper and retention would run at startup,
-    # beside the job, and count in the worker's job counters that tell when it is done.
-    kwargs = worker_kwargs(settings) | {"handle_signals": False, "cron_jobs": []}
-    worker = Worker(**kwargs)
-    worker.main_task = asyncio.create_task(worker.main())  # close() cancels it
-    queue = connect_queue(settings)
-    try:
-        await until(lambda: "engine" in worker.ctx, timeout_s=30)  # on_startup is done
-        job_id = evaluate_job_id(job.batch_id)
-        mongo_times.active = True
-        enqueued_at = datetime.now(UTC)
-        started = time.perf_counter()
-        enqueued = await queue.enqueue_job(c.EVALUATE_JOB, job.to_job(), _job_id=job_id)
-        assert enqueued is not None, "arq refused the job"
-        payload_bytes = int(await queue.strlen(job_key_prefix + job_id))
-        say(f"enqueued: {payload_bytes:,} bytes in Redis for {job.entity_count} entities")
-        # counted when the function returns; the task ends once arq has finished the job
-        await until(
-            lambda: (
-                worker.jobs_complete + worker.jobs_failed > 0
-                and all(task.done() for task in worker.tasks.values())
-            ),
-            timeout_s=3600,
-        )
-        job_s = time.perf_counter() - started
-        mongo_times.active = False
-        batch = await worker.ctx["db"][c.BATCHES].find_one({"_id": job.batch_id}) or {}
-    finally:
-        await worker.close()
-        with contextlib.suppress(asyncio.CancelledError):
-            await worker.main_task
-        await queue.aclose()
-    if worker.jobs_failed:
-        raise SystemExit(f"arq failed the job (batch row: {batch})")
-    queue_s = (batch["started_at"] - enqueued_at).total_seconds()
-    return batch, job_s, queue_s, payload_bytes
 
 
 if __name__ == "__main__":

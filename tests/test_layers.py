@@ -123,6 +123,7 @@ def test_no_import_path_from_the_dispatcher_reaches_code_that_writes_to_meta() -
         "ruleengine.meta.writer",
         "ruleengine.meta.batch",
         "ruleengine.actions",
+        "ruleengine.write_batches",
         "ruleengine.engine",
         "ruleengine.locks",
         "ruleengine.reaper",
@@ -154,6 +155,7 @@ WRITING = frozenset(
     {
         "ruleengine.meta.writer",
         "ruleengine.actions",
+        "ruleengine.write_batches",
         "ruleengine.copies",
         "ruleengine.engine",
         "ruleengine.locks",

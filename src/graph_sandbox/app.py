@@ -81,8 +81,17 @@ def create_app(
 
 
 async def _graph(request: web.Request) -> web.Response:
+    stats = request.app[STATE].stats  # the counters of this request, whatever resets meanwhile
+    stats.http(request.method)
+    stats.in_flight += 1
+    try:
+        return await _answer(request)
+    finally:
+        stats.in_flight -= 1
+
+
+async def _answer(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    state.stats.http(request.method)
     version, path = split_version(request.match_info["tail"])
     try:
         # The request is read whole first, as Meta does: a client that gives up while the
@@ -91,7 +100,8 @@ async def _graph(request: web.Request) -> web.Response:
     except GraphError as error:
         state.stats.error(error.code)
         return _http(_failure(state, error))
-    delay_s = state.faults.delay_s(request.method, path)
+    batch_writes = path == "/" and _carries_writes(raw_params.get("batch"))
+    delay_s = state.faults.delay_s(request.method, path, batch_writes=batch_writes)
     if delay_s:
         await asyncio.sleep(delay_s)
     params, token = split_token(raw_params, request.headers.get("Authorization"))
@@ -100,6 +110,17 @@ async def _graph(request: web.Request) -> web.Response:
         return _http(run_batch(state, params, token, origin))
     base_url = f"{origin}/{version or DEFAULT_VERSION}"
     return _http(execute(state, GraphRequest(request.method, path, params, token, base_url)))
+
+
+def _carries_writes(batch: str | None) -> bool:
+    """True for a Batch API call with a POST among its items (it is delayed as a write)."""
+    try:
+        items = orjson.loads(batch or "[]")
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(items, list) and any(
+        isinstance(item, dict) and str(item.get("method", "")).upper() == "POST" for item in items
+    )
 
 
 async def _params(request: web.Request) -> dict[str, str]:

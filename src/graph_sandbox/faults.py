@@ -90,10 +90,10 @@ class Faults:
         self._remaining = []
         self._calls_left = []
 
-    def delay_s(self, method: str, path: str) -> float:
+    def delay_s(self, method: str, path: str, *, batch_writes: bool = False) -> float:
         """The delay before handling a request: ``latency_ms``, plus ``write_latency_ms`` for
-        a write (a POST to an object; not the Batch API at ``/``)."""
-        write = method == "POST" and path.strip("/") != ""
+        a write (a POST to an object, or a Batch API call carrying one: ``batch_writes``)."""
+        write = method == "POST" and (path.strip("/") != "" or batch_writes)
         return (self.settings.latency_ms + (self.settings.write_latency_ms if write else 0)) / 1000
 
     def token_revoked(self, token: str) -> bool:

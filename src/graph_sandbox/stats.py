@@ -23,6 +23,7 @@ class Stats:
         self.calls_by_kind: Counter[str] = Counter()
         self.calls_by_account: Counter[str] = Counter()
         self.errors_by_code: Counter[str] = Counter()
+        self.in_flight = 0  # Graph requests being answered now (a delayed write still lands)
 
     def http(self, method: str) -> None:
         """One HTTP request to the Graph routes (a batch is one)."""
@@ -51,4 +52,5 @@ class Stats:
             "calls_by_kind": {kind: 0 for kind in KINDS} | dict(self.calls_by_kind),
             "calls_by_account": dict(self.calls_by_account),
             "errors_by_code": dict(self.errors_by_code),
+            "in_flight": self.in_flight,
         }

@@ -27,10 +27,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from ruleengine.acts import (
     ACT_FAILURES,
@@ -39,28 +39,23 @@ from ruleengine.acts import (
     ActResult,
     JobRun,
     Target,
+    applied,
     failure_result,
     intent_doc,
     live_value,
+    not_applied,
     read_live,
+    reconcile,
+    settle_own,
     settled,
     target_of,
+    unanswered,
     unchanged,
 )
-from ruleengine.budget_limits import (
-    budget_limited,
-    counts_toward_limit,
-    known_too_low,
-    read_refusal,
-)
+from ruleengine.budget_limits import budget_check, budget_history, counts_toward_limit, refuse
 from ruleengine.copies import duplicate
 from ruleengine.locks import AccountLocks, HeldLock, LockLost
-from ruleengine.meta.errors import (
-    GraphError,
-    MalformedResponseError,
-    RateLimitError,
-    TransientError,
-)
+from ruleengine.meta.errors import GraphError, RateLimitError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
 from ruleengine.notify import Notifier, send_once, task_message
@@ -72,6 +67,7 @@ from ruleengine.rules.plan import Plan
 from ruleengine.settings import Settings
 from ruleengine.store.intents import Intent, IntentStatus, IntentStore
 from ruleengine.store.records import BatchStore
+from ruleengine.write_batches import BatchedWrites, FieldChange
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +91,11 @@ class _Step:
     reader: GraphReader  # reads without rate-limit waits (those happen outside the lock)
 
 
+def writes_a_field(task: Task) -> bool:
+    """True for a status, budget or name action (a copy or a message is not a field write)."""
+    return not isinstance(task.action, NotifyAction | DuplicateAction)
+
+
 async def write_field(
     writer: GraphWriter, run: JobRun, entity: Entity, field: str, value: Any
 ) -> Any:
@@ -107,19 +108,6 @@ async def write_field(
     if field == "name":
         return await writer.set_name(str(value), token=run.token, ctx=ctx)
     raise ValueError(f"no writer for the field {field}")
-
-
-def reconcile(intent: Intent, live: Any) -> Literal["done", "write", "changed"]:
-    """What to do with a pending intent given the live value.
-
-    ``done``: the earlier write landed. ``write``: it did not (live is still the
-    value before). ``changed``: someone else changed the value meanwhile.
-    """
-    if live == intent.target:
-        return "done"
-    if live == intent.before:
-        return "write"
-    return "changed"
 
 
 class IntentSettler:
@@ -167,6 +155,33 @@ class IntentSettler:
         settled = await self.intents.resolve(intent["_id"], status=status, now=now, **fields)
         return status if settled else None
 
+    async def blocking(
+        self, run: JobRun, field_name: str, value: Any, others: list[dict[str, Any]]
+    ) -> ActResult | None:
+        """Pending intents of other batches on this field: settle them, or do not write.
+
+        A pending intent seen under the lock belongs to a job that no longer holds
+        it. Until that job is provably gone its write may still land, so writing
+        now could lose one of the two changes: skip, and let a later run decide.
+        ``others`` are those intents, ``value`` the field's live value.
+        """
+        outcomes: list[IntentStatus | None] = []
+        for doc in others:
+            if not await self.owner_gone(doc):
+                message = f"batch {doc['batch_id']} has a write on {field_name} not yet settled"
+                return ActResult(
+                    "skipped",
+                    "write_pending_elsewhere",
+                    field_name,
+                    value,
+                    value,
+                    error={"message": message},
+                )
+            outcomes.append(await self.settle(doc, value, now=run.now))
+        if "done" in outcomes:
+            return ActResult("skipped", "previous_write_reconciled", field_name, value, value)
+        return None
+
 
 class ActionExecutor:
     """Carries out task actions for one worker process."""
@@ -189,6 +204,27 @@ class ActionExecutor:
         self.notifier = notifier
         self.sleep = sleep
         self.clock = clock
+        self.batched = BatchedWrites(self)
+
+    async def act_many(
+        self, run: JobRun, writer: GraphWriter, pairs: Sequence[tuple[Entity, Task]]
+    ) -> list[ActResult]:
+        """Carry out many status, budget and name actions of one job at once, in Batch API
+        calls (:mod:`ruleengine.write_batches`); each pair's result, in order."""
+        results: dict[int, ActResult] = {}
+        changes: dict[int, FieldChange] = {}
+        for index, (entity, task) in enumerate(pairs):
+            try:
+                target = await target_of(
+                    task.action, run, max_change_pct=self.settings.max_budget_change_pct
+                )
+            except ACT_FAILURES as exc:
+                results[index] = failure_result(exc)
+                continue
+            changes[index] = FieldChange(entity, ActKey.of(task), target)
+        applied = await self.batched.apply(run, writer, list(changes.values()))
+        results |= dict(zip(changes, applied, strict=True))
+        return [results[i] for i in range(len(pairs))]
 
     async def act(
         self, run: JobRun, writer: GraphWriter, entity: Entity, task: Task, verdict: TaskVerdict
@@ -266,7 +302,11 @@ class ActionExecutor:
         live = await read_live(step.reader, run, entity, step.target.reads)
         if intent is not None:  # a crash left it pending: look before writing again
             return await self._reconcile(intent, live_value(live, field_name), step, lock)
-        blocked = await self._settle_others(run, entity, field_name, live)
+        others = await self.intents.pending_elsewhere([entity.id], other_than=run.batch_id)
+        value = live_value(live, field_name)
+        blocked = await self.settler.blocking(
+            run, field_name, value, [d for d in others if d["field"] == field_name]
+        )
         if blocked is not None:
             return blocked
         plan = step.target.planner(live)
@@ -274,12 +314,10 @@ class ActionExecutor:
             return plan
         if not plan.changes:
             return unchanged(plan)
-        refused = await known_too_low(self.intents, run, entity, plan)
+        history = await budget_history(self.intents, run, [(entity, plan)])
+        refused = await budget_check(history, run, entity, plan)
         if refused is not None:
             return refused
-        limited = await budget_limited(self.intents, run, entity, plan)
-        if limited is not None:
-            return limited
         doc = intent_doc(run, entity, key, plan) | {"lock_fence": lock.fence}
         intent = await self.intents.begin(doc, now=run.now)
         if not intent.created:
@@ -306,49 +344,13 @@ class ActionExecutor:
         )
         return active.get(pair)
 
-    async def _settle_others(
-        self, run: JobRun, entity: Entity, field_name: str, live: dict[str, Any]
-    ) -> ActResult | None:
-        """Pending intents of other batches on this field: settle them, or do not write.
-
-        A pending intent seen under the lock belongs to a job that no longer holds
-        it. Until that job is provably gone its write may still land, so writing
-        now could lose one of the two changes: skip, and let a later run decide.
-        """
-        value = live_value(live, field_name)
-        outcomes: list[IntentStatus | None] = []
-        for doc in await self.intents.pending_elsewhere(
-            entity.id, field_name, other_than=run.batch_id
-        ):
-            if not await self.settler.owner_gone(doc):
-                message = f"batch {doc['batch_id']} has a write on {field_name} not yet settled"
-                return ActResult(
-                    "skipped",
-                    "write_pending_elsewhere",
-                    field_name,
-                    value,
-                    value,
-                    error={"message": message},
-                )
-            outcomes.append(await self.settler.settle(doc, value, now=run.now))
-        if "done" in outcomes:
-            return ActResult("skipped", "previous_write_reconciled", field_name, value, value)
-        return None
-
     async def _write(self, intent: Intent, plan: Plan, step: _Step, lock: HeldLock) -> ActResult:
         run = step.run
         try:
             await lock.check()
         except LockLost as exc:  # nothing was sent: the intent did not happen
             await self.intents.resolve(intent.id, status="failed", now=run.now, reason="lock_lost")
-            return ActResult(
-                "failed",
-                "lock_lost",
-                plan.field,
-                plan.before,
-                plan.before,
-                error={"message": str(exc)},
-            )
+            return not_applied(plan, "failed", "lock_lost", {"message": str(exc)})
         try:
             response = await write_field(step.writer, run, step.entity, plan.field, plan.after)
         except GraphError as exc:
@@ -359,84 +361,29 @@ class ActionExecutor:
                 await self.intents.note(intent.id, error=exc.as_dict())
                 reason = "write_unconfirmed"
             else:
-                return await self._refused(intent, plan, run, exc)
-            return ActResult(
-                "failed",
-                reason,
-                plan.field,
-                plan.before,
-                plan.before,
-                plan.requested,
-                plan.clamped_by,
-                exc.as_dict(),
-            )
+                return await refuse(self.intents, intent, plan, run, exc, now=self.clock())
+            return not_applied(plan, "failed", reason, exc.as_dict())
         if not await self.intents.resolve(
             intent.id, status="done", now=run.now, response=response, changed=True
         ):
             log.error(
                 "intent %s was settled by someone else while its write was in flight", intent.id
             )
-        return ActResult(
-            "applied",
-            None,
-            plan.field,
-            plan.before,
-            plan.after,
-            plan.requested,
-            plan.clamped_by,
-            None,
-            response,
-        )
-
-    async def _refused(self, intent: Intent, plan: Plan, run: JobRun, exc: GraphError) -> ActResult:
-        """A write Meta answered with an error: nothing changed. Settle the intent, say why."""
-        refusal = read_refusal(exc, run, plan.field, now=max(run.now, self.clock()))
-        await self.intents.resolve(
-            intent.id, status="failed", now=run.now, error=refusal.error, **refusal.intent
-        )
-        return ActResult(
-            refusal.outcome,
-            refusal.reason,
-            plan.field,
-            plan.before,
-            plan.before,
-            plan.requested,
-            plan.clamped_by,
-            refusal.error,
-        )
+        return applied(plan, response)
 
     async def _reconcile(self, intent: Intent, live: Any, step: _Step, lock: HeldLock) -> ActResult:
-        run = step.run
-        verdict = reconcile(intent, live)
-        log.info(
-            "reconciling pending intent %s (batch %s): %s", intent.id, intent.batch_id, verdict
-        )
-        if verdict == "done":
-            await self.intents.resolve(
-                intent.id, status="done", now=run.now, changed=True, reconciled=True
-            )
-            return ActResult(
-                "no_change", "already_applied", intent.field, intent.before, intent.target
-            )
-        if verdict == "write":
-            plan = Plan(intent.field, intent.before, intent.target)
-            return await self._write(intent, plan, step, lock)
-        await self.intents.resolve(
-            intent.id, status="failed", now=run.now, reason="changed_by_someone_else"
-        )
-        return ActResult("skipped", "changed_by_someone_else", intent.field, live, live)
+        result = await settle_own(self.intents, intent, live, now=step.run.now)
+        if result is not None:
+            return result
+        plan = Plan(intent.field, intent.before, intent.target)
+        return await self._write(intent, plan, step, lock)
 
 
-def unanswered(exc: GraphError) -> bool:
-    """True when Meta did not answer a write with a verdict, so it may have landed.
-
-    A timeout, a broken connection or a 5xx without Meta's error body; or a success
-    status whose body is not what the API promises. An error Meta answered (a code) did
-    not apply the write.
-    """
-    if isinstance(exc, TransientError):
-        return exc.code is None
-    return isinstance(exc, MalformedResponseError) and (exc.http_status or 200) < 400
-
-
-__all__ = ["ActionExecutor", "IntentSettler", "reconcile", "unanswered", "write_field"]
+__all__ = [
+    "ActionExecutor",
+    "IntentSettler",
+    "reconcile",
+    "unanswered",
+    "write_field",
+    "writes_a_field",
+]

@@ -12,6 +12,7 @@ ad account's minimum daily budget);
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from redis.exceptions import RedisError
 
 from ruleengine.errors import LockLost, LockTimeout
-from ruleengine.meta.errors import GraphError
+from ruleengine.meta.errors import GraphError, MalformedResponseError, TransientError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.action_types import (
     NameTextAction,
@@ -39,6 +40,8 @@ if TYPE_CHECKING:  # budget_limits builds on this module
 
 Outcome = Literal["applied", "no_change", "skipped", "failed", "would_apply"]
 # Effects that cannot be read back from Meta afterwards: a pending one is never retried.
+log = logging.getLogger(__name__)
+
 UNVERIFIABLE = frozenset({"copies", "notify"})
 BUDGET_FIELDS = ("daily_budget", "lifetime_budget")
 
@@ -179,6 +182,53 @@ def unchanged(plan: Plan) -> ActResult:
     )
 
 
+def applied(plan: Plan, response: Any = None) -> ActResult:
+    """The result of a plan Meta applied (``response``: Meta's answer)."""
+    return ActResult(
+        "applied",
+        None,
+        plan.field,
+        plan.before,
+        plan.after,
+        plan.requested,
+        plan.clamped_by,
+        None,
+        response,
+    )
+
+
+def not_applied(
+    plan: Plan, outcome: Outcome, reason: str, error: dict[str, Any] | None = None
+) -> ActResult:
+    """The result of a plan that did not change the live value (``before`` stays)."""
+    return ActResult(
+        outcome,
+        reason,
+        plan.field,
+        plan.before,
+        plan.before,
+        plan.requested,
+        plan.clamped_by,
+        error,
+    )
+
+
+async def settle_own(
+    intents: IntentStore, intent: Intent, live: Any, *, now: datetime
+) -> ActResult | None:
+    """A pending intent of this batch (a crash, an unanswered write) settled from the live
+    value; None when the write did not land and may be sent (:func:`reconcile`)."""
+    verdict = reconcile(intent, live)
+    log.info("reconciling pending intent %s (batch %s): %s", intent.id, intent.batch_id, verdict)
+    if verdict == "write":
+        return None
+    if verdict == "done":
+        await intents.resolve(intent.id, status="done", now=now, changed=True, reconciled=True)
+        return ActResult("no_change", "already_applied", intent.field, intent.before, intent.target)
+    await intents.resolve(intent.id, status="failed", now=now, reason="changed_by_someone_else")
+    return ActResult("skipped", "changed_by_someone_else", intent.field, live, live)
+
+
 def would_do(plan: Plan | ActResult) -> ActResult:
     """What a dry run reports for a plan: ``would_apply``, or why nothing would change."""
     if isinstance(plan, ActResult):
@@ -251,6 +301,31 @@ async def record_once(
     doc = intent_doc(run, entity, key, Plan(field, before, target))
     intent = await intents.begin(doc, now=run.now)
     return intent if intent.created else settled(intent)
+
+
+def reconcile(intent: Intent, live: Any) -> Literal["done", "write", "changed"]:
+    """What to do with a pending intent given the live value.
+
+    ``done``: the earlier write landed. ``write``: it did not (live is still the
+    value before). ``changed``: someone else changed the value meanwhile.
+    """
+    if live == intent.target:
+        return "done"
+    if live == intent.before:
+        return "write"
+    return "changed"
+
+
+def unanswered(exc: GraphError) -> bool:
+    """True when Meta did not answer a write with a verdict, so it may have landed.
+
+    A timeout, a broken connection or a 5xx without Meta's error body; or a success
+    status whose body is not what the API promises. An error Meta answered (a code) did
+    not apply the write.
+    """
+    if isinstance(exc, TransientError):
+        return exc.code is None
+    return isinstance(exc, MalformedResponseError) and (exc.http_status or 200) < 400
 
 
 def failure_result(exc: Exception) -> ActResult:

@@ -11,23 +11,25 @@ most once per job, lazily, and only for jobs that change budgets;
 already shows is the same change, counted once; one the log does not show yet (a write
 made after the log was read, or one Meta has not logged yet) is added.
 
-The write path (:mod:`ruleengine.actions`) asks :func:`budget_limited` and
-:func:`known_too_low` before it records an intent, and :func:`read_refusal` what an
-error Meta answered to a write means (code 17 on an ad set's budget: blocked for an
-hour; "budget too low": the decrease is at Meta's minimum).
+The write paths (:mod:`ruleengine.actions`, :mod:`ruleengine.write_batches`) read the
+intents' :class:`~ruleengine.store.intents.BudgetHistory` of the entities they are about
+to change (one query for all of them, :func:`budget_history`), ask :func:`budget_check`
+before they record an intent, and :func:`refuse` settles a write Meta answered with an
+error by what that error means (:func:`read_refusal`: code 17 on an ad set's budget:
+blocked for an hour; "budget too low": the decrease is at Meta's minimum).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
 
 from ruleengine import constants as c
-from ruleengine.acts import BUDGET_FIELDS, ActResult, JobRun, Outcome
+from ruleengine.acts import BUDGET_FIELDS, ActResult, JobRun, Outcome, not_applied
 from ruleengine.meta.adaccount import BudgetEvent, read_budget_events, read_min_daily_budget
 from ruleengine.meta.errors import GraphError, is_budget_change_limit, is_budget_too_low
 from ruleengine.meta.reader import GraphReader
@@ -37,8 +39,9 @@ from ruleengine.store.intents import (
     BUDGET_LIMITED,
     BUDGET_TOO_LOW,
     AppliedChange,
+    BudgetHistory,
+    Intent,
     IntentStore,
-    hour_ago,
 )
 
 log = logging.getLogger(__name__)
@@ -172,8 +175,26 @@ def counts_toward_limit(run: JobRun, field: str) -> bool:
     return run.rule.level == "adset" and field in BUDGET_FIELDS
 
 
+async def budget_history(
+    intents: IntentStore, run: JobRun, changes: Iterable[tuple[Entity, Plan]]
+) -> BudgetHistory:
+    """The intents' budget history of the entities whose budget these plans change (one query)."""
+    ids = sorted({entity.id for entity, plan in changes if plan.field in BUDGET_FIELDS})
+    return await intents.budget_history(
+        ids, now=run.now, too_low_since=run.now - TOO_LOW_REMEMBERED
+    )
+
+
+async def budget_check(
+    history: BudgetHistory, run: JobRun, entity: Entity, plan: Plan
+) -> ActResult | None:
+    """Why this budget change is not sent, if it is not: at Meta's minimum, or over Meta's
+    limit for the ad set (:func:`known_too_low`, :func:`budget_limited`)."""
+    return known_too_low(history, entity, plan) or await budget_limited(history, run, entity, plan)
+
+
 async def budget_limited(
-    intents: IntentStore, run: JobRun, entity: Entity, plan: Plan
+    history: BudgetHistory, run: JobRun, entity: Entity, plan: Plan
 ) -> ActResult | None:
     """Why Meta would refuse this ad set's budget change now, if it would.
 
@@ -183,11 +204,11 @@ async def budget_limited(
     """
     if not counts_toward_limit(run, plan.field):
         return None
-    blocked = await intents.budget_blocked_until(entity.id, now=run.now)
+    blocked = history.blocked_until.get(entity.id)
     if blocked is not None:
         message = "Meta blocked this ad set's budget (code 17) until it may change again"
         return _limit_skip(plan, allowed_at=blocked, message=message)
-    own = await intents.budget_changes(entity.id, since=hour_ago(run.now))
+    own = history.changes.get(entity.id, [])
     if run.facts is not None:
         count = await run.facts.changes(entity.id, own)
     else:
@@ -208,30 +229,17 @@ def _limit_skip(
     error: dict[str, Any] = {"message": message, "allowed_at": allowed_at}
     if changes is not None:
         error |= {"changes_last_hour": len(changes.times), "outside_engine": changes.outside}
-    return ActResult(
-        "skipped",
-        BUDGET_LIMITED,
-        plan.field,
-        plan.before,
-        plan.before,
-        plan.requested,
-        plan.clamped_by,
-        error,
-    )
+    return not_applied(plan, "skipped", BUDGET_LIMITED, error)
 
 
-async def known_too_low(
-    intents: IntentStore, run: JobRun, entity: Entity, plan: Plan
-) -> ActResult | None:
+def known_too_low(history: BudgetHistory, entity: Entity, plan: Plan) -> ActResult | None:
     """A lowered budget Meta refused as too low (or a lower one) is not sent again for a day."""
     after, before = plan.after, plan.before
     if plan.field not in BUDGET_FIELDS or not isinstance(after, int):
         return None
     if not isinstance(before, int) or after >= before:
         return None
-    refused = await intents.refused_as_too_low(
-        entity.id, plan.field, since=run.now - TOO_LOW_REMEMBERED
-    )
+    refused = history.too_low.get((entity.id, plan.field))
     if refused is None or after > refused:
         return None
     clamped = [*plan.clamped_by, "min_daily_budget"]
@@ -248,16 +256,20 @@ class Refusal:
     intent: dict[str, Any]  # what the failed intent keeps for later runs
 
 
-def read_refusal(exc: GraphError, run: JobRun, field: str, *, now: datetime) -> Refusal:
+def read_refusal(
+    exc: GraphError, run: JobRun, field: str, *, now: datetime, own_answer: bool = True
+) -> Refusal:
     """Meta refused a write of ``field`` at ``now``: what it means.
 
     Code 17 on an ad set's budget is the budget-change limit: the ad set's budget is
     blocked for an hour, and the intent keeps until when (``allowed_at``) so that no run
     tries before. "Budget too low" (100/1885272) means the budget is at Meta's minimum:
     nothing changes, and the refused value is remembered. Anything else failed the write.
+    ``own_answer`` is False for an error that refused a whole Batch API call rather than
+    this write (a code 17 there is a throttle of the caller, not the ad set's limit).
     """
     error = exc.as_dict()
-    if counts_toward_limit(run, field) and is_budget_change_limit(exc):
+    if own_answer and counts_toward_limit(run, field) and is_budget_change_limit(exc):
         allowed_at = now + CHANGE_WINDOW
         error |= {"allowed_at": allowed_at}
         intent = {"reason": BUDGET_LIMITED, "allowed_at": allowed_at}
@@ -265,3 +277,21 @@ def read_refusal(exc: GraphError, run: JobRun, field: str, *, now: datetime) -> 
     if field in BUDGET_FIELDS and is_budget_too_low(exc):
         return Refusal("no_change", BUDGET_TOO_LOW, error, {"reason": BUDGET_TOO_LOW})
     return Refusal("failed", "write_failed", error, {})
+
+
+async def refuse(
+    intents: IntentStore,
+    intent: Intent,
+    plan: Plan,
+    run: JobRun,
+    exc: GraphError,
+    *,
+    now: datetime,
+    own_answer: bool = True,
+) -> ActResult:
+    """A write Meta answered with an error: nothing changed. Settle the intent, say why."""
+    refusal = read_refusal(exc, run, plan.field, now=max(run.now, now), own_answer=own_answer)
+    await intents.resolve(
+        intent.id, status="failed", now=run.now, error=refusal.error, **refusal.intent
+    )
+    return not_applied(plan, refusal.outcome, refusal.reason, refusal.error)

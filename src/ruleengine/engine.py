@@ -19,7 +19,7 @@ from typing import Any
 
 from pymongo.errors import PyMongoError
 
-from ruleengine.actions import ActionExecutor, IntentSettler
+from ruleengine.actions import ActionExecutor, IntentSettler, writes_a_field
 from ruleengine.evaluation import Evaluation, Pair, Reading, Summary, sheets_reader
 from ruleengine.followups.scheduling import FollowupScheduler, Origin
 from ruleengine.locks import AccountLocks
@@ -145,8 +145,15 @@ class JobEvaluation(Evaluation):
         total = self.job.entity_count
         done_entities: set[str] = set()
         refused = self._refused
+        batched = [p for p in passing if self._batched(p)] if refused is None else []
+        if batched:
+            refused = await self._act_batched(batched)
+            done_entities.update(p.entity.id for p in batched)
+            await self._progress(len(done_entities), total)
         for pair in passing:
             assert pair.verdict is not None
+            if pair.result is not None:
+                continue
             if refused is not None:  # every call with this token would fail the same way
                 pair.reason, pair.error = "token_refused", refused.model_dump(mode="json")
                 continue
@@ -159,6 +166,28 @@ class JobEvaluation(Evaluation):
             self._timed(pair, started)
             done_entities.add(pair.entity.id)
             await self._progress(len(done_entities), total)
+
+    def _batched(self, pair: Pair) -> bool:
+        """True when the pair's write goes in a Batch API call with the job's others."""
+        return self.engine.settings.write_batch_size > 1 and writes_a_field(pair.task)
+
+    async def _act_batched(self, pairs: list[Pair]) -> TokenState | None:
+        """Status, budget and name writes of the job in Batch API calls; the token error met."""
+        started = time.perf_counter()
+        results = await self.engine.executor.act_many(
+            self.run_ctx, self.writer, [(p.entity, p.task) for p in pairs]
+        )
+        refused: TokenState | None = None
+        for pair, result in zip(pairs, results, strict=True):
+            pair.result = result
+            refused = refused or refusal(result.error, token=self.run_ctx.token, now=self.now)
+            await self._follow_up(pair)
+        # each pair's act time is its share of the batched writes
+        elapsed = time.perf_counter() - started
+        for pair in pairs:
+            pair.trace["act"] = elapsed / len(pairs)
+        self.stage_totals["act"] += elapsed
+        return refused
 
     async def _fetch(
         self, pairs: list[Pair]

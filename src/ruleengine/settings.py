@@ -109,6 +109,12 @@ class Settings(BaseSettings):
     job_timeout_s: int = Field(default=600, ge=1)
     worker_metrics_port: PortNumber = 9102
     max_budget_change_pct: float = Field(default=50.0, gt=0)
+    write_batch_size: int = Field(
+        default=50,
+        ge=1,
+        le=50,
+        description="writes per Batch API call (Meta allows 50); 1: each write alone, as before",
+    )
     copy_wait_s: float = Field(
         default=60.0, ge=0, description="how long a duplicate waits for Meta's background copy"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from web_helpers import AUTH, Client
 
 from flow import campaign_rule, dispatch, records, save_rule, work
@@ -105,18 +106,25 @@ async def test_the_worker_marks_a_token_that_stops_working_under_it(
     assert (await sandbox.stats())["errors_by_code"] == {"190": 1}  # one batch call, no retry
 
 
+@pytest.mark.parametrize("batch_size", [1, 2])
 async def test_a_write_without_ads_management_marks_the_account_and_stops_writing(
-    client: Client, settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+    client: Client,
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+    batch_size: int,
 ) -> None:
     await own_token(sandbox, db, settings, "act_1001", permissions=["ads_read"])
     await save_rule(db, campaign_rule({"type": "pause"}, [SPENT]))
     await dispatch(settings, db)
-    await work(settings)
+    await work(settings.model_copy(update={"write_batch_size": batch_size}))
     refused = (await account_entry(client, "act_1001"))["token_state"]
     assert (refused["status"], refused["code"]) == ("missing_permission", 294)
     results = [(r["outcome"], r["reason"]) for r in await records(db) if r["passed"]]
-    assert results[0] == ("failed", "write_failed")
-    assert len(results) > 1
-    assert set(results[1:]) == {("failed", "token_refused")}  # nothing more was sent
+    # the first call's writes (one, or a Batch API call of two) met the refusal …
+    assert set(results[:batch_size]) == {("failed", "write_failed")}
+    assert len(results) > batch_size
+    assert set(results[batch_size:]) == {("failed", "token_refused")}  # … nothing more was sent
     attempted = [w for w in await sandbox.writes() if w["kind"] == "update"]
-    assert len(attempted) == 1
+    assert len(attempted) == batch_size

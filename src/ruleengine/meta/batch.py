@@ -10,6 +10,8 @@ retried in a further round, rate-limited items too after waiting as Meta asks
 (bounded by the rate-limit cap), and whatever still fails is reported per item.
 A chunk carrying Insights requests first waits as the Insights throttle asks
 (:mod:`ruleengine.meta.pacing`), and the throttle its items report is kept.
+:class:`SubRequest` and :func:`parse_item` also serve the writer's Batch API calls of
+POSTs (:meth:`~ruleengine.meta.writer.GraphWriter.write_batch`).
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SubRequest:
-    """One GET inside a batch: a Graph path and its parameters."""
+    """One request inside a batch: a Graph path and its parameters (a GET, or the POST of a
+    write, :meth:`~ruleengine.meta.writer.GraphWriter.write_batch`)."""
 
     path: str
     params: dict[str, Any]
+    method: str = "GET"
 
     @property
     def insights(self) -> bool:
@@ -56,6 +60,13 @@ class SubRequest:
         """``path?query`` as the Batch API wants it."""
         query = urlencode(encode_params(self.params))
         return f"{self.path.lstrip('/')}?{query}" if query else self.path.lstrip("/")
+
+    def item(self) -> dict[str, Any]:
+        """The batch item: a GET's parameters go in its URL, a POST's in its form body."""
+        if self.method == "GET":
+            return {"method": "GET", "relative_url": self.relative_url}
+        body = urlencode(encode_params(self.params))
+        return {"method": self.method, "relative_url": self.path.lstrip("/"), "body": body}
 
 
 @dataclass(frozen=True)
@@ -185,7 +196,7 @@ class BatchReader:
     async def _chunk(
         self, chunk: list[SubRequest], token: str, account_id: str | None
     ) -> list[SubResult | None]:
-        batch = [{"method": "GET", "relative_url": r.relative_url} for r in chunk]
+        batch = [r.item() for r in chunk]
         form = {"batch": batch, "include_headers": True}
         async with self._limit:
             if self.pacer is not None and any(r.insights for r in chunk):

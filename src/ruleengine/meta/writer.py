@@ -1,7 +1,9 @@
 """Writes to the Graph API: status, budgets, name, copies — through one instrumented wrapper.
 
-A copy too big for ``/copies`` is started as an asynchronous batch
-(:meth:`GraphWriter.copy_async`, see :mod:`ruleengine.meta.copies`).
+Status, budget and name writes also go in Batch API calls of up to 50 POSTs
+(:meth:`GraphWriter.write_batch`), each sub-request logged and reported like a
+write of its own, each answered on its own. A copy too big for ``/copies`` is started
+as an asynchronous batch (:meth:`GraphWriter.copy_async`, see :mod:`ruleengine.meta.copies`).
 
 Every write is logged (request and response, tokens redacted) and, on failure,
 reported to the error sink with the function name, message, stack, the exact
@@ -14,12 +16,14 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlencode
 
+from ruleengine.constants import BATCH_MAX_ITEMS
 from ruleengine.errors import ErrorReport, ErrorSink
+from ruleengine.meta.batch import SubRequest, SubResult, parse_item
 from ruleengine.meta.copies import CopyResult, parse_copy, too_large
 from ruleengine.meta.errors import GraphError, MalformedResponseError
 from ruleengine.meta.http import READ_WRITE, GraphSession, encode_params
@@ -38,6 +42,34 @@ class WriteContext:
     entity_id: str
     rule_id: str | None = None
     batch_id: str | None = None
+
+
+@dataclass(frozen=True)
+class FieldWrite:
+    """One absolute value for one field of one object (``status``, a budget or ``name``)."""
+
+    ctx: WriteContext
+    field: str
+    value: Any
+
+    @property
+    def function(self) -> str:
+        """The writer's name for it, as the log and the error log show it."""
+        return _FUNCTIONS[self.field]
+
+    def form(self) -> dict[str, str]:
+        """The POST parameters: budgets as integers in minor units."""
+        if self.field in ("daily_budget", "lifetime_budget"):
+            return {self.field: str(int(self.value))}
+        return {self.field: str(self.value)}
+
+
+_FUNCTIONS = {
+    "status": "set_status",
+    "daily_budget": "set_budget",
+    "lifetime_budget": "set_budget",
+    "name": "set_name",
+}
 
 
 class GraphWriter:
@@ -60,6 +92,56 @@ class GraphWriter:
     async def set_name(self, name: str, *, token: str, ctx: WriteContext) -> Any:
         """Rename the object."""
         return await self._write("set_name", ctx.entity_id, {"name": name}, token, ctx)
+
+    async def write_batch(
+        self, writes: Sequence[FieldWrite], *, token: str
+    ) -> list[SubResult | None]:
+        """Send up to 50 writes of one ad account as one Batch API call.
+
+        Returns each write's answer in order: a body, Meta's error for that write alone,
+        or None when Meta answered the item ``null`` (it did not process it: whether it
+        landed is for the caller to read back).
+
+        Raises:
+            GraphError: the call as a whole failed — refused by Meta (nothing was
+                written), or unanswered (any of the writes may have landed).
+        """
+        if not writes or len(writes) > BATCH_MAX_ITEMS:
+            raise ValueError(
+                f"a write batch holds 1 to {BATCH_MAX_ITEMS} writes, not {len(writes)}"
+            )
+        requests = [SubRequest(w.ctx.entity_id, w.form(), method="POST") for w in writes]
+        for write, request in zip(writes, requests, strict=True):
+            self._log_request(write.function, request.path, request.params, write.ctx)
+        form = {"batch": [r.item() for r in requests], "include_headers": False}
+        account = writes[0].ctx.account_id
+        try:
+            body = await self.session.request(
+                "POST", "", token=token, form=form, counted_calls=len(writes), account_id=account
+            )
+        except GraphError as exc:
+            log.warning("graph write batch of %d failed: %s", len(writes), exc)
+            for write, request in zip(writes, requests, strict=True):
+                await self._report(write.function, exc, _request_of(request), write.ctx)
+            raise
+        if not isinstance(body, list) or len(body) != len(writes):
+            raise MalformedResponseError(
+                "the batch answer does not match the request", response=REDACTOR.data(body)
+            )
+        results = [parse_item(r, item) for r, item in zip(requests, body, strict=True)]
+        for write, result in zip(writes, results, strict=True):
+            await self._log_answer(write, result)
+        return results
+
+    async def _log_answer(self, write: FieldWrite, result: SubResult | None) -> None:
+        path = write.ctx.entity_id
+        if result is None:
+            log.warning("graph write %s %s: Meta did not process it (null)", write.function, path)
+        elif result.error is not None:
+            log.warning("graph write %s %s failed: %s", write.function, path, result.error)
+            await self._report(write.function, result.error, _request_of(result.request), write.ctx)
+        else:
+            log.info("graph write %s %s -> %s", write.function, path, REDACTOR.data(result.body))
 
     async def copy(
         self,
@@ -123,15 +205,7 @@ class GraphWriter:
         A refusal the caller ``expected`` (and handles: a copy too big to be made at once)
         is logged but not reported to the error log.
         """
-        request = {"method": "POST", "path": path, "params": REDACTOR.data(form)}
-        log.info(
-            "graph write %s %s %s (account %s, batch %s)",
-            function,
-            path,
-            request["params"],
-            ctx.account_id,
-            ctx.batch_id,
-        )
+        request = self._log_request(function, path, form, ctx)
         try:
             body = await self.session.request(
                 "POST", path, token=token, form=form, account_id=ctx.account_id
@@ -145,6 +219,20 @@ class GraphWriter:
             raise
         log.info("graph write %s %s -> %s", function, path, REDACTOR.data(body))
         return body
+
+    def _log_request(
+        self, function: str, path: str, form: dict[str, Any], ctx: WriteContext
+    ) -> dict[str, Any]:
+        request = {"method": "POST", "path": path, "params": REDACTOR.data(form)}
+        log.info(
+            "graph write %s %s %s (account %s, batch %s)",
+            function,
+            path,
+            request["params"],
+            ctx.account_id,
+            ctx.batch_id,
+        )
+        return request
 
     async def _report(
         self, function: str, exc: GraphError, request: dict[str, Any], ctx: WriteContext
@@ -175,3 +263,8 @@ def _copy_form(status_option: str, rename_suffix: str, deep_copy: bool) -> dict[
         "rename_options": {"rename_suffix": rename_suffix},
         "deep_copy": deep_copy,
     }
+
+
+def _request_of(request: SubRequest) -> dict[str, Any]:
+    """A batch item as the error log keeps a write's request (tokens redacted)."""
+    return {"method": request.method, "path": request.path, "params": REDACTOR.data(request.params)}

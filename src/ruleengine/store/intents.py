@@ -14,12 +14,14 @@ force from the moment the write lands, whatever happens to the worker after.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pymongo.errors import DuplicateKeyError
+import orjson
+from pymongo.errors import BulkWriteError
 
 from ruleengine import constants as c
 from ruleengine.store.db import Database, Document
@@ -75,6 +77,40 @@ class Intent:
         )
 
 
+@dataclass(frozen=True)
+class Resolution:
+    """How one pending intent is settled: its new status and what it keeps."""
+
+    intent_id: Any
+    status: IntentStatus
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BudgetHistory:
+    """What the engine's intents say about some entities' budgets (one query, see
+    :meth:`IntentStore.budget_history`).
+
+    Attributes:
+        changes: entity → the budget changes the engine made since the window's start, oldest first.
+        blocked_until: entity → until when Meta blocks its budget (it answered code 17).
+        too_low: (entity, field) → the highest budget Meta refused as too low.
+    """
+
+    changes: dict[str, list[AppliedChange]] = field(default_factory=dict)
+    blocked_until: dict[str, datetime] = field(default_factory=dict)
+    too_low: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+
+def _key(doc: Document) -> tuple[str, str, str]:
+    return doc["batch_id"], doc["task_id"], doc["entity_id"]
+
+
+def _resolution(status: IntentStatus, now: datetime, fields: dict[str, Any]) -> dict[str, Any]:
+    extra = {"applied_at": now} if status == "done" else {}
+    return {"$set": {"status": status, "resolved_at": now, **extra, **fields}}
+
+
 class IntentStore:
     """Action intents: recorded before the write, resolved (compare-and-set) with Meta's answer."""
 
@@ -83,15 +119,33 @@ class IntentStore:
 
     async def begin(self, intent: Document, *, now: datetime) -> Intent:
         """Insert a pending intent; if one exists for the key, return it instead."""
-        doc = {**intent, "status": "pending", "created_at": now, "applied_at": None}
+        return (await self.begin_many([intent], now=now))[0]
+
+    async def begin_many(self, intents: Sequence[Document], *, now: datetime) -> list[Intent]:
+        """Insert pending intents in one command, in order; an existing one for a key is
+        returned instead (``created`` False) — another delivery of the batch recorded it."""
+        docs = [{**i, "status": "pending", "created_at": now, "applied_at": None} for i in intents]
+        if not docs:
+            return []
         try:
-            await self._intents.insert_one(doc)
-            return Intent.from_mongo(doc, created=True)
-        except DuplicateKeyError:
-            key = {k: intent[k] for k in ("batch_id", "task_id", "entity_id")}
-            existing = await self._intents.find_one(key)
-            assert existing is not None
-            return Intent.from_mongo(existing, created=False)
+            await self._intents.insert_many(docs, ordered=False)
+            return [Intent.from_mongo(doc, created=True) for doc in docs]
+        except BulkWriteError as exc:
+            errors = exc.details.get("writeErrors", [])
+            if any(error.get("code") != 11000 for error in errors):
+                raise
+            taken = {int(error["index"]) for error in errors}
+        keys = [_key(docs[i]) for i in taken]
+        query = {
+            "$or": [dict(zip(("batch_id", "task_id", "entity_id"), k, strict=True)) for k in keys]
+        }
+        existing = {_key(doc): doc async for doc in self._intents.find(query)}
+        return [
+            Intent.from_mongo(existing[_key(doc)], created=False)
+            if i in taken
+            else Intent.from_mongo(doc, created=True)
+            for i, doc in enumerate(docs)
+        ]
 
     async def get(self, batch_id: str, task_id: str, entity_id: str) -> Intent | None:
         """The intent of (batch, task, entity), if one was recorded."""
@@ -99,6 +153,21 @@ class IntentStore:
             {"batch_id": batch_id, "task_id": task_id, "entity_id": entity_id}
         )
         return None if doc is None else Intent.from_mongo(doc, created=False)
+
+    async def get_many(
+        self, batch_id: str, keys: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], Intent]:
+        """(task, entity) → the intent of the batch recorded for it, for those that have one."""
+        wanted = set(keys)
+        if not wanted:
+            return {}
+        query = {"batch_id": batch_id, "entity_id": {"$in": sorted({e for _, e in wanted})}}
+        found: dict[tuple[str, str], Intent] = {}
+        async for doc in self._intents.find(query):
+            key = (doc["task_id"], doc["entity_id"])
+            if key in wanted:
+                found[key] = Intent.from_mongo(doc, created=False)
+        return found
 
     async def resolve(
         self,
@@ -114,12 +183,33 @@ class IntentStore:
         ``done`` records when it was applied (Meta's answer goes in ``fields``),
         ``failed`` the error or reason.
         """
-        extra = {"applied_at": now} if status == "done" else {}
         result = await self._intents.update_one(
-            {"_id": intent_id, "status": expected},
-            {"$set": {"status": status, "resolved_at": now, **extra, **fields}},
+            {"_id": intent_id, "status": expected}, _resolution(status, now, fields)
         )
         return result.modified_count == 1
+
+    async def resolve_many(self, resolutions: Sequence[Resolution], *, now: datetime) -> int:
+        """Settle pending intents (each a compare-and-set on ``pending``); how many were still
+        pending and are now settled. Intents settled alike (the same status and fields — most
+        writes answer ``{"success": true}``) are settled by one command."""
+        alike: dict[bytes, list[Resolution]] = defaultdict(list)
+        for resolution in resolutions:
+            key = orjson.dumps(
+                [resolution.status, resolution.fields],
+                option=orjson.OPT_SORT_KEYS,
+                default=str,
+            )
+            alike[key].append(resolution)
+        settled = 0
+        for group in alike.values():
+            first = group[0]
+            ids = [r.intent_id for r in group]
+            result = await self._intents.update_many(
+                {"_id": {"$in": ids}, "status": "pending"},
+                _resolution(first.status, now, first.fields),
+            )
+            settled += result.modified_count
+        return settled
 
     async def note(self, intent_id: Any, **fields: Any) -> None:
         """Add ``fields`` to a pending intent without settling it (e.g. an unanswered write)."""
@@ -141,59 +231,51 @@ class IntentStore:
         return [d async for d in self._intents.find({"batch_id": batch_id}).sort("_id")]
 
     async def pending_elsewhere(
-        self, entity_id: str, field: str, *, other_than: str
+        self, entity_ids: Sequence[str], *, other_than: str
     ) -> list[Document]:
-        """Pending intents on the same entity and field left by *other* batches."""
+        """Pending intents on these entities left by *other* batches."""
         query = {
-            "entity_id": entity_id,
-            "field": field,
+            "entity_id": {"$in": list(entity_ids)},
             "status": "pending",
             "batch_id": {"$ne": other_than},
         }
         return [d async for d in self._intents.find(query)]
 
-    async def budget_changes(self, entity_id: str, *, since: datetime) -> list[AppliedChange]:
-        """The budget changes the engine made to an entity since ``since``, oldest first."""
-        query = {
-            "entity_id": entity_id,
-            "field": {"$in": BUDGET_FIELDS},
-            "status": "done",
-            "changed": True,
-            "applied_at": {"$gte": since},
+    async def budget_history(
+        self, entity_ids: Sequence[str], *, now: datetime, too_low_since: datetime
+    ) -> BudgetHistory:
+        """The budget facts of some entities the write path checks before a budget write,
+        in one query: the engine's changes in the last hour, Meta's blocks (code 17) still in
+        force, and the budgets Meta refused as too low since ``too_low_since``."""
+        if not entity_ids:
+            return BudgetHistory()
+        budget = {"entity_id": {"$in": list(entity_ids)}, "field": {"$in": BUDGET_FIELDS}}
+        query = budget | {
+            "$or": [
+                {"status": "done", "changed": True, "applied_at": {"$gte": hour_ago(now)}},
+                {"status": "failed", "reason": BUDGET_LIMITED, "allowed_at": {"$gt": now}},
+                {
+                    "status": "failed",
+                    "reason": BUDGET_TOO_LOW,
+                    "resolved_at": {"$gte": too_low_since},
+                },
+            ]
         }
-        projection = {"applied_at": 1, "target": 1}
-        cursor = self._intents.find(query, projection).sort("applied_at")
-        return [AppliedChange(d["applied_at"], d.get("target")) async for d in cursor]
-
-    async def budget_blocked_until(self, entity_id: str, *, now: datetime) -> datetime | None:
-        """Until when Meta blocks the entity's budget (it answered code 17), if it still does."""
-        doc = await self._intents.find_one(
-            {
-                "entity_id": entity_id,
-                "field": {"$in": BUDGET_FIELDS},
-                "status": "failed",
-                "reason": BUDGET_LIMITED,
-                "allowed_at": {"$gt": now},
-            },
-            {"allowed_at": 1},
-            sort=[("allowed_at", -1)],
-        )
-        return None if doc is None else doc["allowed_at"]
-
-    async def refused_as_too_low(self, entity_id: str, field: str, *, since: datetime) -> Any:
-        """The highest budget Meta refused as too low for this entity since ``since``, if any."""
-        doc = await self._intents.find_one(
-            {
-                "entity_id": entity_id,
-                "field": field,
-                "status": "failed",
-                "reason": BUDGET_TOO_LOW,
-                "resolved_at": {"$gte": since},
-            },
-            {"target": 1},
-            sort=[("target", -1)],
-        )
-        return None if doc is None else doc.get("target")
+        projection = {"entity_id": 1, "field": 1, "status": 1, "reason": 1, "target": 1}
+        history = BudgetHistory(changes=defaultdict(list))
+        async for doc in self._intents.find(query, projection | {"applied_at": 1, "allowed_at": 1}):
+            entity = doc["entity_id"]
+            if doc["status"] == "done":
+                history.changes[entity].append(AppliedChange(doc["applied_at"], doc.get("target")))
+            elif doc.get("reason") == BUDGET_LIMITED:
+                blocked = history.blocked_until.get(entity)
+                history.blocked_until[entity] = max(blocked or doc["allowed_at"], doc["allowed_at"])
+            elif isinstance(target := doc.get("target"), int):
+                key = (entity, doc["field"])
+                history.too_low[key] = max(history.too_low.get(key, target), target)
+        for changes in history.changes.values():
+            changes.sort(key=lambda change: change.at)
+        return history
 
     async def cooling(
         self,
