@@ -23,7 +23,8 @@ Operator = Literal[">", ">=", "<", "<=", "==", "!=", "IN_RANGE", "NOT_IN_RANGE"]
 RANGE_OPERATORS: Final = frozenset({"IN_RANGE", "NOT_IN_RANGE"})
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-Period = Literal[
+#: Periods Graph's Insights ``date_preset`` knows, sent to Meta as they are.
+InsightsPeriod = Literal[
     "today",
     "yesterday",
     "last_3d",
@@ -37,7 +38,9 @@ Period = Literal[
     "this_week_mon_today",
     "this_week_sun_today",
     "maximum",
-    # Meta's Ad Rules presets that Insights' date_preset lacks (fetched with a time_range):
+]
+#: Meta's Ad Rules presets that Insights lacks, lower-cased: fetched with a ``time_range``.
+AdRulesPeriod = Literal[
     "last_2d",
     "last_2_days",
     "last_3_days",
@@ -56,6 +59,7 @@ Period = Literal[
     "last_nd_180_29",
     "last_nd_lifetime_29",
 ]
+Period = Literal[InsightsPeriod, AdRulesPeriod]
 RENAME_PLACEHOLDERS = frozenset({"name", "date", "rule"})
 NOTIFY_PLACEHOLDERS = frozenset(
     {

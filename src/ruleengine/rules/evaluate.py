@@ -202,24 +202,18 @@ def resolve(spec: MetricSpec, period: str | None, ctx: EvalContext) -> float | N
 def evaluate_condition(condition: Condition, ctx: EvalContext) -> ConditionResult:
     """Resolve both sides of ``condition`` and apply its operator."""
     actual = resolve(condition.spec, condition.period, ctx)
-    bounds = condition.bounds
-    if bounds is not None:
-        return _range_result(condition, actual, bounds)
-    expected = condition.value if isinstance(condition.value, float | int) else None
-    described: str | None = None
-    if condition.compare_to is not None:
-        other = resolve(condition.compare_to.spec, condition.compare_period, ctx)
-        expected = None if other is None else other * condition.compare_to.multiplier
-        described = _describe_compare(condition)
-    if actual is None or expected is None:
+    expected, described = _right_side(condition, ctx)
+    if actual is None or expected is None:  # no data is never inside, nor outside, a range
         passed, reason = False, NO_DATA
+    elif isinstance(expected, list):
+        passed, reason = in_range(actual, *expected) == (condition.operator == "IN_RANGE"), None
     else:
         passed, reason = _OPERATORS[condition.operator](actual, expected), None
     return ConditionResult(
         metric=condition.metric,
         period=condition.period,
         operator=condition.operator,
-        expected=_rounded(expected),
+        expected=expected if isinstance(expected, list) else _rounded(expected),
         actual=_rounded(actual),
         passed=passed,
         reason=reason,
@@ -227,20 +221,17 @@ def evaluate_condition(condition: Condition, ctx: EvalContext) -> ConditionResul
     )
 
 
-def _range_result(
-    condition: Condition, actual: float | None, bounds: tuple[float, float]
-) -> ConditionResult:
-    """``IN_RANGE`` / ``NOT_IN_RANGE``: no data fails both (never counts as outside)."""
-    passed = actual is not None and in_range(actual, *bounds) == (condition.operator == "IN_RANGE")
-    return ConditionResult(
-        metric=condition.metric,
-        period=condition.period,
-        operator=condition.operator,
-        expected=list(bounds),
-        actual=_rounded(actual),
-        passed=passed,
-        reason=NO_DATA if actual is None else None,
-    )
+def _right_side(
+    condition: Condition, ctx: EvalContext
+) -> tuple[float | list[float] | None, str | None]:
+    """The value, ``[low, high]`` or ``multiplier × comparator`` (None: no data), described."""
+    if condition.bounds is not None:
+        return list(condition.bounds), None
+    if condition.compare_to is None:
+        return condition.value if isinstance(condition.value, float | int) else None, None
+    other = resolve(condition.compare_to.spec, condition.compare_period, ctx)
+    expected = None if other is None else other * condition.compare_to.multiplier
+    return expected, _describe_compare(condition)
 
 
 def _describe_compare(condition: Condition) -> str:

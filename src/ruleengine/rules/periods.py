@@ -22,7 +22,9 @@ from __future__ import annotations
 import calendar
 import re
 from datetime import date, timedelta
-from typing import Any, Final
+from typing import Any, Final, get_args
+
+from ruleengine.rules.basics import InsightsPeriod
 
 DateRange = tuple[date, date]
 _LAST_DAYS = re.compile(r"last_([0-9]{1,3})d")
@@ -30,23 +32,7 @@ _LAST_DAYS_WITH_TODAY = re.compile(r"last_([0-9]{1,3})_days")
 _MATURE = re.compile(r"last_nd_([0-9]{1,3}|lifetime)_([0-9]{1,3})")
 #: The periods Graph's Insights ``date_preset`` takes as they are; the others of the rule
 #: language are asked for with a ``time_range``.
-INSIGHTS_DATE_PRESETS: Final = frozenset(
-    {
-        "today",
-        "yesterday",
-        "last_3d",
-        "last_7d",
-        "last_14d",
-        "last_28d",
-        "last_30d",
-        "last_90d",
-        "this_month",
-        "last_month",
-        "this_week_mon_today",
-        "this_week_sun_today",
-        "maximum",
-    }
-)
+INSIGHTS_DATE_PRESETS: Final = frozenset(get_args(InsightsPeriod))
 #: Meta keeps 37 months of Insights and refuses a ``time_range`` starting earlier.
 HISTORY_MONTHS: Final = 37
 
