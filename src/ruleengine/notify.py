@@ -36,9 +36,11 @@ class NotifyError(RuleEngineError):
     """A message could not be delivered."""
 
 
-def _fmt(value: float | None) -> str:
+def _fmt(value: float | list[float] | None) -> str:
     if value is None:
         return "no data"
+    if isinstance(value, list):  # [low, high] of IN_RANGE / NOT_IN_RANGE
+        return "[" + " to ".join(_fmt(v) for v in value) + "]"
     if value == int(value):
         return f"{int(value):,}"
     return f"{value:,.2f}" if abs(value) >= 100 else f"{value:.4g}"

@@ -9,7 +9,10 @@
 
 Both ask for ``use_unified_attribution_setting=true`` (ROAS as Ads Manager shows
 it) and ``action_breakdowns=action_type``, and both return period → row per
-entity, leaving entities without delivery without a row, as Meta does.
+entity, leaving entities without delivery without a row, as Meta does. A period is
+asked for by its ``date_preset``, or — for the Ad Rules presets Insights does not know
+(``last_7_days``, ``last_nd_14_8`` …) — by a ``time_range`` of the ad account's dates
+(:func:`~ruleengine.rules.periods.insights_period`), in the same batches as the others.
 
 Big accounts (:class:`LargeAccounts`): a synchronous request Meta cannot answer in
 time (:class:`DataTooLargeError`) is split — fewer ids, down to ``min_ids``; then,
@@ -34,7 +37,7 @@ from ruleengine.meta.errors import DataTooLargeError, GraphError, MalformedRespo
 from ruleengine.meta.reader import next_cursor
 from ruleengine.meta.reports import ReportRunner
 from ruleengine.meta.rows import ADDITIVE_FIELDS, IDENTITY_FIELDS, sum_rows
-from ruleengine.rules.periods import DateRange, halves, preset_range
+from ruleengine.rules.periods import DateRange, halves, insights_period, preset_range, time_range
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +87,8 @@ class LargeAccounts:
         async_threshold: entities from which account-level Insights go async at once
             (None: only after splitting failed).
         min_ids: a timed-out request is split by ids while it has more than this.
-        today: the ad account's date, which lets a multi-day period be split by range.
+        today: the ad account's date: the dates of a period Insights' ``date_preset`` does
+            not know (sent as a ``time_range``), and a multi-day period split by range.
         on_progress: told the mean percent of the running report runs.
     """
 
@@ -132,11 +136,12 @@ async def fetch_insights(
         return result
     if strategy == "per_campaign":
         # The original design: one Batch API call per entity, fanned out (BatchReader bounds it).
-        per_entity = [_per_entity_requests([e], groups) for e in entity_ids]
+        today = ctx.large.today
+        per_entity = [_per_entity_requests([e], groups, today) for e in entity_ids]
         parts = await asyncio.gather(*(_collect(ctx, r, result) for r in per_entity))
         exhausted = [plan for part in parts for plan in part]
     else:
-        requests = _account_requests(account_id, level, entity_ids, groups, ids_per_request)
+        requests = _account_requests(ctx, entity_ids, groups, ids_per_request)
         exhausted = await _collect(ctx, requests, result)
     if exhausted:
         await _escalate(ctx, exhausted, groups, result)
@@ -164,7 +169,7 @@ class _Planned:
 
     def with_span(self, span: DateRange) -> _Planned:
         params = {k: v for k, v in self.request.params.items() if k not in ("after", "date_preset")}
-        params["time_range"] = {"since": span[0].isoformat(), "until": span[1].isoformat()}
+        params["time_range"] = time_range(span)
         return replace(self, request=SubRequest(self.request.path, params), span=span)
 
     def next_page(self, cursor: str) -> _Planned:
@@ -177,30 +182,29 @@ def _ids_filter(level: str, entity_ids: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def _per_entity_requests(
-    entity_ids: Sequence[str], groups: Mapping[str, Sequence[str]]
+    entity_ids: Sequence[str], groups: Mapping[str, Sequence[str]], today: date | None
 ) -> list[_Planned]:
     planned: list[_Planned] = []
     for entity_id in entity_ids:
         for period, fields in groups.items():
-            params = {**BASE_PARAMS, "date_preset": period, "fields": ",".join(fields)}
+            params = {**BASE_PARAMS, **insights_period(period, today), "fields": ",".join(fields)}
             planned.append(
                 _Planned(SubRequest(f"{entity_id}/insights", params), period, (entity_id,), True)
             )
     return planned
 
 
-def _account_params(level: str, period: str, fields: Sequence[str]) -> dict[str, Any]:
+def _account_params(ctx: _Fetch, period: str, fields: Sequence[str]) -> dict[str, Any]:
     return {
         **BASE_PARAMS,
-        "level": level,
-        "date_preset": period,
-        "fields": ",".join(sorted({*fields, _id_field(level)})),
+        "level": ctx.level,
+        **insights_period(period, ctx.large.today),
+        "fields": ",".join(sorted({*fields, _id_field(ctx.level)})),
     }
 
 
 def _account_requests(
-    account_id: str,
-    level: str,
+    ctx: _Fetch,
     entity_ids: Sequence[str],
     groups: Mapping[str, Sequence[str]],
     ids_per_request: int,
@@ -209,13 +213,12 @@ def _account_requests(
     for period, fields in groups.items():
         for start in range(0, len(entity_ids), ids_per_request):
             chunk = tuple(entity_ids[start : start + ids_per_request])
-            params = _account_params(level, period, fields) | {
-                "filtering": _ids_filter(level, chunk),
+            params = _account_params(ctx, period, fields) | {
+                "filtering": _ids_filter(ctx.level, chunk),
                 "limit": len(chunk),
             }
-            planned.append(
-                _Planned(SubRequest(f"{account_id}/insights", params), period, chunk, False)
-            )
+            path = f"{ctx.account_id}/insights"
+            planned.append(_Planned(SubRequest(path, params), period, chunk, False))
     return planned
 
 
@@ -254,16 +257,12 @@ def _split(plan: _Planned, ctx: _Fetch) -> list[_Planned] | None:
         half = (len(ids) + 1) // 2
         log.info("insights %s for %d ids timed out: splitting the ids", plan.period, len(ids))
         return [plan.with_ids(ids[:half], ctx.level), plan.with_ids(ids[half:], ctx.level)]
-    span = plan.span or _preset_span(plan, ctx.large.today)
+    today = ctx.large.today
+    span = plan.span or (preset_range(plan.period, today) if today is not None else None)
     if span is None or not _additive(plan) or (parts := halves(span)) is None:
         return None
     log.info("insights %s %s..%s timed out: splitting the range", plan.period, *span)
     return [plan.with_span(part) for part in parts]
-
-
-def _preset_span(plan: _Planned, today: date | None) -> DateRange | None:
-    preset = plan.request.params.get("date_preset")
-    return preset_range(preset, today) if isinstance(preset, str) and today else None
 
 
 def _additive(plan: _Planned) -> bool:
@@ -313,7 +312,7 @@ async def _run_reports(
                 await ctx.large.on_progress(mean)
 
     async def run(period: str, ids: list[str]) -> None:
-        params = _account_params(ctx.level, period, groups[period])
+        params = _account_params(ctx, period, groups[period])
         params["filtering"] = _ids_filter(ctx.level, ids)
         try:
             rows = await reports.rows(

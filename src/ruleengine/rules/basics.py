@@ -18,10 +18,13 @@ from pydantic import BaseModel, ConfigDict
 
 Level = Literal["campaign", "adset"]
 Status = Literal["ACTIVE", "PAUSED"]
-Operator = Literal[">", ">=", "<", "<=", "==", "!="]
+Operator = Literal[">", ">=", "<", "<=", "==", "!=", "IN_RANGE", "NOT_IN_RANGE"]
+#: The operators whose ``value`` is an inclusive ``[low, high]`` pair (Meta's Ad Rules names).
+RANGE_OPERATORS: Final = frozenset({"IN_RANGE", "NOT_IN_RANGE"})
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-Period = Literal[
+#: Periods Graph's Insights ``date_preset`` knows, sent to Meta as they are.
+InsightsPeriod = Literal[
     "today",
     "yesterday",
     "last_3d",
@@ -33,8 +36,30 @@ Period = Literal[
     "this_month",
     "last_month",
     "this_week_mon_today",
+    "this_week_sun_today",
     "maximum",
 ]
+#: Meta's Ad Rules presets that Insights lacks, lower-cased: fetched with a ``time_range``.
+AdRulesPeriod = Literal[
+    "last_2d",
+    "last_2_days",
+    "last_3_days",
+    "last_7_days",
+    "last_14_days",
+    "last_28_days",
+    "last_30_days",
+    "last_nd_14_8",
+    "last_nd_30_8",
+    "last_nd_60_8",
+    "last_nd_120_8",
+    "last_nd_180_8",
+    "last_nd_lifetime_8",
+    "last_nd_60_29",
+    "last_nd_120_29",
+    "last_nd_180_29",
+    "last_nd_lifetime_29",
+]
+Period = Literal[InsightsPeriod, AdRulesPeriod]
 RENAME_PLACEHOLDERS = frozenset({"name", "date", "rule"})
 NOTIFY_PLACEHOLDERS = frozenset(
     {

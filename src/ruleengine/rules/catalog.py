@@ -5,8 +5,10 @@ Three kinds of metric exist:
 * plain Insights fields (``spend``, ``ctr`` …),
 * dotted keys that pick one action type out of a list field
   (``actions.purchase``, ``purchase_roas.omni_purchase`` …),
-* the 8 special keys that are not Insights fields and never go into an
-  Insights request (clock, budgets, age, budget spent, ``custom:<name>``).
+* the special keys that are not Insights fields and never go into an Insights
+  request (clock, budgets, age, budget spent and its end-of-day estimate,
+  ``custom:<name>``); ``hours_since_creation``, Meta's Ad Rules name of ``age_hours``,
+  is the same key under a second name.
 
 Whether a missing value means 0 or "no data" depends on the metric: counts and
 spend are 0 when Meta returns nothing; ratios and cost-per values are no data.
@@ -114,8 +116,14 @@ SPECIAL_KEYS: Final = (
     "lifetime_budget",
     "remaining_budget",
     "age_hours",
+    "hours_since_creation",
     "budget_spent_pct",
+    "estimated_budget_spending_percentage",
 )
+#: Meta's Ad Rules names that mean exactly one of ours.
+AGE_KEYS: Final = frozenset({"age_hours", "hours_since_creation"})
+#: Keys computed from today's ``spend`` and the daily budget.
+SPEND_KEYS: Final = frozenset({"budget_spent_pct", "estimated_budget_spending_percentage"})
 
 # fullmatch, not match with "$": "$" also matches before a trailing newline
 _ACTION_TYPE_RE: Final = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)*")
@@ -127,9 +135,9 @@ def _special(name: str) -> MetricSpec | None:
         return MetricSpec(name, Source.CLOCK, missing=Missing.NO_DATA)
     if name in BUDGET_FIELDS:
         return MetricSpec(name, Source.ENTITY, field=BUDGET_FIELDS[name], money=True)
-    if name == "age_hours":
+    if name in AGE_KEYS:
         return MetricSpec(name, Source.ENTITY, field="created_time")
-    if name == "budget_spent_pct":
+    if name in SPEND_KEYS:
         return MetricSpec(name, Source.DERIVED, field="spend")
     return None
 

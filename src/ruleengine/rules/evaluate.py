@@ -11,8 +11,8 @@ import math
 import operator as op
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
 from zoneinfo import ZoneInfo
 
 from ruleengine.rules.catalog import MetricSpec, Missing, Source
@@ -20,15 +20,28 @@ from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Condition, Task
 
 NO_DATA = "no_data"
+# An end-of-day estimate from the first minutes of a day is noise: none before an hour.
+ESTIMATE_AFTER: Final = timedelta(hours=1)
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
 
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
     ">": op.gt,
     ">=": op.ge,
     "<": op.lt,
     "<=": op.le,
-    "==": lambda a, b: math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9),
-    "!=": lambda a, b: not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9),
+    "==": _close,
+    "!=": lambda a, b: not _close(a, b),
 }
+
+
+def in_range(actual: float, low: float, high: float) -> bool:
+    """``low ≤ actual ≤ high``, ends included (with ``==``'s tolerance)."""
+    return low <= actual <= high or _close(actual, low) or _close(actual, high)
+
 
 InsightsRow = Mapping[str, Any]
 CustomLookup = Callable[[str], float | None]
@@ -63,7 +76,7 @@ class ConditionResult:
     metric: str
     period: str | None
     operator: str
-    expected: float | None
+    expected: float | list[float] | None  # [low, high] for IN_RANGE / NOT_IN_RANGE
     actual: float | None
     passed: bool
     reason: str | None = None
@@ -137,7 +150,7 @@ def _budget(raw: int | None, ctx: EvalContext) -> float | None:
 
 def _entity_value(spec: MetricSpec, ctx: EvalContext) -> float | None:
     entity = ctx.entity
-    if spec.name == "age_hours":
+    if spec.field == "created_time":
         if entity.created_time is None:
             return None
         return max(0.0, (ctx.now - entity.created_time).total_seconds() / 3600)
@@ -149,12 +162,28 @@ def _entity_value(spec: MetricSpec, ctx: EvalContext) -> float | None:
     return _budget(raw, ctx)
 
 
-def _spent_pct(ctx: EvalContext) -> float | None:
+def _spent_pct(spec: MetricSpec, ctx: EvalContext) -> float | None:
+    """``budget_spent_pct`` (so far today) or ``estimated_budget_spending_percentage``."""
     budget = _budget(ctx.entity.daily_budget, ctx)
     if not budget:
         return None
     spend = _number((ctx.insights.get("today") or {}).get("spend")) or 0.0
-    return spend / budget * 100
+    if spec.name == "budget_spent_pct":
+        return spend / budget * 100
+    elapsed, length = _day_so_far(ctx)
+    if elapsed < ESTIMATE_AFTER:
+        return None
+    return spend * (length / elapsed) / budget * 100
+
+
+def _day_so_far(ctx: EvalContext) -> tuple[timedelta, timedelta]:
+    """How much of the ad account's day has passed, and the day's length (23-25 h)."""
+    local = ctx.now.astimezone(ctx.tz)
+    start = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    end = start + timedelta(days=1)  # wall-clock arithmetic: the next midnight
+    # aware datetimes of one tzinfo subtract as wall clocks: compare them in UTC
+    start_utc, end_utc = start.astimezone(UTC), end.astimezone(UTC)
+    return ctx.now - start_utc, end_utc - start_utc
 
 
 def resolve(spec: MetricSpec, period: str | None, ctx: EvalContext) -> float | None:
@@ -166,33 +195,43 @@ def resolve(spec: MetricSpec, period: str | None, ctx: EvalContext) -> float | N
     if spec.source is Source.ENTITY:
         return _entity_value(spec, ctx)
     if spec.source is Source.DERIVED:
-        return _spent_pct(ctx)
+        return _spent_pct(spec, ctx)
     return ctx.custom(spec.field or "") if ctx.custom else None
 
 
 def evaluate_condition(condition: Condition, ctx: EvalContext) -> ConditionResult:
     """Resolve both sides of ``condition`` and apply its operator."""
     actual = resolve(condition.spec, condition.period, ctx)
-    expected = condition.value
-    described: str | None = None
-    if condition.compare_to is not None:
-        other = resolve(condition.compare_to.spec, condition.compare_period, ctx)
-        expected = None if other is None else other * condition.compare_to.multiplier
-        described = _describe_compare(condition)
-    if actual is None or expected is None:
+    expected, described = _right_side(condition, ctx)
+    if actual is None or expected is None:  # no data is never inside, nor outside, a range
         passed, reason = False, NO_DATA
+    elif isinstance(expected, list):
+        passed, reason = in_range(actual, *expected) == (condition.operator == "IN_RANGE"), None
     else:
         passed, reason = _OPERATORS[condition.operator](actual, expected), None
     return ConditionResult(
         metric=condition.metric,
         period=condition.period,
         operator=condition.operator,
-        expected=_rounded(expected),
+        expected=expected if isinstance(expected, list) else _rounded(expected),
         actual=_rounded(actual),
         passed=passed,
         reason=reason,
         compare_to=described,
     )
+
+
+def _right_side(
+    condition: Condition, ctx: EvalContext
+) -> tuple[float | list[float] | None, str | None]:
+    """The value, ``[low, high]`` or ``multiplier × comparator`` (None: no data), described."""
+    if condition.bounds is not None:
+        return list(condition.bounds), None
+    if condition.compare_to is None:
+        return condition.value if isinstance(condition.value, float | int) else None, None
+    other = resolve(condition.compare_to.spec, condition.compare_period, ctx)
+    expected = None if other is None else other * condition.compare_to.multiplier
+    return expected, _describe_compare(condition)
 
 
 def _describe_compare(condition: Condition) -> str:

@@ -3,7 +3,8 @@
 Conditions (and their ``compare_to`` metrics) are grouped by period; inside a
 group each Insights field is asked for once (``actions.purchase`` and
 ``actions.lead`` both need ``actions``). Special keys never go into the request,
-except that ``budget_spent_pct`` needs today's ``spend``.
+except that ``budget_spent_pct`` and ``estimated_budget_spending_percentage``
+need today's ``spend``.
 """
 
 from __future__ import annotations

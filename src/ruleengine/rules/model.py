@@ -11,6 +11,7 @@ references against what is registered/configured.
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
@@ -19,6 +20,7 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
@@ -26,6 +28,7 @@ from pydantic import (
 from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.rules.action_types import ACTION_TYPES, Action, check_then
 from ruleengine.rules.basics import (
+    RANGE_OPERATORS,
     Level,
     Operator,
     Period,
@@ -121,12 +124,35 @@ class CompareTo(_MetricRef):
     multiplier: float = Field(default=1.0, gt=0)
 
 
+def _range_bound(raw: Any, where: str) -> float:
+    # bool is an int to Python, and "5" a number to pydantic's lax mode: a bound is a number
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise PathError(where, f"a range bound must be a number, not {raw!r:.40}")
+    if not math.isfinite(raw):
+        raise PathError(where, "a range bound must be a finite number")
+    return float(raw)
+
+
+def _range_value(raw: Any, operator: str) -> list[float]:
+    """``[low, high]`` of a range operator, checked: two finite numbers, low ≤ high."""
+    if not isinstance(raw, list | tuple) or len(raw) != 2:
+        raise ValueError(f"operator {operator} takes [low, high], two numbers, e.g. [100, 200]")
+    low, high = _range_bound(raw[0], "[0]"), _range_bound(raw[1], "[1]")
+    if low > high:
+        raise ValueError(f"low {low:g} > high {high:g}; write [low, high] with low ≤ high")
+    return [low, high]
+
+
 class Condition(_MetricRef):
-    """One test: ``metric(period) <operator> value`` or ``… <operator> compare_to``."""
+    """One test: ``metric(period) <operator> value`` or ``… <operator> compare_to``.
+
+    ``IN_RANGE`` / ``NOT_IN_RANGE`` take ``value: [low, high]`` (ends included, as Meta's
+    Ad Rules operators of the same names) and no ``compare_to``.
+    """
 
     period: Period | None = None
     operator: Operator
-    value: float | None = None
+    value: float | list[float] | None = None
     compare_to: CompareTo | None = None
 
     @property
@@ -134,9 +160,46 @@ class Condition(_MetricRef):
         """The period of the comparator metric (defaults to the condition's own)."""
         return self.compare_to.period or self.period if self.compare_to else None
 
+    @property
+    def bounds(self) -> tuple[float, float] | None:
+        """``(low, high)`` of a range operator, None for the others."""
+        if isinstance(self.value, list):
+            return self.value[0], self.value[1]
+        return None
+
+    @field_validator("value", mode="wrap")
+    @classmethod
+    def _value_shape(
+        cls, raw: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        operator = info.data.get("operator")  # absent when the operator itself is wrong
+        if raw is None:
+            return None
+        if operator in RANGE_OPERATORS:
+            return _range_value(raw, operator)
+        if isinstance(raw, list | tuple):
+            if operator is None:
+                return None  # the operator's own error says what is wrong
+            raise ValueError(
+                f"operator {operator} takes one number; IN_RANGE and NOT_IN_RANGE take [low, high]"
+            )
+        try:
+            return handler(raw)
+        except ValidationError as exc:  # one message, not one per member of the union
+            raise ValueError(str(exc.errors()[0]["msg"])) from None
+
     @model_validator(mode="after")
     def _complete(self) -> Condition:
-        if (self.value is None) == (self.compare_to is None):
+        if self.operator in RANGE_OPERATORS:
+            if self.compare_to is not None:
+                raise PathError(
+                    "compare_to",
+                    f"operator {self.operator} compares with a fixed [low, high] 'value';"
+                    " compare_to is not allowed with it",
+                )
+            if self.value is None:
+                raise PathError("value", f"required: operator {self.operator} takes [low, high]")
+        elif (self.value is None) == (self.compare_to is None):
             raise ValueError("give exactly one of 'value' (a number) or 'compare_to' (a metric)")
         if self.spec.needs_period and self.period is None:
             raise PathError("period", f"required for the Insights metric '{self.metric}'")
@@ -300,7 +363,7 @@ class Rule(RuleModel):
         """Object fields the entity listing must ask for (budgets only when referenced)."""
         fields = ["id", "name", "created_time", "effective_status", "status"]
         wanted = {s.field for s in self.metric_specs() if s.source is Source.ENTITY and s.field}
-        if any(s.name == "budget_spent_pct" for s in self.metric_specs()):
+        if any(s.source is Source.DERIVED for s in self.metric_specs()):
             wanted.add("daily_budget")
         if self.level == "adset":
             fields.append("campaign_id")

@@ -150,6 +150,7 @@ const RE = (() => {
   function fmtValue(value) {
     if (value === null || value === undefined) return "—";
     if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(4).replace(/0+$/, "").replace(/\.$/, "");
+    if (Array.isArray(value)) return "[" + value.map(fmtValue).join(", ") + "]";  /* IN_RANGE's [low, high] */
     if (typeof value === "object") return JSON.stringify(value);
     return String(value);
   }
