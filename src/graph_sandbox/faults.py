@@ -16,7 +16,8 @@ from graph_sandbox.errors import GraphError
 
 
 class FaultRule(BaseModel):
-    """Fail the next ``times`` calls whose path contains ``path_contains`` (``None``: forever)."""
+    """Fail the next ``times`` calls whose path contains ``path_contains`` (``None``: forever),
+    after letting the first ``skip`` of them through."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -26,6 +27,7 @@ class FaultRule(BaseModel):
     subcode: int | None = None
     message: str | None = None
     times: int | None = Field(default=None, ge=1)
+    skip: int = Field(default=0, ge=0)
 
 
 class FaultChange(BaseModel):
@@ -69,6 +71,7 @@ class Faults:
         self._rng = random.Random(f"faults:{seed}")
         self.settings = FaultSettings()
         self._remaining: list[int | None] = []
+        self._to_skip: list[int] = []
         self._calls_left: list[int] = []
 
     def update(self, changes: dict[str, Any]) -> None:
@@ -81,6 +84,7 @@ class Faults:
         self.settings = FaultSettings.model_validate(merged)
         if "rules" in changes:
             self._remaining = [rule.times for rule in self.settings.rules]
+            self._to_skip = [rule.skip for rule in self.settings.rules]
         if "changes" in changes:
             self._calls_left = [change.after_calls for change in self.settings.changes]
 
@@ -88,6 +92,7 @@ class Faults:
         """No faults at all."""
         self.settings = FaultSettings()
         self._remaining = []
+        self._to_skip = []
         self._calls_left = []
 
     def delay_s(self, method: str, path: str, *, batch_writes: bool = False) -> float:
@@ -107,6 +112,9 @@ class Faults:
             if remaining == 0 or rule.path_contains not in path:
                 continue
             if rule.method is not None and rule.method != method:
+                continue
+            if self._to_skip[index] > 0:
+                self._to_skip[index] -= 1
                 continue
             if remaining is not None:
                 self._remaining[index] = remaining - 1

@@ -57,6 +57,9 @@ class InsightsSettings(BaseModel):
     sync_timeout_subcode: Literal[1504018, 1504038] = 1504018
     report_polls: int = Field(default=3, ge=1, le=1000)
     report_outcomes: list[Outcome] = Field(default_factory=list)
+    #: Rows per page of synchronous Insights, whatever ``limit`` asks (Meta may answer
+    #: fewer rows than asked for and a next page); None: ``limit`` decides.
+    page_max_rows: int | None = Field(default=None, ge=1)
 
 
 def sync_timeout(subcode: int) -> GraphError:

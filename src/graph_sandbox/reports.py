@@ -76,14 +76,17 @@ def insights(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     """One page of Insights rows for the node in the path."""
     settings = state.report_runs.settings
     rows, _ = _rows(state, req, max_cells=settings.sync_max_cells)
-    return _page(req, rows)
+    return _page(req, rows, max_rows=settings.page_max_rows)
 
 
-def _page(req: GraphRequest, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+def _page(
+    req: GraphRequest, rows: list[tuple[str, dict[str, Any]]], *, max_rows: int | None = None
+) -> dict[str, Any]:
+    limit = parse_limit(req.param("limit"))
     page = paginate(
         rows,
         lambda row: row[0],
-        limit=parse_limit(req.param("limit")),
+        limit=min(limit, max_rows) if max_rows else limit,
         after=req.param("after"),
         before=req.param("before"),
     )

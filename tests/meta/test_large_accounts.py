@@ -155,6 +155,26 @@ async def test_additive_fields_over_several_days_are_split_by_range_and_summed(
     assert set(unknown_day.errors) == set(ids)
 
 
+async def test_a_later_page_of_a_range_timing_out_counts_no_row_twice(
+    graph: GraphSession, sandbox: SandboxAdmin
+) -> None:
+    ids = (await campaign_ids(graph))[:10]
+    whole = await fetch(graph, ids, ADDITIVE)
+    # 10 × 14 days times out; each 7-day half comes in pages of 4 rows, and the second
+    # page of the first half times out too: that half is fetched again in shorter ranges,
+    # and the 4 rows its first page gave must not stay counted beside them.
+    await sandbox.set_insights(sync_max_cells=75, page_max_rows=4)
+    await sandbox.set_faults(
+        rules=[
+            {"path_contains": "/insights", "code": 100, "subcode": 1504018, "skip": 3, "times": 1}
+        ]
+    )
+    split = await fetch(graph, ids, ADDITIVE, LargeAccounts(min_ids=10, today=TODAY))
+    assert not split.errors
+    assert values(split, ADDITIVE) == values(whole, ADDITIVE)
+    assert (await sandbox.stats())["errors_by_code"] == {"100": 2}
+
+
 async def test_what_splits_cannot_fix_runs_as_an_async_report_with_progress(
     graph: GraphSession, sandbox: SandboxAdmin
 ) -> None:

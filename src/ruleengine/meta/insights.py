@@ -49,24 +49,48 @@ BASE_PARAMS: Final = {"use_unified_attribution_setting": True, "action_breakdown
 
 @dataclass
 class InsightsResult:
-    """entity id → period → Insights row, plus what could not be fetched."""
+    """entity id → period → Insights row, plus what could not be fetched.
+
+    A period fetched in parts (date ranges) keeps each part's row apart and shows their sum,
+    so a part fetched again after a timeout replaces its earlier rows instead of adding to
+    them.
+    """
 
     rows: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     errors: dict[str, GraphError] = field(default_factory=dict)  # entity id → error
+    _parts: dict[tuple[str, str], dict[DateRange, dict[str, Any]]] = field(
+        default_factory=dict, repr=False
+    )
 
     def add_row(self, entity_id: str, period: str, row: dict[str, Any]) -> None:
-        """Store one row."""
+        """Store the row of a whole period."""
+        self._parts.pop((entity_id, period), None)
         self.rows.setdefault(entity_id, {})[period] = row
 
-    def merge_row(self, entity_id: str, period: str, row: dict[str, Any]) -> None:
-        """Add the row of a part of the period to what the other parts gave."""
-        earlier = self.rows.get(entity_id, {}).get(period)
-        self.add_row(entity_id, period, row if earlier is None else sum_rows(earlier, row))
+    def merge_row(self, entity_id: str, period: str, row: dict[str, Any], span: DateRange) -> None:
+        """Store the row of the part ``span`` of a period; the period's row is the parts' sum."""
+        parts = self._parts.setdefault((entity_id, period), {})
+        parts[span] = row if span not in parts else sum_rows(parts[span], row)
+        self._sum(entity_id, period)
 
-    def forget(self, entity_ids: Sequence[str], period: str) -> None:
-        """Drop rows of ``period`` (they are about to be fetched again, whole)."""
+    def forget(self, entity_ids: Sequence[str], period: str, span: DateRange | None = None) -> None:
+        """Drop rows of ``period`` — or of its part ``span`` — about to be fetched again."""
         for entity_id in entity_ids:
+            if span is None:
+                self._parts.pop((entity_id, period), None)
+                self.rows.get(entity_id, {}).pop(period, None)
+            elif self._parts.get((entity_id, period), {}).pop(span, None) is not None:
+                self._sum(entity_id, period)
+
+    def _sum(self, entity_id: str, period: str) -> None:
+        parts = sorted(self._parts.get((entity_id, period), {}).items())
+        if not parts:
             self.rows.get(entity_id, {}).pop(period, None)
+            return
+        total = parts[0][1]
+        for _, row in parts[1:]:
+            total = sum_rows(total, row)
+        self.rows.setdefault(entity_id, {})[period] = total
 
     def fail(self, entity_ids: Sequence[str], error: GraphError) -> None:
         """Mark entities whose metrics could not be fetched."""
@@ -238,9 +262,8 @@ async def _collect(ctx: _Fetch, planned: list[_Planned], result: InsightsResult)
                 pieces = _split(plan, ctx)
                 if pieces is None:
                     exhausted.append(replace(plan, error=answer.error))
-                else:
-                    if plan.span is None:  # the pieces fetch these rows again, whole
-                        result.forget(plan.entity_ids, plan.period)
+                else:  # the pieces fetch what this request covers again, whole
+                    result.forget(plan.entity_ids, plan.period, plan.span)
                     follow_up.extend(pieces)
                 continue
             cursor = _absorb(plan, answer, result, ctx.level)
@@ -353,9 +376,11 @@ def _absorb(plan: _Planned, answer: SubResult, result: InsightsResult, level: st
         )
         return None
     wanted = set(plan.entity_ids)
-    keep = result.add_row if plan.span is None else result.merge_row
     for row in data:
         entity_id = plan.entity_ids[0] if plan.direct else str(row.get(_id_field(level), ""))
         if isinstance(row, dict) and entity_id in wanted:
-            keep(entity_id, plan.period, row)
+            if plan.span is None:
+                result.add_row(entity_id, plan.period, row)
+            else:
+                result.merge_row(entity_id, plan.period, row, plan.span)
     return next_cursor(answer.body)
