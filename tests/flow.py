@@ -144,6 +144,7 @@ def campaign_rule(
     """A campaign rule on act_1001 with one task ``t``, every 15 minutes."""
     return {
         "name": extra.pop("name", f"rule {action['type']}"),
+        "format": 2,
         "level": extra.pop("level", "campaign"),
         "ad_accounts": ["act_1001"],
         "schedule": {"mode": "interval", "every_minutes": 15},
