@@ -3,6 +3,7 @@ and the one-time migration of format-1 definitions."""
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -11,12 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flow import campaign_rule
 from ruleengine.errors import RuleValidationError
 from ruleengine.rules.action_types import PercentBudgetAction, SetBudgetAction
 from ruleengine.rules.basics import MAX_BUDGET
 from ruleengine.rules.entity import ZERO_DECIMAL, currency_offset
 from ruleengine.rules.model import parse_rule
 from ruleengine.rules.money import (
+    MinorBudget,
     amount_scale,
     budget_in_minor_units,
     explain_old_format,
@@ -26,24 +29,15 @@ from ruleengine.rules.money import (
 )
 from ruleengine.rules.plan import plan_budget
 
+SPENT = {"metric": "spend", "period": "today", "operator": ">", "value": 1}
 CURRENCIES = ["USD", "EUR", "JPY", "KRW", "IDR", "GBP", "CLP"]
 
 
 def rule_doc(action: dict[str, Any], **top: Any) -> dict[str, Any]:
-    return {
-        "name": "money",
-        "level": "campaign",
-        "ad_accounts": ["act_1001"],
-        "schedule": {"mode": "interval", "every_minutes": 15},
-        "tasks": [
-            {
-                "id": "t",
-                "conditions": [{"metric": "spend", "period": "today", "operator": ">", "value": 1}],
-                "action": action,
-            }
-        ],
-        **top,
-    }
+    """A format-1 document (no "format") on act_1001."""
+    data = campaign_rule(action, [SPENT], name="money")
+    del data["format"]
+    return data | top
 
 
 def test_a_max_of_500_is_50000_cents_in_usd_and_500_yen_in_jpy() -> None:
@@ -67,11 +61,15 @@ def test_format_1_amounts_are_minor_units_already() -> None:
 
 def test_rounding_at_the_boundary_never_crosses_a_bound() -> None:
     # 10.005 USD: a max rounds down, a min up, an amount half up
-    bounds = PercentBudgetAction(
+    top = PercentBudgetAction(type="increase_budget", percent=1, max_budget=10.005)
+    floor = PercentBudgetAction(type="decrease_budget", percent=1, min_budget=10.001)
+    assert budget_in_minor_units(top, scale=100).max_budget == 1000
+    assert budget_in_minor_units(floor, scale=100).min_budget == 1001
+    # both inside one minor unit: no whole amount satisfies both, the maximum wins
+    both = PercentBudgetAction(
         type="increase_budget", percent=1, max_budget=10.005, min_budget=10.001
     )
-    assert budget_in_minor_units(bounds, scale=100).max_budget == 1000
-    assert budget_in_minor_units(bounds, scale=100).min_budget == 1001
+    assert budget_in_minor_units(both, scale=100) == MinorBudget(min_budget=1000, max_budget=1000)
     amount = SetBudgetAction(type="set_budget", amount=10.005)
     assert budget_in_minor_units(amount, scale=100).amount == 1001
     # below one minor unit: still a budget of 1, never 0
@@ -106,8 +104,10 @@ def test_conversion_never_lets_a_budget_cross_max_or_min(
     after = Fraction(int(plan.after), offset)  # back in currency units, exactly
     if up and plan.after != live:
         assert after <= Fraction(Decimal(str(high)))  # an increase never passes max_budget
-    if not up and plan.after != live:
-        # a decrease never goes under min_budget (but a whole minor unit: ceil of the min)
+    room = math.ceil(Fraction(Decimal(str(low))) * offset) <= Fraction(Decimal(str(high))) * offset
+    if not up and plan.after != live and room:
+        # a decrease never goes under min_budget (when a whole minor unit lies between the
+        # bounds: else the maximum wins) nor under 1 minor unit
         assert after >= Fraction(Decimal(str(low))) or int(plan.after) == 1
 
 

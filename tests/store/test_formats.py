@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from flow import campaign_rule, save_rule
+from flow import campaign_rule, point_cli_at, save_rule
 from ruleengine.cli import main as cli_main
 from ruleengine.dispatch import run_dispatcher
 from ruleengine.settings import Settings
@@ -54,12 +54,7 @@ async def test_the_web_app_the_dispatcher_and_the_cli_migrate_when_they_start(
     assert await migrated(db, dispatcher_rule) == (2, 250.5)
 
     cli_rule = await old_budget_rule(db, "cli")
-    for name, value in {
-        "RULEENGINE_MONGODB_URL": settings.mongodb_url,
-        "RULEENGINE_MONGODB_DATABASE": settings.mongodb_database,
-        "RULEENGINE_DATA_DIR": str(settings.data_dir),
-    }.items():
-        monkeypatch.setenv(name, value)
+    point_cli_at(settings, monkeypatch)
     # the CLI runs its own event loop: run it outside this test's loop
     assert await asyncio.to_thread(cli_main, ["rules", "list"]) == 0
     assert await migrated(db, cli_rule) == (2, 250.5)

@@ -66,14 +66,19 @@ class MinorBudget:
 def budget_in_minor_units(
     action: PercentBudgetAction | SetBudgetAction, *, scale: int
 ) -> MinorBudget:
-    """The action's amounts × ``scale`` (see :func:`amount_scale`), whole, never past a bound."""
-    return MinorBudget(
-        **{
-            name: to_minor(value, scale, rounding=_ROUNDING[name])
-            for name in MONEY_FIELDS[action.type]
-            if (value := getattr(action, name)) is not None
-        }
-    )
+    """The action's amounts × ``scale`` (see :func:`amount_scale`), whole, never past a bound.
+
+    A min and a max inside one minor unit (1.001 and 1.001 yen: ¥2 and ¥1 once whole) can
+    cross; the maximum wins, so a budget never passes ``max_budget``.
+    """
+    minor = {
+        name: to_minor(value, scale, rounding=_ROUNDING[name])
+        for name in MONEY_FIELDS[action.type]
+        if (value := getattr(action, name)) is not None
+    }
+    if "min_budget" in minor and "max_budget" in minor:
+        minor["min_budget"] = min(minor["min_budget"], minor["max_budget"])
+    return MinorBudget(**minor)
 
 
 def money_fields(definition: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], str]]:
