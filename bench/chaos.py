@@ -143,6 +143,7 @@ def chaos_rules(config: ChaosConfig, accounts: list[str]) -> list[dict[str, Any]
     return [
         {
             "name": name,
+            "format": 2,
             "level": "campaign",
             "ad_accounts": accounts,
             "filters": [where],

@@ -77,6 +77,7 @@ def distinct_rule(index: int) -> dict[str, object]:
 def rule_with(index: int, filters: list[dict[str, object]]) -> dict[str, object]:
     return {
         "name": f"bench rule {index:04d}",
+        "format": 2,
         "level": "campaign",
         "ad_accounts": ACCOUNTS,
         "filters": filters,

@@ -34,6 +34,7 @@ TICK_S = 10.0
 def rule(index: int, campaign_id: str) -> dict[str, object]:
     return {
         "name": f"due-to-write {index:02d}",
+        "format": 2,
         "level": "campaign",
         "ad_accounts": ["act_2001"],
         "filters": [{"field": "id", "operator": "EQUAL", "value": campaign_id}],

@@ -34,6 +34,7 @@ from ruleengine.settings import Settings
 CAMPAIGNS = 500
 RULE = {
     "name": "bench",
+    "format": 2,
     "level": "campaign",
     "ad_accounts": ["act_2001"],
     "schedule": {"mode": "interval", "every_minutes": 15},

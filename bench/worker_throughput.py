@@ -50,6 +50,7 @@ ACCOUNT = "act_2001"
 FROZEN_AT = datetime(2026, 11, 24, 17, 0, tzinfo=UTC)
 RULE = {
     "name": "throughput",
+    "format": 2,
     "level": "campaign",
     "ad_accounts": [ACCOUNT],
     "schedule": {"mode": "interval", "every_minutes": 15},
@@ -85,7 +86,7 @@ RULE = {
                     "compare_to": {"metric": "daily_budget", "multiplier": 0.25},
                 },
             ],
-            "action": {"type": "increase_budget", "percent": 15, "max_budget": 50000},
+            "action": {"type": "increase_budget", "percent": 15, "max_budget": 500},
             "cooldown_minutes": 360,
         },
     ],

@@ -131,6 +131,16 @@ def process_env(settings: Settings, **extra: str) -> dict[str, str]:
     }
 
 
+def point_cli_at(settings: Settings, monkeypatch: Any) -> None:
+    """Make ``ruleengine`` commands run in this process use ``settings``' database."""
+    for name, value in {
+        "RULEENGINE_MONGODB_URL": settings.mongodb_url,
+        "RULEENGINE_MONGODB_DATABASE": settings.mongodb_database,
+        "RULEENGINE_DATA_DIR": str(settings.data_dir),
+    }.items():
+        monkeypatch.setenv(name, value)
+
+
 def budget_rule(name: str = "Scale", percent: float = 20, **extra: Any) -> Rule:
     """A validated campaign rule raising budgets by ``percent`` when anything was spent today."""
     spent = {"metric": "spend", "period": "today", "operator": ">", "value": 1}
@@ -144,6 +154,7 @@ def campaign_rule(
     """A campaign rule on act_1001 with one task ``t``, every 15 minutes."""
     return {
         "name": extra.pop("name", f"rule {action['type']}"),
+        "format": 2,
         "level": extra.pop("level", "campaign"),
         "ad_accounts": ["act_1001"],
         "schedule": {"mode": "interval", "every_minutes": 15},

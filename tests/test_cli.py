@@ -107,3 +107,63 @@ def test_token_on_the_command_line_is_not_accepted() -> None:
 def test_help_explains_the_token_input() -> None:
     result = run("accounts", "add", "--help")
     assert "never from the command line" in result.stdout
+
+
+# ---------------------------------------------------------------- rule formats
+
+
+def old_format_file(tmp_path: Path) -> Path:
+    """Example 02 as it was written before formats: budgets in cents, no "format"."""
+    data = orjson.loads(EXAMPLES[1].read_bytes())
+    del data["format"]
+    data["tasks"][0]["action"]["max_budget"] = 50000
+    data["tasks"][1]["action"]["amount"] = 30000
+    path = tmp_path / "scale.json"
+    path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    return path
+
+
+def test_validate_explains_an_old_format_file(tmp_path: Path) -> None:
+    path = old_format_file(tmp_path)
+    result = run("rules", "validate", str(path))
+    assert result.returncode == 1
+    assert f"{path}: format: required" in result.stdout
+    assert f"{path}: tasks[0].action.max_budget: 50000 minor units = 500.00 in USD" in result.stdout
+    assert f"{path}: tasks[1].action.amount: 30000 minor units = 300.00 in USD" in result.stdout
+    assert f"ruleengine rules migrate {path} --currency USD --write" in result.stdout
+    yen = run("rules", "validate", "--currency", "JPY", str(path))
+    assert "max_budget: 50000 minor units = 50000 in JPY" in yen.stdout
+
+
+def test_migrate_prints_or_writes_format_2(tmp_path: Path) -> None:
+    path = old_format_file(tmp_path)
+    printed = run("rules", "migrate", "--currency", "USD", str(path))
+    assert printed.returncode == 0, printed.stderr
+    assert orjson.loads(printed.stdout) == orjson.loads(EXAMPLES[1].read_bytes())
+    written = run("rules", "migrate", "--currency", "USD", "--write", str(path))
+    assert (written.returncode, written.stdout) == (0, f"{path}: format 2\n")
+    assert orjson.loads(path.read_bytes()) == orjson.loads(EXAMPLES[1].read_bytes())
+    assert run("rules", "validate", str(path)).returncode == 0
+
+
+async def test_migrate_takes_the_registered_accounts_currencies(
+    settings: Settings, db: object, accounts: list[str], tmp_path: Path
+) -> None:
+    path = old_format_file(tmp_path)
+    data = orjson.loads(path.read_bytes())
+    data["ad_accounts"] = ["act_1004"]  # yen: 50000 minor units are ¥50000
+    path.write_bytes(orjson.dumps(data))
+    result = run("rules", "migrate", str(path), settings=settings)
+    assert result.returncode == 0, result.stderr
+    assert orjson.loads(result.stdout)["tasks"][0]["action"]["max_budget"] == 50000
+    data["ad_accounts"] = ["act_1001", "act_1004"]
+    path.write_bytes(orjson.dumps(data))
+    mixed = run("rules", "migrate", str(path), settings=settings)
+    assert mixed.returncode == 1
+    assert "different decimals" in mixed.stderr and "--currency CODE" in mixed.stderr
+
+
+def test_apply_refuses_an_old_format_file(settings: Settings, tmp_path: Path) -> None:
+    result = run("rules", "apply", str(old_format_file(tmp_path)), settings=settings)
+    assert result.returncode == 1
+    assert ": format: required" in result.stdout

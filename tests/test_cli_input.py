@@ -21,6 +21,7 @@ from ruleengine.store.rules import RuleStore
 def rule(**change: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "name": "Tag",
+        "format": 2,
         "level": "campaign",
         "ad_accounts": ["act_1001"],
         "schedule": {"mode": "interval", "every_minutes": 15},

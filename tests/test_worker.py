@@ -152,14 +152,14 @@ async def test_max_budget_and_min_budget_clamp(
         wired,
         db,
         campaign_rule(
-            {"type": "increase_budget", "percent": 40, "max_budget": 21000}, [WINNER], name="up"
+            {"type": "increase_budget", "percent": 40, "max_budget": 210}, [WINNER], name="up"
         ),
     )
     await run_rule(
         wired,
         db,
         campaign_rule(
-            {"type": "decrease_budget", "percent": 50, "min_budget": 25000}, [LOSER], name="down"
+            {"type": "decrease_budget", "percent": 50, "min_budget": 250}, [LOSER], name="down"
         ),
     )
     for record in await records(db, outcome="applied"):
@@ -177,7 +177,7 @@ async def test_engine_wide_change_cap_applies_to_set_budget(
     settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
 ) -> None:
     capped = settings.model_copy(update={"max_budget_change_pct": 10})
-    await run_rule(capped, db, campaign_rule({"type": "set_budget", "amount": 99000}, [WINNER]))
+    await run_rule(capped, db, campaign_rule({"type": "set_budget", "amount": 990}, [WINNER]))
     for record in await records(db, outcome="applied"):
         assert record["after"] == record["before"] + int(record["before"] * 0.10)
         assert record["clamped_by"] == ["max_budget_change_pct"]
@@ -249,7 +249,7 @@ async def test_every_action_type_changes_the_sandbox_and_records_before_after(
             lambda o, r: o["name"] == r["after"] == "[P] " + r["before"],
         ),
         (
-            {"type": "set_budget", "amount": 25000},
+            {"type": "set_budget", "amount": 250},
             lambda o, r: int(o["daily_budget"]) == r["after"] == 25000,
         ),
         (

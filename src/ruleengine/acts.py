@@ -5,7 +5,8 @@ An action on one entity ends in an :class:`ActResult` (what it did, or why not).
 so the preview, which imports this module, cannot reach code that writes to Meta.
 :func:`target_of` plans a status, budget or name action from the entity's live
 value (pure planning in :mod:`ruleengine.rules.plan`, plus the budget guards and the
-ad account's minimum daily budget);
+ad account's minimum daily budget; a rule's currency amounts become minor units here,
+:func:`money_scale`);
 :func:`record_once` records the intent of an effect that cannot be read back.
 """
 
@@ -32,6 +33,7 @@ from ruleengine.rules.action_types import (
 )
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule, Task
+from ruleengine.rules.money import amount_scale
 from ruleengine.rules.plan import Plan, plan_budget, plan_name, plan_status
 from ruleengine.store.intents import Intent, IntentStore
 
@@ -136,6 +138,7 @@ async def target_of(action: Any, run: JobRun, *, max_change_pct: float) -> Targe
         )
     if isinstance(action, PercentBudgetAction | SetBudgetAction):
         minimum = await run.facts.min_daily_budget() if run.facts is not None else None
+        scale = money_scale(run)
 
         def plan_daily_budget(live: dict[str, Any]) -> Plan | ActResult:
             guard = budget_guard(run.rule.level, live)
@@ -146,6 +149,7 @@ async def target_of(action: Any, run: JobRun, *, max_change_pct: float) -> Targe
                 live=int(live["daily_budget"]),
                 max_change_pct=max_change_pct,
                 account_minimum=minimum,
+                scale=scale,
             )
 
         return Target("daily_budget", list(BUDGET_FIELDS), plan_daily_budget)
@@ -158,6 +162,15 @@ async def target_of(action: Any, run: JobRun, *, max_change_pct: float) -> Targe
 
         return Target("name", ["name"], plan_new_name)
     raise ValueError(f"no write path for action type {action.type}")
+
+
+def money_scale(run: JobRun) -> int:
+    """Minor units per unit of the rule's amounts on this run's account (the Graph boundary)."""
+    if run.rule.format == 1:
+        return 1  # the old format names budgets in minor units already
+    if run.facts is None:
+        raise ValueError("a format-2 budget action needs the account's currency (JobRun.facts)")
+    return amount_scale(run.rule.format, run.facts.currency_offset)
 
 
 async def read_live(

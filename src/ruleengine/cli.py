@@ -19,9 +19,16 @@ from pydantic import ValidationError
 from ruleengine import __version__
 from ruleengine.errors import FieldError, RuleEngineError, RuleValidationError
 from ruleengine.rules.model import Rule, parse_rule, rule_json_schema
+from ruleengine.rules.money import (
+    CURRENT_FORMAT,
+    document_format,
+    explain_old_format,
+    migrate_stored,
+)
 from ruleengine.settings import PORT_LAYOUT, Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
+from ruleengine.store.formats import migrate_rules
 from ruleengine.store.ruledocs import Loaded, StoredRuleError
 from ruleengine.store.rules import RuleStore
 from ruleengine.supervise import MAX_RESTARTS, RESTART_WINDOW_S
@@ -35,12 +42,14 @@ def _now() -> datetime:
 
 @contextlib.asynccontextmanager
 async def _database(settings: Settings) -> AsyncIterator[Database]:
-    """The engine's database for one command: indexes ensured, orphan versions repaired."""
+    """The engine's database for one command: indexes ensured, orphan versions repaired,
+    rules of an old format migrated."""
     client = create_client(settings)
     try:
         db = database(client, settings)
         await ensure_indexes(db)
         await RuleStore(db).repair_orphans(now=_now())
+        await migrate_rules(db, now=_now())
         yield db
     finally:
         await client.close()
@@ -68,20 +77,28 @@ def validate_files(
     *,
     accounts: set[str] | None = None,
     webhooks: set[str] | None = None,
+    explain_in: str | None = None,
 ) -> list[tuple[Path, Rule]]:
     """Parse every file; print ``FILE: path: message`` per problem. Returns the valid rules.
 
     What ``rules validate`` (offline) and ``rules apply`` (against the registered accounts
-    and configured webhooks, as the API validates) run.
+    and configured webhooks, as the API validates) run. Only the current format is
+    valid; with ``explain_in`` a format-1 file is explained: its minor-unit amounts in
+    that currency, and the command that converts it.
     """
     valid: list[tuple[Path, Rule]] = []
     for path in paths:
+        data: Any = None
         try:
-            rule = parse_rule(_load_file(path), accounts=accounts, webhooks=webhooks)
+            data = _load_file(path)
+            rule = parse_rule(data, accounts=accounts, webhooks=webhooks, new=True)
             valid.append((path, rule))
         except RuleValidationError as exc:
             for error in exc.errors:
                 print(problem_line(path, error), file=out)
+            if explain_in and isinstance(data, dict) and document_format(data) == 1:
+                for line in explain_old_format(data, explain_in, path=str(path)):
+                    print(_one_line(f"{path}: {line}"), file=out)
     return valid
 
 
@@ -105,7 +122,7 @@ def cmd_rules_schema(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_rules_validate(args: argparse.Namespace, settings: Settings) -> int:
     """Validate rule files offline; exit 1 when any has a problem."""
-    valid = validate_files(args.files, sys.stdout)
+    valid = validate_files(args.files, sys.stdout, explain_in=args.currency)
     for path, rule in valid:
         print(f"{path}: ok ({rule.name}, {len(rule.tasks)} task(s))")
     return 0 if len(valid) == len(args.files) else 1
@@ -126,6 +143,52 @@ async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
             state = "new version" if result.new_version and not result.created else state
             print(f"{path}: {result.rule.id} v{result.rule.version} {state} ({rule.name})")
         return 0
+
+
+async def _rules_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    currencies: dict[str, str | None] = {}
+    if args.currency is None:  # the registered accounts' currencies
+        async with _database(settings) as db:
+            accounts = await CredentialStore(db, load_key(settings, create=False)).all()
+        currencies = {a.id: a.currency for a in accounts}
+    failed = 0
+    for path in args.files:
+        try:
+            migrated = migrate_file(path, currencies, currency=args.currency)
+        except RuleValidationError as exc:
+            failed += 1
+            for error in exc.errors:
+                print(problem_line(path, error), file=sys.stderr)
+            continue
+        text = orjson.dumps(migrated, option=orjson.OPT_INDENT_2).decode() + "\n"
+        if args.write:
+            path.write_text(text, encoding="utf-8")
+            print(f"{path}: format {CURRENT_FORMAT}")
+        else:
+            sys.stdout.write(text)
+    return 1 if failed else 0
+
+
+def migrate_file(
+    path: Path, currencies: dict[str, str | None], *, currency: str | None
+) -> dict[str, Any]:
+    """The rule file at ``path`` in the current format (unchanged when it already is).
+
+    Raises:
+        RuleValidationError: the file is not a valid rule, or cannot be converted.
+    """
+    data = _load_file(path)
+    rule = parse_rule(data)  # a format-1 document must be valid as it is
+    if rule.format == CURRENT_FORMAT:
+        return dict(data)
+    if currency is not None:
+        currencies = dict.fromkeys(rule.ad_accounts, currency)
+    migration = migrate_stored(data, currencies)
+    if migration.definition is None:
+        hint = "; or give the currency: --currency CODE" if currency is None else ""
+        raise RuleValidationError([FieldError("", f"not converted: {migration.problem}{hint}")])
+    parse_rule(migration.definition, new=True)
+    return migration.definition
 
 
 async def _rules_list(args: argparse.Namespace, settings: Settings) -> int:
@@ -311,7 +374,21 @@ def _add_rules(sub: Any) -> None:
         " 'FILE: path: message' and exit 1.",
     )
     validate.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    validate.add_argument(
+        "--currency", default="USD", help="explain an old-format file's amounts in this currency"
+    )
     validate.set_defaults(handler=cmd_rules_validate)
+    migrate = rules.add_parser(
+        "migrate",
+        help="convert rule files of the old format (budgets in minor units) to format 2",
+        description="Prints each file in format 2 (every amount in the account currency's"
+        " units: 50000 cents become 500), or rewrites it with --write. The currency is"
+        " --currency, else that of the rule's registered ad accounts (one offset needed).",
+    )
+    migrate.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    migrate.add_argument("--currency", help="the ad accounts' currency, e.g. USD or JPY")
+    migrate.add_argument("--write", action="store_true", help="rewrite the files in place")
+    migrate.set_defaults(handler=_run_async(_rules_migrate))
     apply = rules.add_parser(
         "apply",
         help="create or update rules from files",

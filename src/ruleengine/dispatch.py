@@ -53,6 +53,7 @@ from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
 from ruleengine.store.errorlog import ErrorLog
+from ruleengine.store.formats import migrate_rules
 from ruleengine.store.heartbeats import Heartbeats
 from ruleengine.store.ruledocs import RuleDoc, StoredRuleError
 from ruleengine.store.rules import RuleStore
@@ -415,6 +416,7 @@ async def run_dispatcher(settings: Settings, *, once: bool) -> int:
     db = database(client, settings)
     await ensure_indexes(db)
     await RuleStore(db).repair_orphans(now=utcnow())
+    await migrate_rules(db, now=utcnow())
     queue = connect_queue(settings)
     session = GraphSession(settings, methods=READ_ONLY)
     metrics = DispatcherMetrics()

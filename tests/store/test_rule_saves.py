@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from flow import budget_rule
+from flow import budget_rule, point_cli_at
 from ruleengine import constants as c
 from ruleengine.cli import main as cli_main
 from ruleengine.dispatch import run_dispatcher
@@ -122,12 +122,7 @@ async def test_the_web_app_the_dispatcher_and_the_cli_repair_orphans_when_they_s
     assert await versions_of(db, rule.id) == [1]
 
     await insert_orphan(db, rule.id, 2, age=timedelta(hours=1))
-    for name, value in {
-        "RULEENGINE_MONGODB_URL": settings.mongodb_url,
-        "RULEENGINE_MONGODB_DATABASE": settings.mongodb_database,
-        "RULEENGINE_DATA_DIR": str(settings.data_dir),
-    }.items():
-        monkeypatch.setenv(name, value)
+    point_cli_at(settings, monkeypatch)
     # the CLI runs its own event loop: run it outside this test's loop
     assert await asyncio.to_thread(cli_main, ["rules", "list"]) == 0
     assert await versions_of(db, rule.id) == [1]

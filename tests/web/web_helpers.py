@@ -41,6 +41,7 @@ def rule_body(name: str = "Pause spenders", **overrides: Any) -> dict[str, Any]:
     """A valid rule on act_1001 whose condition passes for the sandbox's spending campaigns."""
     body: dict[str, Any] = {
         "name": name,
+        "format": 2,
         "level": "campaign",
         "ad_accounts": ["act_1001"],
         "filters": [{"field": "effective_status", "operator": "IN", "value": ["ACTIVE"]}],
@@ -163,6 +164,7 @@ def pause_then_body(name: str = "Pause losers for an hour", **then: Any) -> dict
     """A rule pausing the losers of act_1001 now and re-activating them 60 minutes later."""
     return {
         "name": name,
+        "format": 2,
         "level": "campaign",
         "ad_accounts": ["act_1001"],
         "filters": [{"field": "name", "operator": "IN", "value": LOSERS}],

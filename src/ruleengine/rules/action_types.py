@@ -1,16 +1,24 @@
 """The ten actions a task can take, and ``then``: the delayed second step of an action.
 
 Each action is a model of its own, told apart by ``type``; :data:`Action` is their
-discriminated union. Budgets are in the account currency's minor units, bounded by
-:data:`~ruleengine.rules.basics.MAX_BUDGET`; templates may only hold plain
-``{placeholders}``.
+discriminated union. Budgets are in the account currency's units (a rule of format 2;
+minor units in the old format 1 — :mod:`ruleengine.rules.money` converts them at the Graph
+boundary), bounded by :data:`~ruleengine.rules.basics.MAX_BUDGET`; templates may only hold
+plain ``{placeholders}``.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
 
 from ruleengine.rules.basics import (
     MAX_BUDGET,
@@ -22,6 +30,22 @@ from ruleengine.rules.basics import (
 from ruleengine.rules.template import check_template
 from ruleengine.rules.validation import PathError
 
+MONEY = "account currency units (format 2); minor units in the old format 1"
+
+
+def _one_error(raw: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    # int | float: one message, not one per member of the union (".int", ".float" paths)
+    try:
+        return handler(raw)
+    except ValidationError as exc:
+        for error in exc.errors():
+            if error["type"] in ("greater_than", "less_than_equal", "finite_number"):
+                raise ValueError(str(error["msg"])) from None
+        raise ValueError(f"needs a number, e.g. 500 or 123.45, not {raw!r:.40}") from None
+
+
+# An amount of money: an int stays an int (a stored format-1 definition reads back as it was).
+Money = Annotated[int | float, Field(gt=0, le=MAX_BUDGET), WrapValidator(_one_error)]
 FollowUpDo = Literal["activate", "pause", "restore_budget", "restore_name", "notify"]
 
 
@@ -70,12 +94,8 @@ class PercentBudgetAction(_Action):
 
     type: Literal["increase_budget", "decrease_budget"]
     percent: float = Field(gt=0, le=1000)
-    max_budget: int | None = Field(
-        default=None, gt=0, le=MAX_BUDGET, description="minor units (cents)"
-    )
-    min_budget: int | None = Field(
-        default=None, gt=0, le=MAX_BUDGET, description="minor units (cents)"
-    )
+    max_budget: Money | None = Field(default=None, description=MONEY)
+    min_budget: Money | None = Field(default=None, description=MONEY)
 
     @model_validator(mode="after")
     def _bounds(self) -> PercentBudgetAction:
@@ -89,10 +109,10 @@ class PercentBudgetAction(_Action):
 
 
 class SetBudgetAction(_Action):
-    """Set the daily budget to an absolute amount (minor units)."""
+    """Set the daily budget to an absolute amount."""
 
     type: Literal["set_budget"]
-    amount: int = Field(gt=0, le=MAX_BUDGET, description="minor units (cents)")
+    amount: Money = Field(description=MONEY)
 
 
 class RenameAction(_Action):

@@ -82,9 +82,9 @@ NOTIFY_PLACEHOLDERS = frozenset(
 _HHMM = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]")
 ACCOUNT_ID = re.compile(r"act_[0-9]{1,30}")
 
-# The largest budget a rule may name, in minor units: 10^12 is ten billion in a two-decimal
-# currency (and a trillion rupiah), far above any real daily budget and well inside BSON's
-# int64, so a typo is refused instead of reaching Meta or MongoDB.
+# The largest budget a rule may name: 10^12 — in minor units (format 1) ten billion in a
+# two-decimal currency, in currency units (format 2) 10^14 minor units; far above any real
+# daily budget and well inside BSON's int64, so a typo is refused instead of reaching Meta.
 MAX_BUDGET: Final = 10**12
 # Dates a date_range may hold: any timezone's midnight of these is a valid UTC instant.
 FIRST_DATE: Final = date(2000, 1, 1)

@@ -38,6 +38,7 @@ from ruleengine.rules.basics import (
     timezone_problem,
 )
 from ruleengine.rules.catalog import MetricSpec, Source, UnknownMetricError, resolve_metric
+from ruleengine.rules.money import CURRENT_FORMAT, MIGRATE_HINT, MONEY_FIELDS, document_format
 from ruleengine.rules.schedule import DateRange, Schedule
 from ruleengine.rules.validation import PathError, field_errors
 
@@ -264,6 +265,8 @@ class Rule(RuleModel):
     """A rule: which entities, when, and what to do when conditions pass."""
 
     name: str = Field(min_length=1, max_length=200)
+    # 1: the old format, action budgets in minor units; 2: every amount in currency units
+    format: Literal[1, 2] = 1
     description: str = ""
     status: Status = "ACTIVE"
     level: Level
@@ -343,6 +346,21 @@ class Rule(RuleModel):
                     )
         return tasks
 
+    @model_validator(mode="after")
+    def _whole_minor_units(self) -> Rule:
+        if self.format == 1:
+            for t_index, task in enumerate(self.tasks):
+                for name in MONEY_FIELDS.get(task.action.type, ()):
+                    value = getattr(task.action, name)
+                    if isinstance(value, float) and not value.is_integer():
+                        raise PathError(
+                            f"tasks[{t_index}].action.{name}",
+                            f'{value:g}: a rule without "format": 2 names budgets in whole'
+                            ' minor units (cents); write "format": 2 and currency units'
+                            " (500.5 = $500.50) instead",
+                        )
+        return self
+
     # ---- derived views
 
     def metric_specs(self) -> list[MetricSpec]:
@@ -370,8 +388,13 @@ class Rule(RuleModel):
         return fields + sorted(wanted - set(fields))
 
     def definition(self) -> dict[str, Any]:
-        """The versioned definition: everything except the operational ``status``."""
-        return self.model_dump(mode="json", exclude={"status"})
+        """The versioned definition: everything except the operational ``status``.
+
+        A format-1 definition leaves ``format`` out, as every version stored before
+        formats existed does, so its checksum and an identical re-save stay the same.
+        """
+        exclude = {"status"} if self.format != 1 else {"status", "format"}
+        return self.model_dump(mode="json", exclude=exclude)
 
     def checksum(self) -> str:
         """sha256 of the canonical JSON of :meth:`definition`."""
@@ -419,19 +442,43 @@ def parse_rule(
     *,
     accounts: set[str] | None = None,
     webhooks: set[str] | None = None,
+    new: bool = False,
 ) -> Rule:
     """Validate ``data`` (a dict or JSON bytes/str) into a :class:`Rule`.
+
+    ``new``: ``data`` is a rule being saved (API, CLI), which must be of the current
+    format (``"format": 2``); stored format-1 rules still parse without it.
 
     Raises:
         RuleValidationError: listing every problem with its JSON path.
     """
     context = {"accounts": accounts, "webhooks": webhooks}
+    errors: list[FieldError] = []
     try:
         if isinstance(data, str | bytes):
-            return Rule.model_validate_json(data, context=context)
-        return Rule.model_validate(data, context=context)
+            rule = Rule.model_validate_json(data, context=context)
+        else:
+            rule = Rule.model_validate(data, context=context)
     except ValidationError as exc:
-        raise RuleValidationError(rule_errors(exc)) from None
+        errors = rule_errors(exc)
+        declared = document_format(data)
+    else:
+        declared = rule.format
+    if new and declared == 1:
+        errors.insert(0, old_format_error())
+    if errors:
+        raise RuleValidationError(errors)
+    return rule
+
+
+def old_format_error() -> FieldError:
+    """The error of a format-1 document where only the current format is taken."""
+    return FieldError(
+        "format",
+        f'required: "format": {CURRENT_FORMAT}, every amount in the account currency\'s units'
+        ' ("max_budget": 500 is $500.00 or ¥500). A document without it is the old format 1,'
+        f" whose action budgets are minor units (cents): {MIGRATE_HINT}",
+    )
 
 
 def rule_json_schema() -> dict[str, Any]:

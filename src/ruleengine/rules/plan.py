@@ -27,6 +27,7 @@ from ruleengine.rules.action_types import (
     SetBudgetAction,
     StatusAction,
 )
+from ruleengine.rules.money import budget_in_minor_units
 from ruleengine.rules.template import render_template
 
 
@@ -62,20 +63,26 @@ def plan_budget(
     live: int,
     max_change_pct: float,
     account_minimum: int | None = None,
+    scale: int = 1,
 ) -> Plan:
     """The daily budget to write, from the live budget (minor units).
 
+    ``scale`` is how many minor units one unit of the action's amounts is
+    (:func:`~ruleengine.rules.money.amount_scale`: the currency's offset for a format-2
+    rule, 1 for amounts already in minor units); a maximum rounds down, a minimum up.
     ``account_minimum`` is the ad account's ``min_daily_budget``: a target below it
     is raised to it (``clamped_by`` names ``min_daily_budget``), so a decrease stops
     at the minimum (``at_min_budget``) instead of being refused by Meta every run.
     """
+    minor = budget_in_minor_units(action, scale=scale)
     if isinstance(action, SetBudgetAction):
-        requested = action.amount
+        assert minor.amount is not None  # a set_budget always has its amount
+        requested = minor.amount
         lower, upper = 1, None
     else:
         sign = 1 if action.type == "increase_budget" else -1
         requested = percent_of(live, 100 + sign * _decimal(action.percent), rounding=ROUND_HALF_UP)
-        lower, upper = action.min_budget or 1, action.max_budget
+        lower, upper = minor.min_budget or 1, minor.max_budget
     target, clamped = _clamp(requested, lower, upper, live=live, max_change_pct=max_change_pct)
     if account_minimum is not None and target < account_minimum:
         target, clamped = account_minimum, [*clamped, "min_daily_budget"]

@@ -65,6 +65,17 @@ class RuleIssue(BaseModel):
     at: datetime | None = None
 
 
+class MigrationNote(BaseModel):
+    """Why a stored rule was left at its old format by the startup migration (store/formats)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: Literal["not_migrated"] = "not_migrated"
+    format: int = 1
+    message: str
+    at: datetime
+
+
 class RuleDoc(BaseModel):
     """A stored rule: the active definition plus its operational state."""
 
@@ -82,6 +93,7 @@ class RuleDoc(BaseModel):
     created_at: datetime
     updated_at: datetime
     issue: RuleIssue | None = None
+    migration: MigrationNote | None = None
 
     @classmethod
     def from_mongo(cls, doc: Document) -> RuleDoc:

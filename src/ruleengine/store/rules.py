@@ -262,7 +262,8 @@ class RuleStore:
         try:
             doc = await self._rules.find_one_and_update(
                 {"_id": existing.id, "version": existing.version},
-                {"$set": update, "$unset": {"issue": ""}},
+                # a new active version answers both an issue and a migration note
+                {"$set": update, "$unset": {"issue": "", "migration": ""}},
                 return_document=ReturnDocument.AFTER,
             )
         except DuplicateKeyError:

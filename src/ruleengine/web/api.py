@@ -42,6 +42,7 @@ def _now() -> datetime:
 
 
 _UNKNOWN: dict[str, Any] = {
+    "format": None,
     "level": None,
     "ad_accounts": [],
     "schedule": None,
@@ -64,6 +65,7 @@ def rule_summary(item: Loaded) -> dict[str, Any]:
         "name": doc.name,
         "status": doc.status,
         "issue": None if doc.issue is None else doc.issue.model_dump(),
+        "migration": None if doc.migration is None else doc.migration.model_dump(),
         "version": doc.version,
         "latest_version": doc.latest_version,
         "next_execute_at": doc.next_execute_at,
@@ -80,6 +82,7 @@ def rule_summary(item: Loaded) -> dict[str, Any]:
             | {"issue": (doc.issue or RuleIssue(message=exc.problem)).model_dump()}
         )
     return summary | {
+        "format": rule.format,
         "level": rule.level,
         "ad_accounts": rule.ad_accounts,
         "schedule": describe(rule.schedule),
@@ -95,6 +98,7 @@ def _damaged(error: StoredRuleError) -> dict[str, Any]:
         "name": error.name or "",
         "status": "HAS_ISSUES",
         "issue": RuleIssue(message=error.problem).model_dump(),
+        "migration": None,
         "version": None,
         "latest_version": None,
         "next_execute_at": None,
@@ -124,6 +128,7 @@ async def validated_rule(request: web.Request, body: Any) -> Rule:
             body,
             accounts=await svc.credentials.ids(),
             webhooks=set(settings_of(request).webhooks),
+            new=True,
         )
     except RuleValidationError as exc:
         raise invalid("invalid rule", exc.errors, valid=False) from None

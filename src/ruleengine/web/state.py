@@ -27,6 +27,7 @@ from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, Document, create_client, database, ensure_indexes
 from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.followups import FollowupStore
+from ruleengine.store.formats import migrate_rules
 from ruleengine.store.heartbeats import Heartbeats
 from ruleengine.store.records import BatchStore, ExecutionStore
 from ruleengine.store.rollups import RollupStore
@@ -105,6 +106,7 @@ async def services_context(app: web.Application) -> AsyncIterator[None]:
     try:
         await ensure_indexes(svc.db)
         await svc.rules.repair_orphans(now=datetime.now(UTC))
+        await migrate_rules(svc.db, now=datetime.now(UTC))
     except PyMongoError as exc:
         # Keep serving: /health/ready will name MongoDB until it is back.
         log.warning("could not prepare MongoDB at startup: %s", exc)

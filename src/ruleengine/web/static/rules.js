@@ -8,6 +8,7 @@
 
   const NEW_RULE = {
     name: "New rule",
+    format: 2,
     status: "PAUSED",
     level: "campaign",
     ad_accounts: ["act_1001"],
