@@ -18,11 +18,13 @@ from flow import (
     kill,
     reap,
     records,
+    sandbox_quiet,
     save_rule,
     start_worker,
     successful_writes,
     wait_for,
     work,
+    writes_at_least,
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
@@ -225,11 +227,11 @@ async def test_a_worker_killed_in_the_middle_of_the_bid_writes_changes_no_bid_tw
     await sandbox.set_faults(write_latency_ms=1500)
     worker = start_worker(settings, tmp_path / "worker.log", write_batch_size="10")
     try:
-        landed = await wait_for(lambda: _at_least(sandbox, 10), timeout_s=60)
+        landed = await wait_for(lambda: writes_at_least(sandbox, 10), timeout_s=60)
     finally:
         kill(worker)
     assert landed == 10
-    await wait_for(lambda: _quiet(sandbox))
+    await wait_for(lambda: sandbox_quiet(sandbox))
     await sandbox.clear_faults()
     first = (await db[c.BATCHES].find_one({"rule_id": rule.id}) or {})["_id"]
     assert "pending" in {i["status"] for i in await intents(db, batch_id=first)}
@@ -246,15 +248,6 @@ async def test_a_worker_killed_in_the_middle_of_the_bid_writes_changes_no_bid_tw
     applied = await records(db, outcome="applied")
     assert sorted(r["entity_id"] for r in applied) == sorted(w["id"] for w in writes)
     assert await intents(db, status="pending") == []
-
-
-async def _at_least(sandbox: SandboxAdmin, count: int) -> int:
-    writes = len(await successful_writes(sandbox))
-    return writes if writes >= count else 0
-
-
-async def _quiet(sandbox: SandboxAdmin) -> bool:
-    return (await sandbox.stats())["in_flight"] == 0
 
 
 # ---------------------------------------------------------------- scale_to_target

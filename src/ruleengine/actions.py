@@ -1,4 +1,4 @@
-"""The write path: one change of status, budget or name on one entity, safe to repeat.
+"""The write path: one change of status, budget, bid or name on one entity, safe to repeat.
 
 Per ad account, writes are sequential across all workers: a fenced, renewed
 Redis lock (:mod:`ruleengine.locks`) is held around the write only (never around

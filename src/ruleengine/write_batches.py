@@ -1,4 +1,4 @@
-"""The batched write path: one job's status, budget and name changes on one ad account.
+"""The batched write path: one job's status, budget, bid and name changes on one ad account.
 
 The protocol of :mod:`ruleengine.actions`, for many changes at once
 (``RULEENGINE_WRITE_BATCH_SIZE`` > 1). Under one hold of the account's fenced write

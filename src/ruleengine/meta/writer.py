@@ -1,6 +1,6 @@
-"""Writes to the Graph API: status, budgets, name, copies — through one instrumented wrapper.
+"""Writes to the Graph API: status, budgets, bids, name, copies — through one instrumented wrapper.
 
-Status, budget and name writes also go in Batch API calls of up to 50 POSTs
+Status, budget, bid and name writes also go in Batch API calls of up to 50 POSTs
 (:meth:`GraphWriter.write_batch`), each sub-request logged and reported like a
 write of its own, each answered on its own. A copy too big for ``/copies`` is started
 as an asynchronous batch (:meth:`GraphWriter.copy_async`, see :mod:`ruleengine.meta.copies`).
