@@ -204,6 +204,17 @@ async def successful_writes(sandbox: SandboxAdmin) -> list[dict[str, Any]]:
     return [w for w in await sandbox.writes() if w["ok"]]
 
 
+async def writes_at_least(sandbox: SandboxAdmin, count: int) -> int:
+    """How many writes the sandbox accepted, once there are ``count`` or more (else 0)."""
+    writes = len(await successful_writes(sandbox))
+    return writes if writes >= count else 0
+
+
+async def sandbox_quiet(sandbox: SandboxAdmin) -> bool:
+    """True when no Graph request is in flight at the sandbox."""
+    return bool((await sandbox.stats())["in_flight"] == 0)
+
+
 def worker_env(settings: Settings) -> dict[str, str]:
     """The environment of an ``arq ruleengine.jobs.WorkerSettings`` child process."""
     # a short write-lock lifetime: the lock of a killed worker is free again in 2 s

@@ -19,11 +19,13 @@ from flow import (
     kill,
     reap,
     records,
+    sandbox_quiet,
     save_rule,
     start_worker,
     successful_writes,
     wait_for,
     work,
+    writes_at_least,
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
@@ -82,12 +84,12 @@ async def test_a_worker_killed_between_two_write_batches_applies_nothing_twice(
     await sandbox.set_faults(write_latency_ms=1500)
     worker = start_worker(settings, tmp_path / "worker.log")
     try:
-        landed = await wait_for(lambda: _at_least(sandbox, 50), timeout_s=60)
+        landed = await wait_for(lambda: writes_at_least(sandbox, 50), timeout_s=60)
     finally:
         kill(worker)
     assert landed == 50  # killed between the first call and the second
     # a call the dead worker had sent still lands: wait until the sandbox has answered it
-    await wait_for(lambda: _quiet(sandbox))
+    await wait_for(lambda: sandbox_quiet(sandbox))
     await sandbox.clear_faults()
     first_batch = (await db[c.BATCHES].find_one({"rule_id": rule.id}) or {})["_id"]
     assert {i["status"] for i in await intents(db, batch_id=first_batch)} >= {"pending"}
@@ -106,15 +108,6 @@ async def test_a_worker_killed_between_two_write_batches_applies_nothing_twice(
     assert await intents(db, status="pending") == []
     batch = await db[c.BATCHES].find_one({"_id": first_batch})
     assert batch is not None and batch["status"] == "ABANDONED"
-
-
-async def _at_least(sandbox: SandboxAdmin, count: int) -> int:
-    writes = len(await successful_writes(sandbox))
-    return writes if writes >= count else 0
-
-
-async def _quiet(sandbox: SandboxAdmin) -> bool:
-    return (await sandbox.stats())["in_flight"] == 0
 
 
 # ---------------------------------------------------------------- one sub-response each

@@ -65,6 +65,8 @@ _EVENTS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("adset", "budget"): ("update_ad_set_budget", "BUDGET", "Ad set budget updated"),
     ("adset", "status"): ("update_ad_set_run_status", "STATUS", "Ad set status updated"),
     ("adset", "name"): ("update_ad_set_name", "AD_SET", "Ad set name updated"),
+    # the SDK's AdActivity.EventType has no update_ad_set_bid_amount: a bid change is "bidding"
+    ("adset", "bid_amount"): ("update_ad_set_bidding", "BID", "Ad set bidding updated"),
     ("campaign", "budget"): ("update_campaign_budget", "BUDGET", "Campaign budget updated"),
     ("campaign", "status"): ("update_campaign_run_status", "STATUS", "Campaign status updated"),
     ("campaign", "name"): ("update_campaign_name", "CAMPAIGN", "Campaign name updated"),
@@ -145,7 +147,7 @@ class ActivityLog:
         event_type, category, translated = _EVENTS[(obj.kind, what)]
         account = state.world.account_of(obj)
         extra: dict[str, Any] = {"old_value": old, "new_value": new}
-        if what == "budget":
+        if what in ("budget", "bid_amount"):
             extra |= {"currency": account.currency, "type": name}
         self._by_account.setdefault(account.id, []).append(
             Activity(

@@ -75,6 +75,9 @@ _ADSET: dict[str, Getter] = {
     "optimization_goal": lambda s, o: _OPTIMIZATION_GOAL.get(o.objective, "OFFSITE_CONVERSIONS"),
     "billing_event": lambda s, o: "IMPRESSIONS",
     "source_adset_id": lambda s, o: o.source_id or "0",
+    "bid_strategy": lambda s, o: o.bid_strategy,
+    # an int32 in minor units, sent as a JSON number (budgets are numeric strings)
+    "bid_amount": lambda s, o: Number(o.bid_amount) if o.bid_amount is not None else None,
 }
 
 _AD: dict[str, Getter] = {
@@ -141,7 +144,13 @@ def getters(kind: str) -> dict[str, Getter]:
     return _CAMPAIGN if kind == "campaign" else _ADSET
 
 
+class Number(int):
+    """An integer Graph sends as a JSON number, not as a string like budgets."""
+
+
 def _rendered(value: Any) -> Any:
+    if isinstance(value, Number):
+        return int(value)
     if isinstance(value, datetime):
         return meta_time(value)
     if isinstance(value, int) and not isinstance(value, bool):

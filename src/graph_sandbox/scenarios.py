@@ -66,6 +66,10 @@ class _CampaignSpec:
     status: str = ACTIVE
     paused_adset: bool = False
     held_as: str | None = None  # WITH_ISSUES, IN_PROCESS: the campaign and its ad sets
+    # the ad sets' bidding: a strategy with a cap carries a bid (minor units); no random draw,
+    # so the rest of the world is the same with or without it
+    bid_strategy: str = "LOWEST_COST_WITHOUT_CAP"
+    bid_cents: int | None = None
 
 
 _W, _M, _L = Archetype.WINNER, Archetype.MIDDLING, Archetype.LOSER
@@ -77,14 +81,27 @@ _DEMO_CAMPAIGNS = (
     _CampaignSpec("[AUTO] Prospecting {cc} 2", _L, "daily", 30000, adsets=3),
     _CampaignSpec("[AUTO] Prospecting {cc} 3", _M, "adset", 7000, adsets=3, paused_adset=True),
     _CampaignSpec("[AUTO] Retargeting {cc} 1", _W, "daily", 12000),
-    _CampaignSpec("[AUTO] Retargeting {cc} 2", _L, "adset", 10000),
+    _CampaignSpec(
+        "[AUTO] Retargeting {cc} 2",
+        _L,
+        "adset",
+        10000,
+        bid_strategy="LOWEST_COST_WITH_BID_CAP",
+        bid_cents=450,
+    ),
     _CampaignSpec("[AUTO] Broad {cc} 1", _M, "lifetime", 600000),
     _CampaignSpec("[AUTO] Creative Test {cc} 1", Archetype.NO_PURCHASE, "adset", 5000, adsets=3),
     _CampaignSpec(
         "[AUTO] Lead Gen {cc} 1", Archetype.LEADGEN, "daily", 8000, objective="OUTCOME_LEADS"
     ),
     _CampaignSpec(
-        "[AUTO] Lead Gen {cc} 2", Archetype.LEADGEN, "adset", 4000, objective="OUTCOME_LEADS"
+        "[AUTO] Lead Gen {cc} 2",
+        Archetype.LEADGEN,
+        "adset",
+        4000,
+        objective="OUTCOME_LEADS",
+        bid_strategy="COST_CAP",
+        bid_cents=1200,
     ),
     _CampaignSpec("[AUTO] Catalog Sales {cc} 1", _W, "daily", 15000, status=PAUSED),
     _CampaignSpec(
@@ -115,7 +132,14 @@ _DEMO_ACCOUNTS = (
 _JPY_ACCOUNT = ("1004", "Demo Store JP", "JPY", "Asia/Tokyo", "JP")
 _JPY_CAMPAIGNS = (
     _CampaignSpec("[AUTO] Prospecting {cc} 1", _W, "daily", 30000),
-    _CampaignSpec("[AUTO] Retargeting {cc} 1", _L, "adset", 5000),
+    _CampaignSpec(
+        "[AUTO] Retargeting {cc} 1",
+        _L,
+        "adset",
+        5000,
+        bid_strategy="LOWEST_COST_WITH_BID_CAP",
+        bid_cents=600,  # ¥600: whole yen
+    ),
     _CampaignSpec("[AUTO] Creative Test {cc} 1", Archetype.NO_PURCHASE, "adset", 3000),
     _CampaignSpec(
         "Brand Awareness {cc}", Archetype.AWARENESS, "daily", 8000, objective="OUTCOME_AWARENESS"
@@ -176,12 +200,15 @@ def _build_bench(world: World, rng: random.Random, config: WorldConfig) -> None:
         tz = _TIMEZONES[index % len(_TIMEZONES)]
         world.add_account(Account(number, f"Bench Account {index + 1}", "USD", tz))
         for position in range(config.campaigns_per_account or 500):
+            capped = position % len(_BENCH_MIX) == len(_BENCH_MIX) - 1  # every fifth: a bid cap
             spec = _CampaignSpec(
                 f"[AUTO] Bench {index + 1} Campaign {position + 1:04d}",
                 _BENCH_MIX[position % len(_BENCH_MIX)],
                 "daily",
                 rng.randrange(5000, 30001, 500),
                 adsets=config.adsets_per_campaign or 1,
+                bid_strategy="LOWEST_COST_WITH_BID_CAP" if capped else "LOWEST_COST_WITHOUT_CAP",
+                bid_cents=500 if capped else None,
             )
             _add_campaign(world, rng, number, spec, "", None)
 
@@ -197,6 +224,8 @@ def _renumbered(spec: _CampaignSpec, round_: int) -> _CampaignSpec:
         spec.objective,
         spec.status,
         spec.paused_adset,
+        bid_strategy=spec.bid_strategy,
+        bid_cents=spec.bid_cents,
     )
 
 
@@ -254,6 +283,8 @@ def _add_adsets(
                 daily_budget=spec.budget_cents if spec.budget == "adset" else None,
                 profile=make_profile(rng, spec.archetype, spend),
                 held_as=spec.held_as,
+                bid_strategy=spec.bid_strategy,
+                bid_amount=spec.bid_cents,
             )
         )
 

@@ -87,6 +87,10 @@ class AdObject:
     #: (``WITH_ISSUES``, ``IN_PROCESS``); such an object delivers nothing.
     held_as: str | None = None
     adset_id: str | None = None
+    #: An ad set's bidding (Meta's ``bid_strategy``); ``bid_amount`` in minor units is set
+    #: only under a strategy that takes a bid (a bid cap, a cost cap).
+    bid_strategy: str = "LOWEST_COST_WITHOUT_CAP"
+    bid_amount: int | None = None
 
 
 class World:

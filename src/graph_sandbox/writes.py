@@ -1,4 +1,4 @@
-"""Write routes: ``POST /{id}`` (status, budgets, name) and ``POST /{id}/copies``.
+"""Write routes: ``POST /{id}`` (status, budgets, an ad set's bid, name) and ``POST /{id}/copies``.
 
 Validation follows Meta: every parameter is checked before anything changes,
 so a refused write leaves the object exactly as it was. A copy holds at most
@@ -29,7 +29,11 @@ MIN_BUDGET = 100
 SYNC_COPY_LIMIT = 3
 ASYNC_COPY_LIMIT = 51
 
-_UPDATABLE = frozenset({"status", "daily_budget", "lifetime_budget", "name"})
+_UPDATABLE = frozenset({"status", "daily_budget", "lifetime_budget", "bid_amount", "name"})
+#: Bid strategies under which an ad set takes a ``bid_amount`` (a cap Meta bids within).
+BID_STRATEGIES = frozenset({"LOWEST_COST_WITH_BID_CAP", "COST_CAP"})
+#: The largest ``bid_amount`` Graph takes: the field is an int32.
+MAX_BID = 2**31 - 1
 _COPY_PARAMS = frozenset(
     {"status_option", "rename_options", "deep_copy", "campaign_id", "start_time", "end_time"}
 )
@@ -89,11 +93,13 @@ def _validated(obj: AdObject, params: Mapping[str, str], currency: str) -> dict[
     unknown = sorted(params.keys() - _UPDATABLE)
     if unknown:
         raise invalid_param(
-            f"Param {unknown[0]} is not supported; send status, daily_budget, lifetime_budget"
-            " or name"
+            f"Param {unknown[0]} is not supported; send status, daily_budget, lifetime_budget,"
+            " bid_amount or name"
         )
     if not params:
-        raise invalid_param("Nothing to update: send status, daily_budget, lifetime_budget or name")
+        raise invalid_param(
+            "Nothing to update: send status, daily_budget, lifetime_budget, bid_amount or name"
+        )
     changes: dict[str, Any] = {}
     if "status" in params:
         if params["status"] not in (ACTIVE, PAUSED):
@@ -102,6 +108,8 @@ def _validated(obj: AdObject, params: Mapping[str, str], currency: str) -> dict[
     for field in ("daily_budget", "lifetime_budget"):
         if field in params:
             changes[field] = _budget(obj, field, params[field], currency)
+    if "bid_amount" in params:
+        changes["bid_amount"] = _bid(obj, params["bid_amount"])
     if "name" in params:
         if not params["name"].strip():
             raise invalid_param("Param name must be a non-empty string")
@@ -119,6 +127,24 @@ def _budget(obj: AdObject, field: str, raw: str, currency: str) -> int:
     minimum = min_daily_budget(currency)
     if value < minimum:
         raise budget_too_low(obj.kind, money(minimum, currency))
+    return value
+
+
+def _bid(obj: AdObject, raw: str) -> int:
+    """A new ``bid_amount``: an ad set's, an integer in minor units, under a strategy with a cap."""
+    if obj.kind != "adset":
+        raise invalid_param(f"Param bid_amount is not supported on a {obj.kind}: set it on ad sets")
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise invalid_param("Param bid_amount must be an integer in minor units") from exc
+    if not 0 < value <= MAX_BID:
+        raise invalid_param(f"Param bid_amount must be between 1 and {MAX_BID}")
+    if obj.bid_strategy not in BID_STRATEGIES:
+        raise invalid_param(
+            f"Param bid_amount cannot be set: the ad set's bid_strategy {obj.bid_strategy}"
+            " takes no bid; use LOWEST_COST_WITH_BID_CAP or COST_CAP"
+        )
     return value
 
 

@@ -1,4 +1,4 @@
-"""The write path: one change of status, budget or name on one entity, safe to repeat.
+"""The write path: one change of status, budget, bid or name on one entity, safe to repeat.
 
 Per ad account, writes are sequential across all workers: a fenced, renewed
 Redis lock (:mod:`ruleengine.locks`) is held around the write only (never around
@@ -65,7 +65,7 @@ from ruleengine.rules.evaluate import TaskVerdict
 from ruleengine.rules.model import Task
 from ruleengine.rules.plan import Plan
 from ruleengine.settings import Settings
-from ruleengine.store.intents import Intent, IntentStatus, IntentStore
+from ruleengine.store.intents import EXECUTION_COUNT_LIMIT, Intent, IntentStatus, IntentStore
 from ruleengine.store.records import BatchStore
 from ruleengine.write_batches import BatchedWrites, FieldChange
 
@@ -107,6 +107,8 @@ async def write_field(
         return await writer.set_budget("daily_budget", int(value), token=run.token, ctx=ctx)
     if field == "name":
         return await writer.set_name(str(value), token=run.token, ctx=ctx)
+    if field == "bid_amount":
+        return await writer.set_bid(int(value), token=run.token, ctx=ctx)
     raise ValueError(f"no writer for the field {field}")
 
 
@@ -207,16 +209,24 @@ class ActionExecutor:
         self.batched = BatchedWrites(self)
 
     async def act_many(
-        self, run: JobRun, writer: GraphWriter, pairs: Sequence[tuple[Entity, Task]]
+        self,
+        run: JobRun,
+        writer: GraphWriter,
+        pairs: Sequence[tuple[Entity, Task]],
+        verdicts: Sequence[TaskVerdict | None] | None = None,
     ) -> list[ActResult]:
-        """Carry out many status, budget and name actions of one job at once, in Batch API
-        calls (:mod:`ruleengine.write_batches`); each pair's result, in order."""
+        """Carry out many status, budget, bid and name actions of one job at once, in Batch
+        API calls (:mod:`ruleengine.write_batches`); each pair's result, in order.
+        ``verdicts`` (in the same order) carry what ``scale_to_target`` scales by."""
         results: dict[int, ActResult] = {}
         changes: dict[int, FieldChange] = {}
         for index, (entity, task) in enumerate(pairs):
             try:
                 target = await target_of(
-                    task.action, run, max_change_pct=self.settings.max_budget_change_pct
+                    task.action,
+                    run,
+                    max_change_pct=self.settings.max_budget_change_pct,
+                    verdict=verdicts[index] if verdicts is not None else None,
                 )
             except ACT_FAILURES as exc:
                 results[index] = failure_result(exc)
@@ -257,7 +267,7 @@ class ActionExecutor:
                     wait_s=self.settings.copy_wait_s,
                 )
             target = await target_of(
-                action, run, max_change_pct=self.settings.max_budget_change_pct
+                action, run, max_change_pct=self.settings.max_budget_change_pct, verdict=verdict
             )
             return await self.apply(run, writer, entity, ActKey.of(task), target)
         except ACT_FAILURES as exc:
@@ -299,6 +309,8 @@ class ActionExecutor:
             return settled(intent)
         if intent is None and (until := await self._cooling(run, entity, key)) is not None:
             return ActResult("skipped", "next_execute_not_reached", field=field_name, until=until)
+        if intent is None and await self._limited(run, entity, key):
+            return ActResult("skipped", EXECUTION_COUNT_LIMIT, field=field_name)
         live = await read_live(step.reader, run, entity, step.target.reads)
         if intent is not None:  # a crash left it pending: look before writing again
             return await self._reconcile(intent, live_value(live, field_name), step, lock)
@@ -343,6 +355,18 @@ class ActionExecutor:
             other_than=run.batch_id,
         )
         return active.get(pair)
+
+    async def _limited(self, run: JobRun, entity: Entity, key: ActKey) -> bool:
+        """True when the task changed the entity ``execution_count_limit`` times already.
+
+        Looked at again under the lock, as the cooldown: an overlapping run of the rule
+        may have changed the entity since the job's cooldown stage.
+        """
+        if key.execution_count_limit is None:
+            return False
+        pair = (key.task_id, entity.id)
+        counts = await self.intents.execution_counts(run.rule_id, [pair], other_than=run.batch_id)
+        return counts.get(pair, 0) >= key.execution_count_limit
 
     async def _write(self, intent: Intent, plan: Plan, step: _Step, lock: HeldLock) -> ActResult:
         run = step.run

@@ -25,16 +25,20 @@ from ruleengine.errors import LockLost, LockTimeout
 from ruleengine.meta.errors import GraphError, MalformedResponseError, TransientError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.action_types import (
+    ChangeBidAction,
     NameTextAction,
     PercentBudgetAction,
     RenameAction,
+    ScaleToTargetAction,
     SetBudgetAction,
     StatusAction,
 )
 from ruleengine.rules.entity import Entity
+from ruleengine.rules.evaluate import TaskVerdict
 from ruleengine.rules.model import Rule, Task
 from ruleengine.rules.money import amount_scale
 from ruleengine.rules.plan import Plan, plan_budget, plan_name, plan_status
+from ruleengine.rules.scaling import plan_bid, plan_scale
 from ruleengine.store.intents import Intent, IntentStore
 
 if TYPE_CHECKING:  # budget_limits builds on this module
@@ -46,6 +50,11 @@ log = logging.getLogger(__name__)
 
 UNVERIFIABLE = frozenset({"copies", "notify"})
 BUDGET_FIELDS = ("daily_budget", "lifetime_budget")
+#: Graph fields the engine compares as integers (Meta sends budgets as strings).
+INTEGER_FIELDS = (*BUDGET_FIELDS, "bid_amount")
+#: Bid strategies under which an ad set has no ``bid_amount`` to change (Meta bids alone,
+#: or against ``bid_constraints.roas_average_floor``).
+NO_BID_STRATEGIES = frozenset({"LOWEST_COST_WITHOUT_CAP", "LOWEST_COST_WITH_MIN_ROAS"})
 
 
 @dataclass
@@ -91,11 +100,12 @@ class ActKey:
     task_id: str
     action_type: str
     cooldown_minutes: int = 0
+    execution_count_limit: int | None = None
 
     @classmethod
     def of(cls, task: Task) -> ActKey:
         """The key of a task's own action."""
-        return cls(task.id, task.action.type, task.cooldown_minutes)
+        return cls(task.id, task.action.type, task.cooldown_minutes, task.execution_count_limit)
 
 
 Planner = Callable[[dict[str, Any]], "Plan | ActResult"]
@@ -113,7 +123,7 @@ class Target:
 def live_value(live: dict[str, Any], field_name: str) -> Any:
     """A field of a Graph object as the engine compares it (budgets as integers)."""
     value = live.get(field_name)
-    if field_name in BUDGET_FIELDS and value not in (None, ""):
+    if field_name in INTEGER_FIELDS and value not in (None, ""):
         return int(value)
     return value
 
@@ -127,11 +137,16 @@ def budget_guard(level: str, live: dict[str, Any]) -> ActResult | None:
     return ActResult("skipped", "no_daily_budget", field="daily_budget")
 
 
-async def target_of(action: Any, run: JobRun, *, max_change_pct: float) -> Target:
-    """How a status, budget or name action plans its absolute target from the live object.
+async def target_of(
+    action: Any, run: JobRun, *, max_change_pct: float, verdict: TaskVerdict | None = None
+) -> Target:
+    """How a status, budget, bid or name action plans its absolute target from the live object.
 
-    A budget action reads the ad account's minimum daily budget first (once per job).
+    A budget action reads the ad account's minimum daily budget first (once per job);
+    ``scale_to_target`` scales by the metric its ``verdict`` read.
     """
+    if isinstance(action, ChangeBidAction | ScaleToTargetAction):
+        return await _target_of_scaling(action, run, max_change_pct=max_change_pct, verdict=verdict)
     if isinstance(action, StatusAction):
         return Target(
             "status", ["status"], lambda live: plan_status(action, live=str(live.get("status")))
@@ -171,6 +186,62 @@ def money_scale(run: JobRun) -> int:
     if run.facts is None:
         raise ValueError("a format-2 budget action needs the account's currency (JobRun.facts)")
     return amount_scale(run.rule.format, run.facts.currency_offset)
+
+
+async def _target_of_scaling(
+    action: ChangeBidAction | ScaleToTargetAction,
+    run: JobRun,
+    *,
+    max_change_pct: float,
+    verdict: TaskVerdict | None,
+) -> Target:
+    """``change_bid`` and ``scale_to_target``: money in currency units, planned in minor
+    units with the account's currency offset (:mod:`ruleengine.rules.scaling`)."""
+    offset = run.facts.currency_offset if run.facts is not None else None
+    if isinstance(action, ChangeBidAction):
+
+        def plan_new_bid(live: dict[str, Any]) -> Plan | ActResult:
+            if offset is None:
+                return ActResult("failed", "currency_unknown", field="bid_amount")
+            guard = bid_guard(live)
+            if guard is not None:
+                return guard
+            return plan_bid(action, live=int(live["bid_amount"]), offset=offset)
+
+        return Target("bid_amount", ["bid_amount", "bid_strategy"], plan_new_bid)
+    minimum = await run.facts.min_daily_budget() if run.facts is not None else None
+    reading = verdict.action_metric if verdict is not None else None
+    metric = reading.actual if reading is not None else None
+
+    def plan_scaled(live: dict[str, Any]) -> Plan | ActResult:
+        guard = budget_guard(run.rule.level, live)
+        if guard is not None:
+            return guard
+        if offset is None:
+            return ActResult("failed", "currency_unknown", field="daily_budget")
+        if metric is None:
+            return ActResult("skipped", "no_data", field="daily_budget")
+        if metric <= 0:  # no ratio to scale by: a cost of 0, or a return of nothing yet
+            return ActResult("skipped", "metric_zero", field="daily_budget")
+        return plan_scale(
+            action,
+            live=int(live["daily_budget"]),
+            metric=metric,
+            offset=offset,
+            max_change_pct=max_change_pct,
+            account_minimum=minimum,
+        )
+
+    return Target("daily_budget", list(BUDGET_FIELDS), plan_scaled)
+
+
+def bid_guard(live: dict[str, Any]) -> ActResult | None:
+    """Why ``change_bid`` cannot run on this ad set, if it cannot: it has no bid."""
+    strategy = live.get("bid_strategy")
+    if strategy not in NO_BID_STRATEGIES and live.get("bid_amount") not in (None, "", "0", 0):
+        return None
+    message = f"the ad set's bid_strategy {strategy} takes no bid_amount; Meta bids alone"
+    return ActResult("skipped", "no_bid", field="bid_amount", error={"message": message})
 
 
 async def read_live(

@@ -175,7 +175,10 @@ class JobEvaluation(Evaluation):
         """Status, budget and name writes of the job in Batch API calls; the token error met."""
         started = time.perf_counter()
         results = await self.engine.executor.act_many(
-            self.run_ctx, self.writer, [(p.entity, p.task) for p in pairs]
+            self.run_ctx,
+            self.writer,
+            [(p.entity, p.task) for p in pairs],
+            [p.verdict for p in pairs],
         )
         refused: TokenState | None = None
         for pair, result in zip(pairs, results, strict=True):

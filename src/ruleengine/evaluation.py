@@ -46,7 +46,7 @@ from ruleengine.settings import Settings
 from ruleengine.sheets import SheetsReader
 from ruleengine.store.credentials import CredentialStore
 from ruleengine.store.errorlog import ErrorLog
-from ruleengine.store.intents import IntentStore
+from ruleengine.store.intents import EXECUTION_COUNT_LIMIT, IntentStore
 from ruleengine.store.records import record_key
 
 log = logging.getLogger(__name__)
@@ -288,6 +288,21 @@ class Evaluation:
         )
         for key, until in active.items():
             keyed[key].reason, keyed[key].until = "next_execute_not_reached", until
+        await self._apply_count_limits([p for p in pairs if p.reason is None])
+
+    async def _apply_count_limits(self, pairs: list[Pair]) -> None:
+        """Pairs whose task changed the entity as often as its ``execution_count_limit``
+        allows are skipped before anything is fetched (counted from the intents, ever)."""
+        limited = {(p.task.id, p.entity.id): p for p in pairs if p.task.execution_count_limit}
+        if not limited:
+            return
+        counts = await self.reading.intents.execution_counts(
+            self.job.rule_id, limited, other_than=self.job.batch_id
+        )
+        for key, pair in limited.items():
+            limit = pair.task.execution_count_limit
+            if limit is not None and counts.get(key, 0) >= limit:
+                pair.reason = EXECUTION_COUNT_LIMIT
 
     async def _fetch(
         self, pairs: list[Pair]
@@ -399,6 +414,7 @@ class Evaluation:
             "match": pair.task.match,
             "passed": pair.verdict.passed if pair.verdict else None,
             "conditions": [c.as_record() for c in pair.verdict.conditions] if pair.verdict else [],
+            "action_metric": _action_metric(pair.verdict),
             "next_execute_at": (
                 pair.until or (result.until if result else None) or self._cooldown_until(pair)
             ),
@@ -465,7 +481,7 @@ def _lookup(table: CustomMetricTable, entity: Entity) -> Callable[[str], float |
 
 def outcome_of(pair: Pair) -> tuple[str, str | None]:
     """The record's ``outcome`` and ``reason`` for a pair."""
-    if pair.reason == "next_execute_not_reached":
+    if pair.reason in ("next_execute_not_reached", EXECUTION_COUNT_LIMIT):
         return "skipped", pair.reason
     if pair.reason is not None:
         return "failed", pair.reason
@@ -473,6 +489,13 @@ def outcome_of(pair: Pair) -> tuple[str, str | None]:
         return "not_matched", _no_data(pair.verdict)
     assert pair.result is not None
     return pair.result.outcome, pair.result.reason
+
+
+def _action_metric(verdict: TaskVerdict | None) -> dict[str, Any] | None:
+    """What a ``scale_to_target`` action scaled by, for its record (None for other actions)."""
+    if verdict is None or verdict.action_metric is None:
+        return None
+    return verdict.action_metric.as_record()
 
 
 def _no_data(verdict: TaskVerdict | None) -> str | None:

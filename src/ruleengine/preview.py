@@ -99,7 +99,7 @@ class PreviewEvaluation(Evaluation):
                 "would_apply", None, "copies", pair.entity.name, f"copy of {pair.entity.id}"
             )
         max_change_pct = self.reading.settings.max_budget_change_pct
-        target = await target_of(action, run, max_change_pct=max_change_pct)
+        target = await target_of(action, run, max_change_pct=max_change_pct, verdict=pair.verdict)
         live = await read_live(run.reader, run, pair.entity, target.reads)
         return would_do(target.planner(live))
 

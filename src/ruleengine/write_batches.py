@@ -1,4 +1,4 @@
-"""The batched write path: one job's status, budget and name changes on one ad account.
+"""The batched write path: one job's status, budget, bid and name changes on one ad account.
 
 The protocol of :mod:`ruleengine.actions`, for many changes at once
 (``RULEENGINE_WRITE_BATCH_SIZE`` > 1). Under one hold of the account's fenced write
@@ -55,7 +55,7 @@ from ruleengine.meta.errors import GraphError, RateLimitError, token_status
 from ruleengine.meta.writer import FieldWrite, GraphWriter, WriteContext
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.plan import Plan
-from ruleengine.store.intents import Intent, Resolution
+from ruleengine.store.intents import EXECUTION_COUNT_LIMIT, Intent, Resolution
 
 if TYPE_CHECKING:  # the executor builds this module's writer
     from ruleengine.actions import ActionExecutor
@@ -197,6 +197,7 @@ class _LockedRound:
             else:
                 self.results[index] = settled(intent)
         await self._skip_cooling(fresh)
+        await self._skip_limited(fresh)
         live = await self._live({**fresh, **{i: todo[i] for i in own}})
         sends = await self._reconcile_own(own, todo, live)
         sends += await self._record(await self._plan(fresh, live))
@@ -224,6 +225,24 @@ class _LockedRound:
                 self.results[index] = ActResult(
                     "skipped", "next_execute_not_reached", field=field, until=until
                 )
+                del fresh[index]
+
+    async def _skip_limited(self, fresh: dict[int, FieldChange]) -> None:
+        """A task at its ``execution_count_limit``: another run may have reached it since the
+        job's cooldown stage (one query for the round)."""
+        limited = {i: c for i, c in fresh.items() if c.key.execution_count_limit is not None}
+        if not limited:
+            return
+        counts = await self.intents.execution_counts(
+            self.run.rule_id,
+            [(c.key.task_id, c.entity.id) for c in limited.values()],
+            other_than=self.run.batch_id,
+        )
+        for index, change in limited.items():
+            count = counts.get((change.key.task_id, change.entity.id), 0)
+            if count >= (change.key.execution_count_limit or 0):
+                field = change.target.field
+                self.results[index] = ActResult("skipped", EXECUTION_COUNT_LIMIT, field=field)
                 del fresh[index]
 
     async def _live(self, changes: dict[int, FieldChange]) -> dict[str, dict[str, Any]]:

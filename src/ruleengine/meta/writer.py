@@ -1,6 +1,6 @@
-"""Writes to the Graph API: status, budgets, name, copies — through one instrumented wrapper.
+"""Writes to the Graph API: status, budgets, bids, name, copies — through one instrumented wrapper.
 
-Status, budget and name writes also go in Batch API calls of up to 50 POSTs
+Status, budget, bid and name writes also go in Batch API calls of up to 50 POSTs
 (:meth:`GraphWriter.write_batch`), each sub-request logged and reported like a
 write of its own, each answered on its own. A copy too big for ``/copies`` is started
 as an asynchronous batch (:meth:`GraphWriter.copy_async`, see :mod:`ruleengine.meta.copies`).
@@ -58,8 +58,8 @@ class FieldWrite:
         return _FUNCTIONS[self.field]
 
     def form(self) -> dict[str, str]:
-        """The POST parameters: budgets as integers in minor units."""
-        if self.field in ("daily_budget", "lifetime_budget"):
+        """The POST parameters: budgets and bids as integers in minor units."""
+        if self.field in ("daily_budget", "lifetime_budget", "bid_amount"):
             return {self.field: str(int(self.value))}
         return {self.field: str(self.value)}
 
@@ -69,6 +69,7 @@ _FUNCTIONS = {
     "daily_budget": "set_budget",
     "lifetime_budget": "set_budget",
     "name": "set_name",
+    "bid_amount": "set_bid",
 }
 
 
@@ -88,6 +89,10 @@ class GraphWriter:
     ) -> Any:
         """Write an absolute budget in minor units."""
         return await self._write("set_budget", ctx.entity_id, {field: str(amount)}, token, ctx)
+
+    async def set_bid(self, amount: int, *, token: str, ctx: WriteContext) -> Any:
+        """Write an ad set's absolute ``bid_amount`` in minor units."""
+        return await self._write("set_bid", ctx.entity_id, {"bid_amount": str(amount)}, token, ctx)
 
     async def set_name(self, name: str, *, token: str, ctx: WriteContext) -> Any:
         """Rename the object."""

@@ -1,15 +1,17 @@
-"""The ten actions a task can take, and ``then``: the delayed second step of an action.
+"""The twelve actions a task can take, and ``then``: the delayed second step of an action.
 
 Each action is a model of its own, told apart by ``type``; :data:`Action` is their
 discriminated union. Budgets are in the account currency's units (a rule of format 2;
 minor units in the old format 1 — :mod:`ruleengine.rules.money` converts them at the Graph
 boundary), bounded by :data:`~ruleengine.rules.basics.MAX_BUDGET`; templates may only hold
-plain ``{placeholders}``.
+plain ``{placeholders}``. The two actions that came with Meta's Ad Rules vocabulary,
+``change_bid`` and ``scale_to_target``, take money in the account currency's units
+(``2.5`` is $2.50) whatever the rule's format: minor units exist only at the Graph boundary.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     Field,
@@ -24,9 +26,11 @@ from ruleengine.rules.basics import (
     MAX_BUDGET,
     NOTIFY_PLACEHOLDERS,
     RENAME_PLACEHOLDERS,
+    Period,
     RuleModel,
     parse_hhmm,
 )
+from ruleengine.rules.catalog import UnknownMetricError, resolve_metric, scaling_direction
 from ruleengine.rules.template import check_template
 from ruleengine.rules.validation import PathError
 
@@ -160,6 +164,91 @@ class NotifyAction(_Action):
         return check_template(value, NOTIFY_PLACEHOLDERS)
 
 
+#: The largest amount in currency units a ``change_bid`` or ``scale_to_target`` bound may
+#: name: 10^10 is far above any real bid or budget (ten billion yen, or dollars) and, in
+#: minor units, well inside BSON's int64.
+MAX_AMOUNT: Final = 10**10
+
+
+def _checked_bounds(low: float | None, high: float | None, names: tuple[str, str]) -> None:
+    if low is not None and high is not None and low > high:
+        raise PathError(names[0], f"{names[0]} {low:g} > {names[1]} {high:g}")
+
+
+class ChangeBidAction(_Action):
+    """Change an ad set's ``bid_amount``: by a percentage of the live bid, or to an amount.
+
+    Money (``amount``, ``min_bid``, ``max_bid``) is in the account currency's units.
+    """
+
+    type: Literal["change_bid"]
+    percent: float | None = Field(default=None, gt=0, le=1000)
+    direction: Literal["increase", "decrease"] | None = None
+    amount: float | None = Field(
+        default=None, gt=0, le=MAX_AMOUNT, description="currency units (2.5 = $2.50)"
+    )
+    min_bid: float | None = Field(default=None, gt=0, le=MAX_AMOUNT, description="currency units")
+    max_bid: float | None = Field(default=None, gt=0, le=MAX_AMOUNT, description="currency units")
+
+    @model_validator(mode="after")
+    def _shape(self) -> ChangeBidAction:
+        if (self.percent is None) == (self.amount is None):
+            raise ValueError(
+                "give exactly one of 'percent' (with 'direction') or 'amount' (the new bid)"
+            )
+        if self.percent is not None and self.direction is None:
+            raise PathError("direction", "required with 'percent': 'increase' or 'decrease'")
+        if self.amount is not None and self.direction is not None:
+            raise PathError("direction", "only with 'percent'; 'amount' is the new bid itself")
+        if self.direction == "decrease" and (self.percent or 0) >= 100:
+            raise PathError("percent", "a decrease must be below 100 %")
+        _checked_bounds(self.min_bid, self.max_bid, ("min_bid", "max_bid"))
+        return self
+
+
+class ScaleToTargetAction(_Action):
+    """Move the daily budget in proportion to how far ``metric`` is from ``target``.
+
+    Meta's ``change_spec.target_field``: for a metric where higher is better (ROAS) the
+    new budget is ``live × metric / target``, for a cost (lower is better)
+    ``live × target / metric``; the catalogue says which a metric is. Money
+    (``min_budget``, ``max_budget``, and ``target`` when the metric is money) is in the
+    account currency's units.
+    """
+
+    type: Literal["scale_to_target"]
+    metric: str
+    period: Period
+    target: float = Field(gt=0, le=MAX_AMOUNT)
+    min_budget: float | None = Field(
+        default=None, gt=0, le=MAX_AMOUNT, description="currency units"
+    )
+    max_budget: float | None = Field(
+        default=None, gt=0, le=MAX_AMOUNT, description="currency units"
+    )
+    max_change_percent: float | None = Field(default=None, gt=0, le=1000)
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, value: str) -> str:
+        try:
+            spec = resolve_metric(value)
+        except UnknownMetricError as exc:
+            raise ValueError(str(exc)) from None
+        if scaling_direction(spec) is None:
+            raise ValueError(
+                f"'{value}' cannot be a target: use an Insights metric where higher is better"
+                " (a ROAS, a CTR, a count) or a cost (cpc, cost_per_action_type.<type> …);"
+                " see docs/rules.md"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ScaleToTargetAction:
+        _checked_bounds(self.min_budget, self.max_budget, ("min_budget", "max_budget"))
+        return self
+
+
 Action = Annotated[
     StatusAction
     | PercentBudgetAction
@@ -167,7 +256,9 @@ Action = Annotated[
     | RenameAction
     | NameTextAction
     | DuplicateAction
-    | NotifyAction,
+    | NotifyAction
+    | ChangeBidAction
+    | ScaleToTargetAction,
     Field(discriminator="type"),
 ]
 ACTION_TYPES = (
@@ -181,8 +272,12 @@ ACTION_TYPES = (
     "prepend_to_name",
     "duplicate",
     "notify",
+    "change_bid",
+    "scale_to_target",
 )
-BUDGET_ACTIONS = frozenset({"increase_budget", "decrease_budget", "set_budget"})
+BUDGET_ACTIONS = frozenset({"increase_budget", "decrease_budget", "set_budget", "scale_to_target"})
+#: Actions that only ad sets can take (Meta's ``bid_amount`` is an ad set's field).
+ADSET_ACTIONS = frozenset({"change_bid"})
 NAME_ACTIONS = frozenset({"rename", "append_to_name", "prepend_to_name"})
 
 

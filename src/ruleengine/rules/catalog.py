@@ -20,7 +20,7 @@ import difflib
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import Final, Literal
 
 
 class Source(StrEnum):
@@ -214,3 +214,46 @@ def resolve_metric(name: str) -> MetricSpec:
     hint = [_HINTS[name]] if name in _HINTS else difflib.get_close_matches(name, candidates, n=1)
     suffix = f"; did you mean '{hint[0]}'?" if hint else ""
     raise UnknownMetricError(f"unknown metric '{name}'{suffix}")
+
+
+# ---------------------------------------------------------------- scaling to a target
+
+#: Metrics where lower is better: what a result costs.
+_COST_FIELDS: Final = _MONEY_RATIO_FIELDS | frozenset(
+    {"cost_per_action_type", "cost_per_unique_action_type", "cost_per_conversion"}
+)
+#: Metrics where higher is better: returns, rates and counts of results.
+_GAIN_FIELDS: Final = (
+    _COUNT_FIELDS
+    | (_RATIO_FIELDS - {"frequency"})
+    | frozenset(
+        {
+            "actions",
+            "unique_actions",
+            "action_values",
+            "conversions",
+            "conversion_values",
+            "purchase_roas",
+            "website_purchase_roas",
+            "mobile_app_purchase_roas",
+        }
+    )
+)
+
+
+def scaling_direction(spec: MetricSpec) -> Literal["higher", "lower"] | None:
+    """Which way is better for a ``scale_to_target`` metric; None when it cannot be a target.
+
+    ``lower`` for costs (``cpc``, ``cpm``, ``cost_per_action_type.<type>`` …): a cost under
+    its target raises the budget. ``higher`` for returns, rates and counts (ROAS, CTR,
+    ``actions.<type>``, ``action_values.<type>``, impressions …). None for Insights fields
+    that are neither — ``spend`` (the budget itself drives it) and ``frequency`` — and
+    for every special key and custom metric (not read from Insights for a period).
+    """
+    if spec.source is not Source.INSIGHTS or spec.field is None:
+        return None
+    if spec.field in _COST_FIELDS:
+        return "lower"
+    if spec.field in _GAIN_FIELDS:
+        return "higher"
+    return None

@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
-from ruleengine.rules.catalog import MetricSpec, Missing, Source
+from ruleengine.rules.action_types import ScaleToTargetAction
+from ruleengine.rules.catalog import MetricSpec, Missing, Source, resolve_metric
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Condition, Task
 
@@ -97,6 +98,19 @@ class ConditionResult:
 
 
 @dataclass(frozen=True)
+class ActionMetric:
+    """The metric an action reads (``scale_to_target``), as evaluation resolved it."""
+
+    metric: str
+    period: str
+    actual: float | None  # None: no data
+
+    def as_record(self) -> dict[str, Any]:
+        """JSON-ready form for execution records."""
+        return {"metric": self.metric, "period": self.period, "actual": self.actual}
+
+
+@dataclass(frozen=True)
 class TaskVerdict:
     """A task's outcome for one entity."""
 
@@ -104,6 +118,7 @@ class TaskVerdict:
     match: str
     passed: bool
     conditions: list[ConditionResult] = field(default_factory=list)
+    action_metric: ActionMetric | None = None
 
 
 def _number(raw: Any) -> float | None:
@@ -258,4 +273,14 @@ def evaluate_task(task: Task, ctx: EvalContext) -> TaskVerdict:
         match=task.match,
         passed=fold(r.passed for r in results),
         conditions=results,
+        action_metric=_action_metric(task, ctx),
     )
+
+
+def _action_metric(task: Task, ctx: EvalContext) -> ActionMetric | None:
+    """The metric a ``scale_to_target`` action scales by, read from the same Insights rows."""
+    action = task.action
+    if not isinstance(action, ScaleToTargetAction):
+        return None
+    actual = resolve(resolve_metric(action.metric), action.period, ctx)
+    return ActionMetric(action.metric, action.period, _rounded(actual))

@@ -1,7 +1,8 @@
 """Fetch planning, pure: the least Insights data that decides a rule.
 
-Conditions (and their ``compare_to`` metrics) are grouped by period; inside a
-group each Insights field is asked for once (``actions.purchase`` and
+Conditions (and their ``compare_to`` metrics, and the metric a ``scale_to_target``
+action scales by) are grouped by period; inside a group each Insights field is asked
+for once (``actions.purchase`` and
 ``actions.lead`` both need ``actions``). Special keys never go into the request,
 except that ``budget_spent_pct`` and ``estimated_budget_spending_percentage``
 need today's ``spend``.
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ruleengine.rules.catalog import MetricSpec, Source
+from ruleengine.rules.action_types import ScaleToTargetAction
+from ruleengine.rules.catalog import MetricSpec, Source, resolve_metric
 from ruleengine.rules.model import Rule, Task
 
 
@@ -21,6 +23,9 @@ def _pairs(tasks: Iterable[Task]) -> Iterable[tuple[str | None, MetricSpec]]:
             yield condition.period, condition.spec
             if condition.compare_to is not None:
                 yield condition.compare_period, condition.compare_to.spec
+        if isinstance(task.action, ScaleToTargetAction):
+            # fetched in the same Insights batch as the conditions
+            yield task.action.period, resolve_metric(task.action.metric)
 
 
 def fetch_groups(rule: Rule, tasks: Iterable[Task] | None = None) -> dict[str, list[str]]:

@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from ruleengine.errors import FieldError, RuleValidationError
-from ruleengine.rules.action_types import ACTION_TYPES, Action, check_then
+from ruleengine.rules.action_types import ACTION_TYPES, ADSET_ACTIONS, Action, check_then
 from ruleengine.rules.basics import (
     RANGE_OPERATORS,
     Level,
@@ -222,6 +222,9 @@ class Task(RuleModel):
     conditions: list[Condition] = Field(min_length=1, max_length=50)
     action: Action
     cooldown_minutes: int = Field(default=0, ge=0, le=525_600)
+    #: The most times this task may change one entity, ever (Meta's ``execution_count_limit``):
+    #: counted from the intents it recorded, across rule versions and restarts.
+    execution_count_limit: int | None = Field(default=None, ge=1, le=1_000_000)
 
     @field_validator("action")
     @classmethod
@@ -360,6 +363,19 @@ class Rule(RuleModel):
                             " (500.5 = $500.50) instead",
                         )
         return self
+
+    @field_validator("tasks")
+    @classmethod
+    def _action_levels(cls, tasks: list[Task], info: ValidationInfo) -> list[Task]:
+        level = info.data.get("level")
+        for index, task in enumerate(tasks):
+            if task.action.type in ADSET_ACTIONS and level not in (None, "adset"):
+                raise PathError(
+                    f"[{index}].action.type",
+                    f"'{task.action.type}' changes an ad set's bid_amount;"
+                    f' it needs "level": "adset", not "{level}"',
+                )
+        return tasks
 
     # ---- derived views
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.asynchronous.database import AsyncDatabase
@@ -44,6 +44,15 @@ def database(client: AsyncMongoClient[Document], settings: Settings) -> Database
     return client[settings.mongodb_database]
 
 
+#: The index the execution-count query names as its hint (a task's ``execution_count_limit``):
+#: the embedded server's planner scans the collection for that query without it.
+EXECUTION_COUNT_INDEX: Final = [
+    ("rule_id", ASCENDING),
+    ("task_id", ASCENDING),
+    ("entity_id", ASCENDING),
+    ("status", ASCENDING),
+]
+
 _INDEXES: dict[str, list[IndexModel]] = {
     c.RULES: [
         IndexModel([("name", ASCENDING)], unique=True),
@@ -74,6 +83,8 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("status", ASCENDING), ("created_at", ASCENDING)]),
         # cooldowns are derived from intents
         IndexModel([("rule_id", ASCENDING), ("entity_id", ASCENDING), ("created_at", DESCENDING)]),
+        # execution counts (a task's execution_count_limit) are derived from intents too
+        IndexModel(EXECUTION_COUNT_INDEX),
     ],
     c.ERROR_LOG: [
         IndexModel([("function", ASCENDING), ("fingerprint", ASCENDING)], unique=True),

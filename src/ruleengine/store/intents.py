@@ -5,6 +5,10 @@ entity), and resolved with Meta's answer: ``pending`` → ``done`` or
 ``failed``. Every status change is a compare-and-set on the status expected,
 so a late resolver can never overwrite what another one decided.
 
+**Execution counts** (a task's ``execution_count_limit``) are too: how many intents of
+(rule, task, entity) are ``done`` or still ``pending``, over every batch and every
+version of the rule.
+
 **Cooldowns** are derived from intents, not written separately: a (rule, task,
 entity) cools down for the task's ``cooldown_minutes`` from the start of the job
 whose intent is ``done`` — or still ``pending``, because a pending write may
@@ -24,7 +28,7 @@ import orjson
 from pymongo.errors import BulkWriteError
 
 from ruleengine import constants as c
-from ruleengine.store.db import Database, Document
+from ruleengine.store.db import EXECUTION_COUNT_INDEX, Database, Document
 
 IntentStatus = Literal["pending", "done", "failed"]
 # Intents whose effect is (or may be) in place: they start a cooldown.
@@ -33,6 +37,9 @@ BUDGET_FIELDS = ["daily_budget", "lifetime_budget"]
 # Why a failed budget intent failed, when Meta said so (the engine reads them back).
 BUDGET_LIMITED = "meta_budget_change_limit"
 BUDGET_TOO_LOW = "at_min_budget"  # Meta answered "Your Budget Is Too Low"
+# The reason a (task, entity) pair is skipped once the task changed the entity as often as
+# its ``execution_count_limit`` allows.
+EXECUTION_COUNT_LIMIT = "execution_count_limit"
 
 
 @dataclass(frozen=True)
@@ -310,6 +317,48 @@ class IntentStore:
             if key in wanted and until > now and (key not in active or until > active[key]):
                 active[key] = until
         return active
+
+    async def execution_counts(
+        self, rule_id: str, pairs: Iterable[tuple[str, str]], *, other_than: str
+    ) -> dict[tuple[str, str], int]:
+        """(task, entity) → how many times the task changed the entity, ever (the pairs
+        with at least one).
+
+        Counted over every version of the rule: intents that are ``done``, and those still
+        ``pending`` (their write may have landed). Intents of the batch ``other_than`` are
+        left out: a redelivered batch meets its own on the write path (``already_applied``).
+        One aggregation, on the (rule, task, entity, status) index.
+        """
+        wanted = set(pairs)
+        if not wanted:
+            return {}
+        pipeline = execution_count_pipeline(rule_id, wanted, other_than=other_than)
+        counts: dict[tuple[str, str], int] = {}
+        hint = dict(EXECUTION_COUNT_INDEX)  # an object: a list is not a hint to aggregate
+        async for doc in await self._intents.aggregate(pipeline, hint=hint):
+            key = (doc["_id"]["t"], doc["_id"]["e"])
+            if key in wanted:
+                counts[key] = int(doc["n"])
+        return counts
+
+
+def execution_count_pipeline(
+    rule_id: str, pairs: Iterable[tuple[str, str]], *, other_than: str
+) -> list[dict[str, Any]]:
+    """The aggregation :meth:`IntentStore.execution_counts` runs (with the hint
+    :data:`~ruleengine.store.db.EXECUTION_COUNT_INDEX`)."""
+    wanted = set(pairs)
+    match = {
+        "rule_id": rule_id,
+        "task_id": {"$in": sorted({task for task, _ in wanted})},
+        "entity_id": {"$in": sorted({entity for _, entity in wanted})},
+        "status": {"$in": list(FIRED)},
+        "batch_id": {"$ne": other_than},
+    }
+    return [
+        {"$match": match},
+        {"$group": {"_id": {"t": "$task_id", "e": "$entity_id"}, "n": {"$sum": 1}}},
+    ]
 
 
 def hour_ago(now: datetime) -> datetime:
