@@ -264,6 +264,7 @@ class Rule(RuleModel):
     """A rule: which entities, when, and what to do when conditions pass."""
 
     name: str = Field(min_length=1, max_length=200)
+    format: Literal[1, 2] = 1
     description: str = ""
     status: Status = "ACTIVE"
     level: Level
