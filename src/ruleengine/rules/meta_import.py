@@ -531,7 +531,7 @@ class _Filters:
 
     def _time_preset(self, entry: tuple[str, str, Any], path: str) -> None:
         _, operator, value = entry
-        if operator != "EQUAL" or value not in PRESETS:
+        if operator != "EQUAL" or not isinstance(value, str) or value not in PRESETS:
             raise fail(f"{path}.value", value, "not one of Meta's time presets")
         self.preset = PRESETS[value]
 
@@ -644,7 +644,7 @@ def _filter_value(name: str, raw: Any, path: str) -> str | float:
             raise fail(path, raw, "an id is a number")
         return text
     if name == "effective_status":
-        if raw not in EFFECTIVE_STATUSES:
+        if not isinstance(raw, str) or raw not in EFFECTIVE_STATUSES:
             raise fail(path, raw, "not one of Meta's effective_status values")
         return str(raw)
     if isinstance(raw, str):
