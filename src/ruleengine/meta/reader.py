@@ -296,24 +296,36 @@ class GraphReader:
         self, object_id: str, *, token: str, params: dict[str, Any], account_id: str | None = None
     ) -> list[dict[str, Any]]:
         """Insights rows of one object or account, every page."""
-        rows: list[dict[str, Any]] = []
+        return await self._every_page(
+            f"{object_id}/insights",
+            token=token,
+            params=params,
+            account_id=account_id,
+            what=f"insights of {object_id}",
+        )
+
+    async def _every_page(
+        self,
+        path: str,
+        *,
+        token: str,
+        params: dict[str, Any],
+        account_id: str | None,
+        what: str,
+    ) -> list[dict[str, Any]]:
+        """The ``data`` of every page of an edge, cursor by cursor (the reads policy each)."""
+        items: list[dict[str, Any]] = []
         after: str | None = None
         while True:
             page = params | ({"after": after} if after else {})
             body = await self.reads.run(
-                partial(
-                    self._get,
-                    f"{object_id}/insights",
-                    token=token,
-                    params=page,
-                    account_id=account_id,
-                ),
-                what=f"insights of {object_id}",
+                partial(self._get, path, token=token, params=page, account_id=account_id),
+                what=what,
             )
-            rows.extend(_data_list(body, f"insights of {object_id}"))
+            items.extend(_data_list(body, what))
             after = next_cursor(body)
             if after is None:
-                return rows
+                return items
 
     async def ad_accounts(self, *, token: str) -> list[dict[str, Any]]:
         """The ad accounts the token can see."""
@@ -332,22 +344,10 @@ class GraphReader:
     ) -> list[dict[str, Any]]:
         """Every rule of the account's ``adrules_library`` (Meta's Automated Rules), cursor by
         cursor, with the fields an import needs; specs as Meta reads them back."""
-        params = {"fields": ",".join(ADRULE_FIELDS), "limit": page_size}
-        rules: list[dict[str, Any]] = []
-        after: str | None = None
-        while True:
-            page = params | ({"after": after} if after else {})
-            body = await self.reads.run(
-                partial(
-                    self._get,
-                    f"{account_id}/adrules_library",
-                    token=token,
-                    params=page,
-                    account_id=account_id,
-                ),
-                what=f"ad rules of {account_id}",
-            )
-            rules.extend(_data_list(body, f"ad rules of {account_id}"))
-            after = next_cursor(body)
-            if after is None:
-                return rules
+        return await self._every_page(
+            f"{account_id}/adrules_library",
+            token=token,
+            params={"fields": ",".join(ADRULE_FIELDS), "limit": page_size},
+            account_id=account_id,
+            what=f"ad rules of {account_id}",
+        )

@@ -36,11 +36,10 @@ from ruleengine.rules.meta_vocab import (
     RULE_EFFECTIVE_STATUSES,
     MetaAccount,
     Problem,
-    Unmapped,
+    Report,
     fail,
     is_money,
     meta_field_of,
-    shown,
     tidy,
     to_minor,
 )
@@ -103,21 +102,11 @@ def export_rule(rule: Rule, *, accounts: dict[str, MetaAccount]) -> Exported:
     return result
 
 
-class _Exporter:
+class _Exporter(Report):
     def __init__(self, rule: Rule, account: MetaAccount) -> None:
+        super().__init__()
         self.rule = rule
         self.account = account
-        self.problems: list[Problem] = []
-
-    def _try(self, step: Any, *args: Any) -> Any:
-        try:
-            return step(*args)
-        except Unmapped as exc:
-            self.problems.append(exc.problem)
-            return None
-
-    def warn(self, path: str, what: Any, why: str) -> None:
-        self.problems.append(Problem(path, shown(what), why, "warning"))
 
     def rules(self) -> list[dict[str, Any]]:
         rule = self.rule

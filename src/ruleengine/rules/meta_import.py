@@ -41,7 +41,7 @@ from ruleengine.rules.meta_vocab import (
     UNMAPPED_METRICS,
     MetaAccount,
     Problem,
-    Unmapped,
+    Report,
     fail,
     from_minor,
     integer,
@@ -171,24 +171,14 @@ def _validated(document: dict[str, Any], problems: list[Problem]) -> dict[str, A
     return document
 
 
-class _Converter:
+class _Converter(Report):
     """One rule's conversion; every step records its problems and goes on."""
 
     def __init__(self, raw: dict[str, Any], account: MetaAccount, options: ImportOptions) -> None:
+        super().__init__()
         self.raw = raw
         self.account = account
         self.options = options
-        self.problems: list[Problem] = []
-
-    def _try(self, step: Any, *args: Any) -> Any:
-        try:
-            return step(*args)
-        except Unmapped as exc:
-            self.problems.append(exc.problem)
-            return None
-
-    def warn(self, path: str, what: Any, why: str) -> None:
-        self.problems.append(Problem(path, shown(what), why, "warning"))
 
     def name(self) -> str:
         raw = self.raw.get("name")

@@ -57,6 +57,24 @@ class Unmapped(Exception):
         self.problem = problem
 
 
+class Report:
+    """A conversion's problems: each step runs through :meth:`_try`, which records what it
+    raises and goes on, so that one conversion reports everything at once."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def _try(self, step: Any, *args: Any) -> Any:
+        try:
+            return step(*args)
+        except Unmapped as exc:
+            self.problems.append(exc.problem)
+            return None
+
+    def warn(self, path: str, what: Any, why: str) -> None:
+        self.problems.append(Problem(path, shown(what), why, "warning"))
+
+
 def fail(path: str, what: Any, why: str) -> Unmapped:
     """An :class:`Unmapped` error for ``path``."""
     return Unmapped(Problem(path, shown(what), why))
