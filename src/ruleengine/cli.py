@@ -11,7 +11,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 from pydantic import ValidationError
@@ -32,6 +32,9 @@ from ruleengine.store.formats import migrate_rules
 from ruleengine.store.ruledocs import Loaded, StoredRuleError
 from ruleengine.store.rules import RuleStore
 from ruleengine.supervise import MAX_RESTARTS, RESTART_WINDOW_S
+
+if TYPE_CHECKING:
+    from ruleengine.meta.reader import GraphReader
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -218,6 +221,185 @@ def _rule_line(item: Loaded) -> str:
     )
 
 
+# ---------------------------------------------------------------- Meta's Automated Rules
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:60] or "rule"
+
+
+def _meta_documents(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """(source, document) of every FILE; RuleValidationError names a file that is not JSON."""
+    return [(str(path), _load_file(path)) for path in args.files]
+
+
+async def _import_context(
+    args: argparse.Namespace, settings: Settings, stack: contextlib.AsyncExitStack
+) -> tuple[Database | None, GraphReader | None]:
+    """The database (unless the files need none of it) and, for --account, a Graph reader."""
+    from ruleengine.meta.http import GraphSession
+    from ruleengine.meta.reader import GraphReader
+
+    offline = args.files and args.currency and not args.apply
+    db = None if offline else await stack.enter_async_context(_database(settings))
+    reader = None
+    if args.account and not args.files:
+        session = GraphSession(settings)
+        stack.push_async_callback(session.close)
+        reader = GraphReader.from_settings(session)
+    return db, reader
+
+
+async def _rules_import_meta(args: argparse.Namespace, settings: Settings) -> int:
+    from ruleengine import interop
+    from ruleengine.rules.meta_import import ImportOptions, import_document
+
+    if not args.files and not args.account:
+        raise RuleEngineError("give FILE… (Meta rules as JSON) or --account act_… (or both)")
+    async with contextlib.AsyncExitStack() as stack:
+        db, reader = await _import_context(args, settings, stack)
+        key = load_key(settings, create=False) if db is not None else None
+        credentials = CredentialStore(db, key) if db is not None and key else None
+        if args.files:
+            inputs = _meta_documents(args)
+        else:
+            assert credentials is not None
+            assert reader is not None
+            inputs = [(args.account, await interop.read_library(reader, credentials, args.account))]
+        options = ImportOptions(webhook=args.webhook, activate=args.activate, level=args.level)
+        results = []
+        for source, document in inputs:
+            account_id = args.account or interop.account_of_document(document)
+            if account_id is None:
+                raise RuleEngineError(
+                    f"{source}: which ad account are these rules of? give --account"
+                )
+            account = await interop.meta_account(
+                account_id,
+                credentials=credentials,
+                reader=reader,
+                currency=args.currency,
+                timezone=args.timezone,
+            )
+            for result in import_document(document, account=account, options=options):
+                results.append((source, result))
+        saved = await _apply_imported(args, settings, db, credentials, [r for _, r in results])
+    _write_imported(args, results, saved)
+    imported = sum(1 for _, r in results if r.rule is not None)
+    print(f"{imported} of {len(results)} Meta rule(s) converted", file=sys.stderr)
+    return 0 if imported == len(results) else 1
+
+
+async def _apply_imported(
+    args: argparse.Namespace,
+    settings: Settings,
+    db: Database | None,
+    credentials: CredentialStore | None,
+    results: list[Any],
+) -> dict[int, Any]:
+    from ruleengine import interop
+
+    if not args.apply:
+        return {}
+    assert db is not None
+    assert credentials is not None
+    saved = await interop.save_imported(
+        RuleStore(db),
+        results,
+        accounts=await credentials.ids(),
+        webhooks=set(settings.webhooks),
+        now=_now(),
+        author=args.author,
+        source="import-meta",
+    )
+    return {
+        id(r): s for r, s in zip([r for r in results if r.rule is not None], saved, strict=True)
+    }
+
+
+def _write_imported(args: argparse.Namespace, results: list[Any], saved: dict[int, Any]) -> None:
+    """The report on stderr; the rules in --out, else (without --apply) on stdout."""
+    documents = []
+    names: set[str] = set()
+    for source, result in results:
+        head = f"{source} [{result.index}] {result.name}"
+        head += f" (Meta {result.meta_id})" if result.meta_id else ""
+        where = ""
+        if result.rule is not None and args.out:
+            stem = base = _slug(result.name)
+            number = 1
+            while stem in names:
+                number += 1
+                stem = f"{base}-{number}"
+            names.add(stem)
+            path = args.out / f"{stem}.json"
+            args.out.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(orjson.dumps(result.rule, option=orjson.OPT_INDENT_2) + b"\n")
+            where = f" → {path}"
+        elif result.rule is not None:
+            documents.append(result.rule)
+        state = "converted" if result.rule is not None else "NOT CONVERTED"
+        if id(result) in saved:
+            state += f", {saved[id(result)].line()}"
+        print(_one_line(f"{head}: {state}{where}"), file=sys.stderr)
+        for problem in result.problems:
+            print(_one_line(f"    {problem.line()}"), file=sys.stderr)
+    if documents and not args.out and not args.apply:
+        shown = documents[0] if len(documents) == 1 else documents
+        sys.stdout.write(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def cmd_rules_export_meta(args: argparse.Namespace, settings: Settings) -> int:
+    """Print rules as Meta's Automated Rules; exit 1 when something could not be expressed."""
+    from ruleengine.rules.meta_export import export_rule
+
+    files = {item: parse_rule(_load_file(Path(item))) for item in args.rules if Path(item).exists()}
+    known: dict[str, Any] = {}
+    rules = dict(files)
+    if len(files) < len(args.rules) or not args.currency:
+        stored, known = asyncio.run(_stored_rules(args, settings, set(args.rules) - set(files)))
+        rules |= stored
+    exported, complete = [], True
+    for source in args.rules:
+        result = export_rule(rules[source], accounts=_meta_accounts(args, rules[source], known))
+        exported += [r.as_dict() for r in result.rules]
+        complete = complete and result.complete
+        for problem in result.problems:
+            print(_one_line(f"{source}: {problem.line()}"), file=sys.stderr)
+    sys.stdout.write(orjson.dumps(exported, option=orjson.OPT_INDENT_2).decode() + "\n")
+    if not complete:
+        print("not everything could be expressed in Meta's rules (see above)", file=sys.stderr)
+    return 0 if complete else 1
+
+
+def _meta_accounts(args: argparse.Namespace, rule: Rule, known: dict[str, Any]) -> dict[str, Any]:
+    from ruleengine.rules.meta_vocab import MetaAccount
+
+    accounts = {}
+    for account_id in rule.ad_accounts:
+        account = known.get(account_id)
+        currency = args.currency or (account.currency if account else None)
+        if currency:
+            timezone = args.timezone or (account.timezone if account else None)
+            accounts[account_id] = MetaAccount(account_id, currency, timezone)
+    return accounts
+
+
+async def _stored_rules(
+    args: argparse.Namespace, settings: Settings, ids: set[str]
+) -> tuple[dict[str, Rule], dict[str, Any]]:
+    async with _database(settings) as db:
+        store = RuleStore(db)
+        rules = {rule_id: (await store.get(rule_id)).rule() for rule_id in ids}
+        accounts = {a.id: a for a in await _all_accounts(db, settings)}
+    return rules, accounts
+
+
+async def _all_accounts(db: Database, settings: Settings) -> list[Any]:
+    key = load_key(settings, create=False)
+    return await CredentialStore(db, key).all()
+
+
 # ---------------------------------------------------------------- accounts
 
 
@@ -400,6 +582,78 @@ def _add_rules(sub: Any) -> None:
     apply.set_defaults(handler=_run_async(_rules_apply))
     listing = rules.add_parser("list", help="list rules with status, schedule and next run")
     listing.set_defaults(handler=_run_async(_rules_list))
+    _add_import_meta(rules)
+    _add_export_meta(rules)
+
+
+def _add_import_meta(rules: Any) -> None:
+    imp = rules.add_parser(
+        "import-meta",
+        help="convert Meta's Automated Rules (adrules_library) into rules",
+        description="Convert Meta's Automated Rules into ruleengine rules (format 2: money in the"
+        " account currency's units, times in the ad account's timezone). FILE holds one Meta"
+        ' rule, a list, or {"data": [...]} as GET act_…/adrules_library answers; without FILE,'
+        " --account reads the account's rules from Meta (read-only, with its registered token)."
+        " Each rule gets a report on stderr: every construct that does not map, with its JSON"
+        " path in Meta's rule and why (TRIGGER rules, ROTATE, REBALANCE_BUDGET, PING_ENDPOINT …"
+        " are not converted; '(warning)' marks a rule converted with a difference to review)."
+        " The rules go to stdout, to --out DIR, or with --apply into the rule store.",
+        epilog="Exit 0 when every rule was converted, 1 when some were not (the others are"
+        " still written or saved). Migration walkthrough: docs/meta-rules.md.",
+    )
+    imp.add_argument("files", nargs="*", type=Path, metavar="FILE", help="Meta rules as JSON")
+    imp.add_argument(
+        "--account",
+        metavar="ACT",
+        help="the ad account (act_…) the rules belong to; without FILE its rules are read"
+        " from Meta",
+    )
+    imp.add_argument(
+        "--currency",
+        help="the account currency, when the account is not registered (Meta's money is in"
+        " its minor units: cents, or whole yen)",
+    )
+    imp.add_argument(
+        "--timezone", help="the account's timezone, when it is not registered (default UTC)"
+    )
+    imp.add_argument(
+        "--level",
+        choices=("campaign", "adset"),
+        help="the level of rules that name objects by id without an entity_type",
+    )
+    imp.add_argument(
+        "--webhook",
+        default="meta-rules",
+        help="the webhook (RULEENGINE_WEBHOOKS name) Meta's NOTIFICATION becomes (meta-rules)",
+    )
+    imp.add_argument("--out", type=Path, metavar="DIR", help="write one JSON file per rule")
+    imp.add_argument(
+        "--apply", action="store_true", help="save the rules (PAUSED unless --activate)"
+    )
+    imp.add_argument(
+        "--activate",
+        action="store_true",
+        help="rules enabled at Meta come ACTIVE (pause the Meta rules first: both would act)",
+    )
+    imp.add_argument("--author", default=os.environ.get("USER", "cli"), help="recorded author")
+    imp.set_defaults(handler=_run_async(_rules_import_meta))
+
+
+def _add_export_meta(rules: Any) -> None:
+    exp = rules.add_parser(
+        "export-meta",
+        help="print rules as Meta's Automated Rules",
+        description="Print each rule (a file, or the id of a stored rule) as the bodies of POST"
+        " act_…/adrules_library: one Meta rule per task and ad account (one per condition for"
+        " 'any' with pause/activate; a 'then' at a time of day becomes a second rule). What"
+        " Meta's rules cannot express is printed on stderr with its JSON path in the rule.",
+        epilog="Exit 1 when something could not be expressed. Money is converted to the account"
+        " currency's minor units: the currency comes from the registered account or --currency.",
+    )
+    exp.add_argument("rules", nargs="+", metavar="FILE_OR_ID", help="a rule file or a rule id")
+    exp.add_argument("--currency", help="the currency of every ad account of the rules")
+    exp.add_argument("--timezone", help="the ad accounts' timezone (default: as registered)")
+    exp.set_defaults(handler=cmd_rules_export_meta)
 
 
 def _add_accounts(sub: Any) -> None:

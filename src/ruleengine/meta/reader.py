@@ -1,4 +1,4 @@
-"""The read-only Graph client: entity listing, object reads, Insights — GET only.
+"""The read-only Graph client: entity listing, object reads, Insights, ad rules — GET only.
 
 This is the only Graph module the dispatcher imports. Its session is a view
 that allows GET and nothing else, so no code path through it can change an ad
@@ -34,6 +34,17 @@ T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
 IDS_PER_READ: Final = 50
 LIST_PAGE_SIZE: Final = 500
+ADRULES_PAGE_SIZE: Final = 100
+#: What an import of Meta's Automated Rules reads of each (``act_…/adrules_library``).
+ADRULE_FIELDS: Final = (
+    "id",
+    "account_id",
+    "name",
+    "status",
+    "evaluation_spec",
+    "execution_spec",
+    "schedule_spec",
+)
 
 
 class RetryPolicy:
@@ -285,24 +296,36 @@ class GraphReader:
         self, object_id: str, *, token: str, params: dict[str, Any], account_id: str | None = None
     ) -> list[dict[str, Any]]:
         """Insights rows of one object or account, every page."""
-        rows: list[dict[str, Any]] = []
+        return await self._every_page(
+            f"{object_id}/insights",
+            token=token,
+            params=params,
+            account_id=account_id,
+            what=f"insights of {object_id}",
+        )
+
+    async def _every_page(
+        self,
+        path: str,
+        *,
+        token: str,
+        params: dict[str, Any],
+        account_id: str | None,
+        what: str,
+    ) -> list[dict[str, Any]]:
+        """The ``data`` of every page of an edge, cursor by cursor (the reads policy each)."""
+        items: list[dict[str, Any]] = []
         after: str | None = None
         while True:
             page = params | ({"after": after} if after else {})
             body = await self.reads.run(
-                partial(
-                    self._get,
-                    f"{object_id}/insights",
-                    token=token,
-                    params=page,
-                    account_id=account_id,
-                ),
-                what=f"insights of {object_id}",
+                partial(self._get, path, token=token, params=page, account_id=account_id),
+                what=what,
             )
-            rows.extend(_data_list(body, f"insights of {object_id}"))
+            items.extend(_data_list(body, what))
             after = next_cursor(body)
             if after is None:
-                return rows
+                return items
 
     async def ad_accounts(self, *, token: str) -> list[dict[str, Any]]:
         """The ad accounts the token can see."""
@@ -315,3 +338,16 @@ class GraphReader:
             what="listing ad accounts",
         )
         return _data_list(body, "me/adaccounts")
+
+    async def ad_rules(
+        self, account_id: str, *, token: str, page_size: int = ADRULES_PAGE_SIZE
+    ) -> list[dict[str, Any]]:
+        """Every rule of the account's ``adrules_library`` (Meta's Automated Rules), cursor by
+        cursor, with the fields an import needs; specs as Meta reads them back."""
+        return await self._every_page(
+            f"{account_id}/adrules_library",
+            token=token,
+            params={"fields": ",".join(ADRULE_FIELDS), "limit": page_size},
+            account_id=account_id,
+            what=f"ad rules of {account_id}",
+        )

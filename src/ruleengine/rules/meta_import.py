@@ -1,0 +1,666 @@
+"""Meta's Ad Rules → our rule documents (format 2), with a report of what does not map.
+
+A Meta rule (``POST act_…/adrules_library`` form, or as Meta reads it back: numbers as
+strings, an ``id`` per spec) becomes one rule document of one task:
+
+* ``entity_type`` → ``level`` (else the level of the budget action, else the caller's
+  ``level``); object-field filters → ``filters``; Insights and special-key filters →
+  ``conditions``, each with the rule's ``time_preset`` as its period; no
+  ``effective_status`` filter → Meta's implicit one, written out;
+* ``schedule_spec`` → an interval (``HOURLY``, ``SEMI_HOURLY``) or a timetable in the ad
+  account's timezone (``DAILY`` is midnight; ``CUSTOM`` entries become slots);
+* ``execution_spec`` → the action, ``action_frequency`` → ``cooldown_minutes``;
+* money (``spent``, ``cpc``, a ``change_spec`` amount or limit …) from minor units to the
+  account currency's units.
+
+Whatever does not map is a :class:`~ruleengine.rules.meta_vocab.Problem` with the JSON
+path in Meta's rule: an ``error`` leaves the rule out (a rule with a condition or limit
+dropped would act on more than Meta's did), a ``warning`` says where the import differs.
+Nothing raises on bad input: hostile JSON gives problems, never an exception. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ruleengine.errors import RuleValidationError
+from ruleengine.rules.basics import WEEKDAYS
+from ruleengine.rules.catalog import resolve_metric
+from ruleengine.rules.meta_vocab import (
+    BUDGET_EXECUTIONS,
+    ENTITY_TYPES,
+    FILTER_FIELDS,
+    FILTER_OPERATORS,
+    ID_FIELDS,
+    IMPLICIT_STATUS,
+    METRIC_OPERATORS,
+    NOT_YET_SUPPORTED,
+    PRESETS,
+    UNMAPPED_METRICS,
+    MetaAccount,
+    Problem,
+    Report,
+    fail,
+    from_minor,
+    integer,
+    is_money,
+    metric_of,
+    number,
+    shown,
+    tidy,
+)
+from ruleengine.rules.model import EFFECTIVE_STATUSES, parse_rule
+from ruleengine.rules.model import FILTER_FIELDS as LEVEL_FILTER_FIELDS
+
+TASK_ID: Final = "meta"
+#: The condition of a Meta rule without one (every matched object): always true.
+ALWAYS: Final[dict[str, Any]] = {"metric": "current_hour", "operator": ">=", "value": 0}
+_MINUTES_PER_DAY: Final = 1440
+_STEP: Final = 30
+#: Meta's days (0 = Sunday) as our weekday names.
+_DAYS: Final = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_NOT_OURS: Final[dict[str, str]] = {
+    "ROTATE": "ruleengine acts on campaigns and ad sets, not ads; it has no ad rotation",
+    "REBALANCE_BUDGET": "moving budget between ad sets by their results has no action in"
+    " ruleengine; an increase/decrease per ad set is the nearest",
+    "PING_ENDPOINT": "Meta calls the app's webhook subscription on a trigger; ruleengine's"
+    " notify action posts to a configured webhook on a schedule",
+}
+
+
+@dataclass
+class Imported:
+    """One Meta rule, converted: the rule document (None when an error left it out) and the
+    report of everything that did not map."""
+
+    index: int
+    meta_id: str | None
+    name: str
+    rule: dict[str, Any] | None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        """The problems that left the rule out."""
+        return [p for p in self.problems if p.severity == "error"]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (what the API answers)."""
+        return {
+            "index": self.index,
+            "meta_id": self.meta_id,
+            "name": self.name,
+            "mapped": self.rule is not None,
+            "rule": self.rule,
+            "problems": [p.as_dict() for p in self.problems],
+        }
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """How to fill what a Meta rule does not say.
+
+    Attributes:
+        webhook: the webhook (a name from the settings) that Meta's NOTIFICATION becomes.
+        activate: rules enabled at Meta come ``ACTIVE`` (otherwise every rule is PAUSED).
+        level: the level of a rule that names objects by id only (no ``entity_type``).
+    """
+
+    webhook: str = "meta-rules"
+    activate: bool = False
+    level: str | None = None
+
+
+def meta_rules_of(document: Any) -> list[Any]:
+    """The Meta rules in a document: one rule, a list of rules, or ``{"data": [...]}``."""
+    if isinstance(document, dict) and isinstance(document.get("data"), list):
+        return list(document["data"])
+    if isinstance(document, list):
+        return document
+    return [document]
+
+
+def import_document(
+    document: Any, *, account: MetaAccount, options: ImportOptions | None = None
+) -> list[Imported]:
+    """Every Meta rule of ``document`` converted; names made unique within the document."""
+    results = [
+        import_rule(raw, account=account, options=options, index=index)
+        for index, raw in enumerate(meta_rules_of(document))
+    ]
+    seen: dict[str, int] = {}
+    for result in results:
+        if result.rule is None:
+            continue
+        count = seen[result.name] = seen.get(result.name, 0) + 1
+        if count > 1:
+            result.name = result.rule["name"] = f"{result.name[:190]} ({count})"
+    return results
+
+
+def import_rule(
+    raw: Any, *, account: MetaAccount, options: ImportOptions | None = None, index: int = 0
+) -> Imported:
+    """One Meta rule as a format-2 rule document, and what did not map. Never raises."""
+    opts = options or ImportOptions()
+    if not isinstance(raw, dict):
+        problem = Problem("$", shown(raw), "a Meta rule is a JSON object")
+        return Imported(index, None, f"#{index}", None, [problem])
+    converter = _Converter(raw, account, opts)
+    meta_id = raw.get("id") if isinstance(raw.get("id"), str | int) else None
+    name = converter.name()
+    document = converter.convert()
+    result = Imported(index, None if meta_id is None else str(meta_id), name, None)
+    result.problems = converter.problems
+    if document is not None and not result.errors:
+        result.rule = _validated(document, result.problems)
+    return result
+
+
+def _validated(document: dict[str, Any], problems: list[Problem]) -> dict[str, Any] | None:
+    """The document if it is a valid rule; otherwise its validation errors as problems."""
+    try:
+        parse_rule(document)
+    except RuleValidationError as exc:
+        for error in exc.errors:
+            why = f"the converted rule is not valid: {error.message}"
+            problems.append(Problem(error.path or "$", "converted rule", why))
+        return None
+    return document
+
+
+class _Converter(Report):
+    """One rule's conversion; every step records its problems and goes on."""
+
+    def __init__(self, raw: dict[str, Any], account: MetaAccount, options: ImportOptions) -> None:
+        super().__init__()
+        self.raw = raw
+        self.account = account
+        self.options = options
+
+    def name(self) -> str:
+        raw = self.raw.get("name")
+        if isinstance(raw, str) and raw.strip():
+            return raw.strip()[:200]
+        meta_id = self.raw.get("id")
+        return f"Meta rule {meta_id}" if isinstance(meta_id, str | int) else "Meta rule"
+
+    def convert(self) -> dict[str, Any] | None:
+        self._try(self._account_of_rule)
+        evaluation = self._try(_object, self.raw.get("evaluation_spec"), "evaluation_spec")
+        execution = self._try(_object, self.raw.get("execution_spec"), "execution_spec")
+        if evaluation is None or execution is None:
+            return None
+        trigger = self._try(self._evaluation_type, evaluation) is None and self._errors()
+        filters = self._try(_list, evaluation.get("filters"), "evaluation_spec.filters") or []
+        execution_type = self._try(self._execution_type, execution)
+        level = self._try(self._level, filters, execution_type)
+        parts = _Filters(self, level).read(filters, execution_type)
+        action, cooldown = self._action(execution, execution_type, level)
+        # a trigger rule has no schedule_spec: its absence is not another problem
+        schedule = None if trigger else self._try(self._schedule)
+        if self._errors() or level is None or action is None or schedule is None:
+            return None
+        task: dict[str, Any] = {
+            "id": TASK_ID,
+            "match": "all",
+            "conditions": parts.conditions or [dict(ALWAYS)],
+            "action": action,
+        }
+        if cooldown:
+            task["cooldown_minutes"] = cooldown
+        return {
+            "name": self.name(),
+            "format": 2,
+            "description": self._description(),
+            "status": self._status(),
+            "level": level,
+            "ad_accounts": [self.account.id],
+            "filters": parts.filters,
+            "schedule": schedule,
+            "timezone": self.account.timezone or "UTC",
+            "tasks": [task],
+        }
+
+    def _errors(self) -> bool:
+        return any(p.severity == "error" for p in self.problems)
+
+    def _description(self) -> str:
+        meta_id = self.raw.get("id")
+        where = f" of {self.account.id}"
+        return (
+            f"Imported from Meta ad rule {meta_id}{where}"
+            if isinstance(meta_id, str | int)
+            else f"Imported from a Meta ad rule{where}"
+        )
+
+    def _status(self) -> str:
+        status = self.raw.get("status")
+        if status not in (None, "ENABLED"):
+            self.warn("status", status, "the rule is not enabled at Meta: imported PAUSED")
+            return "PAUSED"
+        return "ACTIVE" if self.options.activate else "PAUSED"
+
+    def _account_of_rule(self) -> None:
+        raw = self.raw.get("account_id")
+        if raw is None:
+            return
+        if str(raw).removeprefix("act_") != self.account.id.removeprefix("act_"):
+            raise fail(
+                "account_id",
+                raw,
+                f"the rule belongs to another ad account than {self.account.id}; import it"
+                " for its own account",
+            )
+
+    def _evaluation_type(self, evaluation: dict[str, Any]) -> bool:
+        kind = evaluation.get("evaluation_type")
+        if kind == "TRIGGER":
+            raise fail(
+                "evaluation_spec.evaluation_type",
+                kind,
+                "Meta evaluates trigger rules the moment a metric or field changes;"
+                " ruleengine runs rules on a schedule (a SEMI_HOURLY schedule is the nearest)",
+            )
+        if kind != "SCHEDULE":
+            raise fail("evaluation_spec.evaluation_type", kind, "not SCHEDULE or TRIGGER")
+        if evaluation.get("trigger") is not None:
+            raise fail(
+                "evaluation_spec.trigger", evaluation["trigger"], "a trigger on a schedule rule"
+            )
+        return True
+
+    def _execution_type(self, execution: dict[str, Any]) -> str:
+        kind = execution.get("execution_type")
+        path = "execution_spec.execution_type"
+        if not isinstance(kind, str):
+            raise fail(path, kind, "missing or not a string")
+        if kind in NOT_YET_SUPPORTED:
+            raise fail(path, kind, NOT_YET_SUPPORTED[kind])
+        if kind in _NOT_OURS:
+            raise fail(path, kind, _NOT_OURS[kind])
+        if kind not in ("PAUSE", "UNPAUSE", "NOTIFICATION", *BUDGET_EXECUTIONS):
+            raise fail(path, kind, "an action ruleengine does not have")
+        return kind
+
+    def _level(self, filters: list[Any], execution_type: str | None) -> str:
+        for index, item in enumerate(filters):
+            if isinstance(item, dict) and item.get("field") == "entity_type":
+                value, path = item.get("value"), f"evaluation_spec.filters[{index}]"
+                if item.get("operator") != "EQUAL" or not isinstance(value, str):
+                    raise fail(path, item, "entity_type takes EQUAL and one of CAMPAIGN, ADSET")
+                if value not in ENTITY_TYPES:
+                    raise fail(
+                        f"{path}.value", value, "ruleengine acts on campaigns and ad sets, not ads"
+                    )
+                return ENTITY_TYPES[value]
+        if execution_type in BUDGET_EXECUTIONS:
+            return BUDGET_EXECUTIONS[execution_type]
+        if self.options.level is not None and self.options.level in ENTITY_TYPES.values():
+            return self.options.level
+        raise fail(
+            "evaluation_spec.filters",
+            "no entity_type",
+            "Meta takes the level from the ids the rule names; say which (--level campaign"
+            " or adset)",
+        )
+
+    # ---- execution
+
+    def _action(
+        self, execution: dict[str, Any], kind: str | None, level: str | None
+    ) -> tuple[dict[str, Any] | None, int]:
+        options = self._try(
+            _list, execution.get("execution_options", []), "execution_spec.execution_options"
+        )
+        change: tuple[str, dict[str, Any]] | None = None
+        cooldown = 0
+        for index, raw in enumerate(options or []):
+            path = f"execution_spec.execution_options[{index}]"
+            found = self._try(self._option, raw, path, kind)
+            if found is None:
+                continue
+            name, value = found
+            if name == "change_spec":
+                change = (f"{path}.value", value)
+            elif name == "action_frequency":
+                cooldown = self._try(_cooldown, value, f"{path}.value") or 0
+        if kind is None:
+            return None, cooldown
+        if kind in BUDGET_EXECUTIONS:
+            return self._try(self._budget, kind, level, change), cooldown
+        if kind == "NOTIFICATION":
+            return {"type": "notify", "webhook": self.options.webhook}, cooldown
+        return {"type": "pause" if kind == "PAUSE" else "activate"}, cooldown
+
+    def _option(self, raw: Any, path: str, kind: str | None) -> tuple[str, Any] | None:
+        entry = _object(raw, path)
+        name, value = entry.get("field"), entry.get("value")
+        if isinstance(name, str) and name in NOT_YET_SUPPORTED:
+            raise fail(f"{path}.field", name, NOT_YET_SUPPORTED[name])
+        if name == "user_ids":
+            self.warn(path, value, self._user_ids_reason(kind))
+            return None
+        if name in ("change_spec", "action_frequency"):
+            return name, value
+        if name == "rebalance_spec" and kind is None:
+            return None  # part of REBALANCE_BUDGET, already reported
+        raise fail(f"{path}.field", name, "an execution option ruleengine does not have")
+
+    def _user_ids_reason(self, kind: str | None) -> str:
+        if kind == "NOTIFICATION":
+            return (
+                f"Meta notifies these Facebook users; ruleengine posts the message to the"
+                f" webhook '{self.options.webhook}' instead"
+            )
+        return (
+            "Meta e-mails these Facebook users what the rule did; ruleengine records every"
+            " action (Rule Logs, /api/executions) and sends no e-mail"
+        )
+
+    def _budget(
+        self, kind: str, level: str | None, change: tuple[str, dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        if level is not None and level != BUDGET_EXECUTIONS[kind]:
+            raise fail(
+                "execution_spec.execution_type",
+                kind,
+                f"{kind} changes {BUDGET_EXECUTIONS[kind]} budgets, and the rule looks at {level}s",
+            )
+        if change is None:
+            raise fail("execution_spec.execution_options", kind, f"{kind} needs a change_spec")
+        path, raw = change
+        spec = _object(raw, path)
+        if "target_field" in spec:
+            raise fail(
+                f"{path}.target_field", spec["target_field"], NOT_YET_SUPPORTED["target_field"]
+            )
+        unknown = sorted(set(spec) - {"amount", "unit", "limit"})
+        if unknown:
+            raise fail(f"{path}.{unknown[0]}", spec[unknown[0]], "not a change_spec field")
+        amount = number(spec.get("amount"), f"{path}.amount")
+        if spec.get("unit") != "PERCENTAGE":
+            raise fail(
+                f"{path}.unit",
+                spec.get("unit"),
+                "ruleengine changes a budget by a percentage (or sets it); a change by a fixed"
+                " amount of money has no action",
+            )
+        if amount == 0:
+            raise fail(f"{path}.amount", spec.get("amount"), "a change of 0 % does nothing")
+        action: dict[str, Any] = {
+            "type": "increase_budget" if amount > 0 else "decrease_budget",
+            "percent": tidy(abs(amount)),
+        }
+        if "limit" in spec:
+            limit = number(spec["limit"], f"{path}.limit")
+            if limit <= 0:
+                raise fail(f"{path}.limit", spec["limit"], "a budget limit must be above 0")
+            bound = "max_budget" if amount > 0 else "min_budget"
+            action[bound] = from_minor(limit, self.account.offset)
+        return action
+
+    # ---- schedule
+
+    def _schedule(self) -> dict[str, Any]:
+        if "schedule_spec" not in self.raw:
+            raise fail(
+                "schedule_spec",
+                "absent",
+                "the rule came without its schedule_spec (ask for fields=…,schedule_spec)",
+            )
+        spec = _object(self.raw["schedule_spec"], "schedule_spec")
+        kind = spec.get("schedule_type")
+        if kind == "HOURLY":
+            return {"mode": "interval", "every_minutes": 60}
+        if kind == "SEMI_HOURLY":
+            return {"mode": "interval", "every_minutes": 30}
+        if kind == "DAILY":
+            return self._timetable({day: ["00:00"] for day in WEEKDAYS})
+        if kind != "CUSTOM":
+            raise fail(
+                "schedule_spec.schedule_type", kind, "not DAILY, HOURLY, SEMI_HOURLY or CUSTOM"
+            )
+        entries = _list(spec.get("schedule"), "schedule_spec.schedule")
+        if not entries:
+            raise fail("schedule_spec.schedule", entries, "a CUSTOM schedule needs entries")
+        slots: dict[str, set[str]] = {}
+        for index, entry in enumerate(entries):
+            for day, time in _entry_slots(entry, f"schedule_spec.schedule[{index}]"):
+                slots.setdefault(day, set()).add(time)
+        return self._timetable({day: sorted(times) for day, times in slots.items()})
+
+    def _timetable(self, slots: dict[str, list[str]]) -> dict[str, Any]:
+        if self.account.timezone is None:
+            self.warn(
+                "schedule_spec",
+                "times of day",
+                f"Meta runs them in the timezone of {self.account.id}, which is not known:"
+                " UTC assumed (register the account, or give --timezone)",
+            )
+        ordered = {day: slots[day] for day in WEEKDAYS if slots.get(day)}
+        return {"mode": "timetable", "slots": ordered}
+
+
+def _entry_slots(raw: Any, path: str) -> Iterator[tuple[str, str]]:
+    """The (weekday, HH:MM) slots of one CUSTOM entry: every half hour of its range."""
+    entry = _object(raw, path)
+    unknown = sorted(set(entry) - {"start_minute", "end_minute", "days"})
+    if unknown:
+        raise fail(f"{path}.{unknown[0]}", entry[unknown[0]], "not a schedule field")
+    if "start_minute" not in entry and "days" not in entry:
+        raise fail(path, entry, "an entry needs start_minute or days")
+    start = _minute(entry.get("start_minute", 0), f"{path}.start_minute")
+    if "end_minute" in entry:
+        end = _minute(entry["end_minute"], f"{path}.end_minute")
+    elif "start_minute" in entry:
+        end = start + _STEP  # one run, at start_minute
+    else:
+        end = _MINUTES_PER_DAY  # days alone: every half hour of the day
+    if start >= _MINUTES_PER_DAY or end <= start:
+        raise fail(path, entry, "no run time: start_minute must be before end_minute and 1440")
+    days = entry.get("days", list(range(7)))
+    for index, raw_day in enumerate(_list(days, f"{path}.days") or [None]):
+        day = _DAYS[integer(raw_day, f"{path}.days[{index}]", low=0, high=6)]
+        for minute in range(start, min(end, _MINUTES_PER_DAY), _STEP):
+            yield day, f"{minute // 60:02d}:{minute % 60:02d}"
+
+
+def _cooldown(raw: Any, path: str) -> int:
+    return integer(raw, path, low=1, high=525_600)
+
+
+def _minute(raw: Any, path: str) -> int:
+    minute = integer(raw, path, low=0, high=_MINUTES_PER_DAY)
+    if minute % _STEP:
+        raise fail(path, raw, "Meta's schedule minutes are multiples of 30")
+    return minute
+
+
+@dataclass
+class _Parts:
+    filters: list[dict[str, Any]] = field(default_factory=list)
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Filters:
+    """Meta's filters split into our filters and conditions."""
+
+    def __init__(self, converter: _Converter, level: str | None) -> None:
+        self.c = converter
+        self.level = level
+        self.preset: str | None = None
+        self.parts = _Parts()
+        self.needs_preset: list[str] = []
+
+    def read(self, filters: list[Any], execution_type: str | None) -> _Parts:
+        entries = []
+        for index, raw in enumerate(filters):
+            path = f"evaluation_spec.filters[{index}]"
+            entry = self.c._try(_filter_entry, raw, path)
+            if entry is not None:
+                entries.append((path, entry))
+        for path, entry in entries:
+            if entry[0] == "time_preset":
+                self.c._try(self._time_preset, entry, path)
+        for path, entry in entries:
+            self.c._try(self._one, entry, path)
+        if self.needs_preset and self.preset is None:
+            self.c.problems.append(
+                Problem(
+                    self.needs_preset[0],
+                    "Insights filter",
+                    "no time_preset: Meta needs one for Insights filters",
+                )
+            )
+        if not any(f["field"] == "effective_status" for f in self.parts.filters):
+            self._implicit_status(execution_type)
+        return self.parts
+
+    def _time_preset(self, entry: tuple[str, str, Any], path: str) -> None:
+        _, operator, value = entry
+        if operator != "EQUAL" or not isinstance(value, str) or value not in PRESETS:
+            raise fail(f"{path}.value", value, "not one of Meta's time presets")
+        self.preset = PRESETS[value]
+
+    def _implicit_status(self, execution_type: str | None) -> None:
+        operator, values = IMPLICIT_STATUS.get(execution_type or "", IMPLICIT_STATUS["*"])
+        self.parts.filters.append(
+            {"field": "effective_status", "operator": operator, "value": list(values)}
+        )
+
+    def _one(self, entry: tuple[str, str, Any], path: str) -> None:
+        name, operator, value = entry
+        if name in ("entity_type", "time_preset"):
+            return
+        if name == "attribution_window":
+            if value != "ACCOUNT_DEFAULT":
+                self.c.warn(
+                    path,
+                    value,
+                    "ruleengine reads Insights with the ad account's attribution setting"
+                    " (use_unified_attribution_setting): conversions and ROAS may differ",
+                )
+            return
+        if name == "budget_reset_period":
+            self.parts.conditions.append(_budget_kind(operator, value, path))
+            return
+        if name in FILTER_FIELDS:
+            self.parts.filters.append(self._filter(name, operator, value, path))
+            return
+        self.parts.conditions.append(self._condition(name, operator, value, path))
+
+    def _filter(self, name: str, operator: str, value: Any, path: str) -> dict[str, Any]:
+        if self.level is not None and name not in LEVEL_FILTER_FIELDS[self.level]:
+            raise fail(f"{path}.field", name, f"{self.level}s cannot be filtered on {name}")
+        if operator not in FILTER_OPERATORS:
+            raise fail(f"{path}.operator", operator, f"{name} cannot be filtered with {operator}")
+        wants_list = operator in ("IN", "NOT_IN")
+        if wants_list != isinstance(value, list) or (wants_list and not value):
+            kind = "a non-empty list" if wants_list else "one value"
+            raise fail(f"{path}.value", value, f"{operator} takes {kind}")
+        values = value if isinstance(value, list) else [value]
+        cleaned = [_filter_value(name, item, f"{path}.value") for item in values]
+        return {"field": name, "operator": operator, "value": cleaned if wants_list else cleaned[0]}
+
+    def _condition(self, name: str, operator: str, value: Any, path: str) -> dict[str, Any]:
+        if name in UNMAPPED_METRICS:
+            raise fail(f"{path}.field", name, UNMAPPED_METRICS[name])
+        try:
+            metric, period = metric_of(name)
+        except KeyError:
+            raise fail(
+                f"{path}.field", name, "no metric of ruleengine's catalogue means this"
+            ) from None
+        if operator not in METRIC_OPERATORS:
+            raise fail(f"{path}.operator", operator, f"a metric cannot be compared with {operator}")
+        if name == "estimated_budget_spending_percentage":
+            self.c.warn(
+                path,
+                name,
+                "ours extrapolates today's spend of a daily budget in a straight line; Meta's"
+                " comes from its own model (docs/rules.md)",
+            )
+        offset = self.c.account.offset if is_money(metric) else 1
+        condition: dict[str, Any] = {"metric": metric}
+        if resolve_period := period or (self.preset if _needs_period(metric) else None):
+            condition["period"] = resolve_period
+        elif _needs_period(metric):
+            self.needs_preset.append(path)
+        condition["operator"] = METRIC_OPERATORS[operator]
+        condition["value"] = _metric_value(operator, value, offset, f"{path}.value")
+        return condition
+
+
+def _needs_period(metric: str) -> bool:
+    return resolve_metric(metric).needs_period
+
+
+def _metric_value(operator: str, raw: Any, offset: int, path: str) -> Any:
+    if operator in ("IN_RANGE", "NOT_IN_RANGE"):
+        if not isinstance(raw, list) or len(raw) != 2:
+            raise fail(path, raw, f"{operator} takes [low, high]")
+        low, high = (number(raw[i], f"{path}[{i}]") for i in (0, 1))
+        if low > high:
+            raise fail(path, raw, "low is above high")
+        return [from_minor(low, offset), from_minor(high, offset)]
+    return from_minor(number(raw, path), offset)
+
+
+def _budget_kind(operator: str, value: Any, path: str) -> dict[str, Any]:
+    """``budget_reset_period IN [LIFETIME]`` → ``lifetime_budget > 0`` (DAY: daily)."""
+    values = value if isinstance(value, list) else [value]
+    if operator not in ("EQUAL", "IN") or len(values) != 1 or values[0] not in ("DAY", "LIFETIME"):
+        raise fail(
+            path,
+            {"operator": operator, "value": value},
+            "only one budget kind (DAY or LIFETIME) maps: it becomes daily_budget > 0 or"
+            " lifetime_budget > 0",
+        )
+    metric = "daily_budget" if values[0] == "DAY" else "lifetime_budget"
+    return {"metric": metric, "operator": ">", "value": 0}
+
+
+def _filter_value(name: str, raw: Any, path: str) -> str | float:
+    if name in ID_FIELDS:
+        if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+            raise fail(path, raw, "an id is a number")
+        text = (
+            str(int(raw)) if isinstance(raw, int | float) and float(raw).is_integer() else str(raw)
+        )
+        if not text.isascii() or not text.isdigit():
+            raise fail(path, raw, "an id is a number")
+        return text
+    if name == "effective_status":
+        if not isinstance(raw, str) or raw not in EFFECTIVE_STATUSES:
+            raise fail(path, raw, "not one of Meta's effective_status values")
+        return str(raw)
+    if isinstance(raw, str):
+        return raw
+    return tidy(number(raw, path))
+
+
+def _filter_entry(raw: Any, path: str) -> tuple[str, str, Any]:
+    entry = _object(raw, path)
+    name, operator = entry.get("field"), entry.get("operator")
+    if not isinstance(name, str) or not name:
+        raise fail(f"{path}.field", name, "a filter needs a field")
+    if not isinstance(operator, str):
+        raise fail(f"{path}.operator", operator, "a filter needs an operator")
+    if "value" not in entry:
+        raise fail(f"{path}.value", "absent", "a filter needs a value")
+    return name, operator, entry["value"]
+
+
+def _object(raw: Any, path: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise fail(path, raw, "missing or not a JSON object")
+    return raw
+
+
+def _list(raw: Any, path: str) -> list[Any]:
+    if not isinstance(raw, list):
+        raise fail(path, raw, "missing or not a list")
+    return raw
