@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -104,10 +103,10 @@ def start_servers(
 
 
 def engine_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """The environment of a dispatcher or worker process on the benchmark's servers."""
+    """What a dispatcher or worker process needs to find the benchmark's servers (the
+    process group adds this process's own environment)."""
     assert settings.token_encryption_key is not None
     return {
-        **{k: v for k, v in os.environ.items() if not k.startswith("RULEENGINE_")},
         "RULEENGINE_MONGODB_URL": settings.mongodb_url,
         "RULEENGINE_MONGODB_DATABASE": settings.mongodb_database,
         "RULEENGINE_REDIS_URL": settings.redis_url,
