@@ -827,6 +827,8 @@ def _step_summary(result: dict[str, Any]) -> dict[str, Any]:
         "evals_per_s",
         "writes",
         "jobs_dropped",
+        "graph_calls_per_account_hour",
+        "mongo_docs_per_hour",
         "cpu_s",
     )
     return {k: result[k] for k in keys}
@@ -870,7 +872,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="grow --accounts (doubling, then bisecting) until a step is not sustained",
     )
     parser.add_argument(
-        "--step-minutes", type=float, default=2.0, help="length of each capacity step (default 2)"
+        "--step-minutes",
+        type=float,
+        default=5.0,
+        help="length of each capacity step (default 5: shorter steps end before the mix's"
+        " follow-ups and cooldowns come round and before MongoDB fills, and overstate capacity)",
     )
     parser.add_argument(
         "--budget-minutes",
