@@ -14,7 +14,14 @@ import orjson
 from cryptography.fernet import Fernet
 from pymongo import AsyncMongoClient
 
-from ruleengine.embedded import ProcessGroup, free_port, port_answers, start_mongodb, start_redis
+from ruleengine.embedded import (
+    Child,
+    ProcessGroup,
+    free_port,
+    port_answers,
+    start_mongodb,
+    start_redis,
+)
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database, Document, create_client, database, ensure_indexes
 
@@ -78,15 +85,59 @@ def stack(*, databases: bool, sandbox_args: tuple[str, ...] = ()) -> Iterator[St
     """Sandbox, and with ``databases`` an in-memory MongoDB-compatible server and Redis."""
     log_dir = Path("var") / "bench-logs"
     with ProcessGroup(log_dir=log_dir) as group:
-        started = time.perf_counter()
-        sandbox = start_sandbox(group, *sandbox_args)
-        if not databases:
-            yield Stack(sandbox)
-            return
-        mongo = start_mongodb(group, port=free_port(), storage_path=":memory:")
-        redis = start_redis(group, port=free_port(), data_dir=None)
-        say(f"servers up in {time.perf_counter() - started:.1f}s (logs in {log_dir})")
-        yield Stack(sandbox, mongo.address, redis.address)
+        yield start_servers(group, databases=databases, sandbox_args=sandbox_args)
+
+
+def start_servers(
+    group: ProcessGroup, *, databases: bool, sandbox_args: tuple[str, ...] = ()
+) -> Stack:
+    """Start the sandbox (and the databases) as children of ``group``."""
+    started = time.perf_counter()
+    sandbox = start_sandbox(group, *sandbox_args)
+    if not databases:
+        return Stack(sandbox)
+    mongo = start_mongodb(group, port=free_port(), storage_path=":memory:")
+    redis = start_redis(group, port=free_port(), data_dir=None)
+    say(f"servers up in {time.perf_counter() - started:.1f}s (logs in {group.log_dir})")
+    return Stack(sandbox, mongo.address, redis.address)
+
+
+def engine_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """What a dispatcher or worker process needs to find the benchmark's servers (the
+    process group adds this process's own environment)."""
+    assert settings.token_encryption_key is not None
+    return {
+        "RULEENGINE_MONGODB_URL": settings.mongodb_url,
+        "RULEENGINE_MONGODB_DATABASE": settings.mongodb_database,
+        "RULEENGINE_REDIS_URL": settings.redis_url,
+        "RULEENGINE_GRAPH_URL": settings.graph_url,
+        "RULEENGINE_TOKEN_ENCRYPTION_KEY": settings.token_encryption_key.get_secret_value(),
+        **extra,
+    }
+
+
+def start_dispatcher(group: ProcessGroup, env: dict[str, str]) -> Child:
+    """``python -m ruleengine.dispatch`` as a child; ready when its metrics port answers."""
+    return _start_engine(group, "dispatcher", [sys.executable, "-m", "ruleengine.dispatch"], env)
+
+
+def start_worker(group: ProcessGroup, env: dict[str, str], name: str = "worker") -> Child:
+    """``arq ruleengine.jobs.WorkerSettings`` as a child; ready when its metrics port answers."""
+    arq = str(Path(sys.executable).with_name("arq"))
+    return _start_engine(group, name, [arq, "ruleengine.jobs.WorkerSettings"], env)
+
+
+def _start_engine(group: ProcessGroup, name: str, argv: list[str], env: dict[str, str]) -> Child:
+    port = free_port()
+    kind = "DISPATCHER" if name == "dispatcher" else "WORKER"
+    return group.start(
+        name,
+        argv,
+        address=f"http://127.0.0.1:{port}",
+        ready=lambda: port_answers(port),
+        env=env | {f"RULEENGINE_{kind}_METRICS_PORT": str(port)},
+        timeout_s=60,
+    )
 
 
 def percentile(values: list[float], pct: float) -> float:

@@ -69,7 +69,16 @@ from arq.constants import in_progress_key_prefix
 from pymongo.errors import PyMongoError
 from redis.exceptions import RedisError
 
-from _common import TOKEN, Stack, figures, open_database, say, stack_settings, start_sandbox
+from _common import (
+    TOKEN,
+    Stack,
+    engine_env,
+    figures,
+    open_database,
+    say,
+    stack_settings,
+    start_sandbox,
+)
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.dispatch import Dispatcher
@@ -310,19 +319,14 @@ def _nothing_left_open(seen: Observed) -> Iterator[str]:
 
 def worker_env(settings: Settings) -> dict[str, str]:
     """The environment of a worker process on the run's servers (short lock, short timeout)."""
-    assert settings.token_encryption_key is not None
-    return {
-        "RULEENGINE_MONGODB_URL": settings.mongodb_url,
-        "RULEENGINE_MONGODB_DATABASE": settings.mongodb_database,
-        "RULEENGINE_REDIS_URL": settings.redis_url,
-        "RULEENGINE_GRAPH_URL": settings.graph_url,
-        "RULEENGINE_TOKEN_ENCRYPTION_KEY": settings.token_encryption_key.get_secret_value(),
-        "RULEENGINE_WORKER_METRICS_PORT": "0",
+    return engine_env(
+        settings,
+        RULEENGINE_WORKER_METRICS_PORT="0",
         # a killed worker's write lock is free again in 2 s; its batch is reapable soon
-        "RULEENGINE_ACCOUNT_LOCK_TTL_S": str(LOCK_TTL_S),
-        "RULEENGINE_JOB_TIMEOUT_S": str(JOB_TIMEOUT_S),
-        "RULEENGINE_READ_RETRY_WAITS_S": "[0.05, 0.1]",
-    }
+        RULEENGINE_ACCOUNT_LOCK_TTL_S=str(LOCK_TTL_S),
+        RULEENGINE_JOB_TIMEOUT_S=str(JOB_TIMEOUT_S),
+        RULEENGINE_READ_RETRY_WAITS_S="[0.05, 0.1]",
+    )
 
 
 class Workers:

@@ -10,16 +10,25 @@ Target (SPEC §11): p50 ≤ tick + 2 s. Last line: one JSON object.
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from _common import TOKEN, figures, open_database, percentile, say, stack, stack_settings
+from _common import (
+    TOKEN,
+    engine_env,
+    figures,
+    open_database,
+    percentile,
+    say,
+    stack,
+    stack_settings,
+    start_dispatcher,
+    start_worker,
+)
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.embedded import ProcessGroup, free_port, port_answers
+from ruleengine.embedded import ProcessGroup
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.model import parse_rule
@@ -51,34 +60,10 @@ def rule(index: int, campaign_id: str) -> dict[str, object]:
     }
 
 
-def start_engine(group: ProcessGroup, env: dict[str, str]) -> None:
-    for name, argv, port_name in (
-        (
-            "dispatcher",
-            [sys.executable, "-m", "ruleengine.dispatch"],
-            "RULEENGINE_DISPATCHER_METRICS_PORT",
-        ),
-        (
-            "worker",
-            [str(Path(sys.executable).with_name("arq")), "ruleengine.jobs.WorkerSettings"],
-            "RULEENGINE_WORKER_METRICS_PORT",
-        ),
-    ):
-        port = int(env[port_name])
-        group.start(
-            name,
-            argv,
-            address=f"http://127.0.0.1:{port}",
-            ready=lambda p=port: port_answers(p),
-            env=env,
-        )
-
-
 async def main() -> None:
     args = ("--scenario", "bench", "--accounts", "1", "--campaigns", str(RULES))
     with stack(databases=True, sandbox_args=args) as servers:
         settings = stack_settings(servers)
-        assert settings.token_encryption_key is not None
         client, db = await open_database(settings)
         now = datetime.now(UTC)
         await CredentialStore(db, load_key(settings)).add("act_2001", TOKEN, now=now)
@@ -100,18 +85,10 @@ async def main() -> None:
             at = start + timedelta(seconds=SPREAD_S * index / RULES)
             await db[c.RULES].update_one({"_id": doc.id}, {"$set": {"next_execute_at": at}})
             due[campaign["id"]] = at
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("RULEENGINE_")},
-            "RULEENGINE_MONGODB_URL": settings.mongodb_url,
-            "RULEENGINE_REDIS_URL": settings.redis_url,
-            "RULEENGINE_GRAPH_URL": servers.sandbox_url,
-            "RULEENGINE_TOKEN_ENCRYPTION_KEY": settings.token_encryption_key.get_secret_value(),
-            "RULEENGINE_TICK_SECONDS": str(TICK_S),
-            "RULEENGINE_DISPATCHER_METRICS_PORT": str(free_port()),
-            "RULEENGINE_WORKER_METRICS_PORT": str(free_port()),
-        }
+        env = engine_env(settings, RULEENGINE_TICK_SECONDS=str(TICK_S))
         with ProcessGroup(log_dir=Path("var") / "bench-logs") as group:
-            start_engine(group, env)
+            start_dispatcher(group, env)
+            start_worker(group, env)
             say(f"dispatcher and worker up (tick {TICK_S:g}s); {RULES} rules due over {SPREAD_S}s")
             deadline = time.monotonic() + SPREAD_S + 5 + TICK_S * 3
             writes: dict[str, datetime] = {}
