@@ -412,7 +412,8 @@ class _Converter(Report):
                 f"{path}.unit",
                 spec["unit"],
                 "Meta changes the budget by this fixed amount of money; ruleengine changes a"
-                " budget by a percentage (or sets it): a change by a fixed amount has no action",
+                " budget by a percentage, sets it or scales it to a target: a change by a fixed"
+                " amount has no action",
             )
         amount, bound = self._percent_change(spec, path, "budget")
         action: dict[str, Any] = {
