@@ -62,14 +62,16 @@ async def test_import_from_the_dollar_account_converts_what_maps_and_reports_the
         {"metric": "spend", "period": "today", "operator": ">", "value": 250}
     ]
     assert task["action"] == {"type": "notify", "webhook": "meta-rules"}
+    winners = rules["Scale winners +20% (ROAS over 3)"]
+    assert winners["level"] == "adset"
+    (task,) = winners["tasks"]
+    assert task["action"] == {"type": "increase_budget", "percent": 20, "max_budget": 500}
+    assert (task["cooldown_minutes"], task["execution_count_limit"]) == (1440, 5)
     report = result.stderr
-    assert "6 Meta rule(s)" in report
+    assert "2 of 6 Meta rule(s) converted" in report
     assert "Pause ad sets with CPA over $40 (7 days)" in report
     assert "evaluation_spec.filters[2].field: cpa — " in report
-    assert (
-        "execution_spec.execution_options[2].field: execution_count_limit — not yet supported"
-        in report
-    )
+    assert "(warning) execution_spec.execution_options[2]: 5 — the same limit per object" in report
     assert "execution_spec.execution_options[0].value.unit: ACCOUNT_CURRENCY — " in report
     assert "evaluation_spec.evaluation_type: TRIGGER — " in report
     assert "execution_spec.execution_type: ROTATE — " in report

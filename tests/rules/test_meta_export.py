@@ -159,6 +159,97 @@ def test_budget_limits_round_to_whole_minor_units_and_one_limit_only() -> None:
     assert "one limit" in errors(export(base(action=both)))["tasks[0].action.min_budget"]
 
 
+def test_a_bid_change_by_a_percentage_is_change_bid_with_a_limit_and_a_count_limit() -> None:
+    action = {"type": "change_bid", "percent": 12.5, "direction": "decrease", "min_bid": 0.805}
+    result = export(base(action=action, cooldown_minutes=60, execution_count_limit=4))
+    (only,) = result.rules
+    assert only.body["execution_spec"] == {
+        "execution_type": "CHANGE_BID",
+        "execution_options": [
+            {
+                "field": "change_spec",
+                # a minimum rounds up: never below 0.805 USD
+                "value": {"amount": -12.5, "unit": "PERCENTAGE", "limit": 81},
+                "operator": "EQUAL",
+            },
+            {"field": "action_frequency", "value": 60, "operator": "EQUAL"},
+            {"field": "execution_count_limit", "value": 4, "operator": "EQUAL"},
+        ],
+    }
+    assert result.complete
+    warned = {p.path: p.why for p in result.problems}
+    assert "counts from 0" in warned["tasks[0].execution_count_limit"]
+
+
+def test_a_bid_set_to_an_amount_has_no_meta_equivalent() -> None:
+    result = export(base(action={"type": "change_bid", "amount": 2.5}))
+    assert "cannot set a bid" in errors(result)["tasks[0].action.amount"]
+    both = {"type": "change_bid", "percent": 5, "direction": "increase", "min_bid": 1}
+    assert "one limit" in errors(export(base(action=both)))["tasks[0].action.min_bid"]
+
+
+def test_scale_to_target_is_a_budget_change_towards_a_target_field() -> None:
+    action = {
+        "type": "scale_to_target",
+        "metric": "cost_per_action_type.mobile_app_install",
+        "period": "today",
+        "target": 4.5,
+        "min_budget": 20,
+        "max_budget": 100.509,
+    }
+    data = base(action=action)
+    data["level"] = "campaign"
+    (only,) = export(data).rules
+    assert only.body["execution_spec"] == {
+        "execution_type": "CHANGE_CAMPAIGN_BUDGET",
+        "execution_options": [
+            {
+                "field": "change_spec",
+                "value": {
+                    "amount": 450,
+                    "target_field": "cost_per_mobile_app_install",
+                    "limit": [2000, 10050],
+                },
+                "operator": "EQUAL",
+            }
+        ],
+    }
+
+
+def test_scale_to_target_without_conditions_over_a_period_brings_its_time_preset() -> None:
+    action = {"type": "scale_to_target", "metric": "ctr", "period": "last_7d", "target": 1.2}
+    data = base(action=action)
+    data["tasks"][0]["conditions"] = [
+        {"metric": "hours_since_creation", "operator": ">", "value": 48}
+    ]
+    (only,) = export(data).rules
+    assert only.body["evaluation_spec"]["filters"][-2:] == [
+        {"field": "time_preset", "value": "LAST_7D", "operator": "EQUAL"},
+        {"field": "hours_since_creation", "value": 48, "operator": "GREATER_THAN"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "why"),
+    [
+        ({"period": "last_7d"}, "tasks[0].conditions[0].period", "target_field"),
+        ({"max_change_percent": 20}, "tasks[0].action.max_change_percent", "no cap"),
+        ({"min_budget": 5}, "tasks[0].action.max_budget", "both"),
+        ({"metric": "purchase_roas.omni_purchase"}, "tasks[0].action.metric", "no such field"),
+        ({"period": "last_90d"}, "tasks[0].conditions[0].period", "one time_preset"),
+    ],
+)
+def test_scale_to_target_meta_cannot_say(change: dict[str, Any], path: str, why: str) -> None:
+    action = {"type": "scale_to_target", "metric": "cpc", "period": "today", "target": 1}
+    assert why in errors(export(base(action=action | change)))[path]
+
+
+def test_count_limits_and_cooldowns_go_with_changes_only() -> None:
+    result = export(base(execution_count_limit=2))
+    assert "budget and bid changes only" in errors(result)["tasks[0].execution_count_limit"]
+    assert result.rules == []
+
+
 def test_a_timetable_in_another_timezone_than_the_account_is_an_error() -> None:
     data = base()
     data["schedule"] = {"mode": "timetable", "slots": {"mon": ["08:00"]}}
@@ -211,6 +302,44 @@ def _condition(draw: st.DrawFn, period: str, offset: int) -> dict[str, Any]:
     return condition
 
 
+_TARGET_METRICS = [
+    "cpc",
+    "cpm",
+    "cost_per_action_type.mobile_app_install",
+    "impressions",
+    "clicks",
+    "ctr",
+    "actions.link_click",
+    "website_purchase_roas.offsite_conversion.fb_pixel_purchase",
+    "mobile_app_purchase_roas.app_custom_event.fb_mobile_purchase",
+]
+
+
+@st.composite
+def _scale_to_target(draw: st.DrawFn, period: str, offset: int) -> dict[str, Any]:
+    metric = draw(st.sampled_from(_TARGET_METRICS))
+    money = resolve_metric(metric).money
+    target = draw(st.integers(1, 10**9)) / (offset if money else draw(st.sampled_from([1, 4, 100])))
+    action = {"type": "scale_to_target", "metric": metric, "period": period, "target": target}
+    if draw(st.booleans()):  # Meta's limit is a range: both bounds, whole currency units
+        low, high = sorted(draw(st.lists(st.integers(1, 10**6), min_size=2, max_size=2)))
+        action |= {"min_budget": low, "max_budget": high}
+    return action
+
+
+_BIDS = st.builds(
+    lambda percent, increase, limit: (
+        {
+            "type": "change_bid",
+            "percent": percent,
+            "direction": "increase" if increase else "decrease",
+        }
+        | ({"max_bid" if increase else "min_bid": limit} if limit else {})
+    ),
+    st.integers(1, 9_999).map(lambda n: n / 100),
+    st.booleans(),
+    st.none() | st.integers(1, 10**6),
+)
 _ACTIONS = st.one_of(
     st.just({"type": "pause"}),
     st.just({"type": "activate"}),
@@ -279,23 +408,31 @@ def _schedule(draw: st.DrawFn) -> dict[str, Any]:
 def expressible_rules(draw: st.DrawFn) -> tuple[dict[str, Any], MetaAccount]:
     account = draw(st.sampled_from([USD, JPY]))
     period = draw(st.sampled_from(sorted(PRESETS.values())))
-    action = draw(_ACTIONS)
-    budget = action["type"].endswith("_budget")
+    action = draw(st.one_of(_ACTIONS, _BIDS, _scale_to_target(period, account.offset)))
+    change = action["type"].endswith("_budget") or action["type"] in (
+        "change_bid",
+        "scale_to_target",
+    )
     task: dict[str, Any] = {
         "id": TASK_ID,
         "match": "all",
         "conditions": draw(st.lists(_condition(period, account.offset), min_size=1, max_size=4)),
         "action": action,
     }
-    if budget and draw(st.booleans()):
+    if change and draw(st.booleans()):
         task["cooldown_minutes"] = draw(st.integers(1, 10_000))
+    if change and draw(st.booleans()):
+        task["execution_count_limit"] = draw(st.integers(1, 1_000_000))
     rule = {
         "name": draw(
             st.text(st.characters(codec="utf-8", categories=["L", "N"]), min_size=1, max_size=40)
         ),
         "format": 2,
         "status": draw(st.sampled_from(["ACTIVE", "PAUSED"])),
-        "level": draw(st.sampled_from(["campaign", "adset"])),
+        # bids are ad sets'
+        "level": "adset"
+        if action["type"] == "change_bid"
+        else draw(st.sampled_from(["campaign", "adset"])),
         "ad_accounts": [account.id],
         "filters": draw(_FILTERS),
         "schedule": draw(_schedule()),

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ruleengine.rules.meta_import import Imported, ImportOptions, import_document, import_rule
-from ruleengine.rules.meta_vocab import NOT_YET_SUPPORTED, MetaAccount
+from ruleengine.rules.meta_vocab import MetaAccount
 from ruleengine.rules.model import parse_rule
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "meta_rules"
@@ -88,12 +88,16 @@ def test_lifetime_budget_adsets_of_three_campaigns_younger_than_48_hours() -> No
     ]
 
 
-def test_execution_count_limit_is_not_yet_supported() -> None:
+def test_raise_budgets_10_percent_at_most_5_times_per_ad_set() -> None:
     result = one("scheduled_change_budget_count_limit")
-    assert result.rule is None
-    assert errors(result) == {
-        "execution_spec.execution_options[1].field": NOT_YET_SUPPORTED["execution_count_limit"]
-    }
+    t = task(result)
+    assert result.rule is not None
+    assert result.rule["level"] == "adset"
+    assert t["action"] == {"type": "increase_budget", "percent": 10}
+    assert t["execution_count_limit"] == 5  # per (rule, task, entity): per object of Meta's rule
+    assert errors(result) == {}
+    # Meta's count so far is not ours: said, not hidden
+    assert "already made" in warnings(result)["execution_spec.execution_options[1]"]
 
 
 def test_pause_with_user_ids_pauses_and_says_no_email_is_sent() -> None:
@@ -131,11 +135,23 @@ def test_cut_budgets_by_30_percent_at_midnight_on_tuesdays_and_fridays() -> None
     assert t["action"] == {"type": "decrease_budget", "percent": 30}
 
 
-@pytest.mark.parametrize("name", ["change_spec_bid_target_cpi", "roas_mobile_app_bid"])
-def test_bid_rules_are_not_yet_supported(name: str) -> None:
-    result = one(name, level="adset")
+@pytest.mark.parametrize(
+    ("name", "field"),
+    [
+        ("change_spec_bid_target_cpi", "cost_per_mobile_app_install"),
+        ("roas_mobile_app_bid", "mobile_app_purchase_roas"),
+    ],
+)
+def test_bids_moved_towards_a_target_are_not_mappable_change_bid_has_no_target(
+    name: str, field: str
+) -> None:
+    result = one(name)  # no entity_type: CHANGE_BID acts on ad sets
     assert result.rule is None
-    assert errors(result)["execution_spec.execution_type"] == NOT_YET_SUPPORTED["CHANGE_BID"]
+    path = "execution_spec.execution_options[0].value.target_field"
+    assert errors(result) == {path: errors(result)[path]}  # the only error
+    assert "change_bid" in errors(result)[path]
+    assert "no target" in errors(result)[path]
+    assert any(p.what == field for p in result.problems)
 
 
 def test_website_roas_over_mature_days_raises_budgets_20_percent() -> None:
@@ -333,6 +349,158 @@ def test_a_decrease_limit_is_a_minimum_and_a_fixed_amount_is_not_mappable() -> N
     raw["execution_spec"]["execution_options"][0]["value"]["unit"] = "ACCOUNT_CURRENCY"
     fixed = import_rule(raw, account=BERLIN)
     assert "fixed amount" in errors(fixed)["execution_spec.execution_options[0].value.unit"]
+
+
+def _change_rule(
+    kind: str, spec: dict[str, Any], *options: dict[str, Any], preset: str | None = "LAST_7D"
+) -> dict[str, Any]:
+    filters = [{"field": "entity_type", "value": "ADSET", "operator": "EQUAL"}]
+    if preset is not None:
+        filters.append({"field": "time_preset", "value": preset, "operator": "EQUAL"})
+    others = [
+        {"field": name, "value": value, "operator": "EQUAL"}
+        for option in options
+        for name, value in option.items()
+    ]
+    return {
+        "name": "change",
+        "evaluation_spec": {"evaluation_type": "SCHEDULE", "filters": filters},
+        "execution_spec": {
+            "execution_type": kind,
+            "execution_options": [
+                {"field": "change_spec", "value": spec, "operator": "EQUAL"},
+                *others,
+            ],
+        },
+        "schedule_spec": {"schedule_type": "DAILY"},
+    }
+
+
+USD = MetaAccount("act_1001", "USD", "America/New_York")
+
+
+@pytest.mark.parametrize(
+    ("spec", "action"),
+    [
+        (
+            {"amount": "15", "unit": "PERCENTAGE", "limit": "250"},
+            {"type": "change_bid", "percent": 15, "direction": "increase", "max_bid": 2.5},
+        ),
+        (
+            {"amount": -12.5, "unit": "PERCENTAGE", "limit": 80},
+            {"type": "change_bid", "percent": 12.5, "direction": "decrease", "min_bid": 0.8},
+        ),
+        (
+            {"amount": 5, "unit": "PERCENTAGE"},
+            {"type": "change_bid", "percent": 5, "direction": "increase"},
+        ),
+    ],
+)
+def test_a_bid_changed_by_a_percentage_is_change_bid_with_its_limit_in_currency_units(
+    spec: dict[str, Any], action: dict[str, Any]
+) -> None:
+    raw = _change_rule("CHANGE_BID", spec, {"execution_count_limit": "3"}, {"action_frequency": 60})
+    result = import_rule(raw, account=USD)
+    t = task(result)
+    assert t["action"] == action
+    assert (t["execution_count_limit"], t["cooldown_minutes"]) == (3, 60)
+    assert result.rule is not None
+    assert result.rule["level"] == "adset"
+
+
+def test_a_bid_changed_by_a_fixed_amount_is_not_change_bid_which_sets_the_bid() -> None:
+    raw = _change_rule("CHANGE_BID", {"amount": 100, "unit": "ACCOUNT_CURRENCY", "limit": 500})
+    why = errors(import_rule(raw, account=USD))["execution_spec.execution_options[0].value.unit"]
+    assert "increment" in why
+    assert "new bid itself" in why
+
+
+def test_change_bid_on_campaigns_is_refused() -> None:
+    raw = _change_rule("CHANGE_BID", {"amount": 5, "unit": "PERCENTAGE"})
+    raw["evaluation_spec"]["filters"][0]["value"] = "CAMPAIGN"
+    assert "ad set bids" in errors(import_rule(raw, account=USD))["execution_spec.execution_type"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "level", "account", "spec", "action"),
+    [
+        (
+            "CHANGE_BUDGET",
+            "adset",
+            USD,
+            {
+                "amount": 500,
+                "target_field": "cost_per_mobile_app_install",
+                "limit": [2000, "10000"],
+            },
+            {
+                "type": "scale_to_target",
+                "metric": "cost_per_action_type.mobile_app_install",
+                "period": "last_7d",
+                "target": 5,  # a cost: minor units → dollars
+                "min_budget": 20,
+                "max_budget": 100,
+            },
+        ),
+        (
+            "CHANGE_CAMPAIGN_BUDGET",
+            "campaign",
+            YEN,
+            {"amount": "2.5", "target_field": "website_purchase_roas", "unit": "PERCENTAGE"},
+            {
+                "type": "scale_to_target",
+                "metric": "website_purchase_roas.offsite_conversion.fb_pixel_purchase",
+                "period": "last_7d",
+                "target": 2.5,  # a ROAS is no money: as it is
+            },
+        ),
+    ],
+)
+def test_a_budget_change_towards_a_target_field_is_scale_to_target(
+    kind: str, level: str, account: MetaAccount, spec: dict[str, Any], action: dict[str, Any]
+) -> None:
+    raw = _change_rule(kind, spec, {"execution_count_limit": 2})
+    raw["evaluation_spec"]["filters"][0]["value"] = level.upper()
+    result = import_rule(raw, account=account)
+    t = task(result)
+    assert t["action"] == action
+    assert t["execution_count_limit"] == 2
+    # Meta does not give its formula: ours is named, as a warning
+    assert "proportionally" in warnings(result)["execution_spec.execution_options[0].value"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "preset", "path", "why"),
+    [
+        ({"amount": 5, "target_field": "cpc", "limit": 5000}, "TODAY", "limit", "range"),
+        ({"amount": 5, "target_field": "cpc"}, None, "target_field", "no time_preset"),
+        ({"amount": 5, "target_field": "spent"}, "TODAY", "target_field", "neither"),
+        ({"amount": 5, "target_field": "frequency"}, "TODAY", "target_field", "neither"),
+        ({"amount": 5, "target_field": "cpa"}, "TODAY", "target_field", "name the action"),
+        ({"amount": 0, "target_field": "cpc"}, "TODAY", "amount", "above 0"),
+    ],
+)
+def test_target_fields_ruleengine_cannot_scale_by_are_reported(
+    spec: dict[str, Any], preset: str | None, path: str, why: str
+) -> None:
+    result = import_rule(_change_rule("CHANGE_BUDGET", spec, preset=preset), account=USD)
+    assert result.rule is None
+    assert why in errors(result)[f"execution_spec.execution_options[0].value.{path}"]
+
+
+def test_execution_count_limit_outside_changes_or_its_bounds_is_reported() -> None:
+    paused = _change_rule("CHANGE_BUDGET", {"amount": 5, "unit": "PERCENTAGE"})
+    paused["execution_spec"] = {
+        "execution_type": "PAUSE",
+        "execution_options": [{"field": "execution_count_limit", "value": 2, "operator": "EQUAL"}],
+    }
+    why = errors(import_rule(paused, account=USD))["execution_spec.execution_options[0].field"]
+    assert "CHANGE_BUDGET and CHANGE_BID only" in why
+    for value in (0, 1_000_001, "2.5", True):
+        raw = _change_rule(
+            "CHANGE_BUDGET", {"amount": 5, "unit": "PERCENTAGE"}, {"execution_count_limit": value}
+        )
+        assert "execution_spec.execution_options[1].value" in errors(import_rule(raw, account=USD))
 
 
 def test_unpause_rules_get_metas_implicit_status_of_unpause() -> None:

@@ -33,13 +33,16 @@ async def test_an_accounts_rules_are_read_converted_and_applied_paused(
         assert SANDBOX_TOKEN.encode() not in raw
         assert b"access_token" not in raw
         assert (body["currency"], body["timezone"]) == ("USD", "America/New_York")
-        assert body["summary"] == {"rules": 6, "converted": 1, "applied": 1}
+        assert body["summary"] == {"rules": 6, "converted": 2, "applied": 2}
         items = {item["name"]: item for item in body["items"]}
         spender = items["Tell me when a campaign spends over $250 today"]
         assert spender["mapped"] is True
         assert spender["rule"]["tasks"][0]["conditions"][0]["value"] == 250
         assert spender["saved"]["state"] == "created"
         assert any("Facebook users" in p["why"] for p in spender["problems"])
+        winners = items["Scale winners +20% (ROAS over 3)"]
+        assert winners["saved"]["state"] == "created"
+        assert winners["rule"]["tasks"][0]["execution_count_limit"] == 5
         rotate = items["Rotate the creative test's ads daily"]
         assert rotate["mapped"] is False
         assert rotate["saved"] is None

@@ -3,11 +3,14 @@
 A rule becomes, for each of its ad accounts, one Meta rule per task (tasks are independent
 in both engines): ``level`` → ``entity_type``; filters → Meta's metadata filters; conditions
 → Insights filters with the one ``time_preset`` they share; the action →
-``execution_spec``; ``cooldown_minutes`` → ``action_frequency``; the schedule →
+``execution_spec`` (``change_bid`` by a percentage → ``CHANGE_BID``, ``scale_to_target`` →
+a budget change towards a ``target_field``); ``cooldown_minutes`` → ``action_frequency``,
+``execution_count_limit`` → the execution option of that name; the schedule →
 ``schedule_spec`` in the ad account's timezone; money to minor units. What Meta cannot
 say is a :class:`~ruleengine.rules.meta_vocab.Problem` with the JSON path in our rule,
 never dropped: conditions over different periods (a Meta rule has one ``time_preset``), a
-comparison of two metrics, ≥/≤, most actions but pause/activate/notify/budget changes, …
+comparison of two metrics, ≥/≤, most actions but pause/activate/notify/budget and bid
+changes, a bid set to an amount, …
 
 ``match: any`` becomes one Meta rule per condition when that is equivalent: the action
 sets a status, so two branches passing do what one does. A ``then`` that re-activates
@@ -20,13 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ruleengine.rules.action_types import (
+    ChangeBidAction,
     FollowUp,
     NotifyAction,
     PercentBudgetAction,
+    ScaleToTargetAction,
     StatusAction,
 )
 from ruleengine.rules.basics import WEEKDAYS, parse_hhmm
 from ruleengine.rules.meta_vocab import (
+    BID_EXECUTION,
     BUDGET_EXECUTION_OF_LEVEL,
     ID_FIELDS,
     LEVEL_TO_ENTITY_TYPE,
@@ -51,6 +57,9 @@ _ALWAYS: Final = ("current_hour", ">=", 0.0)
 _META_DAYS: Final = {day: (index + 1) % 7 for index, day in enumerate(WEEKDAYS)}  # sun = 0
 _HALF_HOURS: Final = 48
 _INTERVALS: Final = {30: "SEMI_HOURLY", 60: "HOURLY"}
+#: Our actions that are Meta's changes (``change_spec``), which alone take
+#: ``action_frequency`` and ``execution_count_limit``.
+_CHANGES: Final = (PercentBudgetAction, ChangeBidAction, ScaleToTargetAction)
 _FILTER_OPERATORS: Final = frozenset(
     {"EQUAL", "NOT_EQUAL", "IN", "NOT_IN", "CONTAIN", "NOT_CONTAIN", "GREATER_THAN", "LESS_THAN"}
 )
@@ -208,7 +217,7 @@ class _Exporter(Report):
         """The Insights filters of each Meta rule the task becomes (one unless ``any``)."""
         indexed = list(enumerate(task.conditions))
         if task.match == "all" or len(indexed) == 1:
-            return [self._conditions(indexed, path)]
+            return [self._conditions(indexed, path, self._target_period(task, path))]
         if not isinstance(task.action, StatusAction) or task.action.then is not None:
             raise fail(
                 f"{path}.match",
@@ -218,9 +227,19 @@ class _Exporter(Report):
             )
         return [self._conditions([pair], path) for pair in indexed]
 
-    def _conditions(self, indexed: list[tuple[int, Condition]], path: str) -> list[dict[str, Any]]:
+    @staticmethod
+    def _target_period(task: Task, path: str) -> tuple[str, str] | None:
+        """A ``scale_to_target`` action's period, which is its Meta rule's time_preset too."""
+        if isinstance(task.action, ScaleToTargetAction):
+            return task.action.period, f"{path}.action"
+        return None
+
+    def _conditions(
+        self, indexed: list[tuple[int, Condition]], path: str, first: tuple[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The Insights filters of ``indexed``; ``first`` is a period they must share (the
+        target field's) as ``(period, path of its owner)``."""
         out: list[dict[str, Any]] = []
-        first: tuple[str, str] | None = None
         for index, condition in indexed:
             where = f"{path}.conditions[{index}]"
             if (condition.metric, condition.operator, condition.value) == _ALWAYS:
@@ -235,7 +254,7 @@ class _Exporter(Report):
                         f"{where}.period",
                         condition.period,
                         f"{first[1]}.period is {first[0]}: a Meta rule has one time_preset for"
-                        " all its conditions",
+                        " all its conditions and its change_spec target_field",
                     )
             out.append(meta)
         if first is not None:
@@ -288,37 +307,66 @@ class _Exporter(Report):
                 " the webhook and the template stay behind",
             )
             execution = {"execution_type": "NOTIFICATION"}
-        elif isinstance(action, PercentBudgetAction):
+        elif isinstance(action, _CHANGES):
             spec = self._try(self._change_spec, action, where)
             if spec is None:
                 return None
             options.append({"field": "change_spec", "value": spec, "operator": "EQUAL"})
-            execution = {"execution_type": BUDGET_EXECUTION_OF_LEVEL[self.rule.level]}
+            kind = (
+                BID_EXECUTION
+                if isinstance(action, ChangeBidAction)
+                else BUDGET_EXECUTION_OF_LEVEL[self.rule.level]
+            )
+            execution = {"execution_type": kind}
         else:
             self.problems.append(
                 Problem(f"{where}.type", action.type, "Meta's rules have no such action")
             )
             return None
-        if task.cooldown_minutes:
-            if not isinstance(action, PercentBudgetAction):
+        for name, meta, value in (
+            ("cooldown_minutes", "action_frequency", task.cooldown_minutes),
+            ("execution_count_limit", "execution_count_limit", task.execution_count_limit),
+        ):
+            if not value:
+                continue
+            if not isinstance(action, _CHANGES):
                 self.problems.append(
                     Problem(
-                        f"{path}.cooldown_minutes",
-                        str(task.cooldown_minutes),
-                        "Meta takes action_frequency with budget and bid changes only",
+                        f"{path}.{name}",
+                        str(value),
+                        f"Meta takes {meta} with budget and bid changes only",
                     )
                 )
                 return None
-            options.append(
-                {"field": "action_frequency", "value": task.cooldown_minutes, "operator": "EQUAL"}
+            options.append({"field": meta, "value": value, "operator": "EQUAL"})
+        if task.execution_count_limit:
+            self.warn(
+                f"{path}.execution_count_limit",
+                task.execution_count_limit,
+                "the same limit per object, but the new Meta rule counts from 0: the changes"
+                " this task already made are not counted",
             )
         return execution | ({"execution_options": options} if options else {})
 
-    def _change_spec(self, action: PercentBudgetAction, path: str) -> dict[str, Any]:
-        increase = action.type == "increase_budget"
-        wrong, bound = (
-            ("min_budget", action.max_budget) if increase else ("max_budget", action.min_budget)
-        )
+    def _change_spec(
+        self, action: PercentBudgetAction | ChangeBidAction | ScaleToTargetAction, path: str
+    ) -> dict[str, Any]:
+        if isinstance(action, ScaleToTargetAction):
+            return self._target_spec(action, path)
+        if isinstance(action, ChangeBidAction):
+            if action.percent is None:
+                raise fail(
+                    f"{path}.amount",
+                    action.amount,
+                    "Meta's CHANGE_BID changes a bid by a percentage or by a fixed amount of money"
+                    " (an increment); it cannot set a bid to an amount",
+                )
+            increase, percent = action.direction == "increase", action.percent
+            low, high, names = action.min_bid, action.max_bid, ("min_bid", "max_bid")
+        else:
+            increase, percent = action.type == "increase_budget", action.percent
+            low, high, names = action.min_budget, action.max_budget, ("min_budget", "max_budget")
+        wrong, bound = (names[0], high) if increase else (names[1], low)
         if getattr(action, wrong) is not None:
             raise fail(
                 f"{path}.{wrong}",
@@ -327,13 +375,45 @@ class _Exporter(Report):
                 " decrease",
             )
         spec: dict[str, Any] = {
-            "amount": tidy(action.percent if increase else -action.percent),
+            "amount": tidy(percent if increase else -percent),
             "unit": "PERCENTAGE",
         }
         if bound is not None:
             spec["limit"] = to_minor(
                 bound, self.account.offset, rounding="down" if increase else "up"
             )
+        return spec
+
+    def _target_spec(self, action: ScaleToTargetAction, path: str) -> dict[str, Any]:
+        """``scale_to_target`` as a budget ``change_spec`` with ``target_field``."""
+        meta_field = meta_field_of(action.metric)
+        if meta_field is None:
+            raise fail(f"{path}.metric", action.metric, "Meta's rules have no such field")
+        if action.max_change_percent is not None:
+            raise fail(
+                f"{path}.max_change_percent",
+                action.max_change_percent,
+                "Meta's target_field has no cap on one change: its rule would move the budget"
+                " further in one run",
+            )
+        if (action.min_budget is None) != (action.max_budget is None):
+            missing = "min_budget" if action.min_budget is None else "max_budget"
+            raise fail(
+                f"{path}.{missing}",
+                "absent",
+                "with target_field, Meta's limit is a range [low, high]: give both min_budget"
+                " and max_budget, or neither",
+            )
+        offset = self.account.offset
+        spec: dict[str, Any] = {
+            "amount": _money(action.target, offset if is_money(action.metric) else 1),
+            "target_field": meta_field,
+        }
+        if action.min_budget is not None and action.max_budget is not None:
+            spec["limit"] = [
+                to_minor(action.min_budget, offset, rounding="up"),
+                to_minor(action.max_budget, offset, rounding="down"),
+            ]
         return spec
 
     def _then(

@@ -9,7 +9,11 @@ strings, an ``id`` per spec) becomes one rule document of one task:
   ``effective_status`` filter → Meta's implicit one, written out;
 * ``schedule_spec`` → an interval (``HOURLY``, ``SEMI_HOURLY``) or a timetable in the ad
   account's timezone (``DAILY`` is midnight; ``CUSTOM`` entries become slots);
-* ``execution_spec`` → the action, ``action_frequency`` → ``cooldown_minutes``;
+* ``execution_spec`` → the action (``CHANGE_BUDGET``/``CHANGE_CAMPAIGN_BUDGET`` by a
+  percentage → ``increase_budget``/``decrease_budget``, towards a ``target_field`` →
+  ``scale_to_target``; ``CHANGE_BID`` by a percentage → ``change_bid``),
+  ``action_frequency`` → ``cooldown_minutes``, ``execution_count_limit`` → the task's
+  ``execution_count_limit``;
 * money (``spent``, ``cpc``, a ``change_spec`` amount or limit …) from minor units to the
   account currency's units.
 
@@ -27,16 +31,18 @@ from typing import Any, Final
 
 from ruleengine.errors import RuleValidationError
 from ruleengine.rules.basics import WEEKDAYS
-from ruleengine.rules.catalog import resolve_metric
+from ruleengine.rules.catalog import resolve_metric, scaling_direction
 from ruleengine.rules.meta_vocab import (
+    BID_EXECUTION,
     BUDGET_EXECUTIONS,
+    CHANGE_EXECUTIONS,
     ENTITY_TYPES,
+    EXECUTION_COUNT_LIMIT,
     FILTER_FIELDS,
     FILTER_OPERATORS,
     ID_FIELDS,
     IMPLICIT_STATUS,
     METRIC_OPERATORS,
-    NOT_YET_SUPPORTED,
     PRESETS,
     UNMAPPED_METRICS,
     MetaAccount,
@@ -96,6 +102,19 @@ class Imported:
             "rule": self.rule,
             "problems": [p.as_dict() for p in self.problems],
         }
+
+
+_COUNT_STARTS_AT_ZERO: Final = (
+    "the same limit per object, but ruleengine counts the changes it makes from now on: those"
+    " Meta's rule already made (GET <rule_id>/history) are not counted — lower the limit by"
+    " them if they should be"
+)
+_PROPORTION: Final = (
+    "Meta's docs say only that the budget moves 'proportionally' as the field is above or"
+    " below the amount, over an undocumented period; ruleengine moves it to live × metric /"
+    " target (target / metric for a cost) over the rule's time_preset, within the limit and"
+    " RULEENGINE_MAX_BUDGET_CHANGE_PCT per run (docs/rules.md, scale_to_target)"
+)
 
 
 @dataclass(frozen=True)
@@ -198,7 +217,7 @@ class _Converter(Report):
         execution_type = self._try(self._execution_type, execution)
         level = self._try(self._level, filters, execution_type)
         parts = _Filters(self, level).read(filters, execution_type)
-        action, cooldown = self._action(execution, execution_type, level)
+        action, options = self._action(execution, execution_type, level, parts.preset)
         # a trigger rule has no schedule_spec: its absence is not another problem
         schedule = None if trigger else self._try(self._schedule)
         if self._errors() or level is None or action is None or schedule is None:
@@ -209,8 +228,7 @@ class _Converter(Report):
             "conditions": parts.conditions or [dict(ALWAYS)],
             "action": action,
         }
-        if cooldown:
-            task["cooldown_minutes"] = cooldown
+        task.update(options)
         return {
             "name": self.name(),
             "format": 2,
@@ -277,11 +295,9 @@ class _Converter(Report):
         path = "execution_spec.execution_type"
         if not isinstance(kind, str):
             raise fail(path, kind, "missing or not a string")
-        if kind in NOT_YET_SUPPORTED:
-            raise fail(path, kind, NOT_YET_SUPPORTED[kind])
         if kind in _NOT_OURS:
             raise fail(path, kind, _NOT_OURS[kind])
-        if kind not in ("PAUSE", "UNPAUSE", "NOTIFICATION", *BUDGET_EXECUTIONS):
+        if kind not in ("PAUSE", "UNPAUSE", "NOTIFICATION", *CHANGE_EXECUTIONS):
             raise fail(path, kind, "an action ruleengine does not have")
         return kind
 
@@ -296,8 +312,8 @@ class _Converter(Report):
                         f"{path}.value", value, "ruleengine acts on campaigns and ad sets, not ads"
                     )
                 return ENTITY_TYPES[value]
-        if execution_type in BUDGET_EXECUTIONS:
-            return BUDGET_EXECUTIONS[execution_type]
+        if execution_type in CHANGE_EXECUTIONS:
+            return CHANGE_EXECUTIONS[execution_type]
         if self.options.level is not None and self.options.level in ENTITY_TYPES.values():
             return self.options.level
         raise fail(
@@ -310,13 +326,14 @@ class _Converter(Report):
     # ---- execution
 
     def _action(
-        self, execution: dict[str, Any], kind: str | None, level: str | None
-    ) -> tuple[dict[str, Any] | None, int]:
+        self, execution: dict[str, Any], kind: str | None, level: str | None, preset: str | None
+    ) -> tuple[dict[str, Any] | None, dict[str, int]]:
+        """The action, and the task's options (``cooldown_minutes``, ``execution_count_limit``)."""
         options = self._try(
             _list, execution.get("execution_options", []), "execution_spec.execution_options"
         )
         change: tuple[str, dict[str, Any]] | None = None
-        cooldown = 0
+        task: dict[str, int] = {}
         for index, raw in enumerate(options or []):
             path = f"execution_spec.execution_options[{index}]"
             found = self._try(self._option, raw, path, kind)
@@ -326,24 +343,35 @@ class _Converter(Report):
             if name == "change_spec":
                 change = (f"{path}.value", value)
             elif name == "action_frequency":
-                cooldown = self._try(_cooldown, value, f"{path}.value") or 0
+                if cooldown := self._try(_cooldown, value, f"{path}.value"):
+                    task["cooldown_minutes"] = cooldown
+            elif limit := self._try(_count_limit, value, f"{path}.value"):
+                task["execution_count_limit"] = limit
+                self.warn(path, limit, _COUNT_STARTS_AT_ZERO)
         if kind is None:
-            return None, cooldown
+            return None, task
         if kind in BUDGET_EXECUTIONS:
-            return self._try(self._budget, kind, level, change), cooldown
+            return self._try(self._budget, kind, level, change, preset), task
+        if kind == BID_EXECUTION:
+            return self._try(self._bid, level, change), task
         if kind == "NOTIFICATION":
-            return {"type": "notify", "webhook": self.options.webhook}, cooldown
-        return {"type": "pause" if kind == "PAUSE" else "activate"}, cooldown
+            return {"type": "notify", "webhook": self.options.webhook}, task
+        return {"type": "pause" if kind == "PAUSE" else "activate"}, task
 
     def _option(self, raw: Any, path: str, kind: str | None) -> tuple[str, Any] | None:
         entry = _object(raw, path)
         name, value = entry.get("field"), entry.get("value")
-        if isinstance(name, str) and name in NOT_YET_SUPPORTED:
-            raise fail(f"{path}.field", name, NOT_YET_SUPPORTED[name])
         if name == "user_ids":
             self.warn(path, value, self._user_ids_reason(kind))
             return None
-        if name in ("change_spec", "action_frequency"):
+        if name in ("change_spec", "action_frequency", "execution_count_limit"):
+            if name == "execution_count_limit" and kind not in (None, *CHANGE_EXECUTIONS):
+                raise fail(
+                    f"{path}.field",
+                    name,
+                    f"Meta takes execution_count_limit with CHANGE_BUDGET and CHANGE_BID only (its"
+                    f" execution spec page); what it does with {kind} is not documented",
+                )
             return name, value
         if name == "rebalance_spec" and kind is None:
             return None  # part of REBALANCE_BUDGET, already reported
@@ -361,7 +389,11 @@ class _Converter(Report):
         )
 
     def _budget(
-        self, kind: str, level: str | None, change: tuple[str, dict[str, Any]] | None
+        self,
+        kind: str,
+        level: str | None,
+        change: tuple[str, dict[str, Any]] | None,
+        preset: str | None,
     ) -> dict[str, Any]:
         if level is not None and level != BUDGET_EXECUTIONS[kind]:
             raise fail(
@@ -374,32 +406,129 @@ class _Converter(Report):
         path, raw = change
         spec = _object(raw, path)
         if "target_field" in spec:
+            return self._scale(spec, path, preset)
+        if spec.get("unit") == "ACCOUNT_CURRENCY":
             raise fail(
-                f"{path}.target_field", spec["target_field"], NOT_YET_SUPPORTED["target_field"]
+                f"{path}.unit",
+                spec["unit"],
+                "Meta changes the budget by this fixed amount of money; ruleengine changes a"
+                " budget by a percentage, sets it or scales it to a target: a change by a fixed"
+                " amount has no action",
             )
+        amount, bound = self._percent_change(spec, path, "budget")
+        action: dict[str, Any] = {
+            "type": "increase_budget" if amount > 0 else "decrease_budget",
+            "percent": tidy(abs(amount)),
+        }
+        if bound is not None:
+            action["max_budget" if amount > 0 else "min_budget"] = bound
+        return action
+
+    def _bid(self, level: str | None, change: tuple[str, dict[str, Any]] | None) -> dict[str, Any]:
+        if level is not None and level != "adset":
+            raise fail(
+                "execution_spec.execution_type",
+                BID_EXECUTION,
+                f"CHANGE_BID changes ad set bids, and the rule looks at {level}s",
+            )
+        if change is None:
+            raise fail(
+                "execution_spec.execution_options", BID_EXECUTION, "CHANGE_BID needs a change_spec"
+            )
+        path, raw = change
+        spec = _object(raw, path)
+        if "target_field" in spec:
+            raise fail(
+                f"{path}.target_field",
+                spec["target_field"],
+                "Meta moves the bid towards a target value of this field; ruleengine's change_bid"
+                " changes a bid by a percentage or sets it, with no target (scale_to_target"
+                " moves budgets, not bids)",
+            )
+        if spec.get("unit") == "ACCOUNT_CURRENCY":
+            raise fail(
+                f"{path}.unit",
+                spec["unit"],
+                "Meta changes the bid by this fixed amount of money (an increment); ruleengine's"
+                " change_bid amount is the new bid itself, so it is not the same",
+            )
+        amount, bound = self._percent_change(spec, path, "bid")
+        action: dict[str, Any] = {
+            "type": "change_bid",
+            "percent": tidy(abs(amount)),
+            "direction": "increase" if amount > 0 else "decrease",
+        }
+        if bound is not None:
+            action["max_bid" if amount > 0 else "min_bid"] = bound
+        return action
+
+    def _percent_change(
+        self, spec: dict[str, Any], path: str, what: str
+    ) -> tuple[float, float | int | None]:
+        """A PERCENTAGE change_spec: the signed percent and its limit in currency units (a
+        maximum for an increase, a minimum for a decrease), or None."""
         unknown = sorted(set(spec) - {"amount", "unit", "limit"})
         if unknown:
             raise fail(f"{path}.{unknown[0]}", spec[unknown[0]], "not a change_spec field")
         amount = number(spec.get("amount"), f"{path}.amount")
         if spec.get("unit") != "PERCENTAGE":
-            raise fail(
-                f"{path}.unit",
-                spec.get("unit"),
-                "ruleengine changes a budget by a percentage (or sets it); a change by a fixed"
-                " amount of money has no action",
-            )
+            raise fail(f"{path}.unit", spec.get("unit"), "not PERCENTAGE or ACCOUNT_CURRENCY")
         if amount == 0:
             raise fail(f"{path}.amount", spec.get("amount"), "a change of 0 % does nothing")
+        if "limit" not in spec:
+            return amount, None
+        limit = number(spec["limit"], f"{path}.limit")
+        if limit <= 0:
+            raise fail(f"{path}.limit", spec["limit"], f"a {what} limit must be above 0")
+        return amount, from_minor(limit, self.account.offset)
+
+    def _scale(self, spec: dict[str, Any], path: str, preset: str | None) -> dict[str, Any]:
+        """A budget ``change_spec`` with ``target_field`` → ``scale_to_target``."""
+        unknown = sorted(set(spec) - {"amount", "unit", "limit", "target_field"})
+        if unknown:
+            raise fail(f"{path}.{unknown[0]}", spec[unknown[0]], "not a change_spec field")
+        field, where = spec["target_field"], f"{path}.target_field"
+        if not isinstance(field, str) or field in UNMAPPED_METRICS:
+            why = UNMAPPED_METRICS.get(field) if isinstance(field, str) else None
+            raise fail(where, field, why or "not an Insights field name")
+        try:
+            metric, fixed = metric_of(field)
+        except KeyError:
+            raise fail(where, field, "no metric of ruleengine's catalogue means this") from None
+        if scaling_direction(resolve_metric(metric)) is None:
+            raise fail(
+                where,
+                field,
+                f"ruleengine scales a budget by a metric where higher is better or by a cost;"
+                f" {metric} is neither, so which way 'proportionally' goes is not known",
+            )
+        period = fixed or preset
+        if period is None:
+            raise fail(
+                where,
+                field,
+                "no time_preset: ruleengine reads the target field over the rule's time_preset",
+            )
+        target = number(spec.get("amount"), f"{path}.amount")
+        if target <= 0:
+            raise fail(f"{path}.amount", spec.get("amount"), "a target must be above 0")
+        offset = self.account.offset
         action: dict[str, Any] = {
-            "type": "increase_budget" if amount > 0 else "decrease_budget",
-            "percent": tidy(abs(amount)),
+            "type": "scale_to_target",
+            "metric": metric,
+            "period": period,
+            "target": from_minor(target, offset if is_money(metric) else 1),
         }
         if "limit" in spec:
-            limit = number(spec["limit"], f"{path}.limit")
-            if limit <= 0:
-                raise fail(f"{path}.limit", spec["limit"], "a budget limit must be above 0")
-            bound = "max_budget" if amount > 0 else "min_budget"
-            action[bound] = from_minor(limit, self.account.offset)
+            raw = spec["limit"]
+            if not isinstance(raw, list) or len(raw) != 2:
+                raise fail(f"{path}.limit", raw, "with target_field, limit is a range [low, high]")
+            low, high = (number(raw[i], f"{path}.limit[{i}]") for i in (0, 1))
+            if not 0 < low <= high:
+                raise fail(f"{path}.limit", raw, "not a range of budgets 0 < low ≤ high")
+            action["min_budget"] = from_minor(low, offset)
+            action["max_budget"] = from_minor(high, offset)
+        self.warn(path, f"target_field {field}", _PROPORTION)
         return action
 
     # ---- schedule
@@ -472,6 +601,11 @@ def _cooldown(raw: Any, path: str) -> int:
     return integer(raw, path, low=1, high=525_600)
 
 
+def _count_limit(raw: Any, path: str) -> int:
+    low, high = EXECUTION_COUNT_LIMIT
+    return integer(raw, path, low=low, high=high)
+
+
 def _minute(raw: Any, path: str) -> int:
     minute = integer(raw, path, low=0, high=_MINUTES_PER_DAY)
     if minute % _STEP:
@@ -483,6 +617,8 @@ def _minute(raw: Any, path: str) -> int:
 class _Parts:
     filters: list[dict[str, Any]] = field(default_factory=list)
     conditions: list[dict[str, Any]] = field(default_factory=list)
+    #: the rule's time_preset as our period (None without one)
+    preset: str | None = None
 
 
 class _Filters:
@@ -517,6 +653,7 @@ class _Filters:
             )
         if not any(f["field"] == "effective_status" for f in self.parts.filters):
             self._implicit_status(execution_type)
+        self.parts.preset = self.preset
         return self.parts
 
     def _time_preset(self, entry: tuple[str, str, Any], path: str) -> None:

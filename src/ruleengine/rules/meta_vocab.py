@@ -3,9 +3,8 @@
 The vocabulary of :mod:`ruleengine.rules.meta_import` and :mod:`ruleengine.rules.meta_export`,
 kept in one place so that the two directions cannot drift apart: a Meta filter field and
 the catalogue metric it means, Meta's ``time_preset`` and our period, Meta's operators and
-ours, the account currency's offset, and the constructs that are not supported *yet*
-(:data:`NOT_YET_SUPPORTED`) — switch one on by deleting its entry and mapping it in both
-directions. Pure: no I/O.
+ours, Meta's change actions and the levels they act on, and the account currency's offset.
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -105,25 +104,6 @@ class MetaAccount:
         return currency_offset(self.currency)
 
 
-# ---------------------------------------------------------------- not supported yet
-
-#: Meta constructs that the rule language is about to express (issue 14, item 1: the
-#: ``execution_count_limit`` task option, the ``change_bid`` and ``scale_to_target``
-#: actions). They are reported as not mappable *for now*, with this reason; to switch
-#: one on, map it in meta_import/meta_export and delete its entry.
-NOT_YET_SUPPORTED: Final[dict[str, str]] = {
-    "execution_count_limit": (
-        "not yet supported: the task option execution_count_limit is being added to the"
-        " rule language; until then a rule that may change an object only N times would"
-        " change it without limit"
-    ),
-    "CHANGE_BID": ("not yet supported: the change_bid action is being added to the rule language"),
-    "target_field": (
-        "not yet supported: moving a budget towards a target (Meta's change_spec"
-        " target_field) is the scale_to_target action being added to the rule language"
-    ),
-}
-
 # ---------------------------------------------------------------- operators
 
 #: Meta's operators on numbers and ours. Meta has no ≥ or ≤.
@@ -167,6 +147,14 @@ BUDGET_EXECUTIONS: Final[dict[str, str]] = {
     "CHANGE_CAMPAIGN_BUDGET": "campaign",
 }
 BUDGET_EXECUTION_OF_LEVEL: Final = {level: meta for meta, level in BUDGET_EXECUTIONS.items()}
+#: Meta's bid action; bids are ad sets' (``bid_amount``).
+BID_EXECUTION: Final = "CHANGE_BID"
+#: Every execution type that takes a ``change_spec`` and the level it acts on.
+CHANGE_EXECUTIONS: Final[dict[str, str]] = {**BUDGET_EXECUTIONS, BID_EXECUTION: "adset"}
+#: Meta's ``execution_count_limit``: "the maximum number of times a budget/bid change action
+#: is taken for each ad object of the rule" (its execution spec page) — our task option of
+#: the same name, counted per (rule, task, entity); it takes the same bounds.
+EXECUTION_COUNT_LIMIT: Final = (1, 1_000_000)
 
 # ---------------------------------------------------------------- effective_status
 
