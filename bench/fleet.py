@@ -154,7 +154,7 @@ MIX: list[tuple[str, str, list[dict[str, Any]], int, list[dict[str, Any]]]] = [
                         "compare_to": {"metric": "daily_budget", "multiplier": 0.25},
                     },
                 ],
-                {"type": "increase_budget", "percent": 10, "max_budget": 100000},
+                {"type": "increase_budget", "percent": 10, "max_budget": 1000},
                 cooldown=6,
             )
         ],
@@ -168,7 +168,7 @@ MIX: list[tuple[str, str, list[dict[str, Any]], int, list[dict[str, Any]]]] = [
             _task(
                 "trim",
                 [_roas(">=", 1.2), _roas("<=", 3)],
-                {"type": "decrease_budget", "percent": 5, "min_budget": 3000},
+                {"type": "decrease_budget", "percent": 5, "min_budget": 30},
                 cooldown=8,
             )
         ],
@@ -232,6 +232,7 @@ def fleet_rules(accounts: list[str], per_account: int) -> list[dict[str, Any]]:
             rules.append(
                 {
                     "name": f"{name} {account} {index:03d}",
+                    "format": 2,
                     "level": level,
                     "ad_accounts": [account],
                     "filters": filters,
