@@ -180,13 +180,16 @@ class SandboxAdmin:
         return result
 
     async def set_insights(self, **settings: Any) -> dict[str, Any]:
-        """Set ``sync_max_cells``, ``sync_timeout_subcode``, ``report_polls`` and/or
-        ``report_outcomes`` (queued for the next report runs); others stay as they are."""
+        """Set ``sync_max_cells``, ``sync_timeout_subcode``, ``report_polls``,
+        ``report_outcomes`` (queued for the next report runs), ``page_max_rows`` and/or
+        ``attribution_lag`` (``{"enabled": True, "curve": [[0, 0.5], …, [168, 1]]}``, keys
+        not named stay); others stay as they are."""
         result: dict[str, Any] = await self._call("POST", "insights", settings)
         return result
 
     async def insights(self) -> dict[str, Any]:
-        """The Insights settings, the outcomes still queued and the number of report runs."""
+        """The Insights settings (with the attribution-lag curve), the outcomes still queued
+        and the number of report runs."""
         result: dict[str, Any] = await self._call("GET", "insights")
         return result
 

@@ -4,15 +4,22 @@ Full-day totals never change once computed (they depend only on the seed, the
 ad set and the date), so they are cached; the part of a day that counts
 (today so far, the day an ad set was created, the hours it was active around a
 pause) is applied on every request, which is what makes today's numbers grow
-as the clock moves and stop, but stay, when an ad set is paused.
+as the clock moves and stop, but stay, when an ad set is paused. So is the
+attribution lag, when a curve is given: a recent day's conversions are its
+matured ones times the curve's share at the day's age (:mod:`graph_sandbox.attribution_lag`),
+taken before the day is cut into hours so hourly rows stay consistent with daily ones. The
+24 hours of a day are computed in one pass (the hourly breakdown asks for all of them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import date, datetime
+from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
+from graph_sandbox.attribution_lag import Curve, as_seen, day_age_h, seen_share
 from graph_sandbox.delivery import ZERO, Totals, add, day_totals, scale
 from graph_sandbox.periods import Period
 from graph_sandbox.timeline import (
@@ -40,42 +47,92 @@ class InsightsEngine:
         self._days: dict[tuple[str, int], Totals] = {}
 
     def totals(
-        self, adsets: Iterable[AdObject], period: Period, now: datetime, *, hour: int | None = None
+        self,
+        adsets: Iterable[AdObject],
+        period: Period,
+        now: datetime,
+        *,
+        lag: Curve | None = None,
     ) -> Totals:
         """What ``adsets`` delivered in ``period`` (dates in their account's timezone).
 
-        With ``hour`` (0–23), only what they delivered within that local hour of each day.
+        With ``lag``, conversions as seen at ``now`` on that attribution-lag curve.
         """
         total = ZERO
         for adset in adsets:
-            total = add(total, self.adset_totals(adset, period, now, hour=hour))
+            total = add(total, self.adset_totals(adset, period, now, lag=lag))
         return total
 
     def adset_totals(
-        self, adset: AdObject, period: Period, now: datetime, *, hour: int | None = None
+        self, adset: AdObject, period: Period, now: datetime, *, lag: Curve | None = None
     ) -> Totals:
         """What one ad set delivered in ``period``, up to ``now``.
 
         Days before the ad set was created deliver nothing; a day counts the part of
         it during which the ad set and its campaign were both active (before ``now``),
-        so what was delivered before a pause stays and nothing accrues after it.
+        so what was delivered before a pause stays and nothing accrues after it. With
+        ``lag``, each day's conversions are those seen at ``now`` (spend and clicks are not
+        affected); days older than the curve's horizon are matured.
         """
+        total, days = ZERO, 0
+        for ordinal, full, scope, partial in self._days_of(adset, period, now, lag):
+            if partial:
+                full = scale(full, _shares(scope, ordinal, [None])[0])
+            if full.impressions:
+                total, days = add(total, full), days + 1
+        return _deduplicated(total, days)
+
+    def hourly_totals(
+        self,
+        adsets: Iterable[AdObject],
+        period: Period,
+        now: datetime,
+        *,
+        lag: Curve | None = None,
+    ) -> list[Totals]:
+        """What ``adsets`` delivered in each local hour (0–23), summed over ``period``'s days.
+
+        An hour is what was delivered by its end less what was delivered by its start,
+        each rounded down as a day's share is, so the hours of a day add up to exactly what
+        the day shows. Reach and unique clicks are summed as they are (hourly rows show
+        none).
+        """
+        hours = [ZERO] * 24
+        for adset in adsets:
+            for ordinal, full, scope, _ in self._days_of(adset, period, now, lag):
+                day = date.fromordinal(ordinal)
+                ends = [hour_window(day, hour, scope.tz)[1] for hour in range(23)]
+                before = ZERO  # what the day had delivered by the start of the hour
+                for hour, share in enumerate(_shares(scope, ordinal, [*ends, None])):
+                    by_end = scale(full, share)
+                    sums = zip(hours[hour], by_end, before, strict=True)
+                    hours[hour] = Totals(*(total + end - start for total, end, start in sums))
+                    before = by_end
+        return hours
+
+    def _days_of(
+        self, adset: AdObject, period: Period, now: datetime, lag: Curve | None
+    ) -> Iterator[tuple[int, Totals, _Scope, bool]]:
+        """Each day of ``period`` the ad set existed by ``now``: its ordinal, its full totals
+        (conversions as seen at ``now`` with ``lag``), the ad set's scope, and whether only
+        part of the day counts (today, its creation day, or around a pause)."""
         if adset.profile is None or adset.profile.spend_cents <= 0:
-            return ZERO
+            return
         tz = self._world.account_of(adset).tz
         today = now.astimezone(tz).date().toordinal()
         created = adset.created_time.astimezone(tz).date().toordinal()
-        spans = self._active_spans(adset, now, tz)
-        total, days = ZERO, 0
+        scope = _Scope(adset, tz, now, self._active_spans(adset, now, tz))
+        # a day ending more than the horizon ago is matured (the extra day: DST, UTC offsets)
+        maturing = today - math.ceil(lag[-1][0] / 24) - 1 if lag is not None else today + 1
         for ordinal in range(
             max(period[0].toordinal(), created), min(period[1].toordinal(), today) + 1
         ):
             full = self._day(adset, ordinal)
-            if hour is not None or spans is not ALWAYS or ordinal in (today, created):
-                full = scale(full, self._share(adset, ordinal, tz, now, spans, hour))
-            if full.impressions:
-                total, days = add(total, full), days + 1
-        return _deduplicated(total, days)
+            if lag is not None and ordinal >= maturing:
+                age_h = day_age_h(date.fromordinal(ordinal), tz, now)
+                full = as_seen(full, seen_share(age_h, lag))
+            partial = scope.spans is not ALWAYS or ordinal in (today, created)
+            yield ordinal, full, scope, partial
 
     def _day(self, adset: AdObject, ordinal: int) -> Totals:
         key = (adset.id, ordinal)
@@ -114,24 +171,28 @@ class InsightsEngine:
         anchor = log[0].at if log else now
         return day_window(anchor.astimezone(tz).date(), tz)[0]
 
-    def _share(
-        self,
-        adset: AdObject,
-        ordinal: int,
-        tz: ZoneInfo,
-        now: datetime,
-        spans: list[Span],
-        hour: int | None,
-    ) -> float:
-        """The share of day ``ordinal``'s full totals delivered (within ``hour``, if given)."""
-        day = date.fromordinal(ordinal)
-        whole = day_window(day, tz)
-        window = whole if hour is None else hour_window(day, hour, tz)
-        window = (max(window[0], adset.created_time), min(window[1], now))
-        if window[0] >= window[1]:
-            return 0.0
-        delivered = overlap(window, spans)
-        return max(0.0, delivered / (whole[1] - whole[0]))
+
+class _Scope(NamedTuple):
+    """One ad set being measured: its account's timezone, the instant, its active spans."""
+
+    adset: AdObject
+    tz: ZoneInfo
+    now: datetime
+    spans: list[Span]
+
+
+def _shares(scope: _Scope, ordinal: int, untils: Sequence[datetime | None]) -> list[float]:
+    """The share of day ``ordinal``'s full totals delivered before each of ``untils``
+    (None: the end of the day)."""
+    whole = day_window(date.fromordinal(ordinal), scope.tz)
+    length = whole[1] - whole[0]
+    start = max(whole[0], scope.adset.created_time)
+    shares = []
+    for until in untils:
+        end = min(whole[1] if until is None else until, whole[1], scope.now)
+        delivered = overlap((start, end), scope.spans) / length if start < end else 0.0
+        shares.append(max(0.0, delivered))
+    return shares
 
 
 def _deduplicated(total: Totals, days: int) -> Totals:

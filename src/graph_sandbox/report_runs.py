@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graph_sandbox.attribution_lag import AttributionLag
 from graph_sandbox.errors import GraphError
 
 COMPLETED: Final = "Job Completed"
@@ -60,6 +61,8 @@ class InsightsSettings(BaseModel):
     #: Rows per page of synchronous Insights, whatever ``limit`` asks (Meta may answer
     #: fewer rows than asked for and a next page); None: ``limit`` decides.
     page_max_rows: int | None = Field(default=None, ge=1)
+    #: Conversions that mature after the day they belong to (off: a past day never changes).
+    attribution_lag: AttributionLag = Field(default_factory=AttributionLag)
 
 
 def sync_timeout(subcode: int) -> GraphError:
@@ -150,10 +153,17 @@ class ReportRuns:
     def configure(self, changes: dict[str, Any]) -> None:
         """Replace the settings named in ``changes`` (``report_outcomes`` queues outcomes).
 
+        ``attribution_lag`` changes the keys it names (``enabled``, ``curve``) and keeps
+        the other.
+
         Raises:
             pydantic.ValidationError: a value is out of range or a key is unknown.
         """
-        self.settings = InsightsSettings.model_validate(self.settings.model_dump() | changes)
+        current = self.settings.model_dump()
+        lag = changes.get("attribution_lag")
+        if isinstance(lag, dict):
+            changes = changes | {"attribution_lag": current["attribution_lag"] | lag}
+        self.settings = InsightsSettings.model_validate(current | changes)
         if "report_outcomes" in changes:
             self._outcomes = deque(self.settings.report_outcomes)
 

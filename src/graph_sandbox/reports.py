@@ -4,7 +4,9 @@ and the async report runs (``POST …/insights``, ``GET /{report_run_id}``, its 
 Rows are built from the ad sets under the requested node: ``filtering`` picks
 ad sets (``campaign.id`` reads each ad set's campaign), ``level`` groups them
 into account, campaign or ad set rows, and a group with no impressions in the
-period has no row at all. A synchronous request over more than ``sync_max_cells``
+period has no row at all. With ``attribution_lag`` on (``POST /_sandbox/insights``), the
+conversions of recent days are those seen at the sandbox clock's time
+(:mod:`graph_sandbox.attribution_lag`). A synchronous request over more than ``sync_max_cells``
 (ad sets × days) times out (:mod:`graph_sandbox.report_runs`); a report run answers
 the same parameters without that limit.
 """
@@ -177,21 +179,24 @@ def _slices(
     Period by period, then group by group, then hour by hour. A group with no
     impressions in a slice has no row for it.
     """
-    hours: tuple[int | None, ...] = tuple(range(24)) if slicing.hourly else (None,)
     sliced = len(slicing.periods) > 1 or slicing.hourly is not None
+    lag = state.report_runs.settings.attribution_lag
+    curve = lag.curve if lag.enabled else None
     for period in slicing.periods:
         for group, members in groups.items():
-            for hour in hours:
-                totals = state.insights.totals(members, period, now, hour=hour)
-                if not totals.impressions:
-                    continue
-                key = f"{group}|{period[0]}|{hour}" if sliced else group
-                if slicing.hourly is None or hour is None:
+            if slicing.hourly is None:
+                totals = state.insights.totals(members, period, now, lag=curve)
+                key = f"{group}|{period[0]}|None" if sliced else group
+                if totals.impressions:
                     yield key, group, period, totals, {}
-                else:
+                continue
+            hours = state.insights.hourly_totals(members, period, now, lag=curve)
+            for hour, totals in enumerate(hours):
+                if totals.impressions:
                     # Meta counts no unique people within an hourly breakdown.
                     hourly = totals._replace(reach=0, unique_clicks=0)
-                    yield key, group, period, hourly, {slicing.hourly: hour_label(hour)}
+                    label = {slicing.hourly: hour_label(hour)}
+                    yield f"{group}|{period[0]}|{hour}", group, period, hourly, label
 
 
 def _overall(slicing: Slicing) -> Period:
