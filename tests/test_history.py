@@ -273,3 +273,10 @@ async def test_the_read_uses_the_history_index_by_its_hint(db: Database) -> None
     assert "COLLSCAN" in str(await db.command("explain", find))
     cells = await InsightsHistoryStore(db).read(query)
     assert sorted(cells) == sorted((e, date(2026, 11, d)) for e in ("3", "4") for d in range(1, 29))
+    many = [str(e) for e in range(3, 70)]  # past MAX_IDS_IN_QUERY: picked out of the answer
+    cells = await InsightsHistoryStore(db).read(
+        HistoryQuery("act_1", "campaign", "day", many, NOVEMBER, ("spend",))
+    )
+    assert sorted(cells) == sorted(
+        (str(e), date(2026, 11, d)) for e in range(3, 20) for d in range(1, 29)
+    )

@@ -17,6 +17,7 @@ module decides, without I/O:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -194,6 +195,7 @@ class Freshness:
         return fetched_at >= day_end_utc(day, tz) + timedelta(days=self.mature_after_days)
 
 
+@functools.lru_cache(maxsize=4096)  # asked once per cached value: thousands per history
 def day_end_utc(day: date, tz: ZoneInfo) -> datetime:
     """The instant ``day`` ends in ``tz`` (the next local midnight)."""
     return datetime.combine(day + timedelta(days=1), time(), tz)

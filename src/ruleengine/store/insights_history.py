@@ -17,13 +17,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any
+from typing import Any, Final
 
 from pymongo import UpdateOne
 
 from ruleengine import constants as c
 from ruleengine.rules.history import DayRange, Granularity, HistoryKey
 from ruleengine.store.db import INSIGHTS_HISTORY_INDEX, Database, Document
+
+#: Up to this many entity ids go into the query; more are picked out of its answer.
+MAX_IDS_IN_QUERY: Final = 50
 
 
 @dataclass(frozen=True)
@@ -50,14 +53,21 @@ class HistoryQuery:
     fields: Sequence[str]
 
     def filter(self) -> Document:
-        """The MongoDB filter (served by ``INSIGHTS_HISTORY_INDEX``)."""
-        return {
+        """The MongoDB filter (served by ``INSIGHTS_HISTORY_INDEX``).
+
+        The entity ids are in it only when they are few: the embedded server tests an
+        ``$in`` of hundreds of ids on every document slowly (7 s for 500 ids × 30 days,
+        against under 2 s to read them all), so many ids are picked out here instead.
+        """
+        query: Document = {
             "account": self.account_id,
             "level": self.level,
             "granularity": self.granularity,
-            "entity": {"$in": list(self.entity_ids)},
             "day": {"$gte": self.days.since.isoformat(), "$lte": self.days.until.isoformat()},
         }
+        if len(self.entity_ids) <= MAX_IDS_IN_QUERY:
+            query["entity"] = {"$in": list(self.entity_ids)}
+        return query
 
     def projection(self) -> Document:
         """Only the asked fields of each document."""
@@ -73,8 +83,11 @@ class InsightsHistoryStore:
     async def read(self, query: HistoryQuery) -> CachedCells:
         """What the cache holds for ``query``: (entity, day) → field → value and instant."""
         cells: CachedCells = {}
+        wanted = set(query.entity_ids)
         cursor = self._docs.find(query.filter(), query.projection()).hint(INSIGHTS_HISTORY_INDEX)
         async for doc in cursor:
+            if doc["entity"] not in wanted:
+                continue
             fields = doc.get("fields") or {}
             cells[(doc["entity"], date.fromisoformat(doc["day"]))] = {
                 name: Cached(entry.get("value"), entry["fetched_at"])
