@@ -17,6 +17,7 @@ HEARTBEATS: Final = "heartbeats"
 ROLLUPS: Final = "rollups"
 ROLLUP_DAYS: Final = "rollup_days"
 LISTING_SNAPSHOTS: Final = "listing_snapshots"
+INSIGHTS_HISTORY: Final = "insights_history"
 
 # Redis
 QUEUE_NAME: Final = "ruleengine:queue"

@@ -123,7 +123,8 @@ class LargeAccounts:
     on_progress: Progress | None = None
 
 
-def _id_field(level: str) -> str:
+def id_field(level: str) -> str:
+    """The row field naming the entity of an Insights row at ``level``."""
     return "campaign_id" if level == "campaign" else "adset_id"
 
 
@@ -188,7 +189,7 @@ class _Planned:
 
     def with_ids(self, entity_ids: tuple[str, ...], level: str) -> _Planned:
         params = {k: v for k, v in self.request.params.items() if k != "after"}
-        params |= {"filtering": _ids_filter(level, entity_ids), "limit": len(entity_ids)}
+        params |= {"filtering": ids_filter(level, entity_ids), "limit": len(entity_ids)}
         return replace(self, request=SubRequest(self.request.path, params), entity_ids=entity_ids)
 
     def with_span(self, span: DateRange) -> _Planned:
@@ -201,7 +202,8 @@ class _Planned:
         return replace(self, request=SubRequest(self.request.path, params))
 
 
-def _ids_filter(level: str, entity_ids: Sequence[str]) -> list[dict[str, Any]]:
+def ids_filter(level: str, entity_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The ``filtering`` that keeps ``entity_ids`` in an account-level Insights request."""
     return [{"field": f"{level}.id", "operator": "IN", "value": list(entity_ids)}]
 
 
@@ -223,7 +225,7 @@ def _account_params(ctx: _Fetch, period: str, fields: Sequence[str]) -> dict[str
         **BASE_PARAMS,
         "level": ctx.level,
         **insights_period(period, ctx.large.today),
-        "fields": ",".join(sorted({*fields, _id_field(ctx.level)})),
+        "fields": ",".join(sorted({*fields, id_field(ctx.level)})),
     }
 
 
@@ -238,7 +240,7 @@ def _account_requests(
         for start in range(0, len(entity_ids), ids_per_request):
             chunk = tuple(entity_ids[start : start + ids_per_request])
             params = _account_params(ctx, period, fields) | {
-                "filtering": _ids_filter(ctx.level, chunk),
+                "filtering": ids_filter(ctx.level, chunk),
                 "limit": len(chunk),
             }
             path = f"{ctx.account_id}/insights"
@@ -336,7 +338,7 @@ async def _run_reports(
 
     async def run(period: str, ids: list[str]) -> None:
         params = _account_params(ctx, period, groups[period])
-        params["filtering"] = _ids_filter(ctx.level, ids)
+        params["filtering"] = ids_filter(ctx.level, ids)
         try:
             rows = await reports.rows(
                 ctx.account_id,
@@ -349,9 +351,9 @@ async def _run_reports(
             result.fail(ids, exc)
             return
         result.forget(ids, period)
-        wanted, id_field = set(ids), _id_field(ctx.level)
+        wanted, key = set(ids), id_field(ctx.level)
         for row in rows:
-            entity_id = str(row.get(id_field, ""))
+            entity_id = str(row.get(key, ""))
             if entity_id in wanted:
                 result.add_row(entity_id, period, row)
 
@@ -377,7 +379,7 @@ def _absorb(plan: _Planned, answer: SubResult, result: InsightsResult, level: st
         return None
     wanted = set(plan.entity_ids)
     for row in data:
-        entity_id = plan.entity_ids[0] if plan.direct else str(row.get(_id_field(level), ""))
+        entity_id = plan.entity_ids[0] if plan.direct else str(row.get(id_field(level), ""))
         if isinstance(row, dict) and entity_id in wanted:
             if plan.span is None:
                 result.add_row(entity_id, plan.period, row)

@@ -53,6 +53,16 @@ EXECUTION_COUNT_INDEX: Final = [
     ("status", ASCENDING),
 ]
 
+#: The index of the history cache's one query: an account's documents at a level and
+#: granularity over a range of days (``store/insights_history.py`` names it as its hint:
+#: the embedded server's planner scans the collection without it).
+INSIGHTS_HISTORY_INDEX: Final = [
+    ("account", ASCENDING),
+    ("level", ASCENDING),
+    ("granularity", ASCENDING),
+    ("day", ASCENDING),
+]
+
 _INDEXES: dict[str, list[IndexModel]] = {
     c.RULES: [
         IndexModel([("name", ASCENDING)], unique=True),
@@ -104,6 +114,7 @@ _INDEXES: dict[str, list[IndexModel]] = {
         # each part carries its own expiry (set by the dispatcher): expire at that date
         IndexModel([("expires_at", ASCENDING)], name="expires_at_ttl", expireAfterSeconds=0),
     ],
+    c.INSIGHTS_HISTORY: [IndexModel(INSIGHTS_HISTORY_INDEX)],
 }
 
 
