@@ -132,8 +132,10 @@ async def test_a_rule_on_usd_and_jpy_accounts_stays_at_format_1_with_a_note(
     mixed = await save_rule(
         db, old_rule("mixed", ["act_1001", "act_1004"], type="set_budget", amount=50000)
     )
+    # another amount than the mixed rule's: whichever of the two runs second on act_1001
+    # still changes the budget (the same amount would find it already set: not applied)
     unknown = await save_rule(
-        db, old_rule("unknown", ["act_1001", "act_9999"], type="set_budget", amount=50000)
+        db, old_rule("unknown", ["act_1001", "act_9999"], type="set_budget", amount=40000)
     )
     plain = await save_rule(db, old_rule("no budgets", ["act_1001", "act_1004"]))
     now = datetime.now(UTC)
