@@ -18,6 +18,7 @@ ROLLUPS: Final = "rollups"
 ROLLUP_DAYS: Final = "rollup_days"
 LISTING_SNAPSHOTS: Final = "listing_snapshots"
 INSIGHTS_HISTORY: Final = "insights_history"
+BACKTESTS: Final = "backtests"
 
 # Redis
 QUEUE_NAME: Final = "ruleengine:queue"

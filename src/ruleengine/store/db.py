@@ -115,6 +115,12 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("expires_at", ASCENDING)], name="expires_at_ttl", expireAfterSeconds=0),
     ],
     c.INSIGHTS_HISTORY: [IndexModel(INSIGHTS_HISTORY_INDEX)],
+    c.BACKTESTS: [
+        # kept a week: each document carries its expiry (created + 7 days)
+        IndexModel([("expires_at", ASCENDING)], name="expires_at_ttl", expireAfterSeconds=0),
+        # the web app's startup marks those an earlier process left unfinished
+        IndexModel([("status", ASCENDING)]),
+    ],
 }
 
 
