@@ -115,6 +115,10 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("expires_at", ASCENDING)], name="expires_at_ttl", expireAfterSeconds=0),
     ],
     c.INSIGHTS_HISTORY: [IndexModel(INSIGHTS_HISTORY_INDEX)],
+    # a backtest's listing is reused for 15 minutes (reads check expires_at too)
+    c.BACKTEST_LISTINGS: [
+        IndexModel([("expires_at", ASCENDING)], name="expires_at_ttl", expireAfterSeconds=0),
+    ],
 }
 
 
