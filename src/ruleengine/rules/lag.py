@@ -25,8 +25,9 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from typing import Final, Literal
 from zoneinfo import ZoneInfo
@@ -49,6 +50,8 @@ MIN_PARTS_PER_STRETCH: Final = 3
 MIN_STRETCHES: Final = 2
 #: Weight of the smoothness penalty (changes of slope between stretches) against the data.
 SMOOTHING: Final = 1e-5
+#: The most an observation's weight counts (one huge window must not be the whole fit).
+MAX_WEIGHT: Final = 1e3
 #: A condition's seen / matured ratio is bounded to this: a seen number far above the
 #: matured one is a refund or an error, and one such point must not bend the curve.
 MAX_RATIO: Final = 2.0
@@ -187,6 +190,28 @@ def observation_of(
     return LagObservation(seen, tuple((d.age_h, d.matured) for d in days))
 
 
+def size_weights(
+    observations: Sequence[LagObservation], groups: Sequence[str]
+) -> list[LagObservation]:
+    """``observations`` weighted by their matured totals over the median total of their
+    group (one group per metric: counts and money do not compare).
+
+    Arriving conversions are counted events: the share seen of a window of 200
+    conversions wavers far less than that of 2, so a window counts in proportion to its
+    size, and a group's typical window counts 1.
+    """
+    totals = [sum(m for _, m in o.parts if math.isfinite(m) and m > 0) for o in observations]
+    by_group: dict[str, list[float]] = {}
+    for group, total in zip(groups, totals, strict=True):
+        if math.isfinite(total) and total > 0:
+            by_group.setdefault(group, []).append(total)
+    medians = {g: statistics.median(t) for g, t in by_group.items()}
+    return [
+        replace(o, weight=total / medians[g] if g in medians and total > 0 else 1.0)
+        for o, g, total in zip(observations, groups, totals, strict=True)
+    ]
+
+
 # ---------------------------------------------------------------- the fit
 
 
@@ -197,10 +222,14 @@ class LagObservation:
     Attributes:
         seen: the conversion count or value the condition saw (over its whole window).
         parts: per day of its window, ``(age_h at the instant, matured value of that day)``.
+        weight: how much it counts against the others (> 0): the seen share of a window
+            of many conversions is surer than that of a few, so a caller knowing the sizes
+            passes the matured total over a typical one (:func:`size_weights`).
     """
 
     seen: float
     parts: tuple[tuple[float, float], ...]
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -214,7 +243,7 @@ class LagFit:
         enough: True when ``curve`` may be used instead of matured numbers.
         why: a sentence for people: what it was learned from, or why it was not.
         residual: root mean square of (seen − predicted) / matured over the usable
-            observations (None without a curve).
+            observations, weighted as they are in the fit (None without a curve).
         stretches: the stretches between knots the observations cover, ``(from_h, to_h)``.
     """
 
@@ -233,6 +262,7 @@ class _Row:
     x: tuple[float, ...]
     y: float
     stretches: tuple[int, ...]
+    weight: float
 
 
 def fit_curve(
@@ -245,7 +275,7 @@ def fit_curve(
     """The curve through ``knots_h`` (share 1 at the last) that best explains what was seen.
 
     Each observation says ``seen = Σ_d matured_d × s(age_d)``, divided by its matured
-    total so every condition weighs the same whatever its size. The shares at the knots
+    total (so its unit does not matter) and weighted by its ``weight``. The shares at the knots
     but the last are found by least squares with a light penalty on changes of slope
     (which decides the stretches no observation covers: a straight line to their
     neighbours), then bounded to a valid curve: between 0 and 1, never decreasing.
@@ -277,7 +307,10 @@ def fit_curve(
         return LagFit(None, len(rows), False, why, stretches=covered)
     shares = _solve(rows, knots)
     curve = tuple(zip(knots, (*shares, 1.0), strict=True))
-    residual = math.sqrt(math.fsum((row.y - _dot(row.x, shares)) ** 2 for row in rows) / len(rows))
+    weights = math.fsum(row.weight for row in rows)
+    residual = math.sqrt(
+        math.fsum(row.weight * (row.y - _dot(row.x, shares)) ** 2 for row in rows) / weights
+    )
     why = f"learned from {len(rows)} conditions" + (f" on {sources}" if sources else "")
     return LagFit(curve, len(rows), True, why, residual, covered)
 
@@ -310,9 +343,11 @@ def _hats(age_h: float, knots: Sequence[float]) -> tuple[int, float] | None:
 def _row(obs: LagObservation, knots: Sequence[float]) -> _Row | None:
     """``obs`` as ratios of its matured total; None when it cannot say anything."""
     try:
-        seen = float(obs.seen)
+        seen, weight = float(obs.seen), float(obs.weight)
         parts = [(float(a), float(m)) for a, m in obs.parts]
     except (TypeError, ValueError):
+        return None
+    if not (math.isfinite(weight) and weight > 0):
         return None
     parts = [(a, m) for a, m in parts if not math.isnan(a) and math.isfinite(m) and m > 0]
     total = sum(m for _, m in parts)  # not fsum: it raises where sum overflows to inf
@@ -336,7 +371,7 @@ def _row(obs: LagObservation, knots: Sequence[float]) -> _Row | None:
     if not stretches:
         return None
     ratio = min(seen / total, MAX_RATIO)
-    return _Row(tuple(x), ratio - known, tuple(stretches))
+    return _Row(tuple(x), ratio - known, tuple(stretches), min(weight, MAX_WEIGHT))
 
 
 def _covered(rows: Sequence[_Row], knots: Sequence[float]) -> list[int]:
@@ -354,9 +389,12 @@ def _dot(a: Sequence[float], b: Sequence[float]) -> float:
 
 def _system(rows: Sequence[_Row], knots: Sequence[float]) -> tuple[list[list[float]], list[float]]:
     """The normal equations ``A s = b`` of the data plus the smoothness penalty."""
-    free, n = len(knots) - 1, len(rows)
-    a = [[math.fsum(r.x[i] * r.x[j] for r in rows) / n for j in range(free)] for i in range(free)]
-    b = [math.fsum(r.x[i] * r.y for r in rows) / n for i in range(free)]
+    free, n = len(knots) - 1, math.fsum(r.weight for r in rows)
+    a = [
+        [math.fsum(r.weight * r.x[i] * r.x[j] for r in rows) / n for j in range(free)]
+        for i in range(free)
+    ]
+    b = [math.fsum(r.weight * r.x[i] * r.y for r in rows) / n for i in range(free)]
     # change of slope at each inner knot, in share per day: (s[k+1]-s[k])/h1 - (s[k]-s[k-1])/h0
     for k in range(1, len(knots) - 1):
         h0, h1 = (knots[k] - knots[k - 1]) / 24, (knots[k + 1] - knots[k]) / 24
