@@ -8,9 +8,9 @@ the records and the history: it must be the sandbox's own (``DEFAULT_CURVE``: 0 
 24 h 0.80, 72 h 0.95, 168 h 1.00).
 
 The sandbox rounds each ad set's conversions of each day to whole ones. Adds to cart are
-10 to 30 an ad set a day, so the curve they give is within 0.03 of the sandbox's at every
-knot; purchases are 1 to 7, and rounding lifts their small shares (one purchase seen at any
-share above 0.5 shows whole), so the curve from purchases and ROAS sits up to 0.07 above.
+10 to 30 an ad set a day, so the curve they give is within 0.025 of the sandbox's at every
+knot; purchases are 1 to 7, and rounding moves their small shares (one purchase seen at any
+share above 0.5 shows whole), so the curve from purchases and ROAS is within 0.05.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ async def test_the_curve_learned_from_adds_to_cart_is_the_sandboxs(
     assert fit.why == "learned from 720 conditions on 8 campaigns"
     assert fit.stretches == tuple(itertools.pairwise(KNOTS_H))  # ages in every stretch
     for age in KNOTS_H:
-        assert share(fit.curve, age) == pytest.approx(seen_share(age), abs=0.03), age
+        assert share(fit.curve, age) == pytest.approx(seen_share(age), abs=0.025), age
     assert learning.records_read == len(INSTANTS) * 12 and learning.graph_calls > 0
 
     # a second learning reads the same matured days from the cache
@@ -155,8 +155,24 @@ async def test_the_curve_learned_from_purchases_and_roas_is_near_the_sandboxs(
     fit = learning.fit
     print(f"\npurchases, ROAS: {fit.why}; residual {fit.residual:.4f}; {_figures(learning)}")
     assert fit.enough and fit.curve is not None, fit.why
-    for age in KNOTS_H:  # rounding whole purchases lifts the shares (module docstring)
-        assert -0.01 <= share(fit.curve, age) - seen_share(age) <= 0.07, age
+    for age in KNOTS_H:  # whole purchases round the shares (module docstring)
+        assert share(fit.curve, age) == pytest.approx(seen_share(age), abs=0.05), age
+
+    # a busy account's records are read in slices over the lookback, each with its share
+    history = InsightsHistory(InsightsHistoryStore(db), graph)
+    some = await learn_lag(
+        db,
+        history,
+        account_id=ACCOUNT,
+        level="campaign",
+        timezone=TIMEZONE,
+        token=SANDBOX_TOKEN,
+        now=LATER,
+        lookback_days=14,
+        max_records=112,
+    )
+    assert 0 < some.records_read <= 112 and some.graph_calls == 0
+    assert some.fit.observations > 0
 
 
 async def test_without_lag_the_learned_curve_is_one(

@@ -25,6 +25,7 @@ from ruleengine.rules.lag import (
     matured,
     observation_of,
     share,
+    size_weights,
 )
 
 SANDBOX_CURVE: Curve = ((0.0, 0.5), (24.0, 0.8), (72.0, 0.95), (168.0, 1.0))
@@ -96,7 +97,10 @@ NUMBERS = st.one_of(
     st.integers(-1000, 1000),
 )
 HOSTILE = st.builds(
-    LagObservation, NUMBERS, st.lists(st.tuples(NUMBERS, NUMBERS), max_size=8).map(tuple)
+    LagObservation,
+    NUMBERS,
+    st.lists(st.tuples(NUMBERS, NUMBERS), max_size=8).map(tuple),
+    NUMBERS,
 )
 
 
@@ -231,3 +235,27 @@ def test_ages_and_maturity_count_from_the_local_midnight_after_the_day() -> None
     assert day_age_h(day, NEW_YORK, midnight - timedelta(hours=3)) == -3
     assert matured(day, midnight + timedelta(hours=168), NEW_YORK)
     assert not matured(day, midnight + timedelta(hours=167), NEW_YORK)
+
+
+def test_windows_weigh_by_their_size_within_their_metric() -> None:
+    small = LagObservation(1, ((3.0, 2.0),))
+    big = LagObservation(10, ((3.0, 20.0),))
+    money = LagObservation(500, ((3.0, 1000.0),))
+    empty = LagObservation(0, ((3.0, 0.0),))
+    weighted = size_weights([small, big, money, empty], ["count", "count", "value", "count"])
+    assert [o.weight for o in weighted] == pytest.approx([2 / 11, 20 / 11, 1.0, 1.0])
+
+
+def test_a_heavier_observation_pulls_the_curve_its_way() -> None:
+    anchors = [LagObservation(9, ((60.0, 10.0),))] * 10  # 0.9 at 60 h: a second stretch
+
+    def at_12h(weight_low: float, weight_high: float) -> float:
+        low = LagObservation(5, ((12.0, 10.0),), weight=weight_low)  # saw a share of 0.5
+        high = LagObservation(8, ((12.0, 10.0),), weight=weight_high)  # saw 0.8
+        fit = fit_curve([*anchors, *[low, high] * 10], min_observations=1, knots_h=(0, 24, 168))
+        assert fit.curve is not None
+        return share(fit.curve, 12)
+
+    assert at_12h(1, 1) == pytest.approx(0.65, abs=0.01)
+    assert at_12h(1, 3) == pytest.approx(0.725, abs=0.01)  # (0.5 + 3 × 0.8) / 4
+    assert at_12h(3, 1) == pytest.approx(0.575, abs=0.01)

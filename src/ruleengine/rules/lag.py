@@ -356,18 +356,18 @@ def _row(obs: LagObservation, knots: Sequence[float]) -> _Row | None:
     free = len(knots) - 1
     x, known, stretches = [0.0] * free, 0.0, []
     for age, value in parts:
-        weight = value / total
+        part = value / total
         where = _hats(age, knots)
         if where is None:  # matured: seen whole
-            known += weight
+            known += part
             continue
         i, right = where
         stretches.append(i)
-        x[i] += weight * (1 - right)
+        x[i] += part * (1 - right)
         if i + 1 < free:
-            x[i + 1] += weight * right
+            x[i + 1] += part * right
         else:
-            known += weight * right
+            known += part * right
     if not stretches:
         return None
     ratio = min(seen / total, MAX_RATIO)
