@@ -16,19 +16,23 @@ share above 0.5 shows whole), so the curve from purchases and ROAS is within 0.0
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from flow import campaign_rule, engine_for
 from graph_sandbox.admin import SandboxAdmin
 from graph_sandbox.attribution_lag import DEFAULT_CURVE, seen_share
 from ruleengine.engine import evaluate_account
 from ruleengine.history import InsightsHistory
-from ruleengine.lag_history import LagLearning, learn_lag
+from ruleengine.lag_history import LagLearning, _needs, learn_lag
 from ruleengine.meta.http import READ_AND_BATCH, GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.payload import EvaluateJob
@@ -208,6 +212,41 @@ async def test_an_account_without_records_costs_no_graph_call(
     learning = await learn(db, graph, sandbox)
     assert (learning.records_read, learning.graph_calls, learning.fit.observations) == (0, 0, 0)
     assert learning.fit.why.startswith("only 0 usable conditions")
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=8,
+)
+CONDITION = st.fixed_dictionaries(
+    {},
+    optional={
+        "metric": st.sampled_from(["actions.purchase", "purchase_roas.omni_purchase", "spend"])
+        | st.text(max_size=30),
+        "period": st.sampled_from(["yesterday", "last_7d", "today", "last_nd_999_1"])
+        | st.text(max_size=20),
+        "actual": JSON,
+    },
+)
+RECORD = st.fixed_dictionaries(
+    {},
+    optional={
+        "entity_id": st.sampled_from(["120000000000001", "a|b", ""]) | JSON,
+        "created_at": st.datetimes(timezones=st.none() | st.just(UTC)) | JSON,
+        "conditions": st.lists(CONDITION | JSON, max_size=4) | JSON,
+    },
+)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.lists(RECORD, max_size=6))
+def test_any_stored_record_gives_conditions_or_nothing_never_an_error(
+    records: list[dict[str, Any]],
+) -> None:
+    for need in _needs(records, ZoneInfo(TIMEZONE)):
+        assert need.window[0] <= need.window[1] < need.at.astimezone(ZoneInfo(TIMEZONE)).date()
+        assert re.fullmatch(r"[A-Za-z0-9_]{1,64}", need.entity_id) and need.at.tzinfo is not None
 
 
 def test_the_sandbox_curve_has_its_points_on_the_knots() -> None:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
@@ -59,6 +60,7 @@ _CONVERSION_METRICS: Final = (
     r"|website_purchase_roas|mobile_app_purchase_roas|cost_per_action_type"
     r"|cost_per_conversion)\."
 )
+_ENTITY_ID: Final = re.compile(r"[A-Za-z0-9_]{1,64}")
 _LEVEL_WORDS: Final = {"campaign": "campaigns", "adset": "ad sets"}
 
 
@@ -217,6 +219,10 @@ def _needs(records: Sequence[Document], tz: ZoneInfo) -> list[_Need]:
         at, entity = record.get("created_at"), record.get("entity_id")
         if not isinstance(at, datetime) or not isinstance(entity, str):
             continue
+        if not _ENTITY_ID.fullmatch(entity):  # it becomes part of a history cache key
+            continue
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
         today = at.astimezone(tz).date()
         for condition in record.get("conditions") or ():
             need = _need(condition, entity, at, today)
