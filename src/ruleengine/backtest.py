@@ -373,7 +373,8 @@ async def _gather(
                 )
             except (GraphError, RuleEngineError) as exc:
                 tally.note(
-                    f"{account_id}: its lag curve could not be learned ({exc}): matured numbers used"
+                    f"{account_id}: its lag curve could not be learned ({exc});"
+                    " matured numbers used"
                 )
                 return gathered
         tally.graph_calls += learning.graph_calls
