@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from flow import campaign_ids, campaign_rule
+from flow import campaign_ids, campaign_rule, run_at
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.backtest import CAVEATS, BacktestDeps, BacktestRequest, run_backtest
 from ruleengine.meta.http import READ_AND_BATCH, GraphSession
@@ -198,3 +198,101 @@ def test_days_and_accounts_are_checked() -> None:
         BacktestRequest(rule, days=91)
     with pytest.raises(ValueError, match="act_2"):
         BacktestRequest(rule, accounts=("act_2",))
+
+
+async def adds_to_cart(
+    settings: Settings, sandbox: SandboxAdmin, entity_id: str, *, at: datetime, day: date
+) -> float:
+    """The campaign's adds to cart of ``day`` as the sandbox showed them at ``at``."""
+    await sandbox.set_clock(at)
+    session = GraphSession(settings, methods=READ_AND_BATCH)
+    try:
+        body = await session.request(
+            "GET",
+            f"{entity_id}/insights",
+            token=SANDBOX_TOKEN,
+            params={
+                **BASE_PARAMS,
+                "fields": "actions",
+                "time_range": {"since": day.isoformat(), "until": day.isoformat()},
+            },
+        )
+    finally:
+        await session.close()
+    for row in body["data"]:
+        for item in row.get("actions", []):
+            if item["action_type"] == "omni_add_to_cart":
+                return float(item["value"])
+    return 0.0
+
+
+async def test_as_seen_and_matured_fire_where_the_sandboxs_lag_curve_says(
+    deps: BacktestDeps, settings: Settings, db: Database, sandbox: SandboxAdmin
+) -> None:
+    """The engine ran at 30 instants a fortnight ago (its records teach the curve); the
+    backtest's as-seen view fires where what the sandbox showed at 09:00 crossed the
+    threshold, the matured view where today's numbers do."""
+    await sandbox.set_insights(attribution_lag={"enabled": True})
+    metric = "actions.omni_add_to_cart"
+    probes = [
+        {"metric": metric, "period": period, "operator": ">", "value": 1e12}
+        for period in ("yesterday", "last_3d", "last_7d")
+    ]
+    instants = tuple(
+        datetime(2026, 11, day, hour, tzinfo=NEW_YORK).astimezone(UTC)
+        for day in range(16, 21)
+        for hour in range(1, 24, 4)
+    )
+    await run_at(settings, db, sandbox, probes, instants)
+    ids = await campaign_ids(sandbox)
+    campaign = ids[PROSPECTING]
+    days = [TODAY - timedelta(days=n) for n in range(7, 0, -1)]
+    seen, now = {}, {}
+    for day in days:
+        nine = datetime.combine(day, datetime.min.time(), NEW_YORK).replace(hour=9)
+        seen[day] = await adds_to_cart(
+            settings, sandbox, campaign, at=nine, day=day - timedelta(days=1)
+        )
+    for day in days:
+        now[day] = await adds_to_cart(
+            settings, sandbox, campaign, at=SANDBOX_NOW, day=day - timedelta(days=1)
+        )
+    await sandbox.set_clock(SANDBOX_NOW)
+    assert all(seen[d] < now[d] for d in days), (seen, now)  # the lag is on
+    values = sorted({*seen.values(), *now.values()})
+
+    def margin(x: float) -> float:
+        return min(abs(x - v) for v in values)
+
+    def splits(x: float) -> bool:  # some days fire in both views, some in the matured only
+        return any(seen[d] > x for d in days) and any(seen[d] < x < now[d] for d in days)
+
+    middles = [(a + b) / 2 for a, b in itertools.pairwise(values)]
+    threshold = max((x for x in middles if splits(x)), key=margin)
+    assert margin(threshold) >= 1, (threshold, seen, now)
+    rule = campaign_rule(
+        {"type": "increase_budget", "percent": 1},
+        [{"metric": metric, "period": "yesterday", "operator": ">", "value": threshold}],
+        schedule={"mode": "timetable", "slots": {d: ["09:00"] for d in WEEK}},
+        filters=one_campaign(PROSPECTING),
+    )
+    result = await backtest(deps, rule, days=7)
+    assert result["as_seen"]["used"] and result["view"] == "as_seen", result["as_seen"]
+    learned = result["as_seen"]["accounts"]["act_1001"]
+    assert learned["enough"] and learned["curve"], learned
+    matured_days = {local(f).date() for f in result["views"]["matured"]["fires"]}
+    seen_days = {local(f).date() for f in result["views"]["as_seen"]["fires"]}
+    assert matured_days == {d for d in days if now[d] > threshold}
+    assert seen_days == {d for d in days if seen[d] > threshold}
+    assert seen_days and seen_days < matured_days  # fewer conversions seen then: fewer fires
+    only_matured = {
+        datetime.fromisoformat(d["time"]).astimezone(NEW_YORK).date()
+        for d in result["differs_as_seen"]
+        if d["only_in"] == "matured"
+    }
+    assert only_matured == matured_days - seen_days
+    for fire in result["fires"]:
+        day = local(fire).date()
+        key = f"{metric} yesterday"
+        assert fire["seen"][key] == pytest.approx(seen[day], rel=0.08, abs=1), fire
+        assert fire["matured"][key] == pytest.approx(now[day], abs=0.01), fire

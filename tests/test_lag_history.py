@@ -27,17 +27,13 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from flow import campaign_rule, engine_for
+from flow import run_at
 from graph_sandbox.admin import SandboxAdmin
 from graph_sandbox.attribution_lag import DEFAULT_CURVE, seen_share
-from ruleengine.engine import evaluate_account
 from ruleengine.history import InsightsHistory
 from ruleengine.lag_history import LagLearning, _needs, learn_lag
 from ruleengine.meta.http import READ_AND_BATCH, GraphSession
-from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob
 from ruleengine.rules.lag import KNOTS_H, share
-from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.insights_history import InsightsHistoryStore
@@ -75,35 +71,6 @@ async def graph(
         yield session
     finally:
         await session.close()
-
-
-async def run_at(
-    settings: Settings,
-    db: Database,
-    sandbox: SandboxAdmin,
-    conditions: list[dict[str, Any]],
-    instants: tuple[datetime, ...],
-) -> None:
-    """Evaluate a rule that never fires on act_1001's campaigns at each instant, as the
-    worker does, the sandbox's clock frozen there."""
-    rule = parse_rule(campaign_rule({"type": "pause"}, conditions, name="lag probe"))
-    async with engine_for(settings, db) as engine:
-        reader = GraphReader.from_settings(engine.session)
-        for n, instant in enumerate(sorted(instants)):
-            await sandbox.set_clock(instant)
-            entities = await reader.list_for_rule(rule, ACCOUNT, token=SANDBOX_TOKEN)
-            job = EvaluateJob.of(
-                rule,
-                batch_id=f"lag-probe-{n}",
-                rule_id="rule-lag-probe",
-                version=1,
-                account=ACCOUNT,
-                entities=entities,
-                scheduled_at=instant,
-                dispatched_at=instant,
-            )
-            summary = await evaluate_account(engine, job, now=instant)
-            assert summary.status == "DONE" and summary.applied == 0
 
 
 async def learn(db: Database, graph: GraphSession, sandbox: SandboxAdmin) -> LagLearning:

@@ -361,15 +361,22 @@ async def _gather(
     if request.as_seen is not False:
         await report(Progress(0, request.days, "lag"))
         with tally.timed("lag"):
-            learning = await learn_lag(
-                deps.db,
-                deps.history,
-                account_id=account_id,
-                level=rule.level,
-                timezone=account.timezone,
-                token=token,
-                now=now,
-            )
+            try:
+                learning = await learn_lag(
+                    deps.db,
+                    deps.history,
+                    account_id=account_id,
+                    level=rule.level,
+                    timezone=account.timezone,
+                    token=token,
+                    now=now,
+                )
+            except (GraphError, RuleEngineError) as exc:
+                tally.note(
+                    f"{account_id}: its lag curve could not be learned ({exc});"
+                    " matured numbers used"
+                )
+                return gathered
         tally.graph_calls += learning.graph_calls
         tally.cache_hits += learning.cache_hits
         fit = learning.fit
