@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from web_helpers import AUTH, Client, rule_body
 
 from flow import wait_for
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.backtest import BacktestRequest
 from ruleengine.rules.model import parse_rule
@@ -300,6 +301,27 @@ async def test_stopping_the_web_app_fails_its_unfinished_backtests(
         doc = await db[c.BACKTESTS].find_one({"_id": backtest_id})
         assert doc is not None
         assert (doc["status"], doc["error"]) == ("failed", STOPPED)
+
+
+async def test_stopping_the_web_app_interrupts_a_running_backtest(
+    web_settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    await sandbox.set_faults(latency_ms=5000)  # every Graph call outlasts the test's steps
+    client = await start(web_settings)
+    try:
+        _, accepted = await post(client, {"rule": rule_body(), "days": 2})
+
+        async def running() -> bool:
+            doc = await db[c.BACKTESTS].find_one({"_id": accepted["id"]})
+            return doc is not None and doc["status"] == "running"
+
+        await wait_for(running)
+    finally:
+        await client.close()
+        await sandbox.clear_faults()
+    doc = await db[c.BACKTESTS].find_one({"_id": accepted["id"]})
+    assert doc is not None
+    assert (doc["status"], doc["error"], doc["result"]) == ("failed", STOPPED, None)
 
 
 async def test_backtests_wait_for_the_one_slot(bt: Client, db: Database) -> None:
