@@ -311,11 +311,12 @@ async def test_stopping_the_web_app_interrupts_a_running_backtest(
     try:
         _, accepted = await post(client, {"rule": rule_body(), "days": 2})
 
-        async def running() -> bool:
-            doc = await db[c.BACKTESTS].find_one({"_id": accepted["id"]})
-            return doc is not None and doc["status"] == "running"
+        async def listing() -> bool:
+            answer = await (await client.get(f"/api/backtests/{accepted['id']}")).json()
+            progress = answer["progress"]
+            return answer["status"] == "running" and progress["stage"] == "listing"
 
-        await wait_for(running)
+        await wait_for(listing)  # its progress shows while it runs
     finally:
         await client.close()
         await sandbox.clear_faults()
