@@ -306,7 +306,7 @@ async def test_stopping_the_web_app_fails_its_unfinished_backtests(
 async def test_stopping_the_web_app_interrupts_a_running_backtest(
     web_settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
 ) -> None:
-    await sandbox.set_faults(latency_ms=5000)  # every Graph call outlasts the test's steps
+    await sandbox.set_faults(latency_ms=1500)  # every Graph call outlasts the test's steps
     client = await start(web_settings)
     try:
         _, accepted = await post(client, {"rule": rule_body(), "days": 2})
