@@ -54,6 +54,7 @@ from ruleengine.acts import (
 )
 from ruleengine.budget_limits import budget_check, budget_history, counts_toward_limit, refuse
 from ruleengine.copies import duplicate
+from ruleengine.guards import CrossRuleGuards, GuardRound, intent_fields
 from ruleengine.locks import AccountLocks, HeldLock, LockLost
 from ruleengine.meta.errors import GraphError, RateLimitError
 from ruleengine.meta.reader import GraphReader
@@ -198,9 +199,11 @@ class ActionExecutor:
         notifier: Notifier,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Clock = utcnow,
+        guards: CrossRuleGuards | None = None,
     ) -> None:
         self.settings = settings
         self.intents = intents
+        self.guards = guards  # the change budget and oscillation holds (None: none)
         self.settler = settler
         self.locks = locks
         self.notifier = notifier
@@ -326,15 +329,20 @@ class ActionExecutor:
             return plan
         if not plan.changes:
             return unchanged(plan)
+        guard = None if self.guards is None else await self.guards.look(run, [entity.id])
+        checked = plan if guard is None else guard.check(entity, plan)
+        if isinstance(checked, ActResult):
+            return checked
+        plan = checked
         history = await budget_history(self.intents, run, [(entity, plan)])
         refused = await budget_check(history, run, entity, plan)
         if refused is not None:
             return refused
-        doc = intent_doc(run, entity, key, plan) | {"lock_fence": lock.fence}
+        doc = intent_doc(run, entity, key, plan) | intent_fields(key) | {"lock_fence": lock.fence}
         intent = await self.intents.begin(doc, now=run.now)
         if not intent.created:
             return settled(intent)
-        return await self._write(intent, plan, step, lock)
+        return await self._write(intent, plan, step, lock, guard)
 
     async def _cooling(self, run: JobRun, entity: Entity, key: ActKey) -> datetime | None:
         """Until when another run of the rule keeps this (task, entity) cooling down, if it does.
@@ -368,7 +376,14 @@ class ActionExecutor:
         counts = await self.intents.execution_counts(run.rule_id, [pair], other_than=run.batch_id)
         return counts.get(pair, 0) >= key.execution_count_limit
 
-    async def _write(self, intent: Intent, plan: Plan, step: _Step, lock: HeldLock) -> ActResult:
+    async def _write(
+        self,
+        intent: Intent,
+        plan: Plan,
+        step: _Step,
+        lock: HeldLock,
+        guard: GuardRound | None = None,
+    ) -> ActResult:
         run = step.run
         try:
             await lock.check()
@@ -393,7 +408,10 @@ class ActionExecutor:
             log.error(
                 "intent %s was settled by someone else while its write was in flight", intent.id
             )
-        return applied(plan, response)
+        result = applied(plan, response)
+        if guard is not None:
+            result.oscillation = await guard.landed(step.entity, step.key, plan)
+        return result
 
     async def _reconcile(self, intent: Intent, live: Any, step: _Step, lock: HeldLock) -> ActResult:
         result = await settle_own(self.intents, intent, live, now=step.run.now)

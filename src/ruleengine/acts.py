@@ -71,6 +71,7 @@ class ActResult:
     error: dict[str, Any] | None = None
     response: Any = None
     until: datetime | None = None  # a cooldown found in force under the lock: until when
+    oscillation: dict[str, Any] | None = None  # the oscillation this change completed
 
     @property
     def fired(self) -> bool:
@@ -101,11 +102,18 @@ class ActKey:
     action_type: str
     cooldown_minutes: int = 0
     execution_count_limit: int | None = None
+    on_oscillation: str | None = None
 
     @classmethod
     def of(cls, task: Task) -> ActKey:
         """The key of a task's own action."""
-        return cls(task.id, task.action.type, task.cooldown_minutes, task.execution_count_limit)
+        return cls(
+            task.id,
+            task.action.type,
+            task.cooldown_minutes,
+            task.execution_count_limit,
+            task.on_oscillation,
+        )
 
 
 Planner = Callable[[dict[str, Any]], "Plan | ActResult"]

@@ -13,6 +13,7 @@ EXECUTIONS: Final = "executions"
 ACTION_INTENTS: Final = "action_intents"
 ERROR_LOG: Final = "error_log"
 FOLLOWUPS: Final = "followups"
+HOLDS: Final = "holds"  # oscillation holds (store/holds.py)
 HEARTBEATS: Final = "heartbeats"
 ROLLUPS: Final = "rollups"
 ROLLUP_DAYS: Final = "rollup_days"

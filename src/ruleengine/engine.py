@@ -22,6 +22,7 @@ from pymongo.errors import PyMongoError
 from ruleengine.actions import ActionExecutor, IntentSettler, writes_a_field
 from ruleengine.evaluation import Evaluation, Pair, Reading, Summary, sheets_reader
 from ruleengine.followups.scheduling import FollowupScheduler, Origin
+from ruleengine.guards import CrossRuleGuards
 from ruleengine.locks import AccountLocks
 from ruleengine.meta.batch import BatchReader
 from ruleengine.meta.http import READ_WRITE, Cost, GraphSession
@@ -35,6 +36,7 @@ from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, TokenState, load_key
 from ruleengine.store.db import Database
 from ruleengine.store.errorlog import ErrorLog
+from ruleengine.store.holds import HoldStore
 from ruleengine.store.intents import IntentStore
 from ruleengine.store.records import BatchCounts, BatchStart, BatchStore, ExecutionStore
 from ruleengine.store.rules import RuleStore
@@ -76,6 +78,7 @@ def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = 
             redis, ttl_s=settings.write_lock_ttl_s, wait_s=settings.write_lock_wait_s
         ),
         notifier=Notifier(settings, errors),
+        guards=CrossRuleGuards(settings, intents=intents, holds=HoldStore(db), errors=errors),
     )
     return Engine(
         settings=settings,

@@ -411,6 +411,7 @@ class Evaluation:
             "after": result.after if result else None,
             "requested": result.requested if result else None,
             "clamped_by": result.clamped_by if result else [],
+            "oscillation": result.oscillation if result else None,
             "match": pair.task.match,
             "passed": pair.verdict.passed if pair.verdict else None,
             "conditions": [c.as_record() for c in pair.verdict.conditions] if pair.verdict else [],

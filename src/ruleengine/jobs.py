@@ -52,6 +52,10 @@ async def startup(ctx: dict[str, Any]) -> None:
     metrics = WorkerMetrics()
     serve(metrics.registry, settings.worker_metrics_port, what="worker", host=settings.metrics_host)
     engine = build_engine(settings, db=db, redis=queue, worker=_worker_name())
+    if engine.executor.guards is not None:
+        engine.executor.guards.on_oscillation = lambda field: metrics.oscillations.labels(
+            field=field
+        ).inc()
     if engine.followups is not None:
         engine.followups.on_result = lambda result, n: metrics.followups.labels(result=result).inc(
             n

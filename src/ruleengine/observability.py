@@ -97,6 +97,11 @@ class WorkerMetrics(_Metrics):
         self.graph_errors = self.counter(
             "ruleengine_graph_errors_total", "Graph errors by Meta code", ("code",)
         )
+        self.oscillations = self.counter(
+            "ruleengine_oscillations_total",
+            "Changes that completed an oscillation of an entity's field, by field",
+            ("field",),
+        )
         self.followups = self.counter(
             "ruleengine_followups_total",
             "Follow-ups by result (scheduled, done, skipped, failed, pending)",

@@ -118,6 +118,21 @@ class Settings(BaseSettings):
     copy_wait_s: float = Field(
         default=60.0, ge=0, description="how long a duplicate waits for Meta's background copy"
     )
+    # rules that fight (docs/rules.md "Rules that fight"): limits over every rule, per entity
+    max_daily_budget_change_pct: float | None = Field(
+        default=None,
+        gt=0,
+        description="the most a daily budget may move in 24 h, summed over every rule; unset: off",
+    )
+    max_status_changes_per_day: int | None = Field(
+        default=None, ge=1, description="status flips per entity in 24 h, every rule; unset: off"
+    )
+    oscillation_changes: int = Field(
+        default=3, ge=2, description="changes in alternating directions that make an oscillation"
+    )
+    oscillation_window_hours: float = Field(
+        default=24.0, gt=0, le=24 * 30, description="the window an oscillation is looked for in"
+    )
     account_lock_ttl_s: float | None = Field(
         default=None, gt=0, description="write lock lifetime; unset: derived from Graph timeouts"
     )

@@ -49,6 +49,7 @@ from ruleengine.acts import (
     unchanged,
 )
 from ruleengine.budget_limits import budget_check, budget_history, counts_toward_limit, refuse
+from ruleengine.guards import GuardRound, intent_fields
 from ruleengine.locks import HeldLock, LockLost
 from ruleengine.meta.batch import BatchReader, SubRequest
 from ruleengine.meta.errors import GraphError, RateLimitError, token_status
@@ -180,6 +181,7 @@ class _LockedRound:
         self.lock = lock
         self.results: dict[int, ActResult] = {}
         self.refused: GraphError | None = None  # a token error Meta answered a write with
+        self.guard: GuardRound | None = None  # the change budget and holds of this round
 
     async def go(self, todo: dict[int, FieldChange]) -> dict[int, ActResult]:
         run = self.run
@@ -312,6 +314,7 @@ class _LockedRound:
                 self.results[index] = unchanged(plan)
             else:
                 plans[index] = (change, plan)
+        await self._guard(plans)
         history = await budget_history(
             self.intents, run, [(c.entity, p) for c, p in plans.values()]
         )
@@ -322,10 +325,26 @@ class _LockedRound:
                 del plans[index]
         return plans
 
+    async def _guard(self, plans: dict[int, tuple[FieldChange, Plan]]) -> None:
+        """The change budget and oscillation holds, over every rule's changes (one query)."""
+        guards = self.owner.executor.guards
+        if guards is None or not plans:
+            return
+        self.guard = await guards.look(self.run, [c.entity.id for c, _ in plans.values()])
+        for index, (change, plan) in list(plans.items()):
+            checked = self.guard.check(change.entity, plan)
+            if isinstance(checked, ActResult):
+                self.results[index] = checked
+                del plans[index]
+            else:
+                plans[index] = (change, checked)
+
     async def _record(self, plans: dict[int, tuple[FieldChange, Plan]]) -> list[_Send]:
         """Every intent of the round in one insert, before anything is sent."""
         docs = [
-            intent_doc(self.run, change.entity, change.key, plan) | {"lock_fence": self.lock.fence}
+            intent_doc(self.run, change.entity, change.key, plan)
+            | intent_fields(change.key)
+            | {"lock_fence": self.lock.fence}
             for change, plan in plans.values()
         ]
         intents = await self.intents.begin_many(docs, now=self.run.now)
@@ -393,7 +412,12 @@ class _LockedRound:
                 len(resolutions) - settled_now,
             )
         for send, body in done:
-            self.results[send.index] = send.applied(body)
+            result = send.applied(body)
+            if self.guard is not None and send.intent.created:  # not one a crash left pending
+                result.oscillation = await self.guard.landed(
+                    send.change.entity, send.change.key, send.plan
+                )
+            self.results[send.index] = result
 
     async def _failed(self, send: _Send, exc: GraphError, *, own_answer: bool = True) -> None:
         if token_status(exc.code, exc.subcode) is not None:

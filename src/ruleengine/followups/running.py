@@ -208,6 +208,7 @@ def _record(
         "before": result.before,
         "after": result.after,
         "clamped_by": result.clamped_by,
+        "oscillation": result.oscillation,
         "error": result.error,
         "response": result.response,
         "conditions": [],

@@ -225,6 +225,8 @@ class Task(RuleModel):
     #: The most times this task may change one entity, ever (Meta's ``execution_count_limit``):
     #: counted from the intents it recorded, across rule versions and restarts.
     execution_count_limit: int | None = Field(default=None, ge=1, le=1_000_000)
+    #: "hold": once this entity's field oscillates, stop changing it until the hold is cleared.
+    on_oscillation: Literal["hold"] | None = None
 
     @field_validator("action")
     @classmethod
@@ -256,6 +258,14 @@ class Filter(RuleModel):
         return self
 
 
+class ChangeBudget(RuleModel):
+    """A rule's own limits over every rule's changes of one entity in 24 h (overriding the
+    settings of the same names; see docs/rules.md "Rules that fight")."""
+
+    max_daily_budget_change_pct: float | None = Field(default=None, gt=0, le=10_000)
+    max_status_changes_per_day: int | None = Field(default=None, ge=1, le=1000)
+
+
 class CustomMetricsSheet(RuleModel):
     """The Google Sheet that holds ``custom:<name>`` values, keyed by entity id or name."""
 
@@ -280,6 +290,7 @@ class Rule(RuleModel):
     timezone: str = "UTC"
     custom_metrics: CustomMetricsSheet | None = None
     tasks: list[Task] = Field(min_length=1, max_length=20)
+    change_budget: ChangeBudget | None = None
 
     @field_validator("timezone")
     @classmethod

@@ -110,6 +110,10 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("batch_id", ASCENDING)]),
         IndexModel([("rule_id", ASCENDING), ("due_at", ASCENDING)]),
     ],
+    c.HOLDS: [
+        IndexModel([("entity_id", ASCENDING)]),
+        IndexModel([("status", ASCENDING), ("placed_at", DESCENDING)]),
+    ],
     c.ROLLUPS: [
         IndexModel([("date", DESCENDING), ("rule_name", ASCENDING)]),
         IndexModel([("rule_id", ASCENDING), ("date", DESCENDING)]),

@@ -107,11 +107,18 @@ class ErrorLog:
         except PyMongoError:
             log.exception("could not write to the error log: %s", report.function)
 
-    async def record(self, report: ErrorReport, *, now: datetime) -> str:
-        """Record one occurrence and return the group id."""
+    async def record(self, report: ErrorReport, *, now: datetime, group: str | None = None) -> str:
+        """Record one occurrence and return the group id.
+
+        ``group`` names the group outright instead of the normalised message (the
+        ``oscillation`` group of one entity's field): its message is then kept as it is.
+        """
         message = valid_utf8(REDACTOR.text(report.message[: 4 * _MAX_TEXT]))
-        normalised = normalise(message)
-        key = {"function": report.function, "fingerprint": fingerprint(report.function, normalised)}
+        normalised = normalise(message) if group is None else message[:_MAX_TEXT]
+        key = {
+            "function": report.function,
+            "fingerprint": fingerprint(report.function, normalised if group is None else group),
+        }
         sample = bounded_sample(
             {
                 "at": now,

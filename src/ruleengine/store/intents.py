@@ -51,6 +51,39 @@ class AppliedChange:
 
 
 @dataclass(frozen=True)
+class PastChange:
+    """A change of one entity's field some rule made (its intent ``done``) or may have made
+    (still ``pending``): what the change budget and oscillation detection count."""
+
+    at: datetime  # the job's time of the intent
+    batch_id: str
+    rule_id: str
+    task_id: str
+    entity_id: str
+    entity_name: str | None
+    field: str
+    before: Any
+    target: Any
+    on_oscillation: str | None = None
+
+    @classmethod
+    def from_mongo(cls, doc: Document) -> PastChange:
+        """Build from an ``action_intents`` document."""
+        return cls(
+            at=doc["created_at"],
+            batch_id=doc["batch_id"],
+            rule_id=str(doc.get("rule_id")),
+            task_id=doc["task_id"],
+            entity_id=doc["entity_id"],
+            entity_name=doc.get("entity_name"),
+            field=doc["field"],
+            before=doc.get("before"),
+            target=doc.get("target"),
+            on_oscillation=doc.get("on_oscillation"),
+        )
+
+
+@dataclass(frozen=True)
 class Intent:
     """A write the engine is about to make (or made), keyed by batch + task + entity."""
 
@@ -283,6 +316,39 @@ class IntentStore:
         for changes in history.changes.values():
             changes.sort(key=lambda change: change.at)
         return history
+
+    async def recent_changes(
+        self, entity_ids: Sequence[str], fields: Sequence[str], *, since: datetime
+    ) -> list[PastChange]:
+        """Changes of these entities' ``fields`` by every rule since ``since`` (the job's time of
+        each intent): intents ``done``, or still ``pending`` (their write may have landed),
+        oldest first. What the change budget and oscillation detection count."""
+        if not entity_ids or not fields:
+            return []
+        query = {
+            "entity_id": {"$in": list(entity_ids)},
+            "field": {"$in": list(fields)},
+            "status": {"$in": list(FIRED)},
+            "created_at": {"$gte": since},
+        }
+        projection = {
+            k: 1
+            for k in (
+                "batch_id",
+                "rule_id",
+                "task_id",
+                "entity_id",
+                "entity_name",
+                "field",
+                "before",
+                "target",
+                "status",
+                "created_at",
+                "on_oscillation",
+            )
+        }
+        cursor = self._intents.find(query, projection).sort([("created_at", 1), ("_id", 1)])
+        return [PastChange.from_mongo(d) async for d in cursor]
 
     async def cooling(
         self,

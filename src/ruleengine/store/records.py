@@ -41,6 +41,7 @@ class BatchCounts:
     affected: int = 0
     applied: int = 0
     failed: int = 0
+    change_budget: int = 0  # changes the change budget clamped or skipped
 
     @classmethod
     def of(cls, records: Iterable[Document]) -> BatchCounts:
@@ -51,6 +52,7 @@ class BatchCounts:
             affected=len({r["entity_id"] for r in rows if r.get("passed")}),
             applied=sum(r.get("outcome") == "applied" for r in rows),
             failed=sum(r.get("outcome") == "failed" for r in rows),
+            change_budget=sum("change_budget" in (r.get("clamped_by") or []) for r in rows),
         )
 
     def as_fields(self) -> dict[str, int]:
@@ -60,6 +62,7 @@ class BatchCounts:
             "affected_count": self.affected,
             "applied_count": self.applied,
             "failed_count": self.failed,
+            "change_budget_count": self.change_budget,
         }
 
 

@@ -33,6 +33,7 @@ _SUMS: Final = {
     "affected": "affected_count",
     "applied": "applied_count",
     "action_failures": "failed_count",
+    "change_budget": "change_budget_count",  # changes the change budget clamped or skipped
     "graph_calls": "graph.counted_calls",
     "http_requests": "graph.http_requests",
 }
