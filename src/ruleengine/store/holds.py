@@ -79,7 +79,7 @@ class HoldStore:
             upsert=True,
         )
 
-    async def page(self, *, status: HoldStatus | None, limit: int, skip: int) -> list[Document]:
+    async def page(self, *, status: str | None, limit: int, skip: int) -> list[Document]:
         """Holds, most recently placed first."""
         query = {} if status is None else {"status": status}
         cursor = self._holds.find(query).sort("placed_at", DESCENDING).skip(skip).limit(limit)

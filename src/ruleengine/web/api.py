@@ -18,7 +18,7 @@ from ruleengine.preview import preview_rule
 from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.rules.schedule import describe
 from ruleengine.store.ruledocs import Loaded, RuleDoc, RuleIssue, StoredRuleError, VersionDoc
-from ruleengine.web import api_admin, api_followups, api_import, api_records
+from ruleengine.web import api_admin, api_followups, api_holds, api_import, api_records
 from ruleengine.web.jsonio import (
     ApiError,
     int_param,
@@ -328,5 +328,6 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/rules/{id}/preview", preview_stored)
     api_records.add_routes(app)
     api_followups.add_routes(app)
+    api_holds.add_routes(app)
     api_admin.add_routes(app)
     api_import.add_routes(app)

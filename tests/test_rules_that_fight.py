@@ -1,0 +1,114 @@
+"""Rules that fight, against the sandbox: the change budget over every rule, oscillation
+detection and the ``on_oscillation: hold`` guard (docs/rules.md "Rules that fight")."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from flow import campaign_ids, campaign_rule, dispatch, records, save_rule, successful_writes, work
+from graph_sandbox.admin import SandboxAdmin
+from ruleengine import constants as c
+from ruleengine.settings import Settings
+from ruleengine.store.db import Database
+
+HAS_BUDGET = {"metric": "daily_budget", "operator": ">", "value": 0}
+ONE = "[AUTO] Prospecting US 1"
+
+
+def one_campaign(action: dict[str, Any], name: str, **extra: Any) -> dict[str, Any]:
+    """A rule acting on the one campaign ``ONE`` at every run (no Insights needed)."""
+    data = campaign_rule(action, [HAS_BUDGET], name=name, **extra)
+    data["filters"] = [{"field": "name", "operator": "CONTAIN", "value": ONE}]
+    return data
+
+
+async def budget_of(sandbox: SandboxAdmin, campaign: str) -> int:
+    return int((await sandbox.object(campaign))["daily_budget"])
+
+
+async def run_all(settings: Settings, db: Database, at: datetime) -> None:
+    await dispatch(settings, db, now=at)
+    await work(settings)
+
+
+@pytest.mark.parametrize("batch_size", [50, 1], ids=["batched", "one-at-a-time"])
+async def test_a_30_pct_change_budget_lets_20_pct_through_and_clamps_the_next_20_pct_to_10(
+    settings: Settings, db: Database, accounts: list[str], sandbox: SandboxAdmin, batch_size: int
+) -> None:
+    settings = settings.model_copy(update={"write_batch_size": batch_size})
+    campaign = (await campaign_ids(sandbox))[ONE]
+    base = await budget_of(sandbox, campaign)
+    data = one_campaign({"type": "increase_budget", "percent": 20}, "Scale")
+    await save_rule(db, data | {"change_budget": {"max_daily_budget_change_pct": 30}})
+    start = datetime.now(UTC)
+    await run_all(settings, db, start)
+    assert await budget_of(sandbox, campaign) == round(base * 1.2)
+    # compounding is measured against the budget before the window's first change:
+    # +20 % then +20 % against 30 % → the second moves +10 % of the base, base × 1.30
+    await run_all(settings, db, start + timedelta(minutes=15))
+    assert await budget_of(sandbox, campaign) == round(base * 1.3)
+    second = (await records(db, entity_id=campaign))[-1]
+    assert second["outcome"] == "applied" and "change_budget" in second["clamped_by"]
+    # nothing is left for 24 h: skipped, recorded, counted on the batch row
+    await run_all(settings, db, start + timedelta(minutes=30))
+    assert await budget_of(sandbox, campaign) == round(base * 1.3)
+    third = (await records(db, entity_id=campaign))[-1]
+    assert (third["outcome"], third["reason"]) == ("skipped", "change_budget_exhausted")
+    rows = [b async for b in db[c.BATCHES].find({}).sort("started_at")]
+    assert [b["change_budget_count"] for b in rows] == [0, 1, 1]
+
+
+async def test_status_flips_beyond_the_limit_skip_with_change_budget_exhausted(
+    settings: Settings, db: Database, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    campaign = (await campaign_ids(sandbox))[ONE]
+    limited = settings.model_copy(update={"max_status_changes_per_day": 2})
+    await save_rule(db, one_campaign({"type": "pause"}, "Pause"))
+    start = datetime.now(UTC)
+    await run_all(limited, db, start)  # 1: paused
+    await save_rule(db, one_campaign({"type": "activate"}, "Activate"))
+    await run_all(limited, db, start + timedelta(minutes=15))  # 2: activated (pause: no change)
+    assert (await sandbox.object(campaign))["status"] == "ACTIVE"
+    await run_all(limited, db, start + timedelta(minutes=30))  # 3: the pause is refused
+    assert (await sandbox.object(campaign))["status"] == "ACTIVE"
+    reasons = [r["reason"] for r in await records(db, entity_id=campaign)]
+    assert reasons.count("change_budget_exhausted") == 1
+    status_writes = [w for w in await successful_writes(sandbox) if "status" in w["params"]]
+    assert len(status_writes) == 2
+
+
+async def test_two_rules_driving_a_budget_up_and_down_make_one_oscillation_and_hold_stops_it(
+    settings: Settings, db: Database, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    campaign = (await campaign_ids(sandbox))[ONE]
+    up = one_campaign({"type": "increase_budget", "percent": 10}, "Up")
+    up["tasks"][0]["on_oscillation"] = "hold"
+    await save_rule(db, up)
+    await save_rule(db, one_campaign({"type": "decrease_budget", "percent": 10}, "Down"))
+    start = datetime.now(UTC)
+    for run in range(4):
+        await run_all(settings, db, start + timedelta(minutes=15 * run))
+    groups = [g async for g in db[c.ERROR_LOG].find({"function": "oscillation"})]
+    assert len(groups) == 1
+    (group,) = groups
+    assert campaign in group["message"] and "daily_budget" in group["message"]
+    sample = group["samples"][-1]["context"]
+    assert sample["entity_id"] == campaign and len(sample["rules"]) == 2
+    assert len(sample["changes"]) >= 3
+    hold = await db[c.HOLDS].find_one({})
+    assert hold is not None and (hold["entity_id"], hold["status"]) == (campaign, "active")
+    # with the hold in place nothing moves the budget any more, whichever rule runs
+    writes = len(await successful_writes(sandbox))
+    budget = await budget_of(sandbox, campaign)
+    await run_all(settings, db, start + timedelta(minutes=60))
+    assert (len(await successful_writes(sandbox)), await budget_of(sandbox, campaign)) == (
+        writes,
+        budget,
+    )
+    last = [r for r in await records(db, entity_id=campaign)][-2:]
+    assert {r["reason"] for r in last} == {"oscillation_hold"}
+    flagged = [r for r in await records(db, entity_id=campaign) if r.get("oscillation")]
+    assert flagged and flagged[0]["oscillation"]["hold"] is True
