@@ -58,6 +58,36 @@
     }
   }
 
+  async function loadHolds() {
+    let page;
+    try {
+      page = await api("GET", "/api/holds?status=active&limit=100");
+    } catch (err) {
+      failed(err, "could not load the holds");
+      return;
+    }
+    $("holds-table").tBodies[0].replaceChildren(...page.items.map((h) => el("tr", { dataset: { holdId: h.id } },
+      el("td", {}, el("div", {}, h.entity.name || h.entity.id), el("div", { class: "muted" }, h.entity.id)),
+      el("td", {}, el("code", {}, h.field)),
+      el("td", {}, h.account || ""),
+      el("td", {}, (h.rules || []).join(", ")),
+      el("td", { class: "num" }, (h.changes || []).length),
+      timeCell(h.placed_at),
+      el("td", { class: "actions" }, el("button", { type: "button", class: "small secondary", dataset: { action: "clear-hold" },
+        onclick: () => clearHold(h) }, "Clear hold")))));
+    $("holds-empty").classList.toggle("hidden", page.items.length > 0);
+  }
+
+  async function clearHold(hold) {
+    try {
+      await api("DELETE", "/api/holds/" + encodeURIComponent(hold.id));
+      flash(`hold on ${hold.field} of ${hold.entity.id} cleared`);
+    } catch (err) {
+      failed(err, "could not clear the hold");
+    }
+    loadHolds();
+  }
+
   function toggleSamples(row, group) {
     const next = row.nextElementSibling;
     if (next && next.classList.contains("detail-row")) {
@@ -80,5 +110,6 @@
     $("prev-page").addEventListener("click", () => { state.offset = Math.max(0, state.offset - LIMIT); load(); });
     $("next-page").addEventListener("click", () => { state.offset += LIMIT; load(); });
     load();
+    loadHolds();
   });
 })();

@@ -141,6 +141,12 @@
     return el("td", {}, el("div", {}, r.entity_name || r.entity_id), el("div", { class: "muted" }, r.entity_id));
   }
 
+  /* A change that completed an oscillation of its field (docs/rules.md "Rules that fight"). */
+  function oscillationMark(o) {
+    const text = `⇅ oscillation: ${o.swings} swings by ${o.rules.length} rule(s)` + (o.hold ? ", field held" : "");
+    return el("div", { class: "oscillation", title: "rules " + o.rules.join(", ") + " — see Errors" }, text);
+  }
+
   function executionRow(r) {
     return el("tr", { class: "outcome-" + r.outcome, dataset: { entityId: r.entity_id } },
       entityCell(r),
@@ -148,7 +154,8 @@
       el("td", {}, RE.conditionList(r.conditions)),
       el("td", {}, RE.changeText(r), r.clamped_by && r.clamped_by.length ? el("div", { class: "muted" }, "clamped by " + r.clamped_by.join(", ")) : null),
       el("td", {}, badge(r.outcome)),
-      el("td", {}, r.reason || "", r.error ? el("div", { class: "error-line" }, r.error.message || JSON.stringify(r.error)) : null),
+      el("td", {}, r.reason || "", r.error ? el("div", { class: "error-line" }, r.error.message || JSON.stringify(r.error)) : null,
+        r.oscillation ? oscillationMark(r.oscillation) : null),
       el("td", { title: r.next_execute_at || "" }, r.next_execute_at ? fmtTime(r.next_execute_at) : "—"));
   }
 
