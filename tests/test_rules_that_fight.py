@@ -4,11 +4,25 @@ detection and the ``on_oscillation: hold`` guard (docs/rules.md "Rules that figh
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from flow import campaign_ids, campaign_rule, dispatch, records, save_rule, successful_writes, work
+from flow import (
+    campaign_ids,
+    campaign_rule,
+    dispatch,
+    kill,
+    reap,
+    records,
+    sandbox_quiet,
+    save_rule,
+    start_worker,
+    successful_writes,
+    wait_for,
+    work,
+)
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.settings import Settings
@@ -123,3 +137,55 @@ async def test_two_rules_driving_a_budget_up_and_down_make_one_oscillation_and_h
     assert {r["reason"] for r in last} == {"oscillation_hold"}
     flagged = [r for r in await records(db, entity_id=campaign) if r.get("oscillation")]
     assert flagged and flagged[0]["oscillation"]["hold"] is True
+
+
+async def test_a_worker_killed_between_its_intents_and_their_answers_never_passes_the_budget(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+    tmp_path: Path,
+) -> None:
+    ids = await campaign_ids(sandbox)
+    bases = {i: (await sandbox.object(i)).get("daily_budget") for i in ids.values()}
+    bases = {i: int(b) for i, b in bases.items() if b}
+    assert len(bases) >= 3
+    # 30 % of the base in 24 h over every run: +20 %, then +10 % (floor), then nothing
+    ceiling = {i: b + b * 3 // 10 for i, b in bases.items()}
+    data = campaign_rule({"type": "increase_budget", "percent": 20}, [HAS_BUDGET], name="Scale")
+    await save_rule(db, data | {"change_budget": {"max_daily_budget_change_pct": 30}})
+    start = datetime.now(UTC)
+    await dispatch(settings, db, now=start)
+    # one write at a time, each taking 1.5 s: the worker dies after its first write, with the
+    # next entity's intent recorded and its write on the way
+    await sandbox.set_faults(write_latency_ms=1500)
+    worker = start_worker(settings, tmp_path / "worker.log", write_batch_size="1")
+
+    async def next_write_on_its_way() -> bool:
+        written = [w["id"] for w in await successful_writes(sandbox)]
+        query = {"status": "pending", "entity_id": {"$nin": written}}
+        return bool(written) and await db[c.ACTION_INTENTS].count_documents(query) > 0
+
+    try:  # the first write landed; the next one's intent is recorded, its write 1.5 s long
+        await wait_for(next_write_on_its_way, timeout_s=60)
+    finally:
+        kill(worker)
+    await wait_for(lambda: sandbox_quiet(sandbox))  # a write the dead worker sent still lands
+    pending = [i async for i in db[c.ACTION_INTENTS].find({"status": "pending"})]
+    assert len(pending) == 1
+    assert (
+        int((await sandbox.object(pending[0]["entity_id"]))["daily_budget"]) == pending[0]["target"]
+    )
+    await sandbox.clear_faults()
+    await redis.delete(c.QUEUE_NAME)  # the dead worker's job would block an in-process burst
+    await run_all(settings, db, start + timedelta(minutes=15))  # before the reaper settles
+    await reap(settings, db, redis, now=start + timedelta(hours=1))
+    for run in (2, 3):
+        await run_all(settings, db, start + timedelta(minutes=15 * run))
+    writes = await successful_writes(sandbox)
+    for entity_id, top in ceiling.items():
+        values = [int(w["params"]["daily_budget"]) for w in writes if w["id"] == entity_id]
+        assert values and max(values) <= top, (entity_id, values, top)
+        assert len(values) <= 2 and await budget_of(sandbox, entity_id) == top
+    assert [i async for i in db[c.ACTION_INTENTS].find({"status": "pending"})] == []
