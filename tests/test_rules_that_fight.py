@@ -27,6 +27,7 @@ from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from test_followups import fast_forward, raise_then
 
 HAS_BUDGET = {"metric": "daily_budget", "operator": ">", "value": 0}
 ONE = "[AUTO] Prospecting US 1"
@@ -189,3 +190,20 @@ async def test_a_worker_killed_between_its_intents_and_their_answers_never_passe
         assert values and max(values) <= top, (entity_id, values, top)
         assert len(values) <= 2 and await budget_of(sandbox, entity_id) == top
     assert [i async for i in db[c.ACTION_INTENTS].find({"status": "pending"})] == []
+
+
+async def test_a_follow_up_goes_through_the_change_budget_too(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    campaign = (await campaign_ids(sandbox))[ONE]
+    base = await budget_of(sandbox, campaign)
+    data = raise_then({"after_minutes": 60, "do": "restore_budget"}, percent=20)
+    await save_rule(db, data | {"change_budget": {"max_daily_budget_change_pct": 30}})
+    await run_all(settings, db, datetime.now(UTC))
+    assert await budget_of(sandbox, campaign) == round(base * 1.2)
+    await fast_forward(redis)
+    await work(settings)
+    # back to the base would move 20 % more (40 % in 24 h): the restore stops at 30 %
+    assert await budget_of(sandbox, campaign) == round(base * 1.1)
+    followup = await records(db, kind="followup")
+    assert [r["clamped_by"] for r in followup] == [["change_budget"]]
