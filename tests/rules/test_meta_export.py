@@ -464,3 +464,11 @@ def test_import_of_export_is_the_rule(case: tuple[dict[str, Any], MetaAccount]) 
     back = import_rule(body, account=account, options=ImportOptions(activate=True))
     assert back.rule is not None, [p.line() for p in back.problems]
     assert _normal(parse_rule(back.rule)) == _normal(rule)
+
+
+def test_the_change_budget_and_the_oscillation_hold_stay_behind_with_a_warning() -> None:
+    data = base(on_oscillation="hold") | {"change_budget": {"max_status_changes_per_day": 2}}
+    result = export(data)
+    assert len(result.rules) == 1 and errors(result) == {}
+    warned = {p.path for p in result.problems if p.severity == "warning"}
+    assert {"change_budget", "tasks[0].on_oscillation"} <= warned

@@ -27,6 +27,7 @@ async def test_a_hold_is_listed_cleared_with_the_token_and_the_field_moves_again
         await run_all(web_settings, db, start + timedelta(minutes=15 * run))
     listing = await (await client.get("/api/holds?status=active")).json()
     (hold,) = listing["items"]
+    assert listing["total"] == 1
     assert (hold["id"], hold["entity"]["id"], hold["field"]) == (
         f"{campaign}:daily_budget",
         campaign,

@@ -123,6 +123,9 @@ class _Exporter(Report):
             self.problems.append(
                 Problem("date_range", "date_range", "Meta's rules have no dates to run between")
             )
+        if rule.change_budget is not None:
+            why = "Meta's rules have no change budget across rules; it stays behind"
+            self.warn("change_budget", rule.change_budget.model_dump(exclude_none=True), why)
         filters = self._try(self._filters)
         schedule = self._try(self._schedule, rule.schedule, "schedule")
         bodies: list[dict[str, Any]] = []
@@ -339,6 +342,9 @@ class _Exporter(Report):
                 )
                 return None
             options.append({"field": meta, "value": value, "operator": "EQUAL"})
+        if task.on_oscillation:
+            why = "Meta's rules do not look for oscillation; the hold stays behind"
+            self.warn(f"{path}.on_oscillation", task.on_oscillation, why)
         if task.execution_count_limit:
             self.warn(
                 f"{path}.execution_count_limit",

@@ -85,6 +85,10 @@ class HoldStore:
         cursor = self._holds.find(query).sort("placed_at", DESCENDING).skip(skip).limit(limit)
         return [d async for d in cursor]
 
+    async def count(self, *, status: str | None) -> int:
+        """How many holds (with ``status``)."""
+        return await self._holds.count_documents({} if status is None else {"status": status})
+
     async def clear(self, hold: str, *, now: datetime) -> Document:
         """Clear a hold: the field may change again. Raises NotFoundError."""
         doc = await self._holds.find_one_and_update(

@@ -44,8 +44,11 @@ async def list_holds(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", default=50, low=1, high=MAX_PAGE)
     offset = int_param(request, "offset", default=0, low=0, high=10_000_000)
     status = choice_param(request, "status", ("active", "cleared"))
-    docs = await _store(request).page(status=status, limit=limit, skip=offset)
-    return json_response({"items": [hold_item(d) for d in docs], "limit": limit, "offset": offset})
+    store = _store(request)
+    docs = await store.page(status=status, limit=limit, skip=offset)
+    total = await store.count(status=status)
+    items = [hold_item(d) for d in docs]
+    return json_response({"items": items, "total": total, "limit": limit, "offset": offset})
 
 
 async def clear_hold(request: web.Request) -> web.Response:
