@@ -155,3 +155,18 @@ def test_on_oscillation_is_hold_or_nothing(value: Any) -> None:
     else:
         assert isinstance(rule, RuleValidationError)
         assert {e.path for e in rule.errors} == {"tasks[0].on_oscillation"}
+
+
+def test_unset_guards_leave_the_versioned_definition_as_it_was() -> None:
+    data = _rule()
+    rule = parse_rule(data)
+    definition = rule.definition()
+    assert "change_budget" not in definition and "on_oscillation" not in definition["tasks"][0]
+    data["tasks"][0]["on_oscillation"] = "hold"
+    held = parse_rule(data | {"change_budget": {"max_status_changes_per_day": 2}}).definition()
+    assert held["tasks"][0]["on_oscillation"] == "hold"
+    assert held["change_budget"] == {
+        "max_daily_budget_change_pct": None,
+        "max_status_changes_per_day": 2,
+    }
+    assert parse_rule(held).definition() == held

@@ -258,6 +258,13 @@ class Filter(RuleModel):
         return self
 
 
+#: Optional fields the versioned definition leaves out while unset (see Rule.definition).
+UNSET_LEFT_OUT: dict[str, tuple[str, ...]] = {
+    "rule": ("change_budget",),
+    "task": ("on_oscillation",),
+}
+
+
 class ChangeBudget(RuleModel):
     """A rule's own limits over every rule's changes of one entity in 24 h (overriding the
     settings of the same names; see docs/rules.md "Rules that fight")."""
@@ -421,7 +428,16 @@ class Rule(RuleModel):
         formats existed does, so its checksum and an identical re-save stay the same.
         """
         exclude = {"status"} if self.format != 1 else {"status", "format"}
-        return self.model_dump(mode="json", exclude=exclude)
+        definition = self.model_dump(mode="json", exclude=exclude)
+        # Optional fields added after rules were stored are left out while unset, so a
+        # definition stored before them keeps its checksum and an identical re-save is one.
+        for parent, names in [(definition, UNSET_LEFT_OUT["rule"])] + [
+            (task, UNSET_LEFT_OUT["task"]) for task in definition["tasks"]
+        ]:
+            for name in names:
+                if parent.get(name) is None:
+                    parent.pop(name, None)
+        return definition
 
     def checksum(self) -> str:
         """sha256 of the canonical JSON of :meth:`definition`."""
