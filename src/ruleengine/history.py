@@ -225,12 +225,17 @@ class InsightsHistory:
             request.account_id, request.level, granularity, request.entity_ids, request.days, fields
         )
         cells = await self.store.read(query)
+        verdicts: dict[tuple[date, datetime], bool] = {}  # few fetch instants per day
+
+        def fresh_at(day: date, fetched_at: datetime) -> bool:
+            verdict = verdicts.get((day, fetched_at))
+            if verdict is None:
+                verdict = self.freshness.fresh(day, fetched_at, now, tz)
+                verdicts[(day, fetched_at)] = verdict
+            return verdict
+
         fresh = {
-            key: {
-                name
-                for name, cached in held.items()
-                if self.freshness.fresh(key[1], cached.fetched_at, now, tz)
-            }
+            key: {name for name, cached in held.items() if fresh_at(key[1], cached.fetched_at)}
             for key, held in cells.items()
         }
         chunks = missing_chunks(
