@@ -6,7 +6,6 @@ entity and day; Graph calls are counted by the sandbox itself (``/_sandbox/stats
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -160,7 +159,7 @@ async def test_extra_fields_and_extra_days_cost_only_what_is_missing(
     assert doc["month_end"] == datetime(2026, 12, 1, tzinfo=UTC)
     assert sorted(doc["days"]) == [d.isoformat() for d in NOVEMBER.days()]
     held = doc["days"]["2026-11-20"]
-    assert held["spend"] == {"json": json.dumps(rows[0]["spend"]), "fetched_at": first_at}
+    assert held["spend"] == {"value": rows[0]["spend"], "fetched_at": first_at}
     assert held["impressions"]["fetched_at"] == second_at
     october = await db[c.INSIGHTS_HISTORY].find_one(
         {"_id": f"{ACCOUNT}|campaign|{entity}|2026-10|day"}

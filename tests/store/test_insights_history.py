@@ -8,6 +8,7 @@ the per-day layout, and a hypothesis round trip of random writes and reads.
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -101,8 +102,10 @@ async def test_one_bucket_per_entity_month_and_granularity_holds_each_field_with
     )
     assert (doc["month"], doc["month_end"]) == ("2026-11", datetime(2026, 12, 1, tzinfo=UTC))
     assert sorted(doc["days"]) == [f"2026-11-0{d}" for d in range(1, 6)]
-    assert doc["days"]["2026-11-02"]["impressions"] == {"json": "null", "fetched_at": later}
-    assert doc["days"]["2026-11-02"]["spend"] == {"json": '"1.50"', "fetched_at": AT}
+    assert doc["days"]["2026-11-02"]["impressions"] == {"value": None, "fetched_at": later}
+    assert doc["days"]["2026-11-02"]["spend"] == {"value": "1.50", "fetched_at": AT}
+    # a list (or an object) as JSON text
+    assert json.loads(doc["days"]["2026-11-02"]["actions"]["json"]) == ACTIONS
 
     held = await read(store, ["7"], DayRange(date(2026, 10, 30), date(2026, 11, 2)), ("spend",))
     assert sorted(held) == [("7", date(2026, 10, d)) for d in (30, 31)] + [
