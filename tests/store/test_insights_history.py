@@ -122,6 +122,16 @@ async def test_one_bucket_per_entity_month_and_granularity_holds_each_field_with
         }
     }
 
+    # an entry without its instant (not written by this store) is as good as absent
+    await db[c.INSIGHTS_HISTORY].update_one(
+        {"_id": "act_1001|campaign|7|2026-11|day"},
+        {"$set": {"days.2026-11-03.reach": "1", "days.2026-11-03.clicks": {"value": "2"}}},
+    )
+    third = DayRange(date(2026, 11, 3), date(2026, 11, 3))
+    assert await read(store, ["7"], third, ("clicks", "reach", "spend")) == {
+        ("7", date(2026, 11, 3)): {"spend": Cached("1.50", AT)}
+    }
+
 
 async def test_concurrent_writers_of_different_fields_of_the_same_day_keep_each_others_fields(
     db: Database,

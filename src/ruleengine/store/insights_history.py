@@ -141,9 +141,12 @@ class InsightsHistoryStore:
                 found = {}
                 for name in fields:
                     entry = held.get(name)
-                    if entry is None or not isinstance(at := entry.get("fetched_at"), datetime):
+                    if not isinstance(entry, dict):
                         continue
+                    at = entry.get("fetched_at")
                     if (instant := instants.get(at)) is None:
+                        if not isinstance(at, datetime):
+                            continue
                         instant = instants[at] = at.replace(tzinfo=UTC)
                     text = entry.get("json")
                     found[name] = Cached(
