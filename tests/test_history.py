@@ -283,3 +283,21 @@ async def test_the_read_uses_the_history_index_by_its_hint(db: Database) -> None
     assert sorted(cells) == sorted(
         (str(e), date(2026, 11, d)) for e in range(3, 20) for d in range(1, 29)
     )
+
+
+async def test_a_request_graph_fails_on_writes_nothing_and_keeps_what_the_cache_held(
+    history: InsightsHistory, graph: GraphSession, sandbox: SandboxAdmin, db: Database
+) -> None:
+    ids = await campaign_ids(graph)
+    await fetch(history, ids, NOVEMBER, ("spend",))
+    before = [doc async for doc in db[c.INSIGHTS_HISTORY].find({}).sort("_id")]
+    await sandbox.set_faults(rules=[{"path_contains": "insights", "code": 100}])  # permanent
+    later = SANDBOX_NOW + timedelta(minutes=1)
+    failed = await fetch(history, ids, NOVEMBER, ("spend", "impressions"), now=later)
+    assert set(failed.errors) == set(ids) and failed.daily == {}
+    assert [doc async for doc in db[c.INSIGHTS_HISTORY].find({}).sort("_id")] == before
+    await sandbox.clear_faults()
+    again = await fetch(history, ids, NOVEMBER, ("spend", "impressions"), now=later)
+    assert not again.errors and again.cells_fetched == len(ids) * 30
+    held = again.daily[ids[0]][date(2026, 11, 20)].fetched_at
+    assert held == {"spend": SANDBOX_NOW, "impressions": later}
