@@ -129,7 +129,7 @@ class InsightsHistoryStore:
         fields = tuple(query.fields)
         since, until = query.days.since.isoformat(), query.days.until.isoformat()
         to_date, loads = date.fromisoformat, orjson.loads
-        instants: dict[datetime, datetime] = {}  # naive UTC → aware
+        instants: dict[Any, datetime] = {}  # naive UTC → aware
         cursor = self._reads.find(query.filter()).hint(INSIGHTS_HISTORY_INDEX)
         async for doc in cursor:
             entity = doc["entity"]
