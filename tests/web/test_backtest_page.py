@@ -32,6 +32,21 @@ class _Refs(HTMLParser):
             self.urls.append(str(values["href"]))
 
 
+async def test_the_rules_screen_references_only_the_apps_own_files(client: Client) -> None:
+    response = await client.get("/rules")
+    assert response.status == 200
+    refs = _Refs()
+    refs.feed(await response.text())
+    urls = [u for u in refs.urls if not u.startswith("data:")]
+    assert "/static/vendor/uplot/uPlot.iife.min.js?v=" in " ".join(urls)
+    assert "/static/backtest.js?v=" in " ".join(urls)
+    for url in urls:
+        assert url.startswith("/static/"), f"{url} is not one of the app's own files"
+        asset = await client.get(url)
+        assert asset.status == 200, url
+        assert len(await asset.read()) > 100, url
+
+
 async def test_only_shipped_files_are_served_from_static_subfolders(client: Client) -> None:
     for path in ("vendor/uplot/LICENSE", "vendor/uplot/uPlot.min.css"):
         assert (await client.get(f"/static/{path}")).status == 200
