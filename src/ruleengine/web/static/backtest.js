@@ -164,6 +164,7 @@ const Backtest = (() => {
       else showFailure(err.status === 401 ? err.message + " — paste the API token in the box at the top" : err.message);
       return;
     }
+    $("backtest-block").dataset.backtestId = job.id;  // which backtest is shown (GET /api/backtests/{id})
     await follow(job.id, poll);
   }
 
