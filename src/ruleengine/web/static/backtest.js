@@ -360,6 +360,10 @@ const Backtest = (() => {
     const labels = perDay.map((d) => d.date);
     const totals = perDay.map((d) => (d.budget_total === null || d.budget_total === undefined ? null : Number(d.budget_total)));
     $("bt-budget-title").textContent = "Summed daily budget of the affected entities" + (state.currency ? ` (${state.currency})` : "");
+    const none = totals.every((v) => !v) && perDay.every((d) => !Number(d.budget_delta));
+    $("bt-budget-none").classList.toggle("hidden", !none);
+    node.classList.toggle("hidden", none);
+    if (none) return;  // nothing to draw: say so rather than a flat line at 0
     const opts = {
       width: chartWidth(node), height: 220,
       legend: { show: false },
