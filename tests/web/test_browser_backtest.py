@@ -172,6 +172,7 @@ async def test_a_result_renders_as_charts_a_table_and_says_why_as_seen_is_off(
     assert "would not have fired in these 3 days" in await page.inner_text("#bt-empty")
     assert await page.locator("#bt-fires-chart canvas").count() == 0
     assert "matured only" in await page.inner_text("#bt-differs")
+    await _shot(page, "rules-backtest-empty-view")
     await page.click("#bt-view-matured")  # back to the view with fires
     await page.wait_for_selector("#bt-fires-chart canvas")
     assert await page.locator("#bt-entities tr.differs").count() == 1
