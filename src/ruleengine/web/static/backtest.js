@@ -428,7 +428,7 @@ const Backtest = (() => {
   function renderDiffers(differs, haveAsSeen) {
     $("bt-differs-block").classList.toggle("hidden", !haveAsSeen);
     $("bt-differs-none").classList.toggle("hidden", differs.length > 0);
-    $("bt-differs").classList.toggle("hidden", differs.length === 0);
+    $("bt-differs-wrap").classList.toggle("hidden", differs.length === 0);
     $("bt-differs-count").textContent = differs.length ? `(${intFmt.format(differs.length)})` : "";
     $("bt-differs").tBodies[0].replaceChildren(...differs.map((d) => el("tr", { class: "differs", dataset: { entityId: d.entity_id } },
       el("td", { title: d.time }, RE.fmtTime(d.time)),
