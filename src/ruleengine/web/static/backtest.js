@@ -71,6 +71,7 @@ const Backtest = (() => {
     $("backtest-toggle").setAttribute("aria-expanded", "false");
     $("bt-run").disabled = false;
     $("bt-progress").classList.add("hidden");
+    $("bt-result").classList.remove("stale");
   }
 
   function toggle() {
@@ -153,7 +154,8 @@ const Backtest = (() => {
     }
     state.tasks = Array.isArray(body.rule.tasks) ? body.rule.tasks.map((t) => t && t.id).filter((id) => typeof id === "string") : [];
     $("bt-run").disabled = true;
-    showProgress({ days_done: 0, days_total: body.days, stage: "listing" }, "queued");
+    $("bt-result").classList.add("stale");  // the last result stays, dimmed, until this one
+    showProgress({ days_done: 0, days_total: body.days, stage: "starting" }, "starting");
     let job;
     try {
       job = await RE.api("POST", "/api/backtests", body);
@@ -169,12 +171,18 @@ const Backtest = (() => {
   }
 
   async function follow(id, poll) {
-    for (;;) {
+    for (let misses = 0; ;) {
       let job;
       try {
         job = await RE.api("GET", "/api/backtests/" + encodeURIComponent(id));
+        misses = 0;
       } catch (err) {
         if (poll !== state.poll) return;
+        // a web app restarting answers nothing for a moment: try again, 3 times
+        if (err.status === 0 && ++misses < 4) {
+          await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+          continue;
+        }
         $("bt-run").disabled = false;
         $("bt-progress").classList.add("hidden");
         showFailure("could not read the backtest: " + err.message);
@@ -201,7 +209,7 @@ const Backtest = (() => {
     const bar = $("bt-progress-bar");
     bar.max = Math.max(total, 1);
     bar.value = done;
-    const stage = status === "queued" ? "queued: waiting for another backtest to finish"
+    const stage = status === "queued" ? "queued (backtests run one at a time)"
       : STAGES[progress.stage] || progress.stage || status;
     $("bt-progress-text").textContent = `${stage} · ${intFmt.format(done)} of ${count(total, "day")}`;
   }
@@ -224,6 +232,7 @@ const Backtest = (() => {
         el("span", { class: "line" }, where ? "line " + where.line : ""),
         el("span", { class: "message" }, e.message));
     }));
+    $("bt-result").classList.add("hidden");
     $("bt-status").textContent = `the backtest was not started: ${count(errors.length, "problem")}`;
   }
 
@@ -231,6 +240,7 @@ const Backtest = (() => {
     const box = $("bt-failed");
     box.textContent = "The backtest failed: " + message;
     box.classList.remove("hidden");
+    $("bt-result").classList.add("hidden");
     $("bt-status").textContent = "";
   }
 
@@ -242,7 +252,7 @@ const Backtest = (() => {
     state.currency = currencies.size === 1 ? [...currencies][0] : null;  // several: plain numbers
     state.result = result;
     state.view = result.views && result.views[result.view] ? result.view : "matured";
-    $("bt-result").classList.remove("hidden");
+    $("bt-result").classList.remove("hidden", "stale");
     renderView();
     const fires = viewOf(result, state.view).fires.length;
     $("bt-status").textContent = `backtest done: ${count(fires, "fire")} in ${count(result.days, "day")}`;
