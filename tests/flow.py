@@ -20,10 +20,11 @@ from arq.worker import Worker
 
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.dispatch import Dispatcher
-from ruleengine.engine import Engine, build_engine, close_engine
+from ruleengine.engine import Engine, build_engine, close_engine, evaluate_account
 from ruleengine.jobs import worker_kwargs
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
+from ruleengine.payload import EvaluateJob
 from ruleengine.queue import connect_queue
 from ruleengine.reaper import Reaper
 from ruleengine.rules.model import Rule, parse_rule
@@ -258,3 +259,33 @@ def kill(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.send_signal(signal.SIGKILL)
     process.wait()
+
+
+async def run_at(
+    settings: Settings,
+    db: Database,
+    sandbox: SandboxAdmin,
+    conditions: list[dict[str, Any]],
+    instants: tuple[datetime, ...],
+) -> None:
+    """Evaluate a rule with ``conditions`` (one that never fires) on act_1001's campaigns
+    at each instant, as the worker does, the sandbox's clock frozen there: execution
+    records of conversions as they were seen then (what the lag model learns from)."""
+    rule = parse_rule(campaign_rule({"type": "pause"}, conditions, name="lag probe"))
+    async with engine_for(settings, db) as engine:
+        reader = GraphReader.from_settings(engine.session)
+        for n, instant in enumerate(sorted(instants)):
+            await sandbox.set_clock(instant)
+            entities = await reader.list_for_rule(rule, "act_1001", token=SANDBOX_TOKEN)
+            job = EvaluateJob.of(
+                rule,
+                batch_id=f"lag-probe-{n}",
+                rule_id="rule-lag-probe",
+                version=1,
+                account="act_1001",
+                entities=entities,
+                scheduled_at=instant,
+                dispatched_at=instant,
+            )
+            summary = await evaluate_account(engine, job, now=instant)
+            assert summary.status == "DONE" and summary.applied == 0

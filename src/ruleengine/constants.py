@@ -18,6 +18,7 @@ ROLLUPS: Final = "rollups"
 ROLLUP_DAYS: Final = "rollup_days"
 LISTING_SNAPSHOTS: Final = "listing_snapshots"
 INSIGHTS_HISTORY: Final = "insights_history"
+BACKTEST_LISTINGS: Final = "backtest_listings"
 
 # Redis
 QUEUE_NAME: Final = "ruleengine:queue"

@@ -53,6 +53,10 @@ EXECUTION_COUNT_INDEX: Final = [
     ("status", ASCENDING),
 ]
 
+#: The index of the lag model's reading of an ad account's execution records over a time
+#: range (``lag_history.py`` names it as its hint).
+EXECUTIONS_BY_ACCOUNT_INDEX: Final = [("account", ASCENDING), ("created_at", DESCENDING)]
+
 #: The index of the history cache's one query: an account's documents at a level and
 #: granularity over a range of days (``store/insights_history.py`` names it as its hint:
 #: the embedded server's planner scans the collection without it).
@@ -83,6 +87,7 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("batch_id", ASCENDING)]),
         IndexModel([("rule_id", ASCENDING), ("created_at", DESCENDING)]),
         IndexModel([("entity_id", ASCENDING), ("created_at", DESCENDING)]),
+        IndexModel(EXECUTIONS_BY_ACCOUNT_INDEX),
     ],
     c.ACTION_INTENTS: [
         IndexModel(
@@ -115,6 +120,10 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("expires_at", ASCENDING)], name="expires_at_ttl", expireAfterSeconds=0),
     ],
     c.INSIGHTS_HISTORY: [IndexModel(INSIGHTS_HISTORY_INDEX)],
+    # a backtest's listing is reused for 15 minutes (reads check expires_at too)
+    c.BACKTEST_LISTINGS: [
+        IndexModel([("expires_at", ASCENDING)], name="expires_at_ttl", expireAfterSeconds=0),
+    ],
 }
 
 
