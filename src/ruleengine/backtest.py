@@ -554,14 +554,15 @@ def _account_history(
 async def _replay(
     replay: Replay, report: _Reporter, *, view: str, part: tuple[int, int]
 ) -> ReplayResult:
-    """Replay a few entities at a time, yielding to the event loop (and reporting)
-    between them; ``part`` is (this replay, of how many) for the progress."""
+    """Replay a few entities at a time, reporting between them; ``part`` is (this
+    replay, of how many) for the progress."""
     total = max(1, len(replay.ids))
     stage = f"replay ({view.replace('_', '-')})"
-    while replay.step(ENTITIES_PER_STEP):
+    # in a thread: the web process keeps answering while a replay computes (numpy lets go
+    # of the GIL for its arrays; the rest is sliced by the interpreter's switch interval)
+    while await asyncio.to_thread(replay.step, ENTITIES_PER_STEP):
         share = (part[0] + replay.done / total) / part[1]
         await report(Progress(int(report.days * share), report.days, stage))
-        await asyncio.sleep(0)
     await report(Progress(int(report.days * (part[0] + 1) / part[1]), report.days, stage))
     return replay.finish()
 

@@ -19,6 +19,7 @@ ROLLUP_DAYS: Final = "rollup_days"
 LISTING_SNAPSHOTS: Final = "listing_snapshots"
 INSIGHTS_HISTORY: Final = "insights_history"
 BACKTEST_LISTINGS: Final = "backtest_listings"
+BACKTESTS: Final = "backtests"
 
 # Redis
 QUEUE_NAME: Final = "ruleengine:queue"

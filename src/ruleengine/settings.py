@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     web_port: PortNumber = 8080
     api_token: SecretStr | None = None
     api_reads_require_token: bool = False
+    backtest_concurrency: int = Field(
+        default=1, ge=1, description="backtests the web app runs at once; more wait, queued"
+    )
 
     # secrets
     token_encryption_key: SecretStr | None = None

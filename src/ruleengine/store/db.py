@@ -124,6 +124,12 @@ _INDEXES: dict[str, list[IndexModel]] = {
     c.BACKTEST_LISTINGS: [
         IndexModel([("expires_at", ASCENDING)], name="expires_at_ttl", expireAfterSeconds=0),
     ],
+    c.BACKTESTS: [
+        # kept a week: each document carries its expiry (created + 7 days)
+        IndexModel([("expires_at", ASCENDING)], name="expires_at_ttl", expireAfterSeconds=0),
+        # the web app's startup marks those an earlier process left unfinished
+        IndexModel([("status", ASCENDING)]),
+    ],
 }
 
 

@@ -24,7 +24,7 @@ from ruleengine.errors import (
 )
 from ruleengine.settings import Settings
 from ruleengine.store.ruledocs import StoredRuleError
-from ruleengine.web import api, health, views
+from ruleengine.web import api, api_backtests, health, views
 from ruleengine.web.auth import auth_middleware
 from ruleengine.web.jsonio import ApiError, error_response
 from ruleengine.web.prometheus import setup_metrics
@@ -139,4 +139,5 @@ def create_app(settings: Settings, *, dev: bool = False) -> web.Application:
     views.setup(app)
     health.add_routes(app)
     api.add_routes(app)
+    api_backtests.setup(app)  # its routes, and its tasks' lifetime inside the services'
     return app
