@@ -579,10 +579,8 @@ def _money(value: Any, offset: int) -> Any:
         return value
 
 
-def _fire_json(fire: Fire, offsets: dict[str, int], *, seen_view: bool) -> dict[str, Any]:
-    money = fire.field in ("daily_budget", "bid_amount")
-    offset = offsets[fire.account]
-    seen, matured = (fire.values, fire.other) if seen_view else (fire.other, fire.values)
+def _what(fire: Fire) -> dict[str, Any]:
+    """When, where and what a fire was (the keys a fire and a difference share)."""
     return {
         "time": fire.time.astimezone(UTC).isoformat(),
         "account": fire.account,
@@ -590,6 +588,15 @@ def _fire_json(fire: Fire, offsets: dict[str, int], *, seen_view: bool) -> dict[
         "entity_name": fire.entity_name,
         "task": fire.task,
         "action": fire.action,
+    }
+
+
+def _fire_json(fire: Fire, offsets: dict[str, int], *, seen_view: bool) -> dict[str, Any]:
+    money = fire.field in ("daily_budget", "bid_amount")
+    offset = offsets[fire.account]
+    seen, matured = (fire.values, fire.other) if seen_view else (fire.other, fire.values)
+    return {
+        **_what(fire),
         "field": fire.field,
         "before": _money(fire.before, offset) if money else fire.before,
         "after": _money(fire.after, offset) if money else fire.after,
@@ -753,16 +760,6 @@ def _differences(views: dict[str, list[Fire] | None]) -> list[dict[str, Any]]:
     for view, other in (("matured", "as_seen"), ("as_seen", "matured")):
         for key, fire in keys[view].items():
             if key not in keys[other]:
-                found.append(
-                    {
-                        "time": fire.time.astimezone(UTC).isoformat(),
-                        "account": fire.account,
-                        "entity_id": fire.entity_id,
-                        "entity_name": fire.entity_name,
-                        "task": fire.task,
-                        "action": fire.action,
-                        "only_in": view,
-                    }
-                )
+                found.append({**_what(fire), "only_in": view})
     found.sort(key=lambda d: (d["time"], d["account"], d["entity_id"], d["task"]))
     return found
