@@ -51,6 +51,7 @@ from ruleengine.rules.action_types import (
     ScaleToTargetAction,
     SetBudgetAction,
 )
+from ruleengine.rules.basics import MAX_BUDGET
 from ruleengine.rules.catalog import resolve_metric
 from ruleengine.rules.entity import currency_offset
 from ruleengine.rules.history import MAX_DAYS, DayRange
@@ -268,12 +269,7 @@ async def run_backtest(
             for entity_id, fields in done.end.items():
                 ends[view][(gathered.account, entity_id)] = fields
             runs = max(runs, done.runs)
-            for reason, count in sorted(done.blocked.items()):
-                if reason == "meta_budget_change_limit":
-                    tally.note(
-                        f"{count} budget change(s) on {gathered.account} were held back by"
-                        " Meta's limit of 4 budget changes per ad set per hour"
-                    )
+            _note_blocked(tally, gathered.account, done.blocked)
     await report(Progress(request.days, request.days, "done"))
     return _result(
         request,
@@ -287,6 +283,21 @@ async def run_backtest(
         tally=tally,
         use_seen=use_seen,
     )
+
+
+def _note_blocked(tally: _Tally, account: str, blocked: dict[str, int]) -> None:
+    """Caveats for the actions that passed but that the replay could not take."""
+    if blocked.get("beyond_any_budget"):
+        tally.note(
+            f"{blocked['beyond_any_budget']} budget change(s) on {account} would have passed"
+            f" {MAX_BUDGET:,} in the account's currency, more than Meta takes: the replay"
+            " stopped raising there (the rule has no max_budget)"
+        )
+    if blocked.get("meta_budget_change_limit"):
+        tally.note(
+            f"{blocked['meta_budget_change_limit']} budget change(s) on {account} were held"
+            " back by Meta's limit of 4 budget changes per ad set per hour"
+        )
 
 
 class _Reporter:
