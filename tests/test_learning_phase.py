@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 
 from flow import campaign_rule, records, run_rule
 from graph_sandbox.admin import SandboxAdmin
+from ruleengine.backtest import BacktestDeps, BacktestRequest, run_backtest
 from ruleengine.errors import RuleValidationError
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from support import SANDBOX_NOW
 from test_meta_budget_limits import adset_id
 
 LEARNING = "Prospecting US 3 - Lookalike 1%"  # 70.00 a day, edited yesterday: LEARNING
@@ -165,3 +167,13 @@ def test_the_options_are_accepted_exactly_when_they_make_sense(
         with pytest.raises(RuleValidationError) as caught:
             parse_rule(data)
         assert all(e.path.startswith("tasks[0].") for e in caught.value.errors)
+
+
+async def test_a_backtest_says_it_cannot_know_past_learning_phases(
+    settings: Settings, db: Database, accounts: list[str]
+) -> None:
+    async with BacktestDeps.open(settings, db) as deps:
+        capped = {"type": "increase_budget", "percent": 50, "max_budget": 500}
+        request = BacktestRequest(parse_rule(learning_rule(capped)), days=2)
+        result = await run_backtest(deps, request, now=SANDBOX_NOW)
+    assert any("learning phases are unknown" in caveat for caveat in result["caveats"])
