@@ -730,6 +730,10 @@ def _result(
         caveats.append("Copies are counted as fires; the copies themselves are not simulated.")
     if any(t.execution_count_limit for t in rule.tasks):
         caveats.append("execution_count_limit counts from the start of the backtest.")
+    if any(t.respect_learning_phase for t in rule.tasks):
+        caveats.append(
+            "Past learning phases are unknown: budget changes replay as if never learning."
+        )
     return {
         "rule": {
             "name": rule.name,
