@@ -464,3 +464,16 @@ def test_import_of_export_is_the_rule(case: tuple[dict[str, Any], MetaAccount]) 
     back = import_rule(body, account=account, options=ImportOptions(activate=True))
     assert back.rule is not None, [p.line() for p in back.problems]
     assert _normal(parse_rule(back.rule)) == _normal(rule)
+
+
+def test_respecting_the_learning_phase_is_exported_with_a_warning() -> None:
+    data = base(
+        action={"type": "increase_budget", "percent": 20},
+        respect_learning_phase=True,
+    )
+    data["level"] = "adset"
+    result = export(data)
+    assert result.complete and len(result.rules) == 1
+    warned = {p.path: (p.severity, p.why) for p in result.problems}
+    severity, why = warned["tasks[0].respect_learning_phase"]
+    assert severity == "warning" and "learning phase" in why
