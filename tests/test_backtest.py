@@ -43,27 +43,32 @@ async def backtest(deps: BacktestDeps, data: dict[str, Any], **extra: Any) -> di
     return await run_backtest(deps, request, now=SANDBOX_NOW)
 
 
-async def daily_spend(settings: Settings, entity_id: str, days: list[date]) -> dict[date, float]:
-    """The sandbox's own spend of each day (one query per day)."""
+async def day_rows(settings: Settings, entity_id: str, day: date, field: str) -> list[Any]:
+    """The sandbox's own Insights rows of one entity and day (at the sandbox's clock)."""
     session = GraphSession(settings, methods=READ_AND_BATCH)
     try:
-        spends = {}
-        for day in days:
-            body = await session.request(
-                "GET",
-                f"{entity_id}/insights",
-                token=SANDBOX_TOKEN,
-                params={
-                    **BASE_PARAMS,
-                    "fields": "spend",
-                    "time_range": {"since": day.isoformat(), "until": day.isoformat()},
-                },
-            )
-            rows = body["data"]
-            spends[day] = float(rows[0]["spend"]) if rows else 0.0
-        return spends
+        body = await session.request(
+            "GET",
+            f"{entity_id}/insights",
+            token=SANDBOX_TOKEN,
+            params={
+                **BASE_PARAMS,
+                "fields": field,
+                "time_range": {"since": day.isoformat(), "until": day.isoformat()},
+            },
+        )
     finally:
         await session.close()
+    return list(body["data"])
+
+
+async def daily_spend(settings: Settings, entity_id: str, days: list[date]) -> dict[date, float]:
+    """The sandbox's own spend of each day (one query per day)."""
+    spends = {}
+    for day in days:
+        rows = await day_rows(settings, entity_id, day, "spend")
+        spends[day] = float(rows[0]["spend"]) if rows else 0.0
+    return spends
 
 
 def one_campaign(name: str) -> list[dict[str, Any]]:
@@ -205,21 +210,7 @@ async def adds_to_cart(
 ) -> float:
     """The campaign's adds to cart of ``day`` as the sandbox showed them at ``at``."""
     await sandbox.set_clock(at)
-    session = GraphSession(settings, methods=READ_AND_BATCH)
-    try:
-        body = await session.request(
-            "GET",
-            f"{entity_id}/insights",
-            token=SANDBOX_TOKEN,
-            params={
-                **BASE_PARAMS,
-                "fields": "actions",
-                "time_range": {"since": day.isoformat(), "until": day.isoformat()},
-            },
-        )
-    finally:
-        await session.close()
-    for row in body["data"]:
+    for row in await day_rows(settings, entity_id, day, "actions"):
         for item in row.get("actions", []):
             if item["action_type"] == "omni_add_to_cart":
                 return float(item["value"])

@@ -7,7 +7,7 @@ entity and day; Graph calls are counted by the sandbox itself (``/_sandbox/stats
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -18,7 +18,7 @@ from ruleengine import constants as c
 from ruleengine.history import HistoryRequest, HistoryResult, InsightsHistory
 from ruleengine.meta.http import READ_AND_BATCH, GraphSession
 from ruleengine.meta.insights import BASE_PARAMS
-from ruleengine.rules.history import DayRange, HistoryKey
+from ruleengine.rules.history import DayRange
 from ruleengine.settings import Settings
 from ruleengine.store.db import INSIGHTS_HISTORY_INDEX, Database
 from ruleengine.store.insights_history import HistoryQuery, InsightsHistoryStore
@@ -146,19 +146,27 @@ async def test_extra_fields_and_extra_days_cost_only_what_is_missing(
     assert more.daily[entity][date(2026, 10, 20)].fetched_at["spend"] == third_at
     assert more.daily[entity][day].fetched_at["spend"] == first_at
 
-    # what MongoDB holds: one document per (account, level, entity, day, granularity)
-    key = HistoryKey(ACCOUNT, "campaign", entity, day, "day")
-    doc = await db[c.INSIGHTS_HISTORY].find_one({"_id": key.text()})
+    # what MongoDB holds: one document per (account, level, entity, granularity, month)
+    doc = await db[c.INSIGHTS_HISTORY].find_one({"_id": f"{ACCOUNT}|campaign|{entity}|2026-11|day"})
     assert doc is not None
-    assert (doc["account"], doc["level"], doc["entity"], doc["day"], doc["granularity"]) == (
+    assert (doc["account"], doc["level"], doc["entity"], doc["granularity"], doc["month"]) == (
         ACCOUNT,
         "campaign",
         entity,
-        "2026-11-20",
         "day",
+        "2026-11",
     )
-    assert doc["fields"]["spend"] == {"value": rows[0]["spend"], "fetched_at": first_at}
-    assert doc["fields"]["impressions"]["fetched_at"] == second_at
+    assert doc["month_end"] == datetime(2026, 12, 1, tzinfo=UTC)
+    assert sorted(doc["days"]) == [d.isoformat() for d in NOVEMBER.days()]
+    held = doc["days"]["2026-11-20"]
+    assert held["spend"] == {"value": rows[0]["spend"], "fetched_at": first_at}
+    assert held["impressions"]["fetched_at"] == second_at
+    october = await db[c.INSIGHTS_HISTORY].find_one(
+        {"_id": f"{ACCOUNT}|campaign|{entity}|2026-10|day"}
+    )
+    assert october is not None and sorted(october["days"]) == [
+        f"2026-10-{d}" for d in range(15, 32)
+    ]
 
 
 async def test_hourly_rows_are_the_sandboxs_and_add_up_to_the_daily_ones(
@@ -249,34 +257,47 @@ async def test_a_request_meta_times_out_on_is_split_and_gives_the_same_numbers(
 
 
 async def test_the_read_uses_the_history_index_by_its_hint(db: Database) -> None:
-    await db[c.INSIGHTS_HISTORY].insert_many(
-        [
-            {
-                "_id": f"act_1|campaign|{e}|2026-11-{d:02d}|day",
-                "account": "act_1",
-                "level": "campaign",
-                "granularity": "day",
-                "entity": str(e),
-                "day": f"2026-11-{d:02d}",
-                "fields": {},
-            }
+    store = InsightsHistoryStore(db)
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    for month in ("2026-10", "2026-11", "2026-12"):  # three buckets per entity
+        first = date.fromisoformat(f"{month}-01")
+        cells = {
+            (str(e), first + timedelta(days=d)): {"spend": "1"}
             for e in range(20)
-            for d in range(1, 29)
-        ]
-    )
+            for d in range(28)
+        }
+        await store.write(
+            account_id="act_1", level="campaign", granularity="day", cells=cells, fetched_at=at
+        )
     query = HistoryQuery("act_1", "campaign", "day", ["3", "4"], NOVEMBER, ("spend",))
-    find = {"find": c.INSIGHTS_HISTORY, "filter": query.filter(), "projection": query.projection()}
+    find = {"find": c.INSIGHTS_HISTORY, "filter": query.filter()}
     hinted = await db.command("explain", find | {"hint": dict(INSIGHTS_HISTORY_INDEX)})
     assert "IXSCAN" in str(hinted) and "COLLSCAN" not in str(hinted)
-    assert hinted["executionStats"]["totalDocsExamined"] == 2 * 28  # only what it returns
+    assert hinted["executionStats"]["totalDocsExamined"] == 2  # only what it returns
     # without the hint the embedded server's planner scans the whole collection
     assert "COLLSCAN" in str(await db.command("explain", find))
-    cells = await InsightsHistoryStore(db).read(query)
+    cells = await store.read(query)
     assert sorted(cells) == sorted((e, date(2026, 11, d)) for e in ("3", "4") for d in range(1, 29))
     many = [str(e) for e in range(3, 70)]  # past MAX_IDS_IN_QUERY: picked out of the answer
-    cells = await InsightsHistoryStore(db).read(
-        HistoryQuery("act_1", "campaign", "day", many, NOVEMBER, ("spend",))
-    )
+    cells = await store.read(HistoryQuery("act_1", "campaign", "day", many, NOVEMBER, ("spend",)))
     assert sorted(cells) == sorted(
         (str(e), date(2026, 11, d)) for e in range(3, 20) for d in range(1, 29)
     )
+
+
+async def test_a_request_graph_fails_on_writes_nothing_and_keeps_what_the_cache_held(
+    history: InsightsHistory, graph: GraphSession, sandbox: SandboxAdmin, db: Database
+) -> None:
+    ids = await campaign_ids(graph)
+    await fetch(history, ids, NOVEMBER, ("spend",))
+    before = [doc async for doc in db[c.INSIGHTS_HISTORY].find({}).sort("_id")]
+    await sandbox.set_faults(rules=[{"path_contains": "insights", "code": 100}])  # permanent
+    later = SANDBOX_NOW + timedelta(minutes=1)
+    failed = await fetch(history, ids, NOVEMBER, ("spend", "impressions"), now=later)
+    assert set(failed.errors) == set(ids) and failed.daily == {}
+    assert [doc async for doc in db[c.INSIGHTS_HISTORY].find({}).sort("_id")] == before
+    await sandbox.clear_faults()
+    again = await fetch(history, ids, NOVEMBER, ("spend", "impressions"), now=later)
+    assert not again.errors and again.cells_fetched == len(ids) * 30
+    held = again.daily[ids[0]][date(2026, 11, 20)].fetched_at
+    assert held == {"spend": SANDBOX_NOW, "impressions": later}

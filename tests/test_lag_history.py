@@ -23,7 +23,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
@@ -208,6 +208,9 @@ RECORD = st.fixed_dictionaries(
 
 @hypothesis_settings(max_examples=300, deadline=None)
 @given(st.lists(RECORD, max_size=6))
+@example(
+    [{"entity_id": "120000000000001", "created_at": datetime(2026, 11, 20), "conditions": True}]
+)
 def test_any_stored_record_gives_conditions_or_nothing_never_an_error(
     records: list[dict[str, Any]],
 ) -> None:

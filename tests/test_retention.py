@@ -47,6 +47,7 @@ async def test_ttl_indexes_follow_the_settings_and_a_changed_setting_changes_the
     assert await _ttl_of(db, c.BATCHES) == {"finished_at": 90 * 86400}
     assert await _ttl_of(db, c.ROLLUPS) == {"date": 400 * 86400}
     assert await _ttl_of(db, c.ROLLUP_DAYS) == {"date": 402 * 86400}
+    assert await _ttl_of(db, c.INSIGHTS_HISTORY) == {"month_end": 120 * 86400}
 
     shorter = settings.model_copy(
         update={"executions_retention_days": 7, "batches_retention_days": 14}
@@ -57,6 +58,7 @@ async def test_ttl_indexes_follow_the_settings_and_a_changed_setting_changes_the
         c.BATCHES: "updated",
         c.ROLLUPS: "unchanged",
         c.ROLLUP_DAYS: "unchanged",
+        c.INSIGHTS_HISTORY: "unchanged",
     }
     assert await _ttl_of(db, c.EXECUTIONS) == {"created_at": 7 * 86400}
     assert await _ttl_of(db, c.BATCHES) == {"finished_at": 14 * 86400}

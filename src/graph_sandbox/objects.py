@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from graph_sandbox.currencies import min_daily_budget
+from graph_sandbox.learning import stage_info
 from graph_sandbox.periods import MAX_HISTORY_DAYS
 from graph_sandbox.state import SandboxState
 from graph_sandbox.world import Account, AdObject
@@ -78,6 +79,7 @@ _ADSET: dict[str, Getter] = {
     "bid_strategy": lambda s, o: o.bid_strategy,
     # an int32 in minor units, sent as a JSON number (budgets are numeric strings)
     "bid_amount": lambda s, o: Number(o.bid_amount) if o.bid_amount is not None else None,
+    "learning_stage_info": lambda s, o: stage_info(s.world, s.insights, o, s.now()),
 }
 
 _AD: dict[str, Getter] = {

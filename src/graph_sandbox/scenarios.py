@@ -70,6 +70,9 @@ class _CampaignSpec:
     # so the rest of the world is the same with or without it
     bid_strategy: str = "LOWEST_COST_WITHOUT_CAP"
     bid_cents: int | None = None
+    # the first ad set's last significant edit: this many local days before "now", wherever
+    # the clock stands, so the demo always has ad sets in their learning phase
+    edited_days_ago: int | None = None
 
 
 _W, _M, _L = Archetype.WINNER, Archetype.MIDDLING, Archetype.LOSER
@@ -79,7 +82,15 @@ _NONE = Archetype.NO_DELIVERY
 _DEMO_CAMPAIGNS = (
     _CampaignSpec("[AUTO] Prospecting {cc} 1", _W, "daily", 20000, adsets=3),
     _CampaignSpec("[AUTO] Prospecting {cc} 2", _L, "daily", 30000, adsets=3),
-    _CampaignSpec("[AUTO] Prospecting {cc} 3", _M, "adset", 7000, adsets=3, paused_adset=True),
+    _CampaignSpec(
+        "[AUTO] Prospecting {cc} 3",
+        _M,
+        "adset",
+        7000,
+        adsets=3,
+        paused_adset=True,
+        edited_days_ago=1,
+    ),
     _CampaignSpec("[AUTO] Retargeting {cc} 1", _W, "daily", 12000),
     _CampaignSpec(
         "[AUTO] Retargeting {cc} 2",
@@ -269,24 +280,25 @@ def _add_adsets(
             spend = round(daily * weight / sum(weights))
         paused = spec.paused_adset and position == count - 1
         audience = _AUDIENCES[position % len(_AUDIENCES)]
-        world.add(
-            AdObject(
-                id=world.next_id("adset"),
-                kind="adset",
-                account_id=campaign.account_id,
-                name=f"{campaign.name.removeprefix('[AUTO] ')} - {audience}",
-                status=PAUSED if paused else ACTIVE,
-                objective=spec.objective,
-                created_time=campaign.created_time + timedelta(minutes=5 + position),
-                updated_time=campaign.updated_time,
-                campaign_id=campaign.id,
-                daily_budget=spec.budget_cents if spec.budget == "adset" else None,
-                profile=make_profile(rng, spec.archetype, spend),
-                held_as=spec.held_as,
-                bid_strategy=spec.bid_strategy,
-                bid_amount=spec.bid_cents,
-            )
+        adset = AdObject(
+            id=world.next_id("adset"),
+            kind="adset",
+            account_id=campaign.account_id,
+            name=f"{campaign.name.removeprefix('[AUTO] ')} - {audience}",
+            status=PAUSED if paused else ACTIVE,
+            objective=spec.objective,
+            created_time=campaign.created_time + timedelta(minutes=5 + position),
+            updated_time=campaign.updated_time,
+            campaign_id=campaign.id,
+            daily_budget=spec.budget_cents if spec.budget == "adset" else None,
+            profile=make_profile(rng, spec.archetype, spend),
+            held_as=spec.held_as,
+            bid_strategy=spec.bid_strategy,
+            bid_amount=spec.bid_cents,
         )
+        world.add(adset)
+        if position == 0 and spec.edited_days_ago is not None:
+            world.edited_days_ago[adset.id] = spec.edited_days_ago
 
 
 def _add_ads(world: World) -> None:

@@ -108,6 +108,11 @@ class World:
         self._ads_of: dict[str, list[AdObject]] = {}
         self._serial: dict[Kind, int] = {"campaign": 0, "adset": 0, "ad": 0}
         self._status_log: dict[str, list[StatusChange]] = {}
+        #: Significant edits of ad sets (Meta's learning phase restarts at each), by ad set.
+        self._significant_edits: dict[str, list[datetime]] = {}
+        #: Ad sets the scenario says were edited ``n`` account-local days before "now",
+        #: wherever the clock stands (:mod:`graph_sandbox.learning`).
+        self.edited_days_ago: dict[str, int] = {}
         #: Meta's Automated Rules of the accounts (``adrules_library``): stored, never run.
         self.adrules = AdRuleLibrary(seed=seed)
 
@@ -214,3 +219,11 @@ class World:
     def status_log(self, object_id: str) -> list[StatusChange]:
         """Every status change of an object, in the order they were made."""
         return self._status_log.get(object_id, [])
+
+    def significant_edit(self, adset_id: str, at: datetime) -> None:
+        """Log a significant edit of an ad set at ``at``: its learning phase starts again."""
+        self._significant_edits.setdefault(adset_id, []).append(at)
+
+    def significant_edits(self, adset_id: str) -> list[datetime]:
+        """Every logged significant edit of an ad set, in the order they were made."""
+        return self._significant_edits.get(adset_id, [])

@@ -18,6 +18,7 @@ import orjson
 from graph_sandbox.activities import GRAPH_API, Actor
 from graph_sandbox.currencies import min_daily_budget, money
 from graph_sandbox.errors import budget_too_low, copy_too_large, invalid_param
+from graph_sandbox.learning import after_long_pause, is_significant
 from graph_sandbox.protocol import GraphRequest
 from graph_sandbox.state import SandboxState
 from graph_sandbox.world import ACTIVE, PAUSED, AdObject
@@ -77,6 +78,7 @@ def apply_changes(
         state.budget_changes.check(obj.id, now)
     for name, value in changes.items():
         old = getattr(obj, name)
+        _restart_learning(state, obj, name, old, value)
         if name == "status":
             # Logged with its time: delivery stops (or starts) at this instant, not at midnight.
             state.world.set_status(obj, value, now)
@@ -87,6 +89,20 @@ def apply_changes(
     obj.updated_time = now
     if budget_change:
         state.budget_changes.record(obj.id, now)
+
+
+def _restart_learning(state: SandboxState, obj: AdObject, name: str, old: Any, new: Any) -> None:
+    """Log a significant edit (:mod:`graph_sandbox.learning`) on the ad sets it restarts:
+    the ad set itself, or every ad set sharing a campaign's budget."""
+    world, now = state.world, state.now()
+    if name == "status":
+        significant = obj.kind == "adset" and new == ACTIVE and old != ACTIVE
+        significant = significant and after_long_pause(world, obj, now)
+    else:
+        significant = is_significant(obj, name, old, new)
+    if significant:
+        for adset in world.adsets_of(obj.id) if obj.kind == "campaign" else [obj]:
+            world.significant_edit(adset.id, now)
 
 
 def _validated(obj: AdObject, params: Mapping[str, str], currency: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import ROUND_DOWN, Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from redis.exceptions import RedisError
@@ -37,7 +38,7 @@ from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
 from ruleengine.rules.model import Rule, Task
 from ruleengine.rules.money import amount_scale
-from ruleengine.rules.plan import Plan, plan_budget, plan_name, plan_status
+from ruleengine.rules.plan import Plan, percent_of, plan_budget, plan_name, plan_status
 from ruleengine.rules.scaling import plan_bid, plan_scale
 from ruleengine.store.intents import Intent, IntentStore
 
@@ -134,6 +135,44 @@ def live_value(live: dict[str, Any], field_name: str) -> Any:
     if field_name in INTEGER_FIELDS and value not in (None, ""):
         return int(value)
     return value
+
+
+def with_learning_phase(target: Target, task: Task) -> Target:
+    """``target`` that also reads the ad set's ``learning_stage_info`` when the task respects
+    the learning phase: while Meta says ``LEARNING`` the change is skipped
+    (``in_learning_phase``), or limited to ``max_change_pct_while_learning`` of the live
+    budget (``clamped_by`` names ``learning_phase``). Any other stage, or none (Meta reports
+    it for delivering ad sets only), changes nothing."""
+    if not task.respect_learning_phase or target.field != "daily_budget":
+        return target
+    limit_pct = task.max_change_pct_while_learning
+
+    def plan_outside_learning(live: dict[str, Any]) -> Plan | ActResult:
+        plan = target.planner(live)
+        stage = live.get("learning_stage_info")
+        if not isinstance(plan, Plan) or not plan.changes or not isinstance(stage, dict):
+            return plan
+        if stage.get("status") != "LEARNING":
+            return plan
+        if limit_pct is None:
+            return ActResult(
+                "skipped", "in_learning_phase", plan.field, plan.before, plan.before, plan.after
+            )
+        return clamp_while_learning(plan, limit_pct)
+
+    return Target(target.field, [*target.reads, "learning_stage_info"], plan_outside_learning)
+
+
+def clamp_while_learning(plan: Plan, limit_pct: float) -> Plan:
+    """``plan`` with its budget move limited to ``limit_pct`` of the live budget (rounded
+    down, as the engine-wide cap is)."""
+    before, after = int(plan.before), int(plan.after)
+    cap = percent_of(before, Decimal(str(limit_pct)), rounding=ROUND_DOWN)
+    if abs(after - before) <= cap:
+        return plan
+    after = before + cap if after > before else before - cap
+    clamped = [*plan.clamped_by, "learning_phase"]
+    return dataclasses.replace(plan, after=after, clamped_by=clamped)
 
 
 def budget_guard(level: str, live: dict[str, Any]) -> ActResult | None:

@@ -51,6 +51,7 @@ from ruleengine.rules.action_types import (
     ScaleToTargetAction,
     SetBudgetAction,
 )
+from ruleengine.rules.basics import MAX_BUDGET
 from ruleengine.rules.catalog import resolve_metric
 from ruleengine.rules.entity import currency_offset
 from ruleengine.rules.history import MAX_DAYS, DayRange
@@ -268,12 +269,7 @@ async def run_backtest(
             for entity_id, fields in done.end.items():
                 ends[view][(gathered.account, entity_id)] = fields
             runs = max(runs, done.runs)
-            for reason, count in sorted(done.blocked.items()):
-                if reason == "meta_budget_change_limit":
-                    tally.note(
-                        f"{count} budget change(s) on {gathered.account} were held back by"
-                        " Meta's limit of 4 budget changes per ad set per hour"
-                    )
+            _note_blocked(tally, gathered.account, done.blocked)
     await report(Progress(request.days, request.days, "done"))
     return _result(
         request,
@@ -287,6 +283,21 @@ async def run_backtest(
         tally=tally,
         use_seen=use_seen,
     )
+
+
+def _note_blocked(tally: _Tally, account: str, blocked: dict[str, int]) -> None:
+    """Caveats for the actions that passed but that the replay could not take."""
+    if blocked.get("beyond_any_budget"):
+        tally.note(
+            f"{blocked['beyond_any_budget']} budget change(s) on {account} would have passed"
+            f" {MAX_BUDGET:,} in the account's currency, more than Meta takes: the replay"
+            " stopped raising there (the rule has no max_budget)"
+        )
+    if blocked.get("meta_budget_change_limit"):
+        tally.note(
+            f"{blocked['meta_budget_change_limit']} budget change(s) on {account} were held"
+            " back by Meta's limit of 4 budget changes per ad set per hour"
+        )
 
 
 class _Reporter:
@@ -579,10 +590,8 @@ def _money(value: Any, offset: int) -> Any:
         return value
 
 
-def _fire_json(fire: Fire, offsets: dict[str, int], *, seen_view: bool) -> dict[str, Any]:
-    money = fire.field in ("daily_budget", "bid_amount")
-    offset = offsets[fire.account]
-    seen, matured = (fire.values, fire.other) if seen_view else (fire.other, fire.values)
+def _what(fire: Fire) -> dict[str, Any]:
+    """When, where and what a fire was (the keys a fire and a difference share)."""
     return {
         "time": fire.time.astimezone(UTC).isoformat(),
         "account": fire.account,
@@ -590,6 +599,15 @@ def _fire_json(fire: Fire, offsets: dict[str, int], *, seen_view: bool) -> dict[
         "entity_name": fire.entity_name,
         "task": fire.task,
         "action": fire.action,
+    }
+
+
+def _fire_json(fire: Fire, offsets: dict[str, int], *, seen_view: bool) -> dict[str, Any]:
+    money = fire.field in ("daily_budget", "bid_amount")
+    offset = offsets[fire.account]
+    seen, matured = (fire.values, fire.other) if seen_view else (fire.other, fire.values)
+    return {
+        **_what(fire),
         "field": fire.field,
         "before": _money(fire.before, offset) if money else fire.before,
         "after": _money(fire.after, offset) if money else fire.after,
@@ -712,6 +730,10 @@ def _result(
         caveats.append("Copies are counted as fires; the copies themselves are not simulated.")
     if any(t.execution_count_limit for t in rule.tasks):
         caveats.append("execution_count_limit counts from the start of the backtest.")
+    if any(t.respect_learning_phase for t in rule.tasks):
+        caveats.append(
+            "Past learning phases are unknown: budget changes replay as if never learning."
+        )
     return {
         "rule": {
             "name": rule.name,
@@ -753,16 +775,6 @@ def _differences(views: dict[str, list[Fire] | None]) -> list[dict[str, Any]]:
     for view, other in (("matured", "as_seen"), ("as_seen", "matured")):
         for key, fire in keys[view].items():
             if key not in keys[other]:
-                found.append(
-                    {
-                        "time": fire.time.astimezone(UTC).isoformat(),
-                        "account": fire.account,
-                        "entity_id": fire.entity_id,
-                        "entity_name": fire.entity_name,
-                        "task": fire.task,
-                        "action": fire.action,
-                        "only_in": view,
-                    }
-                )
+                found.append({**_what(fire), "only_in": view})
     found.sort(key=lambda d: (d["time"], d["account"], d["entity_id"], d["task"]))
     return found

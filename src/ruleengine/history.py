@@ -225,12 +225,17 @@ class InsightsHistory:
             request.account_id, request.level, granularity, request.entity_ids, request.days, fields
         )
         cells = await self.store.read(query)
+        verdicts: dict[tuple[date, datetime], bool] = {}  # few fetch instants per day
+
+        def fresh_at(day: date, fetched_at: datetime) -> bool:
+            verdict = verdicts.get((day, fetched_at))
+            if verdict is None:
+                verdict = self.freshness.fresh(day, fetched_at, now, tz)
+                verdicts[(day, fetched_at)] = verdict
+            return verdict
+
         fresh = {
-            key: {
-                name
-                for name, cached in held.items()
-                if self.freshness.fresh(key[1], cached.fetched_at, now, tz)
-            }
+            key: {name for name, cached in held.items() if fresh_at(key[1], cached.fetched_at)}
             for key, held in cells.items()
         }
         chunks = missing_chunks(
@@ -307,10 +312,19 @@ class InsightsHistory:
 def _fill(
     numbers: dict[str, dict[date, Numbers]], cells: CachedCells, fields: tuple[str, ...]
 ) -> None:
-    """Cells holding every asked field, as :class:`Numbers`."""
-    for (entity, day), held in sorted(cells.items()):
-        if not all(name in held for name in fields):
+    """Cells holding every asked field, as :class:`Numbers`: entities in order, each one's
+    days in order (sorted per entity: sorting all cells at once cost a warm read 0.2 s)."""
+    wanted = frozenset(fields)
+    by_entity: dict[str, list[tuple[date, Numbers]]] = {}
+    for (entity, day), held in cells.items():
+        if not wanted <= held.keys():
             continue
         values = {n: held[n].value for n in fields if held[n].value not in (None, {})}
         fetched = {n: held[n].fetched_at for n in fields}
-        numbers.setdefault(entity, {})[day] = Numbers(values, fetched)
+        by_entity.setdefault(entity, []).append((day, Numbers(values, fetched)))
+    for entity in sorted(by_entity):
+        numbers.setdefault(entity, {}).update(sorted(by_entity[entity], key=_first))
+
+
+def _first(item: tuple[date, Numbers]) -> date:
+    return item[0]

@@ -224,7 +224,8 @@ def _needs(records: Sequence[Document], tz: ZoneInfo) -> list[_Need]:
         if at.tzinfo is None:
             at = at.replace(tzinfo=UTC)
         today = at.astimezone(tz).date()
-        for condition in record.get("conditions") or ():
+        conditions = record.get("conditions")
+        for condition in conditions if isinstance(conditions, list) else ():
             need = _need(condition, entity, at, today)
             if need is not None:
                 found.setdefault((entity, at, condition["metric"], condition["period"]), need)

@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ruleengine.acts import ACT_FAILURES, ActResult, failure_result, read_live, target_of, would_do
+from ruleengine.acts import (
+    ACT_FAILURES,
+    ActResult,
+    failure_result,
+    read_live,
+    target_of,
+    with_learning_phase,
+    would_do,
+)
 from ruleengine.errors import RuleEngineError
 from ruleengine.evaluation import Evaluation, Pair, Reading, Summary, sheets_reader
 from ruleengine.meta.http import READ_AND_REPORT, GraphSession
@@ -100,6 +108,7 @@ class PreviewEvaluation(Evaluation):
             )
         max_change_pct = self.reading.settings.max_budget_change_pct
         target = await target_of(action, run, max_change_pct=max_change_pct, verdict=pair.verdict)
+        target = with_learning_phase(target, pair.task)
         live = await read_live(run.reader, run, pair.entity, target.reads)
         return would_do(target.planner(live))
 

@@ -1,5 +1,9 @@
 """Retention: executions, batches and rollups expire after their configured periods.
 
+The Insights history cache (``insights_history``) keeps each month's bucket for
+:data:`INSIGHTS_HISTORY_KEEP` after that month ends: a backtest reaches back at most
+90 days (``rules.history.MAX_DAYS``), so by then no backtest can ask for it.
+
 TTL indexes do the deleting: MongoDB's TTL monitor (and the embedded server's,
 which has one too) removes expired documents about once a minute. The worker's
 minute cron (:func:`retention_job`) adds two things: it keeps the TTL indexes in
@@ -17,6 +21,7 @@ from typing import Any, Final
 from ruleengine import constants as c
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database, TtlChange, TtlIndex, ensure_ttl_index
+from ruleengine.store.insights_history import drop_day_documents
 from ruleengine.store.rollups import RollupStore, days_to_roll_up
 
 log = logging.getLogger(__name__)
@@ -26,6 +31,9 @@ log = logging.getLogger(__name__)
 SETTLE_MARGIN: Final = timedelta(hours=1)
 MAX_DAYS_PER_RUN: Final = 7  # a first run on a long history catches up over a few minutes
 _MARKER_SLACK: Final = timedelta(days=2)
+#: How long a month of the Insights history cache is kept after it ends: the 90 days a
+#: backtest reaches back, and a month more.
+INSIGHTS_HISTORY_KEEP: Final = timedelta(days=120)
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,7 @@ class RetentionPolicy:
             TtlIndex(c.BATCHES, "finished_at", _seconds(self.batches)),  # RUNNING: never
             TtlIndex(c.ROLLUPS, "date", _seconds(self.rollups)),
             TtlIndex(c.ROLLUP_DAYS, "date", _seconds(markers)),
+            TtlIndex(c.INSIGHTS_HISTORY, "month_end", _seconds(INSIGHTS_HISTORY_KEEP)),
         ]
 
 
@@ -75,7 +84,11 @@ class RetentionReport:
 async def apply_retention(
     db: Database, policy: RetentionPolicy, *, now: datetime, max_days: int = MAX_DAYS_PER_RUN
 ) -> RetentionReport:
-    """Bring the TTL indexes in line with ``policy``; roll up the settled days not yet done."""
+    """Bring the TTL indexes in line with ``policy``; roll up the settled days not yet done.
+
+    Also deletes the Insights history documents of the layout before month buckets,
+    once (:func:`~ruleengine.store.insights_history.drop_day_documents`).
+    """
     ttl: dict[str, TtlChange] = {}
     for index in policy.ttl_indexes():
         ttl[index.collection] = change = await ensure_ttl_index(db, index)
@@ -87,6 +100,8 @@ async def apply_retention(
                 index.field,
                 change,
             )
+    if dropped := await drop_day_documents(db):
+        log.info("insights_history: %d document(s) of the per-day layout deleted", dropped)
     rollups = RollupStore(db)
     done = await rollups.rolled_up(since=(now - policy.batches).date())
     days = days_to_roll_up(now=now, settle=policy.settle, keep=policy.batches, done=done)

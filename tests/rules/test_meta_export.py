@@ -472,3 +472,16 @@ def test_the_change_budget_and_the_oscillation_hold_stay_behind_with_a_warning()
     assert len(result.rules) == 1 and errors(result) == {}
     warned = {p.path for p in result.problems if p.severity == "warning"}
     assert {"change_budget", "tasks[0].on_oscillation"} <= warned
+
+
+def test_respecting_the_learning_phase_is_exported_with_a_warning() -> None:
+    data = base(
+        action={"type": "increase_budget", "percent": 20},
+        respect_learning_phase=True,
+    )
+    data["level"] = "adset"
+    result = export(data)
+    assert result.complete and len(result.rules) == 1
+    warned = {p.path: (p.severity, p.why) for p in result.problems}
+    severity, why = warned["tasks[0].respect_learning_phase"]
+    assert severity == "warning" and "learning phase" in why

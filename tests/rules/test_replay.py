@@ -294,3 +294,39 @@ def test_as_seen_conversions_shrink_by_the_curve_and_spend_does_not() -> None:
     assert partial["spend"] == full["spend"]
     purchases = full["actions"][0]["value"]
     assert abs(partial["actions"][0]["value"] - purchases * (0.5 + 0.3 * 9 / 24)) < 1e-9
+
+
+def test_a_raise_without_max_budget_stops_where_no_budget_goes() -> None:
+    """+50 % every 15 minutes for three days would pass 10^28 cents: the replay stops at
+    the largest budget a rule may name instead of failing on Decimal's precision."""
+    rule = parse_rule(
+        {
+            "name": "runaway",
+            "format": 2,
+            "level": "campaign",
+            "ad_accounts": ["act_1"],
+            "schedule": {"mode": "interval", "every_minutes": 15},
+            "timezone": "America/New_York",
+            "tasks": [
+                {
+                    "id": "up",
+                    "conditions": [
+                        {"metric": "spend", "period": "last_7d", "operator": ">", "value": 0}
+                    ],
+                    "action": {"type": "increase_budget", "percent": 50},
+                }
+            ],
+        }
+    )
+    since = datetime(2026, 11, 8, 5, 0, tzinfo=UTC)
+    until = since + timedelta(days=3)
+    replay = Replay(
+        rule,
+        account(rule, history(3, ["e0"]), [5000]),
+        ReplayOptions(),
+        instants=run_instants(rule, since=since, until=until),
+        until=until,
+    )
+    result = replay.run()
+    assert result.blocked["beyond_any_budget"] > 0
+    assert max(int(f.after) for f in result.fires) <= 10**12 * 100

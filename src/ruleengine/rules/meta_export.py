@@ -352,6 +352,13 @@ class _Exporter(Report):
                 "the same limit per object, but the new Meta rule counts from 0: the changes"
                 " this task already made are not counted",
             )
+        if task.respect_learning_phase:
+            self.warn(
+                f"{path}.respect_learning_phase",
+                task.respect_learning_phase,
+                "Meta's rules do not look at the learning phase: the exported rule changes"
+                " budgets while an ad set is learning",
+            )
         return execution | ({"execution_options": options} if options else {})
 
     def _change_spec(

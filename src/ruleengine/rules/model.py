@@ -26,7 +26,13 @@ from pydantic import (
 )
 
 from ruleengine.errors import FieldError, RuleValidationError
-from ruleengine.rules.action_types import ACTION_TYPES, ADSET_ACTIONS, Action, check_then
+from ruleengine.rules.action_types import (
+    ACTION_TYPES,
+    ADSET_ACTIONS,
+    BUDGET_ACTIONS,
+    Action,
+    check_then,
+)
 from ruleengine.rules.basics import (
     RANGE_OPERATORS,
     Level,
@@ -227,12 +233,31 @@ class Task(RuleModel):
     execution_count_limit: int | None = Field(default=None, ge=1, le=1_000_000)
     #: "hold": once this entity's field oscillates, stop changing it until the hold is cleared.
     on_oscillation: Literal["hold"] | None = None
+    #: Skip budget changes while Meta says the ad set is LEARNING (``in_learning_phase``),
+    #: or with ``max_change_pct_while_learning`` limit them to that percentage.
+    respect_learning_phase: bool = False
+    max_change_pct_while_learning: float | None = Field(default=None, gt=0, le=100)
 
     @field_validator("action")
     @classmethod
     def _then(cls, action: Any) -> Any:
         check_then(action)
         return action
+
+    @model_validator(mode="after")
+    def _learning_phase(self) -> Task:
+        if self.max_change_pct_while_learning is not None and not self.respect_learning_phase:
+            raise PathError(
+                "max_change_pct_while_learning",
+                'limits budget changes while learning only with "respect_learning_phase": true',
+            )
+        if self.respect_learning_phase and self.action.type not in BUDGET_ACTIONS:
+            raise PathError(
+                "respect_learning_phase",
+                f"only budget actions ({', '.join(sorted(BUDGET_ACTIONS))}) respect the learning"
+                f" phase; this task's action is '{self.action.type}'",
+            )
+        return self
 
 
 class Filter(RuleModel):
@@ -387,6 +412,12 @@ class Rule(RuleModel):
     def _action_levels(cls, tasks: list[Task], info: ValidationInfo) -> list[Task]:
         level = info.data.get("level")
         for index, task in enumerate(tasks):
+            if task.respect_learning_phase and level not in (None, "adset"):
+                raise PathError(
+                    f"[{index}].respect_learning_phase",
+                    "Meta reports the learning phase (learning_stage_info) on ad sets only;"
+                    f' it needs "level": "adset", not "{level}"',
+                )
             if task.action.type in ADSET_ACTIONS and level not in (None, "adset"):
                 raise PathError(
                     f"[{index}].action.type",

@@ -48,6 +48,7 @@ from ruleengine.rules.action_types import (
     SetBudgetAction,
     StatusAction,
 )
+from ruleengine.rules.basics import MAX_BUDGET
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import EvalContext, TaskVerdict, evaluate_task
 from ruleengine.rules.filtering import LocalFilter, wire
@@ -365,22 +366,35 @@ class Replay:
                 return "no_data"
             if metric <= 0:
                 return "metric_zero"
-            return plan_scale(
-                action,
-                live=int(budget),
-                metric=metric,
-                offset=self.account.currency_offset,
-                max_change_pct=self.options.max_budget_change_pct,
-                account_minimum=self.account.min_daily_budget,
+            return self._beyond_any_budget(
+                plan_scale(
+                    action,
+                    live=int(budget),
+                    metric=metric,
+                    offset=self.account.currency_offset,
+                    max_change_pct=self.options.max_budget_change_pct,
+                    account_minimum=self.account.min_daily_budget,
+                )
             )
         assert isinstance(action, PercentBudgetAction | SetBudgetAction)
-        return plan_budget(
-            action,
-            live=int(budget),
-            max_change_pct=self.options.max_budget_change_pct,
-            account_minimum=self.account.min_daily_budget,
-            scale=self.scale,
+        return self._beyond_any_budget(
+            plan_budget(
+                action,
+                live=int(budget),
+                max_change_pct=self.options.max_budget_change_pct,
+                account_minimum=self.account.min_daily_budget,
+                scale=self.scale,
+            )
         )
+
+    def _beyond_any_budget(self, planned: Plan | str | None) -> Plan | str | None:
+        """A target past the largest budget a rule may name is one Meta would refuse: the
+        replay stops raising there (a rule raising without a ``max_budget`` would otherwise
+        grow a budget without end)."""
+        ceiling = MAX_BUDGET * self.account.currency_offset
+        if isinstance(planned, Plan) and isinstance(planned.after, int) and planned.after > ceiling:
+            return "beyond_any_budget"
+        return planned
 
     def budget_limited(self, state: _State, at: datetime) -> bool:
         """Meta's limit: an ad set takes 4 budget changes in a rolling hour."""

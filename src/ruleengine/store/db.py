@@ -57,14 +57,14 @@ EXECUTION_COUNT_INDEX: Final = [
 #: range (``lag_history.py`` names it as its hint).
 EXECUTIONS_BY_ACCOUNT_INDEX: Final = [("account", ASCENDING), ("created_at", DESCENDING)]
 
-#: The index of the history cache's one query: an account's documents at a level and
-#: granularity over a range of days (``store/insights_history.py`` names it as its hint:
+#: The index of the history cache's one query: an account's buckets at a level and
+#: granularity over a range of months (``store/insights_history.py`` names it as its hint:
 #: the embedded server's planner scans the collection without it).
 INSIGHTS_HISTORY_INDEX: Final = [
     ("account", ASCENDING),
     ("level", ASCENDING),
     ("granularity", ASCENDING),
-    ("day", ASCENDING),
+    ("month", ASCENDING),
 ]
 
 _INDEXES: dict[str, list[IndexModel]] = {

@@ -81,14 +81,19 @@ def setup(app: web.Application) -> None:
         app.router.add_get(page.path, handlers[page.key], name=f"page.{page.key}")
     app.router.add_get("/", handlers["rules"], name="page.home")
     app.router.add_get("/rules/{id}", handlers["rules"], name="page.rule")
-    app.router.add_get("/static/{name}", _static_handler(), name="static")
+    app.router.add_get("/static/{name:.+}", _static_handler(), name="static")
 
 
 def _static_handler() -> Handler:
-    # Only the files the package ships, looked up by name: a path that is not one of them
-    # never reaches the filesystem (a 5,000-character name made aiohttp's static route fail
-    # with "File name too long" instead of answering 404).
-    files = {path.name: path for path in STATIC_DIR.iterdir() if path.is_file()}
+    # Only the files the package ships, looked up by their path under static/ (e.g.
+    # "vendor/uplot/uPlot.min.css"): a path that is not one of them never reaches the
+    # filesystem (a 5,000-character name made aiohttp's static route fail with "File name
+    # too long" instead of answering 404).
+    files = {
+        path.relative_to(STATIC_DIR).as_posix(): path
+        for path in STATIC_DIR.rglob("*")
+        if path.is_file()
+    }
 
     async def static_file(request: web.Request) -> web.FileResponse:
         path = files.get(request.match_info["name"])

@@ -1,4 +1,5 @@
-/* Rules screen: list, JSON editor with live validation, save, pause/activate, versions, preview. */
+/* Rules screen: list, JSON editor with live validation, save, pause/activate, versions, preview
+ * (the Backtest panel is backtest.js). */
 "use strict";
 
 (() => {
@@ -115,6 +116,7 @@
     $("activate-rule").classList.toggle("hidden", state.isNew || rule.status === "ACTIVE");
     $("versions-block").classList.toggle("hidden", state.isNew);
     $("save-rule").textContent = state.isNew ? "Create" : "Save";
+    document.dispatchEvent(new CustomEvent("ruleeditor:shown", { detail: { isNew: state.isNew, id: rule ? rule.id : null } }));
   }
 
   async function newRule() {
@@ -341,6 +343,11 @@
       el("td", {}, badge(r.outcome)),
       el("td", {}, r.reason || ""))));
   }
+
+  // ---------------------------------------------------------------- for the Backtest panel
+
+  /* backtest.js reads the rule being edited and points its errors at the editor's lines. */
+  window.RuleEditor = { parse: parseEditor, lineOf, focusOffset };
 
   // ---------------------------------------------------------------- wiring
 
