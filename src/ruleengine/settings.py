@@ -138,6 +138,10 @@ class Settings(BaseSettings):
     backtest_concurrency: int = Field(
         default=1, ge=1, description="backtests the web app runs at once; more wait, queued"
     )
+    refuse_conflicting_rules: bool = Field(
+        default=False,
+        description="a save (API, `rules apply`) whose rule fights an active rule is refused",
+    )
 
     # secrets
     token_encryption_key: SecretStr | None = None
