@@ -141,6 +141,7 @@ def test_a_then_that_undoes_another_rules_action() -> None:
     (finding,) = find_conflicts(entries(a, b))
     assert finding.kind == "undoes_followup"
     assert finding.conditions == "may_fire_together"
+    assert finding.severity == "conflict"  # Pause losers' pause of a paused one changes nothing
     assert "then activate" in (finding.a.does, finding.b.does)
 
 
@@ -153,6 +154,8 @@ def test_restore_budget_undoes_another_rules_increase() -> None:
     (finding,) = find_conflicts(entries(rule("Boost", boost), rule("Scale", UP)))
     assert finding.kind == "undoes_followup"
     assert "then restore_budget" in (finding.a.does, finding.b.does)
+    # its re-check leaves a change made after its action alone: reported, as a note
+    assert finding.severity == "note" and "changed_by_someone_else" in finding.why
     dip = {
         "type": "decrease_budget",
         "percent": 10,

@@ -60,6 +60,9 @@ class Effect:
     detail: str  # the action in words, for ``why``
     followup: bool = False  # the delayed ``then`` step rather than the action
     value: Any = None  # set amount, rename template, appended text
+    # a restore_budget/restore_name: it re-checks the value its action left and skips
+    # (changed_by_someone_else) when another change landed since, so it cannot undo that
+    guarded: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,11 +90,15 @@ class Finding:
     level: str
     accounts: tuple[str, ...]
     entities: list[dict[str, Any]] | None = None  # filled by a live check
+    guarded: bool = False  # a restore follow-up, which leaves a later change alone
 
     @property
     def severity(self) -> str:
-        """``note`` when the two cannot fire together, else ``conflict``."""
-        return "note" if self.conditions == "cannot_fire_together" else "conflict"
+        """``note`` when the two cannot fire together (or a restore's re-check guards the
+        pair), else ``conflict``."""
+        if self.conditions == "cannot_fire_together" or self.guarded:
+            return "note"
+        return "conflict"
 
     @property
     def both_active(self) -> bool:
@@ -451,10 +458,16 @@ def effects(task: Task) -> list[Effect]:
         found.append(Effect("status", status, f"then {then.do}", followup=True))
     elif then.do == "restore_budget" and number is not None:
         found.append(
-            Effect(number.field, _OPPOSITE[number.direction], "then restore_budget", followup=True)
+            Effect(
+                number.field,
+                _OPPOSITE[number.direction],
+                "then restore_budget",
+                followup=True,
+                guarded=True,
+            )
         )
     elif then.do == "restore_name":
-        found.append(Effect("name", "restore", "then restore_name", followup=True))
+        found.append(Effect("name", "restore", "then restore_name", followup=True, guarded=True))
     return found
 
 
@@ -525,9 +538,15 @@ def _pair_findings(p: _Pair, q: _Pair, scope: Scope, where: str, fx: str) -> lis
         if fight is None:
             continue
         kind, reason = fight
+        guarded = x.guarded or y.guarded
         if x.followup or y.followup:
             conditions: Fire = "may_fire_together"
             timing = "; the follow-up runs later, whatever the numbers then"
+            if guarded:
+                timing += (
+                    ", but it re-checks the value its action left and skips"
+                    " (changed_by_someone_else) when another change landed since"
+                )
         else:
             fire = fire or fire_together(p.task, q.task)
             conditions, timing = fire, ""
@@ -544,6 +563,7 @@ def _pair_findings(p: _Pair, q: _Pair, scope: Scope, where: str, fx: str) -> lis
                 why=f"{reason}; on {where}; {_fire_words(conditions)}{timing}",
                 level=rule.level,
                 accounts=shared,
+                guarded=guarded,
             )
         )
     return found
