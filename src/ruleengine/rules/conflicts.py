@@ -524,6 +524,10 @@ class _Pair:
     def key(self) -> tuple[str, str]:
         return (self.entry.id, self.task.id)
 
+    @property
+    def accounts(self) -> frozenset[str]:
+        return frozenset(self.entry.rule.ad_accounts)
+
 
 def _side(pair: _Pair, effect: Effect) -> Side:
     e = pair.entry
@@ -593,10 +597,12 @@ def find_conflicts(
     wanted = None if only_involving is None else set(only_involving)
     scopes: dict[tuple[str, str, frozenset[str]], tuple[Scope | None, str]] = {}
     found: list[Finding] = []
-    for p, q in combinations(_pairs(entries), 2):
-        if wanted is not None and not ({p.entry.id, q.entry.id} & wanted):
-            continue
-        for fx in {x.field for x in p.effects} & {y.field for y in q.effects}:
+    for (_, fx), bucket in sorted(_buckets(_pairs(entries)).items()):
+        for p, q in combinations(bucket, 2):
+            if wanted is not None and not ({p.entry.id, q.entry.id} & wanted):
+                continue
+            if p.accounts.isdisjoint(q.accounts):
+                continue
             moving = _moving(fx, p, q)
             ids = (p.entry.id, q.entry.id, moving)
             if ids not in scopes:
@@ -604,7 +610,17 @@ def find_conflicts(
             scope, where = scopes[ids]
             if scope is not None:
                 found.extend(_pair_findings(p, q, scope, where, fx))
+    found.sort(key=lambda f: (f.a.rule_id, f.a.task_id, f.b.rule_id, f.b.task_id, f.field))
     return found
+
+
+def _buckets(pairs: Iterable[_Pair]) -> dict[tuple[str, str], list[_Pair]]:
+    """Tasks by (level, field changed): only tasks of one bucket can fight (sorted by key)."""
+    buckets: dict[tuple[str, str], list[_Pair]] = {}
+    for pair in pairs:
+        for fx in sorted({e.field for e in pair.effects}):
+            buckets.setdefault((pair.entry.rule.level, fx), []).append(pair)
+    return buckets
 
 
 def _moving(fx: str, p: _Pair, q: _Pair) -> frozenset[str]:

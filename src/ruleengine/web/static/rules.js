@@ -49,15 +49,19 @@
   async function loadRules() {
     let items;
     try {
-      [items] = await Promise.all([fetchRules(), loadConflicts()]);
+      items = await fetchRules();
     } catch (err) {
       failed(err, "could not load the rules");
       return;
     }
-    const body = $("rules-table").tBodies[0];
-    body.replaceChildren(...items.map(ruleRow));
-    $("rules-empty").classList.toggle("hidden", items.length > 0);
-    markSelected();
+    const show = () => {
+      $("rules-table").tBodies[0].replaceChildren(...items.map(ruleRow));
+      $("rules-empty").classList.toggle("hidden", items.length > 0);
+      markSelected();
+    };
+    show();
+    await loadConflicts();  // the badges follow: a big rule set takes longer to analyse
+    show();
   }
 
   function issueLine(rule) {
