@@ -26,6 +26,7 @@ from ruleengine.store.rules import RuleStore
 log = logging.getLogger(__name__)
 
 LIVE_ENTITIES = 5  # current entities named per finding by a live check
+LIVE_RULE_PAIRS = 20  # pairs of rules a live check lists entities for (Graph calls per pair)
 NEW_RULE_ID = "new"  # the id of a rule being created, in its findings before it is saved
 
 
@@ -127,12 +128,19 @@ async def add_live_entities(
     reader: GraphReader,
     credentials: CredentialStore,
 ) -> list[Finding]:
-    """The findings, each with its live entities (listed once per pair of rules)."""
+    """The findings, each with its live entities (listed once per pair of rules).
+
+    Only the first :data:`LIVE_RULE_PAIRS` pairs of rules are listed, conflicts before
+    notes; the findings of the others keep ``entities`` unset.
+    """
     cache: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    ranked = sorted(findings, key=lambda f: f.severity != "conflict")
+    for finding in ranked:
+        key = (finding.a.rule_id, finding.b.rule_id)
+        if key not in cache and len(cache) < LIVE_RULE_PAIRS:
+            cache[key] = await live_entities(finding, rules, reader=reader, credentials=credentials)
     out: list[Finding] = []
     for finding in findings:
         key = (finding.a.rule_id, finding.b.rule_id)
-        if key not in cache:
-            cache[key] = await live_entities(finding, rules, reader=reader, credentials=credentials)
-        out.append(replace(finding, entities=cache[key]))
+        out.append(replace(finding, entities=cache[key]) if key in cache else finding)
     return out
