@@ -215,7 +215,7 @@ def test_ids_and_equal_values() -> None:
 
 # ---------------------------------------------------------------- properties
 
-TEXTS = st.sampled_from(["[A]", "[a]", "A", "[B]", "x", "5", "5.0"])
+TEXTS = st.sampled_from(["[A]", "[a]", "A", "[B]", "x", "5", "5.0", "nan", "inf", "Infinity"])
 FILTER = st.one_of(
     st.builds(
         lambda f, o, v: {"field": f, "operator": o, "value": v},
@@ -348,7 +348,7 @@ def test_a_disjoint_scope_has_no_entity_both_rules_list(a: Rule, b: Rule) -> Non
         return
     fa, fb = LocalFilter(a.level, wire(a.filtering())), LocalFilter(b.level, wire(b.filtering()))
     for name in NAMES:
-        for ident in ["1", "2", "3", "5", "5.0", "x"]:
+        for ident in ["1", "2", "3", "5", "5.0", "x", "nan", "inf", "INF"]:
             for status in STATUSES:
                 item = {"id": ident, "name": name, "effective_status": status, "campaign_id": ident}
                 assert not (fa.keep(item) and fb.keep(item)), item
