@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import combinations, product
 from typing import Any, Literal
 
@@ -337,22 +338,23 @@ def _excludes(p: _Test, q: _Test) -> str | None:
 
 
 def _excludes_ordered(p: _Test, q: _Test) -> str | None:
-    positive = p.operator in ("EQUAL", "IN")
-    shared = any(_equivalent(a, b) for a in p.values for b in q.values)
-    if positive and q.operator in ("EQUAL", "IN") and not shared:
-        return f"{p.field} {_shown(p)} and {_shown(q)} share no value"
-    excluded = all(any(_equivalent(a, b) for b in q.values) for a in p.values)
-    if positive and q.operator in ("NOT_EQUAL", "NOT_IN") and excluded:
-        return f"{p.field} {_shown(p)} is excluded by {q.operator} {_shown(q)}"
-    textual = all(_number(v) is None for v in p.values)  # "5" would equal "5.0" too
-    if positive and textual and q.operator in ("CONTAIN", "NOT_CONTAIN"):
+    if p.operator == "CONTAIN" and q.operator == "NOT_CONTAIN" and q.text in p.text:
+        return f"{p.field} CONTAIN {p.values[0]!r} vs NOT_CONTAIN {q.values[0]!r}"
+    if p.operator not in ("EQUAL", "IN"):
+        return None
+    if q.operator in ("EQUAL", "IN"):
+        if not any(_equivalent(a, b) for a in p.values for b in q.values):
+            return f"{p.field} {_shown(p)} and {_shown(q)} share no value"
+    elif q.operator in ("NOT_EQUAL", "NOT_IN"):
+        if all(any(_equivalent(a, b) for b in q.values) for a in p.values):
+            return f"{p.field} {_shown(p)} is excluded by {q.operator} {_shown(q)}"
+    elif q.operator in ("CONTAIN", "NOT_CONTAIN") and all(_number(v) is None for v in p.values):
+        # only text values: a number would also equal other spellings of it ("5.0")
         contains = [q.text in str(v).lower() for v in p.values]
         if q.operator == "CONTAIN" and not any(contains):
             return f"no {p.field} of {_shown(p)} contains {q.values[0]!r}"
         if q.operator == "NOT_CONTAIN" and all(contains):
             return f"every {p.field} of {_shown(p)} contains {q.values[0]!r}"
-    if p.operator == "CONTAIN" and q.operator == "NOT_CONTAIN" and q.text in p.text:
-        return f"{p.field} CONTAIN {p.values[0]!r} vs NOT_CONTAIN {q.values[0]!r}"
     return None
 
 
@@ -524,7 +526,7 @@ class _Pair:
     def key(self) -> tuple[str, str]:
         return (self.entry.id, self.task.id)
 
-    @property
+    @cached_property
     def accounts(self) -> frozenset[str]:
         return frozenset(self.entry.rule.ad_accounts)
 
