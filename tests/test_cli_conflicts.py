@@ -49,7 +49,13 @@ def run(*args: str, settings: Settings, **extra: str) -> subprocess.CompletedPro
 
 
 def rule_file(
-    tmp_path: Path, name: str, action: dict[str, Any], *, filters: Any = AUTO, condition: Any = None
+    tmp_path: Path,
+    name: str,
+    action: dict[str, Any],
+    *,
+    filters: Any = AUTO,
+    condition: Any = None,
+    **extra: Any,
 ) -> Path:
     doc = {
         "name": name,
@@ -68,6 +74,7 @@ def rule_file(
             }
         ],
     }
+    doc |= extra
     path = tmp_path / f"{name.lower().replace(' ', '-')}.json"
     path.write_bytes(orjson.dumps(doc))
     return path
@@ -114,6 +121,10 @@ async def test_the_refusing_setting_makes_apply_refuse(
     assert refused.returncode == 1
     assert "not applied (Cut down)" in refused.stderr
     assert [e.name for e in await stored_entries(RuleStore(db))] == ["Scale up"]
+    paused = rule_file(tmp_path, "Cut down later", DOWN, status="PAUSED")
+    applied = run("rules", "apply", str(paused), settings=settings, **refuse)
+    assert applied.returncode == 0, applied.stderr  # a paused rule fights nothing yet
+    assert "warning: CONFLICT: daily_budget" in applied.stdout
 
 
 async def test_disjoint_scopes_are_not_reported_and_exclusive_thresholds_are_a_note(

@@ -154,9 +154,8 @@ async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
             active = await stored_entries(store, active_only=True)  # those applied just now too
             rule_id = existing.id if existing else NEW_RULE_ID
             findings = against_active(rule, active, rule_id=rule_id)
-            if settings.refuse_conflicting_rules and any(
-                f.severity == "conflict" for f in findings
-            ):
+            fights = any(f.severity == "conflict" for f in findings)
+            if fights and rule.status == "ACTIVE" and settings.refuse_conflicting_rules:
                 refused += 1
                 print(f"{path}: not applied ({rule.name}): it fights active rules", file=sys.stderr)
                 _print_findings(findings, sys.stderr, prefix=f"{path}: ")

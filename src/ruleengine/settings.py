@@ -140,7 +140,8 @@ class Settings(BaseSettings):
     )
     refuse_conflicting_rules: bool = Field(
         default=False,
-        description="a save (API, `rules apply`) whose rule fights an active rule is refused",
+        description="an ACTIVE rule that fights an active rule is not saved (API, `rules"
+        " apply`) or activated",
     )
 
     # secrets

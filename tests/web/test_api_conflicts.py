@@ -94,6 +94,10 @@ async def test_a_paused_rule_is_listed_but_a_save_is_checked_against_active_rule
     assert (await response.json())["warnings"] == []
     (finding,) = (await (await client.get("/api/rules/conflicts")).json())["findings"]
     assert finding["both_active"] is False
+    paused_id = next(r["rule_id"] for r in finding["rules"] if r["name"] == "Up")
+    activated = await client.post(f"/api/rules/{paused_id}/activate", headers=AUTH)
+    assert activated.status == 200  # not refused by default, and told what it fights
+    assert [w["field"] for w in (await activated.json())["warnings"]] == ["daily_budget"]
 
 
 async def test_the_refusing_setting_answers_409_with_the_findings(
@@ -111,6 +115,18 @@ async def test_the_refusing_setting_answers_409_with_the_findings(
         assert body["conflicts"][0]["field"] == "daily_budget"
         names = [r["name"] for r in (await (await client.get("/api/rules")).json())["items"]]
         assert names == ["Up"]  # nothing saved
+
+        # a paused rule fights nothing: saved, with its warnings; activating it is refused
+        paused = await client.post(
+            "/api/rules", json=budget_rule("Down", DOWN, status="PAUSED"), headers=AUTH
+        )
+        assert paused.status == 201
+        body = await paused.json()
+        assert len(body["warnings"]) == 1
+        activate = await client.post(f"/api/rules/{body['id']}/activate", headers=AUTH)
+        assert activate.status == 409
+        assert "not activated" in (await activate.json())["error"]
+        assert (await (await client.get(f"/api/rules/{body['id']}")).json())["status"] == "PAUSED"
     finally:
         await client.close()
 

@@ -17,6 +17,7 @@ from aiohttp import web
 from ruleengine.conflicts import NEW_RULE_ID, findings_json
 from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.preview import preview_rule
+from ruleengine.rules.conflicts import Finding
 from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.rules.schedule import describe
 from ruleengine.store.ruledocs import Loaded, RuleDoc, RuleIssue, StoredRuleError, VersionDoc
@@ -249,9 +250,20 @@ async def pause_rule(request: web.Request) -> web.Response:
 
 
 async def activate_rule(request: web.Request) -> web.Response:
-    """``POST /api/rules/{id}/activate`` (re-arms the schedule from now)."""
-    doc = await services(request).rules.set_status(request.match_info["id"], "ACTIVE", now=_now())
-    return _rule_response(doc)
+    """``POST /api/rules/{id}/activate`` (re-arms the schedule from now), with its conflicts."""
+    store = services(request).rules
+    existing = await store.get(request.match_info["id"])
+    conflicts: list[Finding] = []
+    try:
+        rule = existing.rule().model_copy(update={"status": "ACTIVE"})
+    except StoredRuleError:
+        pass  # set_status answers what is wrong with it
+    else:
+        conflicts = await api_conflicts.save_warnings(
+            request, rule, rule_id=existing.id, what="activated"
+        )
+    doc = await store.set_status(existing.id, "ACTIVE", now=_now())
+    return _rule_response(doc, warnings=findings_json(conflicts))
 
 
 async def list_versions(request: web.Request) -> web.Response:

@@ -82,22 +82,25 @@ async def check_draft(request: web.Request) -> web.Response:
     return json_response(_answer(findings, checked=len(active) + 1, live=_live(request)))
 
 
-async def save_warnings(request: web.Request, rule: Rule, *, rule_id: str | None) -> list[Finding]:
-    """The conflicts of a rule being saved with the active rules (and within itself).
+async def save_warnings(
+    request: web.Request, rule: Rule, *, rule_id: str | None, what: str = "saved"
+) -> list[Finding]:
+    """The conflicts of a rule being saved (or activated) with the active rules and itself.
 
     Raises:
         ApiError: 409 with the findings, when ``RULEENGINE_REFUSE_CONFLICTING_RULES`` is
-            set and some finding is a conflict (not only a note).
+            set, the rule is ``ACTIVE`` (a paused rule fights nothing until activated,
+            which is checked then) and some finding is a conflict (not only a note).
     """
     active = await stored_entries(services(request).rules, active_only=True)
     findings = against_active(rule, active, rule_id=rule_id or NEW_RULE_ID)
     refused = [f for f in findings if f.severity == "conflict"]
-    if refused and settings_of(request).refuse_conflicting_rules:
+    if refused and rule.status == "ACTIVE" and settings_of(request).refuse_conflicting_rules:
         raise ApiError(
             409,
-            f"not saved: the rule fights {len(refused)} time(s) with active rules (or itself)"
+            f"not {what}: the rule fights {len(refused)} time(s) with active rules (or itself)"
             " and RULEENGINE_REFUSE_CONFLICTING_RULES is set; see 'conflicts', change the"
-            " rules' scopes or conditions, or pause the other rule first",
+            " rules' scopes or conditions, save it PAUSED, or pause the other rule first",
             conflicts=findings_json(findings),
         )
     return findings

@@ -336,11 +336,13 @@
 
   async function setStatus(action) {
     try {
-      await api("POST", `/api/rules/${encodeURIComponent(state.current.id)}/${action}`);
+      const rule = await api("POST", `/api/rules/${encodeURIComponent(state.current.id)}/${action}`);
       flash(action === "pause" ? "rule paused" : "rule activated");
       await loadRules();
       await selectRule(state.current.id);
+      if (rule.warnings && rule.warnings.length) renderConflicts(rule.warnings, "found when activating");
     } catch (err) {
+      if (err.status === 409 && err.body && err.body.conflicts) renderConflicts(err.body.conflicts, "not activated");
       failed(err, action + " failed");
     }
   }
