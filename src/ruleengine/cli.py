@@ -17,7 +17,15 @@ import orjson
 from pydantic import ValidationError
 
 from ruleengine import __version__
+from ruleengine.conflicts import (
+    NEW_RULE_ID,
+    add_live_entities,
+    against_active,
+    findings_json,
+    stored_entries,
+)
 from ruleengine.errors import FieldError, RuleEngineError, RuleValidationError
+from ruleengine.rules.conflicts import Finding, RuleEntry, find_conflicts
 from ruleengine.rules.model import Rule, parse_rule, rule_json_schema
 from ruleengine.rules.money import (
     CURRENT_FORMAT,
@@ -140,12 +148,126 @@ async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
             print("nothing applied: fix the errors above first", file=sys.stderr)
             return 1
         store = RuleStore(db)
+        refused = 0
         for path, rule in valid:
+            existing = await store.find_by_name(rule.name)
+            active = await stored_entries(store, active_only=True)  # those applied just now too
+            rule_id = existing.id if existing else NEW_RULE_ID
+            findings = against_active(rule, active, rule_id=rule_id)
+            fights = any(f.severity == "conflict" for f in findings)
+            if fights and rule.status == "ACTIVE" and settings.refuse_conflicting_rules:
+                refused += 1
+                print(f"{path}: not applied ({rule.name}): it fights active rules", file=sys.stderr)
+                _print_findings(findings, sys.stderr, prefix=f"{path}: ")
+                continue
             result = await store.save(rule, now=_now(), author=args.author, source=str(path))
             state = "created" if result.created else "unchanged"
             state = "new version" if result.new_version and not result.created else state
             print(f"{path}: {result.rule.id} v{result.rule.version} {state} ({rule.name})")
-        return 0
+            _print_findings(findings, sys.stdout, prefix=f"{path}: warning: ")
+        if refused:
+            print(
+                f"{refused} file(s) not applied: RULEENGINE_REFUSE_CONFLICTING_RULES is set",
+                file=sys.stderr,
+            )
+        return 1 if refused else 0
+
+
+_FIRE_WORDS = {
+    "can_fire_together": "can fire together",
+    "may_fire_together": "may fire together",
+    "cannot_fire_together": "cannot fire together",
+}
+
+
+def finding_lines(finding: Finding) -> list[str]:
+    """A finding for people: the verdict, both tasks, why, and any live entities."""
+    head = "CONFLICT" if finding.severity == "conflict" else "note"
+    scope = "scopes overlap" if finding.scope == "overlap" else "scopes may overlap"
+    lines = [
+        f"{head}: {finding.field} ({finding.kind.replace('_', ' ')}; {scope};"
+        f" {_FIRE_WORDS[finding.conditions]})"
+        + ("" if finding.both_active else " — not both active")
+    ]
+    for side in (finding.a, finding.b):
+        lines.append(
+            f"  {side.rule_name} [{side.rule_id}, {side.status}] task {side.task_id}: {side.does}"
+        )
+    lines.append(f"  why: {finding.why}")
+    for entity in finding.entities or []:
+        if "error" in entity:
+            lines.append(f"  live: {entity['ad_account']}: {entity['error']}")
+        else:
+            lines.append(f"  live: {entity['ad_account']} {entity['id']} {entity['name']!r}")
+    if finding.entities == []:
+        lines.append("  live: no current entity is in both scopes")
+    return [_one_line(line) for line in lines]
+
+
+def _print_findings(findings: Sequence[Finding], out: TextIO, *, prefix: str = "") -> None:
+    for finding in findings:
+        for line in finding_lines(finding):
+            print(f"{prefix}{line}", file=out)
+
+
+async def _conflict_entries(
+    args: argparse.Namespace, settings: Settings, db: Database
+) -> tuple[list[RuleEntry], set[str] | None] | None:
+    """The rules to analyse and which of them the command asks about (None: all)."""
+    stored = await stored_entries(RuleStore(db), active_only=not args.all)
+    if not args.files:
+        return stored, None
+    accounts = await CredentialStore(db, load_key(settings, create=False)).ids()
+    valid = validate_files(
+        args.files, sys.stderr, accounts=accounts, webhooks=set(settings.webhooks)
+    )
+    if len(valid) != len(args.files):
+        return None
+    files = [RuleEntry(str(path), rule.name, rule, rule.status) for path, rule in valid]
+    names = {e.name for e in files}  # a file replaces the stored rule it would update
+    kept = [e for e in stored if e.name not in names]
+    return [*kept, *files], {e.id for e in files}
+
+
+async def _rules_conflicts(args: argparse.Namespace, settings: Settings) -> int:
+    async with _database(settings) as db:
+        found = await _conflict_entries(args, settings, db)
+        if found is None:
+            print("nothing checked: fix the errors above first", file=sys.stderr)
+            return 2
+        entries, asked = found
+        findings = find_conflicts(entries, only_involving=asked)
+        if args.live and findings:
+            findings = await _live_findings(settings, db, findings, entries)
+    if args.json:
+        data = {"findings": findings_json(findings), "checked_rules": len(entries)}
+        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        _print_findings(findings, sys.stdout)
+        conflicts = sum(1 for f in findings if f.severity == "conflict")
+        print(
+            f"{conflicts} conflict(s), {len(findings) - conflicts} note(s)"
+            f" among {len(entries)} rule(s)"
+        )
+    return 1 if any(f.severity == "conflict" for f in findings) else 0
+
+
+async def _live_findings(
+    settings: Settings, db: Database, findings: list[Finding], entries: list[RuleEntry]
+) -> list[Finding]:
+    from ruleengine.meta.http import GraphSession
+    from ruleengine.meta.reader import GraphReader
+
+    session = GraphSession(settings)
+    try:
+        return await add_live_entities(
+            findings,
+            {e.id: e.rule for e in entries},
+            reader=GraphReader.from_settings(session),
+            credentials=CredentialStore(db, load_key(settings, create=False)),
+        )
+    finally:
+        await session.close()
 
 
 async def _rules_migrate(args: argparse.Namespace, settings: Settings) -> int:
@@ -844,9 +966,33 @@ def _add_rules(sub: Any) -> None:
     apply.set_defaults(handler=_run_async(_rules_apply))
     listing = rules.add_parser("list", help="list rules with status, schedule and next run")
     listing.set_defaults(handler=_run_async(_rules_list))
+    _add_conflicts(rules)
     _add_import_meta(rules)
     _add_export_meta(rules)
     _add_backtest(rules)
+
+
+def _add_conflicts(rules: Any) -> None:
+    conflicts = rules.add_parser(
+        "conflicts",
+        help="find rules that fight (one scales a budget up, another cuts it down …)",
+        description="Find pairs of tasks, of one rule or of two, that can act on the same field"
+        " of the same entities in opposite ways: pause vs activate, a budget or bid up vs down"
+        " or set, a rename that drops what another appends, a `then` that undoes another"
+        " task. Without FILE: the stored ACTIVE rules (--all: and the PAUSED ones). With FILE:"
+        " each file against the stored active rules and the other files (a file replaces the"
+        " stored rule of its name). Exit 0 when there is no conflict, 1 when there is one (a"
+        " pair whose thresholds cannot both pass is printed as a note and does not count),"
+        " 2 on bad usage or an invalid file. See docs/rules.md, 'Rules that fight'.",
+        epilog="Example: ruleengine rules conflicts examples/rules/09-fight-scale-up.json --live",
+    )
+    conflicts.add_argument("files", nargs="*", type=Path, metavar="FILE")
+    conflicts.add_argument(
+        "--live", action="store_true", help="list up to 5 current entities both rules act on"
+    )
+    conflicts.add_argument("--json", action="store_true", help="print the findings as JSON")
+    conflicts.add_argument("--all", action="store_true", help="include the stored PAUSED rules too")
+    conflicts.set_defaults(handler=_run_async(_rules_conflicts))
 
 
 def _add_import_meta(rules: Any) -> None:

@@ -153,6 +153,11 @@ class Settings(BaseSettings):
     backtest_concurrency: int = Field(
         default=1, ge=1, description="backtests the web app runs at once; more wait, queued"
     )
+    refuse_conflicting_rules: bool = Field(
+        default=False,
+        description="an ACTIVE rule that fights an active rule is not saved (API, `rules"
+        " apply`) or activated",
+    )
 
     # secrets
     token_encryption_key: SecretStr | None = None

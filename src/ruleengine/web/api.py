@@ -2,7 +2,8 @@
 
 Rule bodies are validated exactly as the CLI validates files, against the
 registered ad accounts and the configured webhooks; every save is recorded with
-author ``api`` and source ``web``. See ``docs/api.md`` for the reference.
+author ``api`` and source ``web`` and answers the rule's conflicts with the active
+rules as ``warnings`` (:mod:`ruleengine.web.api_conflicts`). See ``docs/api.md`` for the reference.
 """
 
 from __future__ import annotations
@@ -13,12 +14,21 @@ from typing import Any
 
 from aiohttp import web
 
+from ruleengine.conflicts import NEW_RULE_ID, findings_json
 from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.preview import preview_rule
+from ruleengine.rules.conflicts import Finding
 from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.rules.schedule import describe
 from ruleengine.store.ruledocs import Loaded, RuleDoc, RuleIssue, StoredRuleError, VersionDoc
-from ruleengine.web import api_admin, api_followups, api_holds, api_import, api_records
+from ruleengine.web import (
+    api_admin,
+    api_conflicts,
+    api_followups,
+    api_holds,
+    api_import,
+    api_records,
+)
 from ruleengine.web.jsonio import (
     ApiError,
     int_param,
@@ -198,10 +208,12 @@ async def create_rule(request: web.Request) -> web.Response:
             f"a rule named '{rule.name}' already exists (id {existing.id}); change it with"
             f" PUT /api/rules/{existing.id} or pick another name",
         )
+    conflicts = await api_conflicts.save_warnings(request, rule, rule_id=None)
     result = await store.save(rule, now=_now(), author=AUTHOR, source=SOURCE)
     if not result.created:  # another request created it between the check and the save
         raise ApiError(409, f"a rule named '{rule.name}' already exists")
-    response = _rule_response(result.rule, status=201, new_version=True)
+    warnings = findings_json(conflicts, rename={NEW_RULE_ID: result.rule.id})
+    response = _rule_response(result.rule, status=201, new_version=True, warnings=warnings)
     response.headers["Location"] = f"/api/rules/{result.rule.id}"
     return response
 
@@ -224,6 +236,7 @@ async def update_rule(request: web.Request) -> web.Response:
         # an edit never (re)activates by omission; a rule with issues comes back paused
         body = {**body, "status": existing.edit_status}
     rule = await validated_rule(request, body)
+    conflicts = await api_conflicts.save_warnings(request, rule, rule_id=existing.id)
     result = await store.save(
         rule,
         now=_now(),
@@ -232,7 +245,9 @@ async def update_rule(request: web.Request) -> web.Response:
         rule_id=existing.id,
         expected_version=expected,
     )
-    return _rule_response(result.rule, new_version=result.new_version)
+    return _rule_response(
+        result.rule, new_version=result.new_version, warnings=findings_json(conflicts)
+    )
 
 
 async def pause_rule(request: web.Request) -> web.Response:
@@ -242,9 +257,20 @@ async def pause_rule(request: web.Request) -> web.Response:
 
 
 async def activate_rule(request: web.Request) -> web.Response:
-    """``POST /api/rules/{id}/activate`` (re-arms the schedule from now)."""
-    doc = await services(request).rules.set_status(request.match_info["id"], "ACTIVE", now=_now())
-    return _rule_response(doc)
+    """``POST /api/rules/{id}/activate`` (re-arms the schedule from now), with its conflicts."""
+    store = services(request).rules
+    existing = await store.get(request.match_info["id"])
+    conflicts: list[Finding] = []
+    try:
+        rule = existing.rule().model_copy(update={"status": "ACTIVE"})
+    except StoredRuleError:
+        pass  # set_status answers what is wrong with it
+    else:
+        conflicts = await api_conflicts.save_warnings(
+            request, rule, rule_id=existing.id, what="activated"
+        )
+    doc = await store.set_status(existing.id, "ACTIVE", now=_now())
+    return _rule_response(doc, warnings=findings_json(conflicts))
 
 
 async def list_versions(request: web.Request) -> web.Response:
@@ -316,6 +342,7 @@ def add_routes(app: web.Application) -> None:
     """Register every ``/api`` route."""
     r = app.router
     r.add_get("/api/rules", list_rules, name="api.rules")
+    api_conflicts.add_routes(app)  # /api/rules/conflicts, before /api/rules/{id}
     r.add_post("/api/rules", create_rule)
     r.add_post("/api/rules/validate", validate_rule, name="api.validate")
     r.add_post("/api/rules/preview", preview_draft, name="api.preview_draft")

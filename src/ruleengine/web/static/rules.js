@@ -1,11 +1,12 @@
-/* Rules screen: list, JSON editor with live validation, save, pause/activate, versions, preview
- * (the Backtest panel is backtest.js). */
+/* Rules screen: list with conflict badges, JSON editor with live validation, save (and the
+   conflicts it reports), conflict check, pause/activate, versions, preview (the Backtest
+   panel is backtest.js). */
 "use strict";
 
 (() => {
   const { api, el, badge, flash, failed, fmtTime, fmtAgo, timeCell, debounce } = RE;
   const $ = (id) => document.getElementById(id);
-  const state = { current: null, isNew: false, seq: 0 };
+  const state = { current: null, isNew: false, seq: 0, conflicts: {} };
 
   const NEW_RULE = {
     name: "New rule",
@@ -38,6 +39,14 @@
     }
   }
 
+  async function loadConflicts() {
+    try {
+      state.conflicts = (await api("GET", "/api/rules/conflicts")).conflicting_rules;
+    } catch (_err) {
+      state.conflicts = {};  // the list still shows; only the badges are missing
+    }
+  }
+
   async function loadRules() {
     let items;
     try {
@@ -46,14 +55,26 @@
       failed(err, "could not load the rules");
       return;
     }
-    const body = $("rules-table").tBodies[0];
-    body.replaceChildren(...items.map(ruleRow));
-    $("rules-empty").classList.toggle("hidden", items.length > 0);
-    markSelected();
+    const show = () => {
+      $("rules-table").tBodies[0].replaceChildren(...items.map(ruleRow));
+      $("rules-empty").classList.toggle("hidden", items.length > 0);
+      markSelected();
+    };
+    show();
+    await loadConflicts();  // the badges follow: a big rule set takes longer to analyse
+    show();
   }
 
   function issueLine(rule) {
     return rule.issue ? el("div", { class: "issue" }, rule.issue.message) : null;
+  }
+
+  function conflictBadge(rule) {
+    const count = state.conflicts[rule.id];
+    if (!count) return null;
+    return el("span", { class: "badge conflict", dataset: { conflicts: count },
+      title: `fights ${count} time(s) with other rules or itself: open the rule and “Check conflicts”` },
+    count === 1 ? "conflict" : count + " conflicts");
   }
 
   function ruleRow(rule) {
@@ -65,7 +86,7 @@
     };
     return el("tr", { class: "clickable", dataset: { ruleId: rule.id }, onclick: open },
       el("td", {}, el("a", { href: "/rules/" + encodeURIComponent(rule.id), onclick: (e) => e.preventDefault() }, rule.name),
-        issueLine(rule)),
+        conflictBadge(rule), issueLine(rule)),
       el("td", {}, badge(rule.status)),
       el("td", {}, rule.schedule || "—", el("span", { class: "muted" }, rule.timezone ? " · " + rule.timezone : "")),
       next ? timeCell(next) : el("td", { class: "muted" }, idle),
@@ -104,6 +125,7 @@
     const rule = state.current;
     $("rule-detail").classList.remove("hidden");
     $("preview-block").classList.add("hidden");
+    $("conflicts-block").classList.add("hidden");
     $("detail-title").textContent = state.isNew ? "New rule" : rule.name;
     $("detail-status").replaceChildren(state.isNew ? "" : badge(rule.status));
     const issue = !state.isNew && rule.issue;
@@ -257,19 +279,72 @@
       }
       await loadRules();
       await selectRule(rule.id);
+      renderConflicts(rule.warnings || [], "found when saving, against the active rules");
     } catch (err) {
       if (err.status === 422) showErrors(err.body.errors || []);
+      if (err.status === 409 && err.body.conflicts) renderConflicts(err.body.conflicts, "not saved");
       failed(err, "not saved");
+    }
+  }
+
+  // ---------------------------------------------------------------- conflicts
+
+  const SCOPE = { overlap: "same entities", may_overlap: "scopes may overlap" };
+  const FIRE = {
+    can_fire_together: "can fire together",
+    may_fire_together: "may fire together",
+    cannot_fire_together: "cannot fire together",
+  };
+
+  function conflictItem(f) {
+    const [a, b] = f.rules;
+    const side = (s) => el("span", {}, el("strong", {}, s.name), ` · ${s.task_id} (${s.does})`);
+    const entities = (f.entities || []).map((e) => e.error ? `${e.ad_account}: ${e.error}` : `${e.name} (${e.id})`);
+    return el("li", { class: "severity-" + f.severity, dataset: { field: f.field, kind: f.kind } },
+      el("div", {}, el("span", { class: "badge " + (f.severity === "conflict" ? "conflict" : "") },
+        f.severity === "conflict" ? "conflict" : "note"), `${f.field}: `, side(a), " ↔ ", side(b)),
+      el("div", { class: "why" }, `${f.kind.replace(/_/g, " ")} · ${SCOPE[f.scope]} · ${FIRE[f.conditions]}` +
+        (f.both_active ? "" : " · not both active") + " — " + f.why),
+      entities.length ? el("div", { class: "why" }, "now in both scopes: " + entities.join(", ")) : null);
+  }
+
+  function renderConflicts(findings, when) {
+    const conflicts = findings.filter((f) => f.severity === "conflict").length;
+    $("conflicts-meta").textContent = findings.length
+      ? `${conflicts} conflict(s), ${findings.length - conflicts} note(s) · ${when}`
+      : `none · ${when}`;
+    $("conflicts-list").replaceChildren(...findings.map(conflictItem));
+    $("conflicts-block").classList.remove("hidden");
+  }
+
+  async function checkConflicts() {
+    const parsed = parseEditor();
+    if (parsed.error) {
+      showErrors([parsed.error]);
+      return;
+    }
+    const query = state.isNew ? "" : "&rule_id=" + encodeURIComponent(state.current.id);
+    $("check-conflicts").disabled = true;
+    try {
+      const result = await api("POST", "/api/rules/conflicts?live=1" + query, parsed.value);
+      renderConflicts(result.findings, "this definition against the active rules, with live entities");
+    } catch (err) {
+      if (err.status === 422) showErrors(err.body.errors || []);
+      failed(err, "conflict check failed");
+    } finally {
+      $("check-conflicts").disabled = false;
     }
   }
 
   async function setStatus(action) {
     try {
-      await api("POST", `/api/rules/${encodeURIComponent(state.current.id)}/${action}`);
+      const rule = await api("POST", `/api/rules/${encodeURIComponent(state.current.id)}/${action}`);
       flash(action === "pause" ? "rule paused" : "rule activated");
       await loadRules();
       await selectRule(state.current.id);
+      if (rule.warnings && rule.warnings.length) renderConflicts(rule.warnings, "found when activating");
     } catch (err) {
+      if (err.status === 409 && err.body && err.body.conflicts) renderConflicts(err.body.conflicts, "not activated");
       failed(err, action + " failed");
     }
   }
@@ -355,6 +430,7 @@
     $("new-rule").addEventListener("click", newRule);
     $("save-rule").addEventListener("click", save);
     $("preview-rule").addEventListener("click", preview);
+    $("check-conflicts").addEventListener("click", checkConflicts);
     $("pause-rule").addEventListener("click", () => setStatus("pause"));
     $("activate-rule").addEventListener("click", () => setStatus("activate"));
     $("rule-editor").addEventListener("input", debounce(validateNow, 350));
