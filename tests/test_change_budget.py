@@ -163,6 +163,8 @@ def test_unset_guards_leave_the_versioned_definition_as_it_was() -> None:
     rule = parse_rule(data)
     definition = rule.definition()
     assert "change_budget" not in definition and "on_oscillation" not in definition["tasks"][0]
+    for name in ("respect_learning_phase", "max_change_pct_while_learning"):
+        assert name not in definition["tasks"][0]
     data["tasks"][0]["on_oscillation"] = "hold"
     held = parse_rule(data | {"change_budget": {"max_status_changes_per_day": 2}}).definition()
     assert held["tasks"][0]["on_oscillation"] == "hold"

@@ -286,7 +286,7 @@ class Filter(RuleModel):
 #: Optional fields the versioned definition leaves out while unset (see Rule.definition).
 UNSET_LEFT_OUT: dict[str, tuple[str, ...]] = {
     "rule": ("change_budget",),
-    "task": ("on_oscillation",),
+    "task": ("on_oscillation", "respect_learning_phase", "max_change_pct_while_learning"),
 }
 
 
@@ -466,7 +466,7 @@ class Rule(RuleModel):
             (task, UNSET_LEFT_OUT["task"]) for task in definition["tasks"]
         ]:
             for name in names:
-                if parent.get(name) is None:
+                if parent.get(name) is None or parent.get(name) is False:
                     parent.pop(name, None)
         return definition
 
