@@ -53,6 +53,14 @@ async def run_all(settings: Settings, db: Database, at: datetime) -> float:
     return found or 0.0
 
 
+async def save_fighting_pair(db: Database) -> None:
+    """Two rules on the same campaign: "Up" (+10 %, holding on oscillation) and "Down" (−10 %)."""
+    up = one_campaign({"type": "increase_budget", "percent": 10}, "Up")
+    up["tasks"][0]["on_oscillation"] = "hold"
+    await save_rule(db, up)
+    await save_rule(db, one_campaign({"type": "decrease_budget", "percent": 10}, "Down"))
+
+
 @pytest.mark.parametrize("batch_size", [50, 1], ids=["batched", "one-at-a-time"])
 async def test_a_30_pct_change_budget_lets_20_pct_through_and_clamps_the_next_20_pct_to_10(
     settings: Settings, db: Database, accounts: list[str], sandbox: SandboxAdmin, batch_size: int
@@ -108,10 +116,7 @@ async def test_two_rules_driving_a_budget_up_and_down_make_one_oscillation_and_h
     settings: Settings, db: Database, accounts: list[str], sandbox: SandboxAdmin
 ) -> None:
     campaign = (await campaign_ids(sandbox))[ONE]
-    up = one_campaign({"type": "increase_budget", "percent": 10}, "Up")
-    up["tasks"][0]["on_oscillation"] = "hold"
-    await save_rule(db, up)
-    await save_rule(db, one_campaign({"type": "decrease_budget", "percent": 10}, "Down"))
+    await save_fighting_pair(db)
     start = datetime.now(UTC)
     counted = 0.0
     for run in range(4):

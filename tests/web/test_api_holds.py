@@ -7,21 +7,18 @@ from datetime import UTC, datetime, timedelta
 
 from web_helpers import AUTH, Client
 
-from flow import campaign_ids, records, save_rule
+from flow import campaign_ids, records
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
-from test_rules_that_fight import ONE, one_campaign, run_all
+from test_rules_that_fight import ONE, run_all, save_fighting_pair
 
 
 async def test_a_hold_is_listed_cleared_with_the_token_and_the_field_moves_again(
     client: Client, web_settings: Settings, db: Database, sandbox: SandboxAdmin
 ) -> None:
     campaign = (await campaign_ids(sandbox))[ONE]
-    up = one_campaign({"type": "increase_budget", "percent": 10}, "Up")
-    up["tasks"][0]["on_oscillation"] = "hold"
-    await save_rule(db, up)
-    await save_rule(db, one_campaign({"type": "decrease_budget", "percent": 10}, "Down"))
+    await save_fighting_pair(db)
     start = datetime.now(UTC)
     for run in range(3):
         await run_all(web_settings, db, start + timedelta(minutes=15 * run))

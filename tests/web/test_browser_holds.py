@@ -17,12 +17,12 @@ from test_browser import (  # noqa: F401  (page and the autouse check are fixtur
 )
 from web_helpers import API_TOKEN, Client
 
-from flow import campaign_ids, save_rule, wait_for
+from flow import campaign_ids, wait_for
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
-from test_rules_that_fight import ONE, one_campaign, run_all
+from test_rules_that_fight import ONE, run_all, save_fighting_pair
 
 pytestmark = pytest.mark.browser
 
@@ -35,10 +35,7 @@ async def test_rule_logs_mark_the_oscillation_and_the_errors_screen_clears_its_h
     sandbox: SandboxAdmin,
 ) -> None:
     campaign = (await campaign_ids(sandbox))[ONE]
-    up = one_campaign({"type": "increase_budget", "percent": 10}, "Up")
-    up["tasks"][0]["on_oscillation"] = "hold"
-    await save_rule(db, up)
-    await save_rule(db, one_campaign({"type": "decrease_budget", "percent": 10}, "Down"))
+    await save_fighting_pair(db)
     start = datetime.now(UTC)
     for run in range(3):
         await run_all(web_settings, db, start + timedelta(minutes=15 * run))
