@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from web_helpers import AUTH, Client, insert_batch, rule_body, run_batch
 
@@ -158,3 +158,36 @@ def test_per_hour_is_aligned_to_the_hours_ending_now(now: datetime, ago: dict[in
     counts = group.per_hour(now)
     assert len(counts) == HOURS_KEPT
     assert counts == [ago.get(h, 0) for h in range(HOURS_KEPT - 1, -1, -1)]
+
+
+QUERY_VALUES = st.one_of(
+    st.text(max_size=250),
+    st.sampled_from(["0", "14", "90", "91", "-1", "1e3", "٣", "14\n", "", "x" * 201]),
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    ids=st.lists(QUERY_VALUES, max_size=4),
+    days=st.one_of(st.none(), QUERY_VALUES),
+    route=st.sampled_from(["fires", "p95"]),
+)
+async def test_any_query_is_answered_200_or_422_never_500(
+    client: Client, ids: list[str], days: str | None, route: str
+) -> None:
+    query = [("rule_id", i) for i in ids] + ([] if days is None else [("days", days)])
+    answer = await client.get(f"/api/trends/rules/{route}", params=query)
+    body = await answer.json()
+    assert answer.status in (200, 422), body
+    if answer.status == 422:
+        assert body["errors"][0]["path"] in ("rule_id", "days")
+        return
+    asked = list(dict.fromkeys(i for i in ids if i))
+    assert [item["rule_id"] for item in body["items"]] == asked
+    assert all(len(item["values"]) == len(body["days"]) for item in body["items"])
