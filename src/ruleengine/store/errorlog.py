@@ -4,7 +4,8 @@ Messages are normalised (timestamps, UUIDs, IP addresses, ad account ids,
 numeric ids of 6+ digits and trace ids masked) so that "campaign 1202… failed"
 for 50 campaigns is one group with a count of 50. Each group keeps the last 10
 samples (each at most 16 KiB, see :mod:`ruleengine.store.samples`), first/last
-seen, and a status: active, resolved or ignored. A resolved
+seen, occurrences per UTC hour over the last 48 hours (``hourly``: older hours are
+dropped as new ones are counted), and a status: active, resolved or ignored. A resolved
 group that happens again becomes active again; an ignored one stays ignored.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
 from bson import ObjectId
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 ErrorStatus = Literal["active", "resolved", "ignored"]
 SAMPLES_KEPT: Final = 10
+HOURS_KEPT: Final = 48
+_HOUR: Final = timedelta(hours=1)
 _MAX_TEXT: Final = 8000
 
 _MASKS: Final = (
@@ -60,6 +63,17 @@ def normalise(message: str) -> str:
     return " ".join(message.split())[:_MAX_TEXT]
 
 
+def hour_key(at: datetime) -> str:
+    """The ``hourly`` key of the UTC hour ``at`` falls in, e.g. ``2026-11-30T16``."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H")
+
+
+def hours_ending(now: datetime, hours: int = HOURS_KEPT) -> list[datetime]:
+    """The starts of the ``hours`` UTC hours ending with the one ``now`` falls in, oldest first."""
+    current = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return [current - _HOUR * n for n in range(hours - 1, -1, -1)]
+
+
 def fingerprint(function: str, normalised: str) -> str:
     """The group key of an error."""
     return hashlib.sha1(f"{function}\n{normalised}".encode()).hexdigest()
@@ -78,6 +92,11 @@ class ErrorGroup(BaseModel):
     last_seen: datetime
     status: ErrorStatus
     samples: list[dict[str, Any]]
+    hourly: dict[str, int] = {}
+
+    def per_hour(self, now: datetime, hours: int = HOURS_KEPT) -> list[int]:
+        """Occurrences in each of the ``hours`` UTC hours ending with now's, oldest first."""
+        return [self.hourly.get(hour_key(h), 0) for h in hours_ending(now, hours)]
 
     @classmethod
     def from_mongo(cls, doc: Document) -> ErrorGroup:
@@ -91,6 +110,7 @@ class ErrorGroup(BaseModel):
             last_seen=doc["last_seen"],
             status=doc["status"],
             samples=list(reversed(doc.get("samples", []))),  # newest first
+            hourly={str(k): int(v) for k, v in (doc.get("hourly") or {}).items()},
         )
 
 
@@ -130,7 +150,7 @@ class ErrorLog:
             }
         )
         update = {
-            "$inc": {"count": 1},
+            "$inc": {"count": 1, f"hourly.{hour_key(now)}": 1},
             "$set": {"last_seen": now, "message": normalised},
             "$setOnInsert": {"first_seen": now, "status": "active"},
             "$push": {"samples": {"$each": [sample], "$slice": -SAMPLES_KEPT}},
@@ -145,6 +165,12 @@ class ErrorLog:
                 if attempt:
                     raise
         assert doc is not None
+        oldest = hour_key(hours_ending(now)[0])  # the keys sort as the hours do
+        stale = [k for k in doc.get("hourly") or {} if k < oldest]
+        if stale:  # at most once an hour per group: the hours that fell out of the window
+            await self._groups.update_one(
+                {"_id": doc["_id"]}, {"$unset": {f"hourly.{k}": "" for k in stale}}
+            )
         if doc["status"] == "resolved":
             await self._groups.update_one(
                 {"_id": doc["_id"], "status": "resolved"},

@@ -28,6 +28,7 @@ from ruleengine.web import (
     api_holds,
     api_import,
     api_records,
+    api_trends,
 )
 from ruleengine.web.jsonio import (
     ApiError,
@@ -358,3 +359,4 @@ def add_routes(app: web.Application) -> None:
     api_holds.add_routes(app)
     api_admin.add_routes(app)
     api_import.add_routes(app)
+    api_trends.add_routes(app)

@@ -15,7 +15,7 @@ from ruleengine.errors import FieldError
 from ruleengine.redact import REDACTOR
 from ruleengine.rules.basics import is_account_id, timezone_problem
 from ruleengine.store.credentials import Account, is_currency
-from ruleengine.store.errorlog import ErrorGroup, ErrorStatus
+from ruleengine.store.errorlog import ErrorGroup, ErrorStatus, hours_ending
 from ruleengine.web.jsonio import (
     choice_param,
     int_param,
@@ -30,8 +30,10 @@ _ACCOUNT_FIELDS: Final = frozenset({"id", "token", "name", "timezone", "currency
 
 
 def error_group(group: ErrorGroup) -> dict[str, Any]:
-    """An error group for the API (samples newest first)."""
-    return group.model_dump()
+    """An error group for the API (samples newest first, occurrences of the last 48 hours)."""
+    now = datetime.now(UTC)
+    per_hour = {"since": hours_ending(now)[0], "counts": group.per_hour(now)}
+    return group.model_dump(exclude={"hourly"}) | {"per_hour": per_hour}
 
 
 def account_entry(account: Account) -> dict[str, Any]:

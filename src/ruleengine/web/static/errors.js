@@ -30,6 +30,7 @@
       el("td", {}, el("code", {}, group.function)),
       el("td", { class: "message-cell", title: group.message }, group.message),
       el("td", { class: "num" }, group.count),
+      el("td", { class: "hourly-cell" }, hourly(group)),
       timeCell(group.first_seen),
       timeCell(group.last_seen),
       el("td", { class: "group-status" }, badge(group.status)),
@@ -39,6 +40,16 @@
           el("button", { type: "button", class: "small secondary", dataset: { action: status },
             onclick: (event) => { event.stopPropagation(); setStatus(row, group, status); } }, label))),
     ];
+  }
+
+  /* occurrences per UTC hour, the last 48 hours, as a sparkline */
+  function hourly(group) {
+    const counts = (group.per_hour || {}).counts || [];
+    const total = counts.reduce((a, b) => a + b, 0);
+    return RE.sparkline(counts, {
+      label: `occurrences per hour, last ${counts.length} hours`,
+      title: `${total} occurrence(s) in the last ${counts.length} hours, from ${fmtTime(group.per_hour.since)}`,
+    });
   }
 
   function groupRow(group) {
@@ -101,7 +112,7 @@
         el("div", {}, el("h4", {}, "Response"), pretty(s.response))),
       s.context ? el("details", {}, el("summary", {}, "Context"), pretty(s.context)) : null,
       s.stack ? el("details", {}, el("summary", {}, "Stack"), el("pre", { class: "json" }, s.stack)) : null));
-    row.after(el("tr", { class: "detail-row" }, el("td", { colspan: 7 },
+    row.after(el("tr", { class: "detail-row" }, el("td", { colspan: 8 },
       samples.length ? samples : el("p", { class: "muted" }, "No samples kept."))));
   }
 

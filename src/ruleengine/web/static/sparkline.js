@@ -1,0 +1,36 @@
+/* Sparklines: a small uPlot chart in a table cell (no axes, no cursor), whose numbers are
+   also its text alternative (role="img" with an aria-label listing them). */
+"use strict";
+
+(() => {
+  const STROKE = "#3b6fd8";
+  const FILL = "rgba(59, 111, 216, 0.25)";
+
+  /* A <span> holding the chart of `values` (null: no value). `label` leads the text
+     alternative ("fires per day, last 14 days"), `format` writes one value, `kind` is
+     "bars" (counts) or "line" (a measure; gaps where null). */
+  function sparkline(values, { label, title, format = String, kind = "bars", width = 112, height = 26 }) {
+    const text = values.map((v) => (v === null || v === undefined ? "none" : format(v))).join(", ");
+    const node = RE.el("span", { class: "sparkline", role: "img", "aria-label": `${label}: ${text}`,
+      title: title || label, dataset: { values: values.map((v) => (v === null ? "" : v)).join(",") } });
+    if (typeof uPlot === "undefined") return node;  // the numbers are still in the label
+    const numbers = values.map((v) => (v === null || v === undefined ? null : Number(v)));
+    const max = Math.max(0, ...numbers.filter((v) => v !== null));
+    const series = kind === "bars"
+      ? { stroke: STROKE, fill: STROKE, width: 0, paths: uPlot.paths.bars({ size: [0.8, 8], align: 0 }), points: { show: false } }
+      : { stroke: STROKE, fill: FILL, width: 1.5, spanGaps: false, points: { show: true, size: 3, fill: STROKE } };
+    const opts = {
+      width, height, pxAlign: false,
+      legend: { show: false }, cursor: { show: false }, select: { show: false },
+      padding: [2, 2, 1, 2],
+      scales: { x: { time: false, range: [-0.5, values.length - 0.5] }, y: { range: [0, max > 0 ? max * 1.05 : 1] } },
+      axes: [{ show: false }, { show: false }],
+      series: [{}, series],
+    };
+    new uPlot(opts, [numbers.map((_, i) => i), numbers], node);
+    for (const canvas of node.querySelectorAll("canvas")) canvas.setAttribute("aria-hidden", "true");
+    return node;
+  }
+
+  RE.sparkline = sparkline;  // deferred: the page scripts call RE.sparkline once the page has loaded
+})();
