@@ -65,3 +65,39 @@ def test_changes_chain_and_outside_is_each_value_the_engine_did_not_leave(
         ch["by"]["label"].startswith("Scale v") for ch in changes if ch["by"]["kind"] == "rule"
     )
     assert body["fields"]["status"]["changes"] == []
+
+
+def test_a_pause_by_a_rule_and_an_activation_outside_are_status_steps() -> None:
+    seen = {"id": "1", "daily_budget": 5000}
+    paused = {
+        "_id": 1,
+        "created_at": START,
+        "rule_id": "r",
+        "rule_name": "Pause losers",
+        "rule_version": 3,
+        "outcome": "applied",
+        "field": "status",
+        "before": "ACTIVE",
+        "after": "PAUSED",
+        "entity": seen | {"status": "ACTIVE"},
+    }
+    later = {
+        "_id": 2,
+        "created_at": START + timedelta(hours=1),
+        "rule_id": "r",
+        "rule_name": "Pause losers",
+        "rule_version": 3,
+        "outcome": "skipped",
+        "field": None,
+        "entity": seen | {"status": "ACTIVE"},  # someone activated it in Ads Manager
+    }
+    body = build_timeline("1", [later, paused], since=START)
+    status = body["fields"]["status"]
+    assert [s["value"] for s in status["steps"]] == ["ACTIVE", "PAUSED", "ACTIVE"]
+    assert [ch["by"]["label"] for ch in status["changes"]] == [
+        "Pause losers v3",
+        "outside the engine",
+    ]
+    assert body["fields"]["daily_budget"]["changes"] == []
+    assert body["metric"] is None  # the rule that acted had no conditions recorded
+    assert [e["id"] for e in body["executions"]] == ["2", "1"]

@@ -160,7 +160,7 @@
         el("td", {}, `${r.rule_name || r.rule_id} v${r.rule_version}`),
         el("td", {}, r.kind), el("td", {}, badge(r.outcome), r.reason ? el("div", { class: "muted" }, r.reason) : null),
         el("td", {}, changeText(r)),
-        el("td", {}, el("a", { href: "/logs?" + new URLSearchParams({ rule_id: r.rule_id || "" }), title: "Rule Logs of this rule" }, r.batch_id || "")))));
+        el("td", {}, el("a", { href: "/logs", title: "Rule Logs (find this batch there)" }, r.batch_id || "")))));
   }
 
   async function load() {
