@@ -246,3 +246,11 @@ class ExecutionStore:
         """Every record of a batch, in evaluation order."""
         cursor = self._executions.find({"batch_id": batch_id}).sort("_id").limit(limit)
         return [d async for d in cursor]
+
+    async def for_entity(
+        self, entity_id: str, *, since: datetime, limit: int = 2000
+    ) -> list[Document]:
+        """The entity's records since ``since``, newest first (index ``entity_id, created_at``)."""
+        query = {"entity_id": entity_id, "created_at": {"$gte": since}}
+        cursor = self._executions.find(query).sort("created_at", DESCENDING).limit(limit)
+        return [d async for d in cursor]

@@ -24,6 +24,7 @@ from ruleengine.store.ruledocs import Loaded, RuleDoc, RuleIssue, StoredRuleErro
 from ruleengine.web import (
     api_admin,
     api_conflicts,
+    api_entities,
     api_followups,
     api_holds,
     api_import,
@@ -357,6 +358,7 @@ def add_routes(app: web.Application) -> None:
     api_records.add_routes(app)
     api_followups.add_routes(app)
     api_holds.add_routes(app)
+    api_entities.add_routes(app)
     api_admin.add_routes(app)
     api_import.add_routes(app)
     api_trends.add_routes(app)

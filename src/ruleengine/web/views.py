@@ -41,6 +41,8 @@ PAGES: Final = (
     Page("benchmark", "Benchmark", "/benchmark", "benchmark.html", "benchmark.js"),
     Page("errors", "Errors", "/errors", "errors.html", "errors.js"),
 )
+#: Reached from an execution of Rule Logs, not from the nav.
+ENTITY_PAGE: Final = Page("entity", "Entity timeline", "/entities/{id}", "entity.html", "entity.js")
 
 
 def asset(name: str) -> str:
@@ -81,6 +83,7 @@ def setup(app: web.Application) -> None:
         app.router.add_get(page.path, handlers[page.key], name=f"page.{page.key}")
     app.router.add_get("/", handlers["rules"], name="page.home")
     app.router.add_get("/rules/{id}", handlers["rules"], name="page.rule")
+    app.router.add_get(ENTITY_PAGE.path, _handler(ENTITY_PAGE), name="page.entity")
     app.router.add_get("/static/{name:.+}", _static_handler(), name="static")
 
 

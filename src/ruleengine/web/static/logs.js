@@ -138,7 +138,8 @@
   }
 
   function entityCell(r) {
-    return el("td", {}, el("div", {}, r.entity_name || r.entity_id), el("div", { class: "muted" }, r.entity_id));
+    return el("td", {}, el("div", {}, r.entity_name || r.entity_id), el("div", { class: "muted" }, r.entity_id),
+      el("a", { class: "timeline-link", href: "/entities/" + encodeURIComponent(r.entity_id) }, "timeline"));
   }
 
   /* A change that completed an oscillation of its field (docs/rules.md "Rules that fight"). */
