@@ -116,7 +116,11 @@ async def test_two_rules_changing_one_campaign_through_a_slow_graph_compose(
         [round(live * 1.03), round(round(live * 1.03) * 1.02)],
         [round(live * 1.02), round(round(live * 1.02) * 1.03)],
     )
-    intents = [d async for d in db[c.ACTION_INTENTS].find({}).sort("applied_at")]
+    # in the order they were written: both raise the budget, so the first has the lower
+    # target (applied_at is each job's start, and both jobs start at once)
+    intents = sorted(
+        [d async for d in db[c.ACTION_INTENTS].find({})], key=lambda i: int(i["target"])
+    )
     assert [i["status"] for i in intents] == ["done", "done"]
     assert intents[1]["before"] == intents[0]["target"]  # the second saw the first's write
     assert intents[0]["lock_fence"] != intents[1]["lock_fence"]

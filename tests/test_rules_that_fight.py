@@ -163,9 +163,10 @@ async def test_a_worker_killed_between_its_intents_and_their_answers_never_passe
     await save_rule(db, data | {"change_budget": {"max_daily_budget_change_pct": 30}})
     start = datetime.now(UTC)
     await dispatch(settings, db, now=start)
-    # one write at a time, each taking 1.5 s: the worker dies after its first write, with the
-    # next entity's intent recorded and its write on the way
-    await sandbox.set_faults(write_latency_ms=1500)
+    # one write at a time, each taking 4 s: the worker dies after its first write, with the
+    # next entity's intent recorded and its write on the way (4 s: room for a busy machine
+    # to see the condition and kill inside that write)
+    await sandbox.set_faults(write_latency_ms=4000)
     worker = start_worker(settings, tmp_path / "worker.log", write_batch_size="1")
 
     async def next_write_on_its_way() -> bool:
@@ -173,7 +174,7 @@ async def test_a_worker_killed_between_its_intents_and_their_answers_never_passe
         query = {"status": "pending", "entity_id": {"$nin": written}}
         return bool(written) and await db[c.ACTION_INTENTS].count_documents(query) > 0
 
-    try:  # the first write landed; the next one's intent is recorded, its write 1.5 s long
+    try:  # the first write landed; the next one's intent is recorded, its write 4 s long
         await wait_for(next_write_on_its_way, timeout_s=60)
     finally:
         kill(worker)
