@@ -40,6 +40,7 @@ PAGES: Final = (
     Page("logs", "Rule Logs", "/logs", "logs.html", "logs.js"),
     Page("benchmark", "Benchmark", "/benchmark", "benchmark.html", "benchmark.js"),
     Page("errors", "Errors", "/errors", "errors.html", "errors.js"),
+    Page("accounts", "Accounts", "/accounts", "accounts.html", "accounts.js"),
 )
 
 
