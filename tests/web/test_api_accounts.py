@@ -87,6 +87,14 @@ async def test_an_account_is_registered_rotated_refused_removal_while_used_then_
     assert status == 200
     assert (rotated["token_fingerprint"], rotated["token_state"]) == (fingerprint(ROTATED), None)
     assert (rotated["name"], rotated["currency"]) == ("Shop", "EUR")
+    # Registering the same id again replaces the token and only the details given.
+    status, again = await call("POST", "/api/accounts", json={"id": "act_2001", "token": ROTATED})
+    assert status == 201
+    assert (again["name"], again["currency"], again["timezone"]) == ("Shop", "EUR", "UTC")
+    status, moved = await call(
+        "POST", "/api/accounts", json={"id": "act_2001", "token": ROTATED, "timezone": "Asia/Tokyo"}
+    )
+    assert (moved["currency"], moved["timezone"]) == ("EUR", "Asia/Tokyo")
     assert await store.token("account:act_2001") == ROTATED
     status, missing = await call("PUT", "/api/accounts/act_9999/token", json={"token": ROTATED})
     assert status == 404 and "act_9999" in missing["error"]

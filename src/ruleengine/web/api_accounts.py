@@ -130,8 +130,8 @@ async def add_account(request: web.Request) -> web.Response:
         token,
         now=datetime.now(UTC),
         name=body.get("name"),
-        timezone=body.get("timezone") or "UTC",
-        currency=body.get("currency") or "USD",
+        timezone=body.get("timezone"),  # not given: kept, or UTC/USD for a new account
+        currency=body.get("currency"),
     )
     return json_response(account_entry(account), status=201)
 
