@@ -90,6 +90,8 @@ async def test_accounts_are_listed_and_added_without_tokens(
         "created_at",
         "updated_at",
         "token_state",
+        "rules",
+        "last_batch",
     }
     assert listing["items"][0]["token_state"] is None
     token = "EAAB" + "q7Zr2Xw9Lk4Tn8Vb3Hs6Jd1Fg5Pm0Cy" * 2

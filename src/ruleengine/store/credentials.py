@@ -197,6 +197,32 @@ class CredentialStore:
         assert doc is not None
         return Account.from_mongo(doc)
 
+    async def replace_token(self, account_id: str, token: str, *, now: datetime) -> Account:
+        """Rotate a registered account's token (clearing its ``token_state``); NotFoundError."""
+        if not token.strip():
+            raise CredentialsError("the access token is empty")
+        doc = await self._accounts.find_one_and_update(
+            {"_id": account_id},
+            {
+                "$set": {
+                    "token_encrypted": self._fernet.encrypt(token.strip().encode()),
+                    "token_fingerprint": fingerprint(token.strip()),
+                    "updated_at": now,
+                },
+                "$unset": {"token_state": ""},
+            },
+            return_document=ReturnDocument.AFTER,
+        )
+        if doc is None:
+            raise NotFoundError(f"ad account '{account_id}' is not registered")
+        return Account.from_mongo(doc)
+
+    async def remove(self, account_id: str) -> None:
+        """Forget an account and its token; NotFoundError when it is not registered."""
+        result = await self._accounts.delete_one({"_id": account_id})
+        if result.deleted_count == 0:
+            raise NotFoundError(f"ad account '{account_id}' is not registered")
+
     async def all(self) -> list[Account]:
         """Every registered account, by id."""
         return [Account.from_mongo(d) async for d in self._accounts.find({}).sort("_id")]

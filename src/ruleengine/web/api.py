@@ -22,6 +22,7 @@ from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.rules.schedule import describe
 from ruleengine.store.ruledocs import Loaded, RuleDoc, RuleIssue, StoredRuleError, VersionDoc
 from ruleengine.web import (
+    api_accounts,
     api_admin,
     api_conflicts,
     api_entities,
@@ -359,6 +360,7 @@ def add_routes(app: web.Application) -> None:
     api_followups.add_routes(app)
     api_holds.add_routes(app)
     api_entities.add_routes(app)
+    api_accounts.add_routes(app)
     api_admin.add_routes(app)
     api_import.add_routes(app)
     api_trends.add_routes(app)

@@ -40,6 +40,7 @@ PAGES: Final = (
     Page("logs", "Rule Logs", "/logs", "logs.html", "logs.js"),
     Page("benchmark", "Benchmark", "/benchmark", "benchmark.html", "benchmark.js"),
     Page("errors", "Errors", "/errors", "errors.html", "errors.js"),
+    Page("accounts", "Accounts", "/accounts", "accounts.html", "accounts.js"),
 )
 #: Reached from an execution of Rule Logs, not from the nav.
 ENTITY_PAGE: Final = Page("entity", "Entity timeline", "/entities/{id}", "entity.html", "entity.js")

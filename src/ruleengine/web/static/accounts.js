@@ -1,0 +1,174 @@
+/* Accounts screen: registered ad accounts, their token health, rules and last batch;
+ * register one, rotate its token, remove it.
+ *
+ * A token is read from a password field, sent once and the field emptied; the API never
+ * answers it back, so the page can only say "set" (with its fingerprint) or what Meta said.
+ */
+"use strict";
+
+(() => {
+  const { api, el, badge, failed, flash, timeCell } = RE;
+  const $ = (id) => document.getElementById(id);
+
+  /* What a user does about each way Meta refuses a token. */
+  const ADVICE = {
+    invalid: "the token was revoked (password changed, user logged out, app removed): issue a new token and rotate it here",
+    expired: "the token expired: issue a new (long-lived or system-user) token and rotate it here",
+    missing_permission: "the token lacks a permission (ads_management, ads_read) or access to this account: grant it, then rotate the token here (the same token is accepted again)",
+  };
+
+  async function load() {
+    let page;
+    try {
+      page = await api("GET", "/api/accounts");
+    } catch (err) {
+      failed(err, "could not load the accounts");
+      return;
+    }
+    $("accounts-table").tBodies[0].replaceChildren(...page.items.map(accountRow));
+    $("accounts-empty").classList.toggle("hidden", page.items.length > 0);
+  }
+
+  function tokenCell(account) {
+    const state = account.token_state;
+    if (!state) {
+      return el("td", { class: "token-health" },
+        el("span", { class: "badge status-active", dataset: { token: "set" } }, "set · OK"),
+        el("span", { class: "muted fingerprint" }, " fingerprint ", el("code", {}, account.token_fingerprint)));
+    }
+    const code = state.code === null || state.code === undefined ? "" : ` (code ${state.code}${state.subcode ? "/" + state.subcode : ""})`;
+    return el("td", { class: "token-health" },
+      el("span", { class: "badge status-failed", dataset: { token: state.status } }, state.status.replace("_", " ") + code),
+      el("div", { class: "muted" }, "since ", RE.fmtTime(state.at), ": ", state.message),
+      el("div", { class: "advice" }, ADVICE[state.status] || "replace the token"));
+  }
+
+  function rulesCell(rules) {
+    if (!rules.length) return el("td", { class: "muted" }, "none");
+    return el("td", {}, el("ul", { class: "account-rules" }, rules.map((r) =>
+      el("li", {}, el("a", { href: "/rules/" + encodeURIComponent(r.id) }, r.name), " ", badge(r.status)))));
+  }
+
+  function batchCell(batch) {
+    if (!batch) return el("td", { class: "muted" }, "none yet");
+    const cell = timeCell(batch.started_at);
+    cell.prepend(badge(batch.status), " ");
+    cell.append(el("span", { class: "muted" }, batch.rule_name || ""));
+    return cell;
+  }
+
+  function accountRow(account) {
+    const row = el("tr", { dataset: { accountId: account.id } },
+      el("td", {}, el("div", { class: "strong" }, account.name), el("code", { class: "muted" }, account.id)),
+      el("td", {}, account.currency),
+      el("td", {}, account.timezone),
+      tokenCell(account),
+      rulesCell(account.rules),
+      batchCell(account.last_batch),
+      el("td", { class: "actions" },
+        el("button", { type: "button", class: "small secondary", dataset: { action: "rotate" },
+          onclick: () => toggleRotate(row, account) }, "Rotate token"),
+        el("button", { type: "button", class: "small ghost", dataset: { action: "remove" },
+          onclick: () => remove(account) }, "Remove")));
+    return row;
+  }
+
+  function toggleRotate(row, account) {
+    const next = row.nextElementSibling;
+    if (next && next.classList.contains("detail-row")) {
+      next.remove();
+      return;
+    }
+    const input = el("input", { type: "password", autocomplete: "new-password", spellcheck: "false",
+      id: "rotate-" + account.id, placeholder: "the new token, pasted once" });
+    const form = el("form", { class: "rotate-form", autocomplete: "off" },
+      el("label", { for: input.id }, "New access token for " + account.id), input,
+      el("button", { type: "submit", class: "small" }, "Replace token"));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const token = input.value;
+      input.value = "";
+      try {
+        const updated = await api("PUT", `/api/accounts/${encodeURIComponent(account.id)}/token`, { token });
+        flash(`token of ${updated.id} replaced (fingerprint ${updated.token_fingerprint})`);
+        load();
+      } catch (err) {
+        failed(err, "could not replace the token");
+      }
+    });
+    row.after(el("tr", { class: "detail-row" }, el("td", { colspan: 7 }, form)));
+    input.focus();
+  }
+
+  async function remove(account) {
+    if (!window.confirm(`Remove ${account.id} and forget its token?`)) return;
+    try {
+      await api("DELETE", "/api/accounts/" + encodeURIComponent(account.id));
+      flash(`${account.id} removed`);
+      offerSandbox();
+    } catch (err) {
+      failed(err, "could not remove " + account.id);  // a 409's message names the active rules
+    }
+    load();
+  }
+
+  function showErrors(errors) {
+    const byPath = { id: "account-id", token: "account-token", name: "account-name", currency: "account-currency", timezone: "account-timezone" };
+    for (const input of document.querySelectorAll("#account-form input")) input.removeAttribute("aria-invalid");
+    $("account-errors").replaceChildren(...errors.map((e) => {
+      const input = byPath[e.path] && $(byPath[e.path]);
+      if (input) input.setAttribute("aria-invalid", "true");
+      return el("li", { dataset: { path: e.path } }, el("code", {}, e.path || "body"), " ", e.message);
+    }));
+  }
+
+  async function register(event) {
+    event.preventDefault();
+    const body = { id: $("account-id").value.trim(), token: $("account-token").value };
+    for (const key of ["name", "currency", "timezone"]) {
+      const value = $("account-" + key).value.trim();
+      if (value) body[key] = value;
+    }
+    $("account-token").value = "";  // sent once; never kept in the page
+    try {
+      const added = await api("POST", "/api/accounts", body);
+      showErrors([]);
+      $("account-form").reset();
+      flash(`${added.id} registered (token fingerprint ${added.token_fingerprint})`);
+      load();
+      offerSandbox();
+    } catch (err) {
+      showErrors((err.body && err.body.errors) || []);
+      failed(err, "could not register the account");
+    }
+  }
+
+  /* Only where the web app's Graph URL is a sandbox on this machine (404 elsewhere: nothing shown). */
+  async function offerSandbox() {
+    let offer;
+    try {
+      offer = await api("GET", "/api/accounts/sandbox");
+    } catch (_err) {
+      return;
+    }
+    $("sandbox-accounts").replaceChildren(...offer.items.map((a) =>
+      el("button", { type: "button", class: "small secondary", dataset: { sandboxAccount: a.id },
+        title: `${a.name} · ${a.currency} · ${a.timezone}`,
+        onclick: () => fill(a) }, a.id + (a.registered ? " (registered)" : ""))));
+    $("sandbox-offer").classList.toggle("hidden", offer.items.length === 0);
+  }
+
+  function fill(account) {
+    $("account-id").value = account.id;
+    $("account-name").value = account.name;
+    $("account-currency").value = account.currency;
+    $("account-timezone").value = account.timezone;
+    $("account-token").focus();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    $("account-form").addEventListener("submit", register);
+    load();
+    offerSandbox();
+  });
+})();
