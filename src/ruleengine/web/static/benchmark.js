@@ -50,31 +50,18 @@
     await loadP95(report.rules.map((r) => r.rule_id));
   }
 
-  // p95 per day: the sparkline of each ranked rule, asked 100 rules at a time
-  const TREND_IDS = 100;
+  // p95 per day: the sparkline of each ranked rule
   const TREND_DAYS = 14;
 
-  async function loadP95(ids) {
-    for (let i = 0; i < ids.length; i += TREND_IDS) {
-      const query = new URLSearchParams({ days: TREND_DAYS });
-      for (const id of ids.slice(i, i + TREND_IDS)) query.append("rule_id", id);
-      let answer;
-      try {
-        answer = await api("GET", "/api/trends/rules/p95?" + query);
-      } catch (_err) {
-        return;  // the report still shows; only the sparklines are missing
-      }
-      const first = answer.days[0], last = answer.days[answer.days.length - 1];
-      for (const item of answer.items) {
-        const cell = $("slow-table").querySelector(`td.p95-cell[data-rule-id="${CSS.escape(item.rule_id)}"]`);
-        if (!cell) continue;
-        cell.replaceChildren(RE.sparkline(item.values, {
-          label: `p95 batch duration per day, last ${TREND_DAYS} days`,
-          title: `p95 batch duration per UTC day from ${first} to ${last}`,
-          format: fmtSeconds, kind: "line",
-        }));
-      }
-    }
+  function loadP95(ids) {
+    return RE.fillTrends("/api/trends/rules/p95", ids, {
+      days: TREND_DAYS, table: $("slow-table"), cellSelector: "td.p95-cell",
+      options: (_item, first, last) => ({
+        label: `p95 batch duration per day, last ${TREND_DAYS} days`,
+        title: `p95 batch duration per UTC day from ${first} to ${last}`,
+        format: fmtSeconds, kind: "line",
+      }),
+    });
   }
 
   function showDaily(ruleId, ruleName) {

@@ -66,31 +66,17 @@
     await loadFires(items.map((r) => r.id));
   }
 
-  // fires per day: the sparkline of each listed rule, asked 100 rules at a time
-  const TREND_IDS = 100;
+  // fires per day: the sparkline of each listed rule
   const TREND_DAYS = 14;
 
-  async function loadFires(ids) {
-    for (let i = 0; i < ids.length; i += TREND_IDS) {
-      const query = new URLSearchParams({ days: TREND_DAYS });
-      for (const id of ids.slice(i, i + TREND_IDS)) query.append("rule_id", id);
-      let answer;
-      try {
-        answer = await api("GET", "/api/trends/rules/fires?" + query);
-      } catch (_err) {
-        return;  // the list still shows; only the sparklines are missing
-      }
-      const first = answer.days[0], last = answer.days[answer.days.length - 1];
-      for (const item of answer.items) {
-        const cell = $("rules-table").querySelector(`td.fires-cell[data-rule-id="${CSS.escape(item.rule_id)}"]`);
-        if (!cell) continue;
-        const total = item.values.reduce((a, b) => a + b, 0);
-        cell.replaceChildren(RE.sparkline(item.values, {
-          label: `fires per day, last ${TREND_DAYS} days`,
-          title: `${total} action(s) applied from ${first} to ${last} (UTC days)`,
-        }));
-      }
-    }
+  function loadFires(ids) {
+    return RE.fillTrends("/api/trends/rules/fires", ids, {
+      days: TREND_DAYS, table: $("rules-table"), cellSelector: "td.fires-cell",
+      options: (item, first, last) => ({
+        label: `fires per day, last ${TREND_DAYS} days`,
+        title: `${item.values.reduce((a, b) => a + b, 0)} action(s) applied from ${first} to ${last} (UTC days)`,
+      }),
+    });
   }
 
   function issueLine(rule) {

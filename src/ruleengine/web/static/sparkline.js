@@ -32,5 +32,31 @@
     return node;
   }
 
-  RE.sparkline = sparkline;  // deferred: the page scripts call RE.sparkline once the page has loaded
+  const TREND_IDS = 100;
+
+  /* Fill the cells `cellSelector` (each with data-rule-id) under `table` with the series of
+     `path` (/api/trends/rules/…) for rules `ids`, asked 100 rules at a time over `days`
+     days; `options(item, first, last)` gives each sparkline's options. A failed request
+     leaves the cells empty: the screen still shows, only the sparklines are missing. */
+  async function fillTrends(path, ids, { days, table, cellSelector, options }) {
+    for (let i = 0; i < ids.length; i += TREND_IDS) {
+      const query = new URLSearchParams({ days });
+      for (const id of ids.slice(i, i + TREND_IDS)) query.append("rule_id", id);
+      let answer;
+      try {
+        answer = await RE.api("GET", `${path}?${query}`);
+      } catch (_err) {
+        return;
+      }
+      const first = answer.days[0], last = answer.days[answer.days.length - 1];
+      for (const item of answer.items) {
+        const cell = table.querySelector(`${cellSelector}[data-rule-id="${CSS.escape(item.rule_id)}"]`);
+        if (cell) cell.replaceChildren(sparkline(item.values, options(item, first, last)));
+      }
+    }
+  }
+
+  // deferred: the page scripts call these once the page has loaded
+  RE.sparkline = sparkline;
+  RE.fillTrends = fillTrends;
 })();
