@@ -320,7 +320,7 @@ const Backtest = (() => {
 
   function dayAxis(labels) {
     return {
-      stroke: "#6b7385",
+      stroke: "#5e6678",
       grid: { show: false },
       incrs: [1, 2, 5, 7, 14, 30],
       values: (u, splits) => splits.map((i) => (Number.isInteger(i) && labels[i] ? shortDate(labels[i]) : "")),
@@ -344,7 +344,7 @@ const Backtest = (() => {
       legend: { show: false },
       cursor: { drag: { x: false, y: false }, points: { show: false } },
       scales: { x: { time: false, range: [-0.5, labels.length - 0.5] }, y: { range: [0, max * 1.1] } },
-      axes: [dayAxis(labels), { stroke: "#6b7385", size: 44, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
+      axes: [dayAxis(labels), { stroke: "#5e6678", size: 44, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
         values: (u, splits) => splits.map((v) => intFmt.format(v)) }],
       series: [{}, ...order.map((i) => ({ label: tasks[i], fill: colour(i), stroke: colour(i), width: 0, paths: bars, points: { show: false } }))],
       hooks: { setCursor: [(u) => readout("bt-fires-readout", u.cursor.idx, (j) =>
@@ -379,7 +379,7 @@ const Backtest = (() => {
       legend: { show: false },
       cursor: { drag: { x: false, y: false } },
       scales: { x: { time: false, range: [-0.5, labels.length - 0.5] } },
-      axes: [dayAxis(labels), { stroke: "#6b7385", size: 70, values: (u, splits) => splits.map((v) => numFmt.format(v)) }],
+      axes: [dayAxis(labels), { stroke: "#5e6678", size: 70, values: (u, splits) => splits.map((v) => numFmt.format(v)) }],
       series: [{}, { label: "budget", stroke: "#2f5bd3", width: 2, fill: "rgba(47,91,211,0.08)", points: { show: true, size: 4 } }],
       hooks: { setCursor: [(u) => readout("bt-budget-readout", u.cursor.idx, (j) => shortDate(labels[j]) + ": " + money(totals[j]))] },
     };
