@@ -18,7 +18,7 @@ import hashlib
 import re
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from cryptography.fernet import Fernet, InvalidToken
 from pydantic import BaseModel, ConfigDict
@@ -170,8 +170,7 @@ class CredentialStore:
         A new account without ``timezone``/``currency`` gets UTC/USD. Giving a token clears
         the account's ``token_state``: the engine uses the account again.
         """
-        if not token.strip():
-            raise CredentialsError("the access token is empty")
+        secret = self._token_fields(token, now=now)
         _check_account(account_id, timezone, currency)
         given = {"name": name, "timezone": timezone, "currency": currency and currency.upper()}
         changes = {k: v for k, v in given.items() if v}
@@ -179,12 +178,7 @@ class CredentialStore:
         doc = await self._accounts.find_one_and_update(
             {"_id": account_id},
             {
-                "$set": {
-                    **changes,
-                    "token_encrypted": self._fernet.encrypt(token.strip().encode()),
-                    "token_fingerprint": fingerprint(token.strip()),
-                    "updated_at": now,
-                },
+                "$set": {**changes, **secret},
                 "$setOnInsert": {
                     "created_at": now,
                     **{k: v for k, v in defaults.items() if k not in changes},
@@ -197,18 +191,27 @@ class CredentialStore:
         assert doc is not None
         return Account.from_mongo(doc)
 
-    async def replace_token(self, account_id: str, token: str, *, now: datetime) -> Account:
-        """Rotate a registered account's token (clearing its ``token_state``); NotFoundError."""
+    def _token_fields(self, token: str, *, now: datetime) -> dict[str, Any]:
+        """What storing ``token`` sets: its ciphertext and fingerprint (never the token).
+
+        Raises:
+            CredentialsError: an empty token.
+        """
         if not token.strip():
             raise CredentialsError("the access token is empty")
+        return {
+            "token_encrypted": self._fernet.encrypt(token.strip().encode()),
+            "token_fingerprint": fingerprint(token.strip()),
+            "updated_at": now,
+        }
+
+    async def replace_token(self, account_id: str, token: str, *, now: datetime) -> Account:
+        """Rotate a registered account's token (clearing its ``token_state``); NotFoundError."""
+        secret = self._token_fields(token, now=now)
         doc = await self._accounts.find_one_and_update(
             {"_id": account_id},
             {
-                "$set": {
-                    "token_encrypted": self._fernet.encrypt(token.strip().encode()),
-                    "token_fingerprint": fingerprint(token.strip()),
-                    "updated_at": now,
-                },
+                "$set": secret,
                 "$unset": {"token_state": ""},
             },
             return_document=ReturnDocument.AFTER,
