@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
+from hypothesis import settings as hypothesis_settings
 
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.embedded import (
@@ -31,6 +32,12 @@ from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
 from support import SANDBOX_ACCOUNTS, SANDBOX_NOW, SANDBOX_TOKEN
+
+# Property tests search new examples on every local run. CI (`.ci/run`) loads the `ci`
+# profile: the same examples on every run, so a change lands or fails on its own merits;
+# whatever a local run finds is kept as an explicit @example.
+hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # Read before the autouse fixture below clears the environment for each test.
 _EXTERNAL_MONGODB = os.environ.get("RULEENGINE_MONGODB_URL")

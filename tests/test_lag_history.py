@@ -211,6 +211,17 @@ RECORD = st.fixed_dictionaries(
 @example(
     [{"entity_id": "120000000000001", "created_at": datetime(2026, 11, 20), "conditions": True}]
 )
+# an instant whose local day would be before year 1
+@example([{"entity_id": "120000000000001", "created_at": datetime(1, 1, 1)}])
+@example(
+    [
+        {
+            "entity_id": "120000000000001",
+            "created_at": datetime(1, 1, 2, 12, tzinfo=UTC),
+            "conditions": [{"metric": "actions.purchase", "period": "last_7d", "actual": 1}],
+        }
+    ]
+)
 def test_any_stored_record_gives_conditions_or_nothing_never_an_error(
     records: list[dict[str, Any]],
 ) -> None:

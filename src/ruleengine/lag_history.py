@@ -223,12 +223,16 @@ def _needs(records: Sequence[Document], tz: ZoneInfo) -> list[_Need]:
             continue
         if at.tzinfo is None:
             at = at.replace(tzinfo=UTC)
-        today = at.astimezone(tz).date()
-        conditions = record.get("conditions")
-        for condition in conditions if isinstance(conditions, list) else ():
-            need = _need(condition, entity, at, today)
-            if need is not None:
-                found.setdefault((entity, at, condition["metric"], condition["period"]), need)
+        try:  # an instant at the calendar's edge has no day or window before it
+            today = at.astimezone(tz).date()
+            conditions = record.get("conditions")
+            for condition in conditions if isinstance(conditions, list) else ():
+                need = _need(condition, entity, at, today)
+                if need is not None:
+                    key = (entity, at, condition["metric"], condition["period"])
+                    found.setdefault(key, need)
+        except OverflowError:
+            continue
     return list(found.values())
 
 
