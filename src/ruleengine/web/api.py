@@ -31,6 +31,7 @@ from ruleengine.web import (
     api_import,
     api_records,
     api_trends,
+    api_vocabulary,
 )
 from ruleengine.web.jsonio import (
     ApiError,
@@ -346,6 +347,7 @@ def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get("/api/rules", list_rules, name="api.rules")
     api_conflicts.add_routes(app)  # /api/rules/conflicts, before /api/rules/{id}
+    api_vocabulary.add_routes(app)  # /api/rules/vocabulary, before /api/rules/{id}
     r.add_post("/api/rules", create_rule)
     r.add_post("/api/rules/validate", validate_rule, name="api.validate")
     r.add_post("/api/rules/preview", preview_draft, name="api.preview_draft")
