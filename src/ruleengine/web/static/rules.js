@@ -1,6 +1,6 @@
 /* Rules screen: list with conflict badges, JSON editor with live validation, save (and the
    conflicts it reports), conflict check, pause/activate, versions, preview (the Backtest
-   panel is backtest.js). */
+   panel is backtest.js, the form view beside the JSON is builder.js). */
 "use strict";
 
 (() => {
@@ -131,6 +131,7 @@
     showDetail();
     $("rule-editor").value = JSON.stringify(rule.definition, null, 2);
     $("rule-editor").scrollTop = 0;
+    document.dispatchEvent(new CustomEvent("ruleeditor:loaded"));  // the form view follows
     markSelected();
     validateNow();
     loadVersions();
@@ -169,6 +170,7 @@
     history.replaceState(null, "", "/rules");
     showDetail();
     $("rule-editor").value = JSON.stringify(draft, null, 2);
+    document.dispatchEvent(new CustomEvent("ruleeditor:loaded"));
     markSelected();
     validateNow();
   }
@@ -237,6 +239,7 @@
       el("span", { class: "line" }, "line " + where.line),
       el("span", { class: "message" }, e.message));
     }));
+    document.dispatchEvent(new CustomEvent("ruleeditor:errors", { detail: { errors } }));  // to the form's fields
     const valid = errors.length === 0;
     $("validity").textContent = valid ? "✓ valid" : `✗ ${errors.length} problem${errors.length > 1 ? "s" : ""}`;
     $("validity").className = "validity " + (valid ? "ok" : "bad");
