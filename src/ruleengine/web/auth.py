@@ -8,7 +8,7 @@ send it: there is no CSRF surface to defend. Tokens are compared in constant tim
 from __future__ import annotations
 
 import hmac
-from typing import Final
+from typing import Final, Literal
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -21,6 +21,14 @@ WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # (Preview does not write either, but it spends Meta rate limit, so it needs the token.)
 NON_WRITING_POSTS: Final = frozenset({"/api/rules/validate"})
 _CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="ruleengine"'}
+
+Role = Literal["viewer", "editor", "approver", "admin"]
+#: What each role may do includes what the roles before it may.
+ROLES: Final[tuple[Role, ...]] = ("viewer", "editor", "approver", "admin")
+#: Who made a request with the configured RULEENGINE_API_TOKEN (it is an admin token).
+CONFIGURED_TOKEN_NAME: Final = "api"
+_ACTOR_KEY: Final = "ruleengine.actor"
+_ROLE_KEY: Final = "ruleengine.role"
 
 
 def needs_token(method: str, path: str, settings: Settings) -> bool:
@@ -65,6 +73,22 @@ def check_token(request: web.Request, settings: Settings) -> None:
             401,
             "wrong API token: use the value of RULEENGINE_API_TOKEN",
             headers={"WWW-Authenticate": 'Bearer realm="ruleengine", error="invalid_token"'},
+        )
+
+
+def actor(request: web.Request) -> str:
+    """The name of the token a request was made with (recorded as ``by`` on every write)."""
+    return str(request.get(_ACTOR_KEY, CONFIGURED_TOKEN_NAME))
+
+
+def require_role(request: web.Request, role: Role) -> None:
+    """Raise a 403 :class:`ApiError` unless the request's token has ``role`` or a higher one."""
+    held: Role = request.get(_ROLE_KEY, "admin")
+    if ROLES.index(held) < ROLES.index(role):
+        raise ApiError(
+            403,
+            f"the token '{actor(request)}' is a {held} token; this needs the {role} role"
+            " or higher (ruleengine tokens add NAME --role ROLE)",
         )
 
 
