@@ -51,6 +51,15 @@ async def _pick_metric(page: Any, path: str, query: str, name: str) -> None:  # 
     await page.wait_for_selector(f'{_at(path)}[aria-expanded="false"]')
 
 
+async def _valid(page: Any) -> None:  # noqa: F811
+    """Wait until the editor's rule validates; say what is wrong when it does not."""
+    try:
+        await page.wait_for_selector("#validity.ok")
+    except Exception as exc:
+        problems = await page.inner_text("#field-errors")
+        raise AssertionError(f"{problems}\n{await page.input_value('#rule-editor')}") from exc
+
+
 async def _editor_json(page: Any) -> dict[str, Any]:  # noqa: F811
     loaded: dict[str, Any] = json.loads(await page.input_value("#rule-editor"))
     return loaded
@@ -104,7 +113,7 @@ async def test_pause_losers_is_built_in_the_form_previewed_and_saved_as_the_exam
     await page.select_option(_at("tasks[0].action.then.do"), "activate")
     await page.fill(_at("tasks[0].action.then.after_minutes"), "120")
     await page.fill(_at("tasks[0].cooldown_minutes"), "180")
-    await page.wait_for_selector("#validity.ok")
+    await _valid(page)
     assert "null" not in (await page.inner_text("#builder-form")).split()
     await _shot(page, "builder-pause-losers")
 
@@ -197,6 +206,6 @@ async def test_server_errors_land_on_the_form_fields_they_name(
     # fixed in the form: the errors go away with the next validation
     await percent.fill("20")
     await _pick_metric(page, metric, "spend", "spend")
-    await page.wait_for_selector("#validity.ok")
+    await _valid(page)
     assert await page.locator("#builder-form .form-error").count() == 0
     assert [e for e in console.errors if "422" not in e] == []

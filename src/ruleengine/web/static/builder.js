@@ -618,8 +618,21 @@
     return {};
   }
 
+  /* Replace one part of the form with a fresh drawing, keeping the focus inside it. */
+  function swap(old, make) {
+    if (!old.isConnected) return;
+    const active = document.activeElement;
+    const key = active && old.contains(active) ? active.dataset.focus : null;
+    const fresh = make();
+    old.replaceWith(fresh);
+    placeErrors();
+    const again = key && [...fresh.querySelectorAll("[data-focus]")].find((n) => n.dataset.focus === key);
+    if (again) again.focus();
+  }
+
   function conditionRow(task, tk, condition, n) {
     const keys = [...tk, "conditions", n];
+    let row = null;
     const info = metricInfo(condition.metric);
     const affix = unitAffix(info && info.unit);
     const picker = metricPicker([...keys, "metric"], {
@@ -632,9 +645,11 @@
       },
       onBlur: () => {
         const info2 = metricInfo(getAt([...keys, "metric"]));
-        // the period control depends on the metric: redraw once focus has moved on (not while
-        // it moves, or the control being focused would be replaced under the pointer)
-        if (!!info !== !!info2 || (info && info2 && info.needs_period !== info2.needs_period)) setTimeout(render, 0);
+        // the period control depends on the metric: redraw this condition alone, once focus
+        // has moved on (a control elsewhere being focused is never replaced under the pointer)
+        if (!!info !== !!info2 || (info && info2 && info.needs_period !== info2.needs_period)) {
+          setTimeout(() => swap(row, () => conditionRow(task, tk, getAt(keys), n)), 0);
+        }
       },
     });
     const range = RANGE_OPERATORS.has(condition.operator);
@@ -678,7 +693,7 @@
     const periodControl = info && !info.needs_period
       ? el("div", { class: "fld" }, el("span", { class: "label-like" }, "Period"), el("span", { class: "muted" }, "now (not a period)"))
       : field("Period", select([...keys, "period"], B.vocab.periods, { empty: "—" }));
-    return el("div", { class: "brow condition", dataset: { path: pathOf(keys) } },
+    row = el("div", { class: "brow condition", dataset: { path: pathOf(keys) } },
       el("div", { class: "fld metric" }, el("label", { for: picker.input.id }, `Condition ${n + 1}: metric`), picker.wrap, picker.help),
       periodControl,
       field("Operator", select([...keys, "operator"], B.vocab.operators, { onChange: setOperator })),
@@ -691,6 +706,7 @@
       })()),
       right,
       button("Remove", () => commit(keys, undefined, true), { "aria-label": `Remove condition ${n + 1}` }));
+    return row;
   }
 
   function actionField(ak, def, name, action) {
