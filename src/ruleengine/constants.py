@@ -21,6 +21,7 @@ LISTING_SNAPSHOTS: Final = "listing_snapshots"
 INSIGHTS_HISTORY: Final = "insights_history"
 BACKTEST_LISTINGS: Final = "backtest_listings"
 BACKTESTS: Final = "backtests"
+API_TOKENS: Final = "api_tokens"  # named API tokens with roles (store/api_tokens.py)
 
 # Redis
 QUEUE_NAME: Final = "ruleengine:queue"

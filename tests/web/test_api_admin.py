@@ -89,6 +89,7 @@ async def test_accounts_are_listed_and_added_without_tokens(
         "token_fingerprint",
         "created_at",
         "updated_at",
+        "updated_by",
         "token_state",
         "rules",
         "last_batch",

@@ -139,6 +139,8 @@ class Account(BaseModel):
     token_fingerprint: str
     created_at: datetime
     updated_at: datetime
+    #: who registered the account or rotated its token last (an API token's name)
+    updated_by: str | None = None
     token_state: TokenState | None = None
 
     @classmethod
@@ -164,13 +166,15 @@ class CredentialStore:
         name: str | None = None,
         timezone: str | None = None,
         currency: str | None = None,
+        by: str | None = None,
     ) -> Account:
         """Register an account, or rotate its token (what is not given is kept).
 
         A new account without ``timezone``/``currency`` gets UTC/USD. Giving a token clears
-        the account's ``token_state``: the engine uses the account again.
+        the account's ``token_state``: the engine uses the account again. ``by`` is who
+        did (``updated_by``).
         """
-        secret = self._token_fields(token, now=now)
+        secret = self._token_fields(token, now=now) | {"updated_by": by}
         _check_account(account_id, timezone, currency)
         given = {"name": name, "timezone": timezone, "currency": currency and currency.upper()}
         changes = {k: v for k, v in given.items() if v}
@@ -205,9 +209,14 @@ class CredentialStore:
             "updated_at": now,
         }
 
-    async def replace_token(self, account_id: str, token: str, *, now: datetime) -> Account:
-        """Rotate a registered account's token (clearing its ``token_state``); NotFoundError."""
-        secret = self._token_fields(token, now=now)
+    async def replace_token(
+        self, account_id: str, token: str, *, now: datetime, by: str | None = None
+    ) -> Account:
+        """Rotate a registered account's token (clearing its ``token_state``); NotFoundError.
+
+        ``by`` is who did (``updated_by``).
+        """
+        secret = self._token_fields(token, now=now) | {"updated_by": by}
         doc = await self._accounts.find_one_and_update(
             {"_id": account_id},
             {

@@ -134,6 +134,8 @@ _INDEXES: dict[str, list[IndexModel]] = {
         # the web app's startup marks those an earlier process left unfinished
         IndexModel([("status", ASCENDING)]),
     ],
+    # _id is the token's name; every authenticated request looks its token up by hash
+    c.API_TOKENS: [IndexModel([("hash", ASCENDING)], unique=True)],
 }
 
 

@@ -93,6 +93,8 @@ class ErrorGroup(BaseModel):
     status: ErrorStatus
     samples: list[dict[str, Any]]
     hourly: dict[str, int] = {}
+    #: who last set the status (a token name), when someone did
+    status_changed_by: str | None = None
 
     def per_hour(self, now: datetime, hours: int = HOURS_KEPT) -> list[int]:
         """Occurrences in each of the ``hours`` UTC hours ending with now's, oldest first."""
@@ -111,6 +113,7 @@ class ErrorGroup(BaseModel):
             status=doc["status"],
             samples=list(reversed(doc.get("samples", []))),  # newest first
             hourly={str(k): int(v) for k, v in (doc.get("hourly") or {}).items()},
+            status_changed_by=doc.get("status_changed_by"),
         )
 
 
@@ -197,11 +200,13 @@ class ErrorLog:
             raise NotFoundError(f"error group '{group_id}' does not exist")
         return ErrorGroup.from_mongo(doc)
 
-    async def set_status(self, group_id: str, status: ErrorStatus, *, now: datetime) -> ErrorGroup:
-        """Resolve, ignore or re-activate a group."""
+    async def set_status(
+        self, group_id: str, status: ErrorStatus, *, now: datetime, by: str | None = None
+    ) -> ErrorGroup:
+        """Resolve, ignore or re-activate a group; ``by`` is who did (``status_changed_by``)."""
         doc = await self._groups.find_one_and_update(
             {"_id": _oid(group_id)},
-            {"$set": {"status": status, "status_changed_at": now}},
+            {"$set": {"status": status, "status_changed_at": now, "status_changed_by": by}},
             return_document=ReturnDocument.AFTER,
         )
         if doc is None:

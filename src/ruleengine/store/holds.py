@@ -73,6 +73,7 @@ class HoldStore:
                     "status": "active",
                     "placed_at": now,
                     "cleared_at": None,
+                    "cleared_by": None,
                     **details,
                 }
             },
@@ -89,11 +90,11 @@ class HoldStore:
         """How many holds (with ``status``)."""
         return await self._holds.count_documents({} if status is None else {"status": status})
 
-    async def clear(self, hold: str, *, now: datetime) -> Document:
-        """Clear a hold: the field may change again. Raises NotFoundError."""
+    async def clear(self, hold: str, *, now: datetime, by: str | None = None) -> Document:
+        """Clear a hold: the field may change again; ``by`` is who did. Raises NotFoundError."""
         doc = await self._holds.find_one_and_update(
             {"_id": hold},
-            {"$set": {"status": "cleared", "cleared_at": now}},
+            {"$set": {"status": "cleared", "cleared_at": now, "cleared_by": by}},
             return_document=ReturnDocument.AFTER,
         )
         if doc is None:

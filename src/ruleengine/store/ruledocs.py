@@ -92,6 +92,8 @@ class RuleDoc(BaseModel):
     last_execute_at: datetime | None = None
     created_at: datetime
     updated_at: datetime
+    #: who made the last change (a token name, a CLI user); None before it was recorded
+    updated_by: str | None = None
     issue: RuleIssue | None = None
     migration: MigrationNote | None = None
 

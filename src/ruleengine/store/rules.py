@@ -157,6 +157,7 @@ class RuleStore:
             "last_execute_at": None,
             "created_at": now,
             "updated_at": now,
+            "updated_by": author,
             **_schedule_fields(rule, now),  # before any write: what can fail, fails here
         }
 
@@ -231,6 +232,7 @@ class RuleStore:
         version = existing.latest_version + 1
         definition = rule.definition()
         update = self._pointer_update(existing, version, rule, definition, now)
+        update["updated_by"] = author
         doc = self._version_doc(existing.id, version, definition, now, author, source)
         return await self._with_version(doc, now, lambda: self._move_pointer(existing, update))
 
@@ -326,11 +328,18 @@ class RuleStore:
         return VersionDoc.model_validate(doc)
 
     async def rollback(
-        self, rule_id: str, version: int, *, now: datetime, expected_version: int | None = None
+        self,
+        rule_id: str,
+        version: int,
+        *,
+        now: datetime,
+        expected_version: int | None = None,
+        by: str | None = None,
     ) -> RuleDoc:
         """Make ``version`` the active one again (compare-and-set on the current version).
 
-        A rule with issues comes back paused; activate it once it looks right.
+        A rule with issues comes back paused; activate it once it looks right. ``by``
+        (who asked) is recorded as the rule's ``updated_by``.
 
         Raises:
             NotFoundError: no such rule or version.
@@ -347,16 +356,24 @@ class RuleStore:
             return existing
         rule = parse_stored(existing, target.definition, existing.edit_status)
         update = self._pointer_update(existing, version, rule, target.definition, now)
+        if by is not None:
+            update["updated_by"] = by
         return await self._move_pointer(existing, update)
 
-    async def set_status(self, rule_id: str, status: Status, *, now: datetime) -> RuleDoc:
+    async def set_status(
+        self, rule_id: str, status: Status, *, now: datetime, by: str | None = None
+    ) -> RuleDoc:
         """Pause or activate; activation re-arms the schedule from now and clears an issue.
+
+        ``by`` (who asked) is recorded as the rule's ``updated_by``.
 
         Raises:
             StoredRuleError: activating a rule whose definition does not validate.
         """
         existing = await self.get(rule_id)
         update: dict[str, Any] = {"status": status, "updated_at": now}
+        if by is not None:
+            update["updated_by"] = by
         if status == "ACTIVE" and existing.status != "ACTIVE":
             rule = existing.rule()
             update["next_execute_at"] = first_run(rule.schedule, now=now, tz=rule.zone())

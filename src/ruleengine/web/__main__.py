@@ -31,8 +31,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ),
         epilog=(
             "Configuration is read from RULEENGINE_* environment variables, e.g."
-            " RULEENGINE_MONGODB_URL, RULEENGINE_REDIS_URL, RULEENGINE_API_TOKEN (needed for"
-            " every write), RULEENGINE_API_READS_REQUIRE_TOKEN, RULEENGINE_TOKEN_ENCRYPTION_KEY."
+            " RULEENGINE_MONGODB_URL, RULEENGINE_REDIS_URL, RULEENGINE_API_TOKEN (an admin"
+            " token; every write needs a token: named ones with roles come from `ruleengine"
+            " tokens add`), RULEENGINE_API_READS_REQUIRE_TOKEN, RULEENGINE_TOKEN_ENCRYPTION_KEY."
             " SIGTERM or Ctrl-C stops the server cleanly."
         ),
     )

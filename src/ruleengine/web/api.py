@@ -2,7 +2,8 @@
 
 Rule bodies are validated exactly as the CLI validates files, against the
 registered ad accounts and the configured webhooks; every save is recorded with
-author ``api`` and source ``web`` and answers the rule's conflicts with the active
+the request's token name as author (:func:`~ruleengine.web.auth.actor`) and source
+``web``, and answers the rule's conflicts with the active
 rules as ``warnings`` (:mod:`ruleengine.web.api_conflicts`). See ``docs/api.md`` for the reference.
 """
 
@@ -33,6 +34,7 @@ from ruleengine.web import (
     api_trends,
     api_vocabulary,
 )
+from ruleengine.web.auth import actor
 from ruleengine.web.jsonio import (
     ApiError,
     int_param,
@@ -43,7 +45,6 @@ from ruleengine.web.jsonio import (
 )
 from ruleengine.web.state import services, settings_of
 
-AUTHOR = "api"
 MAX_VERSION = 2**63 - 1  # what MongoDB's int64 holds
 SOURCE = "web"
 # A rule version in If-Match / ?expected_version=: ASCII digits (no other scripts' digits, no
@@ -86,6 +87,7 @@ def rule_summary(item: Loaded) -> dict[str, Any]:
         "last_execute_at": doc.last_execute_at,
         "created_at": doc.created_at,
         "updated_at": doc.updated_at,
+        "updated_by": doc.updated_by,
     }
     try:
         rule = doc.rule()
@@ -119,6 +121,7 @@ def _damaged(error: StoredRuleError) -> dict[str, Any]:
         "last_execute_at": None,
         "created_at": None,
         "updated_at": error.updated_at,
+        "updated_by": None,
     }
 
 
@@ -213,7 +216,7 @@ async def create_rule(request: web.Request) -> web.Response:
             f" PUT /api/rules/{existing.id} or pick another name",
         )
     conflicts = await api_conflicts.save_warnings(request, rule, rule_id=None)
-    result = await store.save(rule, now=_now(), author=AUTHOR, source=SOURCE)
+    result = await store.save(rule, now=_now(), author=actor(request), source=SOURCE)
     if not result.created:  # another request created it between the check and the save
         raise ApiError(409, f"a rule named '{rule.name}' already exists")
     warnings = findings_json(conflicts, rename={NEW_RULE_ID: result.rule.id})
@@ -244,7 +247,7 @@ async def update_rule(request: web.Request) -> web.Response:
     result = await store.save(
         rule,
         now=_now(),
-        author=AUTHOR,
+        author=actor(request),
         source=SOURCE,
         rule_id=existing.id,
         expected_version=expected,
@@ -256,7 +259,9 @@ async def update_rule(request: web.Request) -> web.Response:
 
 async def pause_rule(request: web.Request) -> web.Response:
     """``POST /api/rules/{id}/pause``."""
-    doc = await services(request).rules.set_status(request.match_info["id"], "PAUSED", now=_now())
+    doc = await services(request).rules.set_status(
+        request.match_info["id"], "PAUSED", now=_now(), by=actor(request)
+    )
     return _rule_response(doc)
 
 
@@ -273,7 +278,7 @@ async def activate_rule(request: web.Request) -> web.Response:
         conflicts = await api_conflicts.save_warnings(
             request, rule, rule_id=existing.id, what="activated"
         )
-    doc = await store.set_status(existing.id, "ACTIVE", now=_now())
+    doc = await store.set_status(existing.id, "ACTIVE", now=_now(), by=actor(request))
     return _rule_response(doc, warnings=findings_json(conflicts))
 
 
@@ -299,7 +304,7 @@ async def rollback_rule(request: web.Request) -> web.Response:
     expected = _int_field(body, "expected_version", required=False) or expected_version(request)
     assert version is not None
     doc = await services(request).rules.rollback(
-        request.match_info["id"], version, now=_now(), expected_version=expected
+        request.match_info["id"], version, now=_now(), expected_version=expected, by=actor(request)
     )
     return _rule_response(doc)
 

@@ -7,6 +7,7 @@ this process masks it in every later log line and response.
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -20,8 +21,11 @@ from ruleengine.errors import FieldError
 from ruleengine.redact import REDACTOR
 from ruleengine.rules.basics import is_account_id, timezone_problem
 from ruleengine.store.credentials import Account, is_currency
+from ruleengine.web.auth import actor
 from ruleengine.web.jsonio import ApiError, invalid, json_response, read_object
 from ruleengine.web.state import Services, services, settings_of
+
+log = logging.getLogger(__name__)
 
 _ACCOUNT_FIELDS: Final = frozenset({"id", "token", "name", "timezone", "currency"})
 MAX_TOKEN_CHARS: Final = 4096
@@ -132,6 +136,7 @@ async def add_account(request: web.Request) -> web.Response:
         name=body.get("name"),
         timezone=body.get("timezone"),  # not given: kept, or UTC/USD for a new account
         currency=body.get("currency"),
+        by=actor(request),
     )
     return json_response(account_entry(account), status=201)
 
@@ -148,7 +153,7 @@ async def rotate_token(request: web.Request) -> web.Response:
     token = body["token"].strip()
     REDACTOR.register(token)
     account = await services(request).credentials.replace_token(
-        request.match_info["id"], token, now=datetime.now(UTC)
+        request.match_info["id"], token, now=datetime.now(UTC), by=actor(request)
     )
     return json_response(account_entry(account))
 
@@ -169,6 +174,7 @@ async def remove_account(request: web.Request) -> web.Response:
             rules=active,
         )
     await svc.credentials.remove(account_id)
+    log.info("ad account %s removed by %s", account_id, actor(request))
     return web.Response(status=204)
 
 

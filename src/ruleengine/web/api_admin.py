@@ -9,6 +9,7 @@ from aiohttp import web
 
 from ruleengine.errors import FieldError
 from ruleengine.store.errorlog import ErrorGroup, ErrorStatus, hours_ending
+from ruleengine.web.auth import actor
 from ruleengine.web.jsonio import (
     choice_param,
     int_param,
@@ -53,7 +54,7 @@ async def patch_error(request: web.Request) -> web.Response:
         message = f"{status!r} is not one of {', '.join(ERROR_STATUSES)}"
         raise invalid("invalid request", [FieldError("status", message)])
     group = await services(request).errors.set_status(
-        request.match_info["id"], status, now=datetime.now(UTC)
+        request.match_info["id"], status, now=datetime.now(UTC), by=actor(request)
     )
     return json_response(error_group(group))
 

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from ruleengine.store.db import Document
 from ruleengine.store.holds import HoldStore
+from ruleengine.web.auth import actor
 from ruleengine.web.jsonio import choice_param, int_param, json_response
 from ruleengine.web.state import services
 
@@ -32,6 +33,7 @@ def hold_item(doc: Document) -> dict[str, Any]:
         "changes": doc.get("changes", []),
         "placed_at": doc.get("placed_at"),
         "cleared_at": doc.get("cleared_at"),
+        "cleared_by": doc.get("cleared_by"),
     }
 
 
@@ -53,7 +55,9 @@ async def list_holds(request: web.Request) -> web.Response:
 
 async def clear_hold(request: web.Request) -> web.Response:
     """``DELETE /api/holds/{id}``: clear a hold, the field may change again; 404 if unknown."""
-    doc = await _store(request).clear(request.match_info["id"], now=datetime.now(UTC))
+    doc = await _store(request).clear(
+        request.match_info["id"], now=datetime.now(UTC), by=actor(request)
+    )
     return json_response(hold_item(doc))
 
 

@@ -18,10 +18,10 @@ from ruleengine.errors import FieldError
 from ruleengine.meta.http import Cost
 from ruleengine.rules.basics import is_account_id
 from ruleengine.rules.meta_import import ImportOptions, import_document
+from ruleengine.web.auth import actor
 from ruleengine.web.jsonio import invalid, json_response, read_object
 from ruleengine.web.state import services, settings_of
 
-AUTHOR: Final = "api"
 SOURCE: Final = "import-meta"
 _FIELDS: Final = frozenset(
     {"account", "rules", "currency", "timezone", "level", "webhook", "apply", "activate"}
@@ -87,7 +87,7 @@ async def import_meta(request: web.Request) -> web.Response:
             accounts=await svc.credentials.ids(),
             webhooks=set(settings_of(request).webhooks),
             now=datetime.now(UTC),
-            author=AUTHOR,
+            author=actor(request),
             source=SOURCE,
         )
         saved = {s.index: s.as_dict() for s in stored}

@@ -1,38 +1,79 @@
-"""Bearer-token access to ``/api``: every write needs the token, reads only when configured.
+"""Bearer-token access to ``/api``: who a request is, and whether its role may do it.
+
+A request is made with the configured ``RULEENGINE_API_TOKEN`` (an admin token
+named ``api``: set-ups from before named tokens keep working) or with a named token
+from ``ruleengine tokens add`` (:mod:`ruleengine.store.api_tokens`, found by its hash).
+Every write needs a token; reads only when ``api_reads_require_token`` is set (then
+any role may read). The least role each write route needs is in :data:`ROUTE_ROLES`,
+one table, applied here by route pattern; a write route missing from it needs admin
+(and a test fails). Handlers record :func:`actor` as ``by`` and may ask
+:func:`require_role` for more than their route's least role.
 
 The token travels in the ``Authorization`` header (the UI keeps it in
 ``localStorage``), never in a cookie, so a foreign page cannot make the browser
-send it: there is no CSRF surface to defend. Tokens are compared in constant time.
+send it: there is no CSRF surface to defend. The configured token is compared in
+constant time; a named token is looked up by its SHA-256.
 """
 
 from __future__ import annotations
 
 import hmac
-from typing import Final, Literal
+from datetime import UTC, datetime
+from typing import Final
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from ruleengine.settings import Settings
+from ruleengine.store.api_tokens import ROLES, ApiTokenStore, Role
 from ruleengine.web.jsonio import ApiError, error_response
+from ruleengine.web.state import services
+
+__all__ = ["ROLES", "ROUTE_ROLES", "Role", "actor", "auth_middleware", "require_role"]
 
 WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # Writes by method that change nothing: validation answers about a body, nothing more.
 # (Preview does not write either, but it spends Meta rate limit, so it needs the token.)
 NON_WRITING_POSTS: Final = frozenset({"/api/rules/validate"})
 _CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="ruleengine"'}
+_INVALID: Final = {"WWW-Authenticate": 'Bearer realm="ruleengine", error="invalid_token"'}
 
-Role = Literal["viewer", "editor", "approver", "admin"]
-#: What each role may do includes what the roles before it may.
-ROLES: Final[tuple[Role, ...]] = ("viewer", "editor", "approver", "admin")
 #: Who made a request with the configured RULEENGINE_API_TOKEN (it is an admin token).
 CONFIGURED_TOKEN_NAME: Final = "api"
-_ACTOR_KEY: Final = "ruleengine.actor"
-_ROLE_KEY: Final = "ruleengine.role"
+_ACTOR_KEY: Final = web.RequestKey("ruleengine.actor", str)
+_ROLE_KEY: Final = web.RequestKey("ruleengine.role", str)
+
+#: The least role of every write route, by (method, route pattern). Reads need none
+#: (or viewer, when reads require a token).
+ROUTE_ROLES: Final[dict[tuple[str, str], Role]] = {
+    # analysis that changes nothing
+    ("POST", "/api/rules/validate"): "viewer",
+    ("POST", "/api/rules/conflicts"): "viewer",
+    # rules: save, pause, activate, roll back, preview (spends Meta's rate limit)
+    ("POST", "/api/rules"): "editor",
+    ("PUT", "/api/rules/{id}"): "editor",
+    ("POST", "/api/rules/{id}/pause"): "editor",
+    ("POST", "/api/rules/{id}/activate"): "editor",
+    ("POST", "/api/rules/{id}/rollback"): "editor",
+    ("POST", "/api/rules/preview"): "editor",
+    ("POST", "/api/rules/{id}/preview"): "editor",
+    ("POST", "/api/backtests"): "editor",
+    ("POST", "/api/import/meta"): "editor",
+    ("DELETE", "/api/holds/{id}"): "editor",
+    ("PATCH", "/api/errors/{id}"): "editor",
+    # undo and approval decisions (their handlers also ask require_role(request, "approver"))
+    ("POST", "/api/batches/{batch_id}/undo"): "approver",
+    ("POST", "/api/approvals/{id}/approve"): "approver",
+    ("POST", "/api/approvals/{id}/reject"): "approver",
+    # ad accounts and their Meta tokens
+    ("POST", "/api/accounts"): "admin",
+    ("PUT", "/api/accounts/{id}/token"): "admin",
+    ("DELETE", "/api/accounts/{id}"): "admin",
+}
 
 
 def needs_token(method: str, path: str, settings: Settings) -> bool:
-    """Whether a request to ``path`` must carry the API token."""
+    """Whether a request to ``path`` must carry an API token."""
     if not path.startswith("/api/"):
         return False  # UI shells, health, metrics, static files
     if method in WRITE_METHODS and path not in NON_WRITING_POSTS:
@@ -40,40 +81,77 @@ def needs_token(method: str, path: str, settings: Settings) -> bool:
     return settings.api_reads_require_token
 
 
-def _presented(request: web.Request) -> str | None:
-    header = request.headers.get("Authorization", "")
+def bearer_token(header: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header value, None for any other."""
     scheme, _, value = header.partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         return None
     return value.strip()
 
 
-def check_token(request: web.Request, settings: Settings) -> None:
-    """Raise a 401 :class:`ApiError` unless the request carries the configured token."""
-    if settings.api_token is None:
-        raise ApiError(
-            401,
-            "this needs an API token, but the web app has none configured: set"
-            " RULEENGINE_API_TOKEN and restart it",
-            headers=_CHALLENGE,
-        )
-    presented = _presented(request)
+def route_role(request: web.Request) -> Role:
+    """The least role the request's route needs: viewer for reads, the table's for writes."""
+    if request.method not in WRITE_METHODS:
+        return "viewer"
+    resource = request.match_info.route.resource
+    if resource is None:  # no such route: the router answers 404/405
+        return "viewer"
+    return ROUTE_ROLES.get((request.method, resource.canonical), "admin")
+
+
+def _identified(request: web.Request, name: str, role: Role) -> None:
+    request[_ACTOR_KEY] = name
+    request[_ROLE_KEY] = role
+
+
+def _unconfigured() -> ApiError:
+    return ApiError(
+        401,
+        "this needs an API token, but the web app has none configured: set"
+        " RULEENGINE_API_TOKEN and restart it",
+        headers=_CHALLENGE,
+    )
+
+
+async def check_token(request: web.Request, settings: Settings) -> None:
+    """Identify the request's token (name and role) or raise a 401 :class:`ApiError`."""
+    store = ApiTokenStore(services(request).db)
+    presented = bearer_token(request.headers.get("Authorization", ""))
+    configured = settings.api_token
     if presented is None:
+        if configured is None and not await store.any_active():
+            raise _unconfigured()
         raise ApiError(
             401,
-            "missing API token: send the value of RULEENGINE_API_TOKEN as a bearer token"
-            " in the Authorization header",
+            "missing API token: send the value of RULEENGINE_API_TOKEN, or a token from"
+            " `ruleengine tokens add`, as a bearer token in the Authorization header",
             headers=_CHALLENGE,
         )
-    expected = settings.api_token.get_secret_value().encode()
     # aiohttp hands over header bytes that are not UTF-8 as surrogate escapes: put the
     # client's bytes back as they were; they cannot equal a configured (str) token.
-    if not hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), expected):
+    raw = presented.encode("utf-8", "surrogateescape")
+    if configured is not None and hmac.compare_digest(raw, configured.get_secret_value().encode()):
+        _identified(request, CONFIGURED_TOKEN_NAME, "admin")
+        return
+    found = await store.identify(presented, now=datetime.now(UTC))
+    if found is None:
+        if configured is None and not await store.any_active():
+            raise _unconfigured()
         raise ApiError(
             401,
-            "wrong API token: use the value of RULEENGINE_API_TOKEN",
-            headers={"WWW-Authenticate": 'Bearer realm="ruleengine", error="invalid_token"'},
+            "wrong API token: use the value of RULEENGINE_API_TOKEN or a token from"
+            " `ruleengine tokens add` (`ruleengine tokens list` names them)",
+            headers=_INVALID,
         )
+    if found.revoked_at is not None:
+        raise ApiError(
+            401,
+            f"the API token '{found.name}' was revoked at"
+            f" {found.revoked_at.isoformat(timespec='seconds')}; ask an admin for a new one"
+            " (`ruleengine tokens add`)",
+            headers=_INVALID,
+        )
+    _identified(request, found.name, found.role)
 
 
 def actor(request: web.Request) -> str:
@@ -83,7 +161,7 @@ def actor(request: web.Request) -> str:
 
 def require_role(request: web.Request, role: Role) -> None:
     """Raise a 403 :class:`ApiError` unless the request's token has ``role`` or a higher one."""
-    held: Role = request.get(_ROLE_KEY, "admin")
+    held = request.get(_ROLE_KEY, "admin")
     if ROLES.index(held) < ROLES.index(role):
         raise ApiError(
             403,
@@ -93,13 +171,14 @@ def require_role(request: web.Request, role: Role) -> None:
 
 
 def auth_middleware(settings: Settings) -> Middleware:
-    """A middleware enforcing :func:`needs_token` for ``settings``."""
+    """A middleware enforcing :func:`needs_token` and :data:`ROUTE_ROLES` for ``settings``."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if needs_token(request.method, request.path, settings):
             try:
-                check_token(request, settings)
+                await check_token(request, settings)
+                require_role(request, route_role(request))
             except ApiError as exc:
                 return error_response(exc)
         return await handler(request)

@@ -200,6 +200,7 @@ const RE = (() => {
   function failed(err, what) {
     let message = err && err.message ? err.message : String(err);
     if (err && err.status === 401) message += " — paste the API token in the box at the top";
+    if (err && err.status === 403) message += " — ask an admin for a token with that role";
     flash((what ? what + ": " : "") + message, "error");
   }
 

@@ -149,7 +149,8 @@
     $("detail-issue").textContent = issue ? "This rule cannot run: " + rule.issue.message +
       ". Save a corrected definition, roll back to a good version, or activate it once the cause is fixed." : "";
     $("detail-version").textContent = state.isNew ? "not saved yet"
-      : `version ${rule.version} of ${rule.latest_version} · ${rule.schedule || "schedule unknown"} · next run ${rule.status === "ACTIVE" ? fmtAgo(rule.next_execute_at) || "—" : rule.status === "PAUSED" ? "— (paused)" : "— (held)"}`;
+      : `version ${rule.version} of ${rule.latest_version} · ${rule.schedule || "schedule unknown"} · next run ${rule.status === "ACTIVE" ? fmtAgo(rule.next_execute_at) || "—" : rule.status === "PAUSED" ? "— (paused)" : "— (held)"}`
+        + (rule.updated_by ? ` · last changed by ${rule.updated_by}` : "");
     $("pause-rule").classList.toggle("hidden", state.isNew || rule.status !== "ACTIVE");
     $("activate-rule").classList.toggle("hidden", state.isNew || rule.status === "ACTIVE");
     $("versions-block").classList.toggle("hidden", state.isNew);
