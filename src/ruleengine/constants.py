@@ -21,6 +21,7 @@ LISTING_SNAPSHOTS: Final = "listing_snapshots"
 INSIGHTS_HISTORY: Final = "insights_history"
 BACKTEST_LISTINGS: Final = "backtest_listings"
 BACKTESTS: Final = "backtests"
+APPROVALS: Final = "approvals"  # planned changes waiting for a person (store/approvals.py)
 
 # Redis
 QUEUE_NAME: Final = "ruleengine:queue"
@@ -33,6 +34,7 @@ ACCOUNT_FENCE_PREFIX: Final = "ruleengine:lock:fence:"
 # arq job function names
 EVALUATE_JOB: Final = "evaluate_account"
 FOLLOWUP_JOB: Final = "run_followup"
+APPROVAL_JOB: Final = "apply_approval"
 
 # The 4 named stages of an evaluation, timed in every execution record and batch trace
 STAGES: Final = ("cooldown", "fetch", "evaluate", "act")
