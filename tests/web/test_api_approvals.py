@@ -11,11 +11,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
+import pytest
 from web_helpers import AUTH, Client, run_batch
 
-from flow import campaign_rule, records, save_rule, successful_writes, work
+from flow import campaign_rule, point_cli_at, records, save_rule, successful_writes, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
+from ruleengine.cli import main
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
@@ -164,3 +166,31 @@ async def test_a_value_changed_before_approval_is_left_alone(
     assert await budget_of(sandbox, entity) == 4321
     (record,) = await records(db, batch_id=f"approval:{first['id']}")
     assert (record["outcome"], record["reason"]) == ("skipped", "changed_by_someone_else")
+
+
+async def test_the_cli_lists_approves_and_rejects(
+    client: Client,
+    web_settings: Settings,
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    await propose(web_settings, db, redis, gated_rule(), now=datetime.now(UTC))
+    first, second = (await pending(client))[:2]
+    point_cli_at(web_settings, monkeypatch)
+    monkeypatch.setenv("RULEENGINE_REDIS_URL", web_settings.redis_url)
+    assert await asyncio.to_thread(main, ["approvals", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert first["id"] in listed and f"{first['before']} → {first['after']}" in listed
+    assert await asyncio.to_thread(main, ["approvals", "approve", first["id"], "--by", "ana"]) == 0
+    assert await asyncio.to_thread(main, ["approvals", "approve", first["id"]]) == 1
+    assert "already_approved" in capsys.readouterr().err
+    assert await asyncio.to_thread(main, ["approvals", "reject", second["id"]]) == 0
+    assert await asyncio.to_thread(main, ["approvals", "approve", "nope"]) == 1
+    await work(web_settings)
+    writes = await successful_writes(sandbox)
+    assert [w["id"] for w in writes] == [first["entity"]["id"]]
+    assert await asyncio.to_thread(main, ["approvals", "list", "--status", "applied"]) == 0
+    assert "by ana" in capsys.readouterr().out
