@@ -86,6 +86,12 @@ async def test_a_gated_raise_waits_is_approved_and_lands_once(
     # announced once per proposal, with a link to the screen
     assert len(received) == len(items)
     assert any(f"https://ads.example.com/approvals/{first['id']}" in m["text"] for m in received)
+    # readiness and the metrics show them waiting
+    ready = (await (await client.get("/health/ready")).json())["checks"]["approvals"]
+    assert ready["ok"] and ready["pending"] == len(items) and ready["oldest_age_s"] >= 0
+    metrics = await (await client.get("/metrics")).text()
+    assert f"ruleengine_approvals_pending {float(len(items))}" in metrics
+    assert "ruleengine_approvals_oldest_pending_age_seconds" in metrics
     # a second run while they wait proposes nothing again
     again = await propose(hooked, db, redis, data, now=datetime.now(UTC) + timedelta(minutes=15))
     second = await records(db, batch_id=again)
