@@ -135,14 +135,11 @@ async def apply_approval_job(ctx: dict[str, Any], payload: dict[str, Any]) -> di
 
 
 async def reap_job(ctx: dict[str, Any]) -> int:
-    """arq cron: mark batches whose worker died ABANDONED and reconcile their intents; mark
-    approvals past their expiry ``expired`` and enqueue again approved ones whose write did
+    """arq cron: mark batches whose worker died ABANDONED and reconcile their intents, mark
+    approvals past their expiry ``expired``; enqueue again approved changes whose write did
     not run (Redis was down when they were approved)."""
     now = datetime.now(UTC)
     engine: Engine = ctx["engine"]
-    expired = await engine.approvals.expire_due(now=now)
-    if expired:
-        log.info("%d approvals expired undecided", expired)
     for approval in await engine.approvals.approved_before(now - timedelta(minutes=5)):
         await enqueue_write(ctx["queue"], approval)
     return await Reaper(engine).reap(now=now)

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from web_helpers import AUTH, Client, run_batch
 
-from flow import campaign_rule, point_cli_at, records, save_rule, successful_writes, work
+from flow import campaign_rule, point_cli_at, reap, records, save_rule, successful_writes, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.cli import main
@@ -122,6 +122,27 @@ async def test_a_gated_raise_waits_is_approved_and_lands_once(
     assert again.status == 409 and (await again.json())["reason"] == "already_applied"
 
 
+async def test_a_redelivered_job_finds_its_own_proposals(
+    client: Client,
+    webhook: tuple[Settings, list[dict[str, Any]]],
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+) -> None:
+    hooked, received = webhook
+    data = gated_rule(webhook="ops")
+    now = datetime.now(UTC)
+    batch = await propose(hooked, db, redis, data, now=now)
+    items = await pending(client)
+    again = await propose(hooked, db, redis, data, now=now)  # the same run, delivered twice
+    assert again == batch
+    assert [i["id"] for i in await pending(client)] == [i["id"] for i in items]
+    assert len(received) == len(items)  # announced once
+    waiting = await records(db, batch_id=batch, outcome="awaiting_approval")
+    assert sorted(r["approval_id"] for r in waiting) == sorted(i["id"] for i in items)
+    assert await successful_writes(sandbox) == []
+
+
 async def test_a_rejected_change_never_lands(
     client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
 ) -> None:
@@ -153,6 +174,21 @@ async def test_an_expired_proposal_is_recorded_approval_expired(
     assert await pending(client) == []  # the rest expire when listed
     await work(web_settings)
     assert await successful_writes(sandbox) == []
+
+
+async def test_the_reaper_expires_undecided_proposals(
+    client: Client, web_settings: Settings, db: Database, redis: Any
+) -> None:
+    now = datetime.now(UTC)
+    await propose(web_settings, db, redis, gated_rule(expires_after_minutes=30), now=now)
+    waiting = await db[c.APPROVALS].count_documents({"status": "pending"})
+    assert waiting > 0
+    await reap(web_settings, db, redis, now=now + timedelta(minutes=29))
+    assert await db[c.APPROVALS].count_documents({"status": "pending"}) == waiting
+    await reap(web_settings, db, redis, now=now + timedelta(minutes=31))
+    expired = [d async for d in db[c.APPROVALS].find({})]
+    assert {(d["status"], d["reason"]) for d in expired} == {("expired", "approval_expired")}
+    assert len(expired) == waiting
 
 
 async def test_a_value_changed_before_approval_is_left_alone(
