@@ -57,21 +57,22 @@ def open_results(
 ) -> dict[tuple[str, str], ActResult]:
     """Results for pairs with an open proposal: this batch's own (a redelivery) still awaits
     approval; another batch's makes this one skip with ``approval_pending``."""
-    results: dict[tuple[str, str], ActResult] = {}
-    for key, doc in found.items():
-        if doc.get("batch_id") == batch_id and doc["status"] == "pending":
-            results[key] = waiting(doc)
-        else:
-            message = f"approval {doc['_id']} ({doc['status']}) is open for this entity and task"
-            results[key] = ActResult(
-                "skipped",
-                "approval_pending",
-                doc["field"],
-                doc["before"],
-                doc["before"],
-                error={"message": message, "approval": doc["_id"]},
-            )
-    return results
+    return {key: open_result(batch_id, doc) for key, doc in found.items()}
+
+
+def open_result(batch_id: str, doc: Document) -> ActResult:
+    """The result of a pair with the open proposal ``doc`` (see :func:`open_results`)."""
+    if doc.get("batch_id") == batch_id and doc["status"] == "pending":
+        return waiting(doc)
+    message = f"approval {doc['_id']} ({doc['status']}) is open for this entity and task"
+    return ActResult(
+        "skipped",
+        "approval_pending",
+        doc["field"],
+        doc["before"],
+        doc["before"],
+        error={"message": message, "approval": doc["_id"]},
+    )
 
 
 def proposal_doc(run: JobRun, entity: Entity, task: Task, result: ActResult) -> Document:
@@ -193,7 +194,10 @@ async def _write(engine: Engine, doc: Document, *, now: datetime) -> ActResult:
         facts=facts,
     )
     entity = Entity(id=doc["entity_id"], name=doc["entity_name"])
-    key = ActKey(doc["task_id"], doc["action"])
+    # the task's own key: the written change starts its cooldown and counts towards its limit
+    tasks = {t.id: t for t in rule.tasks}
+    task = tasks.get(doc["task_id"])
+    key = ActKey.of(task) if task is not None else ActKey(doc["task_id"], doc["action"])
     try:
         return await engine.executor.apply(run, writer, entity, key, _target(doc))
     except ACT_FAILURES as exc:

@@ -20,7 +20,7 @@ from typing import Any
 from pymongo.errors import PyMongoError
 
 from ruleengine.actions import ActionExecutor, IntentSettler, writes_a_field
-from ruleengine.approvals import open_results, propose
+from ruleengine.approvals import open_result, open_results, propose
 from ruleengine.evaluation import Evaluation, Pair, Reading, Summary, sheets_reader
 from ruleengine.followups.scheduling import FollowupScheduler, Origin
 from ruleengine.guards import CrossRuleGuards
@@ -180,7 +180,7 @@ class JobEvaluation(Evaluation):
         )
         pair.approval = doc["_id"]
         if doc.get("batch_id") != self.job.batch_id:  # another run proposed it first
-            pair.result = open_results(self.job.batch_id, {("", ""): doc})[("", "")]
+            pair.result = open_result(self.job.batch_id, doc)
 
     async def _act_pairs(self, passing: list[Pair]) -> None:
         total = self.job.entity_count

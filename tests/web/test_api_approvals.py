@@ -236,3 +236,20 @@ async def test_the_cli_lists_approves_and_rejects(
     assert [w["id"] for w in writes] == [first["entity"]["id"]]
     assert await asyncio.to_thread(main, ["approvals", "list", "--status", "applied"]) == 0
     assert "by ana" in capsys.readouterr().out
+
+
+async def test_an_approved_change_starts_the_tasks_cooldown(
+    client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    data = gated_rule()
+    data["tasks"][0]["cooldown_minutes"] = 60
+    now = datetime.now(UTC)
+    await propose(web_settings, db, redis, data, now=now)
+    first = (await pending(client))[0]
+    entity = first["entity"]["id"]
+    assert (await client.post(f"/api/approvals/{first['id']}/approve", headers=AUTH)).status == 200
+    await work(web_settings)
+    assert await budget_of(sandbox, entity) == first["after"]
+    later = await propose(web_settings, db, redis, data, now=now + timedelta(minutes=15))
+    (record,) = await records(db, batch_id=later, entity_id=entity)
+    assert (record["outcome"], record["reason"]) == ("skipped", "next_execute_not_reached")
