@@ -36,7 +36,7 @@ from ruleengine.rules.action_types import (
 )
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
-from ruleengine.rules.model import Rule, Task
+from ruleengine.rules.model import Rule, Task, needs_approval
 from ruleengine.rules.money import amount_scale
 from ruleengine.rules.plan import Plan, percent_of, plan_budget, plan_name, plan_status
 from ruleengine.rules.scaling import plan_bid, plan_scale
@@ -45,7 +45,7 @@ from ruleengine.store.intents import Intent, IntentStore
 if TYPE_CHECKING:  # budget_limits builds on this module
     from ruleengine.budget_limits import AccountFacts
 
-Outcome = Literal["applied", "no_change", "skipped", "failed", "would_apply"]
+Outcome = Literal["applied", "no_change", "skipped", "failed", "would_apply", "awaiting_approval"]
 # Effects that cannot be read back from Meta afterwards: a pending one is never retried.
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,36 @@ def with_learning_phase(target: Target, task: Task) -> Target:
         return clamp_while_learning(plan, limit_pct)
 
     return Target(target.field, [*target.reads, "learning_stage_info"], plan_outside_learning)
+
+
+def with_approval(target: Target, task: Task, run: JobRun) -> Target:
+    """``target`` whose change waits for a person when the task's ``approval`` says so: the
+    plan comes back as ``awaiting_approval`` (field, before → after) and nothing is written
+    (the engine stores the proposal, :mod:`ruleengine.approvals`)."""
+    approval = task.approval
+    if approval is None:
+        return target
+    scale = money_scale(run) if approval.on_budget and run.facts is not None else 1
+
+    def plan_or_propose(live: dict[str, Any]) -> Plan | ActResult:
+        plan = target.planner(live)
+        if not isinstance(plan, Plan) or not plan.changes:
+            return plan
+        if not needs_approval(
+            approval, field=plan.field, before=plan.before, after=plan.after, scale=scale
+        ):
+            return plan
+        return ActResult(
+            "awaiting_approval",
+            "approval_required",
+            plan.field,
+            plan.before,
+            plan.after,
+            plan.requested,
+            plan.clamped_by,
+        )
+
+    return Target(target.field, target.reads, plan_or_propose)
 
 
 def clamp_while_learning(plan: Plan, limit_pct: float) -> Plan:

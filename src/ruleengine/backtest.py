@@ -734,6 +734,8 @@ def _result(
         caveats.append(
             "Past learning phases are unknown: budget changes replay as if never learning."
         )
+    if any(t.approval for t in rule.tasks):
+        caveats.append("Changes that wait for approval replay as if approved at once.")
     return {
         "rule": {
             "name": rule.name,

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import getpass
 import os
 import re
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import orjson
 from pydantic import ValidationError
@@ -24,7 +25,9 @@ from ruleengine.conflicts import (
     findings_json,
     stored_entries,
 )
+from ruleengine.deciding import decide
 from ruleengine.errors import FieldError, RuleEngineError, RuleValidationError
+from ruleengine.queue import connect_queue
 from ruleengine.rules.conflicts import Finding, RuleEntry, find_conflicts
 from ruleengine.rules.model import Rule, parse_rule, rule_json_schema
 from ruleengine.rules.money import (
@@ -35,6 +38,7 @@ from ruleengine.rules.money import (
 )
 from ruleengine.settings import PORT_LAYOUT, Settings
 from ruleengine.store.api_tokens import ROLES, ApiToken, ApiTokenStore
+from ruleengine.store.approvals import STATUSES, ApprovalStore
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
 from ruleengine.store.formats import migrate_rules
@@ -980,6 +984,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_rules(sub)
     _add_accounts(sub)
     _add_tokens(sub)
+    _add_approvals(sub)
     return parser
 
 
@@ -1246,6 +1251,68 @@ def _add_tokens(sub: Any) -> None:
     )
     revoke.add_argument("name", help="the token's name (see `tokens list`)")
     revoke.set_defaults(handler=_run_async(_tokens_revoke))
+
+
+# ---------------------------------------------------------------- approvals
+
+
+def _approval_line(doc: dict[str, Any]) -> str:
+    decided = f"  by {doc['decided_by']}" if doc.get("decided_by") else ""
+    return (
+        f"{doc['_id']}  {doc['status']:<23} {doc.get('rule_name')} / {doc.get('task_id')}:"
+        f" {doc.get('entity_name')} ({doc.get('entity_id')}) {doc.get('field')}"
+        f" {doc.get('before')} → {doc.get('after')}"
+        f"  expires {doc['expires_at']:%Y-%m-%d %H:%M} UTC{decided}"
+    )
+
+
+async def _approvals_list(args: argparse.Namespace, settings: Settings) -> int:
+    async with _database(settings) as db:
+        store = ApprovalStore(db)
+        await store.expire_due(now=_now())
+        docs = await store.page(status=args.status, limit=args.limit, skip=0)
+    for doc in docs:
+        print(_approval_line(doc))
+    if not docs:
+        print(f"no {args.status or ''} approvals".replace("  ", " "))
+    return 0
+
+
+async def _approvals_decide(args: argparse.Namespace, settings: Settings) -> int:
+    status: Literal["approved", "rejected"] = (
+        "approved" if args.approvals_command == "approve" else "rejected"
+    )
+    queue = connect_queue(settings)
+    try:
+        async with _database(settings) as db:
+            decision = await decide(
+                ApprovalStore(db), queue, args.id, status=status, by=args.by, now=_now()
+            )
+    finally:
+        await queue.aclose()
+    print(_approval_line(decision.doc))
+    if not decision.changed:
+        print(f"error: not {status}: {decision.reason}", file=sys.stderr)
+        return 1
+    if status == "approved":
+        print("a worker writes the change if the live value is still the one before")
+    return 0
+
+
+def _add_approvals(sub: Any) -> None:
+    approvals = sub.add_parser("approvals", help="changes waiting for a person: list, decide")
+    actions = approvals.add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="approvals, newest first (default: pending)")
+    listing.add_argument("--status", choices=STATUSES, default="pending")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.set_defaults(handler=_run_async(_approvals_list))
+    for verb, what in (("approve", "write the change (by a worker)"), ("reject", "never write it")):
+        deciding = actions.add_parser(verb, help=f"{verb} a pending change: {what}")
+        deciding.add_argument("id", help="the approval's id (approvals list)")
+        deciding.add_argument(
+            "--by", default=f"cli:{getpass.getuser()}", help="who decides (default: cli:USER)"
+        )
+        deciding.set_defaults(handler=_run_async(_approvals_decide))
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:

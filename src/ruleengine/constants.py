@@ -22,6 +22,7 @@ INSIGHTS_HISTORY: Final = "insights_history"
 BACKTEST_LISTINGS: Final = "backtest_listings"
 BACKTESTS: Final = "backtests"
 API_TOKENS: Final = "api_tokens"  # named API tokens with roles (store/api_tokens.py)
+APPROVALS: Final = "approvals"  # planned changes waiting for a person (store/approvals.py)
 
 # Redis
 QUEUE_NAME: Final = "ruleengine:queue"
@@ -34,6 +35,7 @@ ACCOUNT_FENCE_PREFIX: Final = "ruleengine:lock:fence:"
 # arq job function names
 EVALUATE_JOB: Final = "evaluate_account"
 FOLLOWUP_JOB: Final = "run_followup"
+APPROVAL_JOB: Final = "apply_approval"
 
 # The 4 named stages of an evaluation, timed in every execution record and batch trace
 STAGES: Final = ("cooldown", "fetch", "evaluate", "act")

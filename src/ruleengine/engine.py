@@ -20,6 +20,7 @@ from typing import Any
 from pymongo.errors import PyMongoError
 
 from ruleengine.actions import ActionExecutor, IntentSettler, writes_a_field
+from ruleengine.approvals import open_result, open_results, propose
 from ruleengine.evaluation import Evaluation, Pair, Reading, Summary, sheets_reader
 from ruleengine.followups.scheduling import FollowupScheduler, Origin
 from ruleengine.guards import CrossRuleGuards
@@ -33,6 +34,7 @@ from ruleengine.notify import Notifier
 from ruleengine.payload import EvaluateJob
 from ruleengine.rules.entity import Entity
 from ruleengine.settings import Settings
+from ruleengine.store.approvals import ApprovalStore
 from ruleengine.store.credentials import CredentialStore, TokenState, load_key
 from ruleengine.store.db import Database
 from ruleengine.store.errorlog import ErrorLog
@@ -58,6 +60,7 @@ class Engine(Reading):
     followups: FollowupScheduler
     rules: RuleStore
     snapshots: ListingSnapshots
+    approvals: ApprovalStore
     worker: str = "worker"
 
     def graph(self, cost: Cost) -> tuple[GraphReader, BatchReader, GraphWriter]:
@@ -93,6 +96,7 @@ def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = 
         followups=FollowupScheduler(db, queue=redis),
         rules=RuleStore(db),
         snapshots=ListingSnapshots(db),
+        approvals=ApprovalStore(db),
         worker=worker,
     )
 
@@ -145,6 +149,40 @@ class JobEvaluation(Evaluation):
         )
 
     async def _act(self, passing: list[Pair]) -> None:
+        """Pairs with an open proposal wait; the others act; changes that need approval are
+        proposed (:mod:`ruleengine.approvals`)."""
+        gated = [p for p in passing if p.task.approval is not None]
+        if gated:
+            found = await self.engine.approvals.open_for(
+                self.job.rule_id, [(p.task.id, p.entity.id) for p in gated]
+            )
+            results = open_results(self.job.batch_id, found)
+            for pair in gated:
+                key = (pair.task.id, pair.entity.id)
+                if key in results:
+                    pair.result, pair.approval = results[key], found[key]["_id"]
+        await self._act_pairs([p for p in passing if p.result is None])
+        for pair in gated:
+            result = pair.result
+            if result and result.outcome == "awaiting_approval" and pair.approval is None:
+                await self._propose(pair)
+
+    async def _propose(self, pair: Pair) -> None:
+        assert pair.result is not None
+        doc = await propose(
+            self.engine.approvals,
+            self.engine.executor.notifier,
+            self.run_ctx,
+            pair.entity,
+            pair.task,
+            pair.result,
+            base_url=self.engine.settings.public_url,
+        )
+        pair.approval = doc["_id"]
+        if doc.get("batch_id") != self.job.batch_id:  # another run proposed it first
+            pair.result = open_result(self.job.batch_id, doc)
+
+    async def _act_pairs(self, passing: list[Pair]) -> None:
         total = self.job.entity_count
         done_entities: set[str] = set()
         refused = self._refused

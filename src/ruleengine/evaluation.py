@@ -152,6 +152,7 @@ class Pair:
     error: dict[str, Any] | None = None
     trace: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     followup: dict[str, Any] | None = None
+    approval: str | None = None  # the id of the proposal this pair made or waits on
 
 
 class Stopwatch:
@@ -422,6 +423,7 @@ class Evaluation:
             "error": (result.error if result else None) or pair.error,
             "response": result.response if result else None,
             "followup": pair.followup,
+            "approval_id": pair.approval,
             "trace": {k: round(v, 6) for k, v in pair.trace.items()},
             "duration_s": round(sum(pair.trace.values()), 6),
             "scheduled_at": self.job.scheduled_at,

@@ -21,6 +21,8 @@ from arq import cron
 from arq.worker import func
 
 from ruleengine import constants as c
+from ruleengine.approvals import apply_approval
+from ruleengine.deciding import enqueue_write
 from ruleengine.engine import Engine, build_engine, close_engine, evaluate_account
 from ruleengine.followups.running import run_followup
 from ruleengine.observability import WorkerMetrics, serve
@@ -127,9 +129,20 @@ async def run_followup_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict
     return result
 
 
+async def apply_approval_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """arq job: write an approved change once (see :mod:`ruleengine.approvals`)."""
+    return await apply_approval(ctx["engine"], str(payload["approval"]), now=datetime.now(UTC))
+
+
 async def reap_job(ctx: dict[str, Any]) -> int:
-    """arq cron: mark batches whose worker died ABANDONED and reconcile their intents."""
-    return await Reaper(ctx["engine"]).reap(now=datetime.now(UTC))
+    """arq cron: mark batches whose worker died ABANDONED and reconcile their intents, mark
+    approvals past their expiry ``expired``; enqueue again approved changes whose write did
+    not run (Redis was down when they were approved)."""
+    now = datetime.now(UTC)
+    engine: Engine = ctx["engine"]
+    for approval in await engine.approvals.approved_before(now - timedelta(minutes=5)):
+        await enqueue_write(ctx["queue"], approval)
+    return await Reaper(engine).reap(now=now)
 
 
 def worker_kwargs(settings: Settings) -> dict[str, Any]:
@@ -138,6 +151,7 @@ def worker_kwargs(settings: Settings) -> dict[str, Any]:
         "functions": [
             func(evaluate_account_job, name=c.EVALUATE_JOB, max_tries=1),
             func(run_followup_job, name=c.FOLLOWUP_JOB, max_tries=1),
+            func(apply_approval_job, name=c.APPROVAL_JOB, max_tries=1),
         ],
         "cron_jobs": [
             cron(reap_job, name="reap_abandoned_batches", second=30, run_at_startup=True),

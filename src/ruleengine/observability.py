@@ -150,6 +150,13 @@ class WebMetrics(_Metrics):
             "ruleengine_followups_overdue",
             "Follow-ups still pending or scheduled more than 5 min past their due time",
         )
+        self.approvals_pending = self.gauge(
+            "ruleengine_approvals_pending", "Planned changes waiting for a person's approval"
+        )
+        self.approvals_oldest_age = self.gauge(
+            "ruleengine_approvals_oldest_pending_age_seconds",
+            "Age of the oldest pending approval (0 when none waits)",
+        )
 
 
 def serve(registry: CollectorRegistry, port: int, *, what: str, host: str = "127.0.0.1") -> None:

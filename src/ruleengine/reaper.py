@@ -64,7 +64,19 @@ class Reaper:
         abandoned = await self._abandon(now=now)
         await self.settle_orphans(now=now)
         await self.recover_records(now=now)
+        await self.expire_approvals(now=now)
         return abandoned
+
+    async def expire_approvals(self, *, now: datetime) -> int:
+        """Mark approvals left undecided past their expiry ``expired`` (``approval_expired``)."""
+        try:
+            expired = await self.engine.approvals.expire_due(now=now)
+        except PyMongoError as exc:
+            log.warning("could not expire approvals this pass: %s", exc)
+            return 0
+        if expired:
+            log.info("%d approval(s) expired undecided", expired)
+        return expired
 
     async def _abandon(self, *, now: datetime) -> int:
         cutoff = now - timedelta(seconds=self.engine.settings.job_timeout_s + GRACE_S)

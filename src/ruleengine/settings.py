@@ -148,6 +148,8 @@ class Settings(BaseSettings):
     # web
     web_host: str = "127.0.0.1"
     web_port: PortNumber = 8080
+    #: Where people reach the web app (links in notifications); unset: http://web_host:web_port
+    web_public_url: str | None = None
     api_token: SecretStr | None = None
     api_reads_require_token: bool = False
     backtest_concurrency: int = Field(
@@ -244,3 +246,10 @@ class Settings(BaseSettings):
     def graph_base(self) -> str:
         """The Graph API root including the version, e.g. ``http://127.0.0.1:8081/v25.0``."""
         return f"{self.graph_url}/{self.graph_version}"
+
+    @property
+    def public_url(self) -> str:
+        """The web app's address for people (links in notifications), without a final ``/``."""
+        if self.web_public_url:
+            return self.web_public_url.rstrip("/")
+        return f"http://{self.web_host}:{self.web_port}"

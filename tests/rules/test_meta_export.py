@@ -485,3 +485,15 @@ def test_respecting_the_learning_phase_is_exported_with_a_warning() -> None:
     warned = {p.path: (p.severity, p.why) for p in result.problems}
     severity, why = warned["tasks[0].respect_learning_phase"]
     assert severity == "warning" and "learning phase" in why
+
+
+def test_an_approval_is_exported_with_a_warning_that_meta_changes_at_once() -> None:
+    data = base(
+        action={"type": "increase_budget", "percent": 50},
+        approval={"when": {"budget_change_pct_above": 30}},
+    )
+    result = export(data)
+    assert result.complete and len(result.rules) == 1
+    warned = {p.path: (p.severity, p.why) for p in result.problems}
+    severity, why = warned["tasks[0].approval"]
+    assert severity == "warning" and "approval" in why and "at once" in why

@@ -8,10 +8,12 @@ Skipped like ``test_browser.py`` where its browser is absent (its fixtures are s
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_api_approvals import gated_rule, pending, propose
 from test_api_entities import make_history
 from test_browser import (  # noqa: F401  (seeded and the autouse check are fixtures)
     ARGS,
@@ -134,4 +136,19 @@ async def test_the_entity_timeline_has_no_serious_or_critical_violations(
         "() => document.querySelectorAll('#entity-chart .change-marker').length === 5"
     )
     found = await _audit(audit_page, "entity timeline")
+    assert found == [], "\n".join(found)
+
+
+async def test_the_approvals_screen_has_no_serious_or_critical_violations(
+    audit_page: Any, client: Client, web_settings: Settings, db: Database, redis: Any
+) -> None:
+    await propose(web_settings, db, redis, gated_rule(), now=datetime.now(UTC))
+    waiting = await pending(client)
+    headers = {"Authorization": f"Bearer {API_TOKEN}"}
+    await client.post(f"/api/approvals/{waiting[0]['id']}/reject", headers=headers)
+    base = str(client.make_url("")).rstrip("/")
+    await audit_page.goto(f"{base}/approvals/{waiting[1]['id']}#token={API_TOKEN}")
+    await audit_page.wait_for_selector("#pending-table tbody tr")
+    await audit_page.wait_for_selector("#decided-table tbody tr")
+    found = await _audit(audit_page, "approvals, pending and decided")
     assert found == [], "\n".join(found)

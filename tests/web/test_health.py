@@ -47,11 +47,18 @@ async def test_ready_is_200_when_everything_is_healthy(
         "queue",
         "followups",
         "tokens",
+        "approvals",
     }
     assert all(check["ok"] for check in answer["checks"].values())
     assert answer["checks"]["queue"]["depth"] == 2
     assert answer["checks"]["workers"]["live"] == 1
     assert answer["checks"]["followups"]["pending"] == 0
+    assert answer["checks"]["approvals"] | {"latency_ms": 0} == {
+        "ok": True,
+        "pending": 0,
+        "oldest_age_s": None,
+        "latency_ms": 0,
+    }
 
 
 async def test_ready_names_stale_workers_and_dispatcher(client: Client, db: Database) -> None:

@@ -359,6 +359,13 @@ class _Exporter(Report):
                 "Meta's rules do not look at the learning phase: the exported rule changes"
                 " budgets while an ad set is learning",
             )
+        if task.approval is not None:
+            self.warn(
+                f"{path}.approval",
+                task.approval.model_dump(mode="json", exclude_none=True),
+                "Meta's rules cannot wait for a person's approval: the exported rule makes"
+                " its changes at once",
+            )
         return execution | ({"execution_options": options} if options else {})
 
     def _change_spec(

@@ -217,6 +217,92 @@ class Condition(_MetricRef):
         return self
 
 
+# ---------------------------------------------------------------- approvals
+
+
+class BudgetChangePctAbove(RuleModel):
+    """Approval when a budget moves by more than this percentage of its live value."""
+
+    budget_change_pct_above: float = Field(gt=0, le=10_000, allow_inf_nan=False)
+
+
+class BudgetAbove(RuleModel):
+    """Approval when a new budget is above this amount (the rule's money units: currency
+    units in format 2, minor units in the old format 1)."""
+
+    budget_above: float = Field(ge=0, allow_inf_nan=False)
+
+
+class Approval(RuleModel):
+    """A person approves the task's planned change before it is written (docs/rules.md
+    "Approvals"): ``when`` it needs approval, how long a proposal waits, whom to tell."""
+
+    when: Literal["always"] | BudgetChangePctAbove | BudgetAbove
+    expires_after_minutes: int = Field(default=120, ge=1, le=60 * 24 * 30)
+    #: The webhook the proposal is announced to; unset: the first one the rule's tasks name.
+    webhook: str | None = None
+
+    @field_validator("when", mode="before")
+    @classmethod
+    def _when(cls, raw: Any) -> Any:
+        # one message naming the three shapes, not one per member of the union
+        if raw == "always":
+            return raw
+        shapes = '"always", {"budget_change_pct_above": 30} or {"budget_above": 1000}'
+        if not isinstance(raw, dict) or len(raw) != 1:
+            raise ValueError(f"give one of {shapes}, not {raw!r:.60}")
+        ((key, value),) = raw.items()
+        if key not in ("budget_change_pct_above", "budget_above"):
+            raise PathError(str(key), f"unknown condition of approval; give one of {shapes}")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise PathError(key, f"must be a number, not {value!r:.40}")
+        if (
+            not math.isfinite(value)
+            or value < 0
+            or (key == "budget_change_pct_above" and value == 0)
+        ):
+            raise PathError(
+                key,
+                "must be a finite number above 0"
+                if key != "budget_above"
+                else "must be a finite number, 0 or more",
+            )
+        if key == "budget_change_pct_above" and value > 10_000:
+            raise PathError(key, "must be at most 10000 (%)")
+        return (
+            BudgetChangePctAbove(budget_change_pct_above=value)
+            if key == "budget_change_pct_above"
+            else BudgetAbove(budget_above=value)
+        )
+
+    @property
+    def on_budget(self) -> bool:
+        """True when ``when`` looks at a budget (only budget actions can say so)."""
+        return not isinstance(self.when, str)
+
+
+def needs_approval(
+    approval: Approval | None, *, field: str, before: Any, after: Any, scale: int
+) -> bool:
+    """True when a planned change of ``field`` from ``before`` to ``after`` waits for a person.
+
+    ``scale``: minor units per unit of the rule's money (``budget_above`` is in those units,
+    budgets in minor units).
+    """
+    if approval is None:
+        return False
+    when = approval.when
+    if isinstance(when, str):
+        return True
+    if field != "daily_budget" or before is None or after is None:
+        return False
+    if isinstance(when, BudgetAbove):
+        return float(after) > when.budget_above * scale
+    if not before:
+        return True  # from nothing, any change is infinitely large
+    return abs(float(after) - float(before)) * 100 / float(before) > when.budget_change_pct_above
+
+
 # ---------------------------------------------------------------- tasks and rules
 
 
@@ -237,6 +323,8 @@ class Task(RuleModel):
     #: or with ``max_change_pct_while_learning`` limit them to that percentage.
     respect_learning_phase: bool = False
     max_change_pct_while_learning: float | None = Field(default=None, gt=0, le=100)
+    #: Planned changes wait for a person's approval (see :class:`Approval`).
+    approval: Approval | None = None
 
     @field_validator("action")
     @classmethod
@@ -256,6 +344,19 @@ class Task(RuleModel):
                 "respect_learning_phase",
                 f"only budget actions ({', '.join(sorted(BUDGET_ACTIONS))}) respect the learning"
                 f" phase; this task's action is '{self.action.type}'",
+            )
+        approval = self.approval
+        if approval is not None and approval.on_budget and self.action.type not in BUDGET_ACTIONS:
+            raise PathError(
+                "approval.when",
+                f"only budget actions ({', '.join(sorted(BUDGET_ACTIONS))}) change a budget;"
+                f' this task\'s action is \'{self.action.type}\': use "when": "always"',
+            )
+        if self.approval is not None and self.action.type in ("notify", "duplicate"):
+            raise PathError(
+                "approval",
+                f"'{self.action.type}' has no before and after to approve; approvals gate"
+                " status, budget, bid and name changes",
             )
         return self
 
@@ -286,7 +387,12 @@ class Filter(RuleModel):
 #: Optional fields the versioned definition leaves out while unset (see Rule.definition).
 UNSET_LEFT_OUT: dict[str, tuple[str, ...]] = {
     "rule": ("change_budget",),
-    "task": ("on_oscillation", "respect_learning_phase", "max_change_pct_while_learning"),
+    "task": (
+        "on_oscillation",
+        "respect_learning_phase",
+        "max_change_pct_while_learning",
+        "approval",
+    ),
 }
 
 
@@ -383,10 +489,11 @@ class Rule(RuleModel):
                         "custom metrics need the rule's 'custom_metrics' sheet"
                         ' ({"spreadsheet_id": ...})',
                     )
-            for where, hook in _webhooks_of(task.action):
+            hooks = [(f"action.{w}", h) for w, h in _webhooks_of(task.action)]
+            for where, hook in hooks + _approval_hook(task):
                 if webhooks is not None and hook not in webhooks:
                     raise PathError(
-                        f"[{t_index}].action.{where}",
+                        f"[{t_index}].{where}",
                         f"webhook '{hook}' is not configured; add it to RULEENGINE_WEBHOOKS"
                         f" (configured: {sorted(webhooks) or 'none'})",
                     )
@@ -491,6 +598,23 @@ def _webhooks_of(action: Any) -> list[tuple[str, str]]:
     if action.then is not None and action.then.webhook:
         hooks.append(("then.webhook", action.then.webhook))
     return hooks
+
+
+def _approval_hook(task: Task) -> list[tuple[str, str]]:
+    if task.approval is not None and task.approval.webhook is not None:
+        return [("approval.webhook", task.approval.webhook)]
+    return []
+
+
+def approval_webhook(rule: Rule, task: Task) -> str | None:
+    """Where a proposal of ``task`` is announced: its approval's webhook, else the first
+    webhook the rule's tasks name (a notify action, a notify follow-up), else none."""
+    if task.approval is not None and task.approval.webhook is not None:
+        return task.approval.webhook
+    for candidate in [task, *rule.tasks]:
+        for _where, hook in _webhooks_of(candidate.action):
+            return hook
+    return None
 
 
 def definition_checksum(definition: dict[str, Any]) -> str:

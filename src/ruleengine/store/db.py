@@ -110,6 +110,12 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("batch_id", ASCENDING)]),
         IndexModel([("rule_id", ASCENDING), ("due_at", ASCENDING)]),
     ],
+    c.APPROVALS: [
+        # one open approval per (rule, task, entity): the key of a decided one is its own id
+        IndexModel([("open_key", ASCENDING)], unique=True),
+        IndexModel([("status", ASCENDING), ("created_at", DESCENDING)]),
+        IndexModel([("status", ASCENDING), ("expires_at", ASCENDING)]),
+    ],
     c.HOLDS: [
         IndexModel([("entity_id", ASCENDING)]),
         IndexModel([("status", ASCENDING), ("placed_at", DESCENDING)]),

@@ -25,6 +25,7 @@ from ruleengine.store.ruledocs import Loaded, RuleDoc, RuleIssue, StoredRuleErro
 from ruleengine.web import (
     api_accounts,
     api_admin,
+    api_approvals,
     api_conflicts,
     api_entities,
     api_followups,
@@ -366,6 +367,7 @@ def add_routes(app: web.Application) -> None:
     api_records.add_routes(app)
     api_followups.add_routes(app)
     api_holds.add_routes(app)
+    api_approvals.add_routes(app)
     api_entities.add_routes(app)
     api_accounts.add_routes(app)
     api_admin.add_routes(app)

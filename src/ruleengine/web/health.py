@@ -9,6 +9,9 @@ many are overdue (their timer did not fire: see
 :mod:`ruleengine.store.followups`). Pending alone is healthy — that is the
 graceful degradation working; overdue is not.
 
+The ``approvals`` check shows how many planned changes wait for a person and how old the
+oldest is; waiting is never a failure (the check is always ok), it is there to be seen.
+
 The ``tokens`` check names every ad account whose token Meta refused (see
 :mod:`ruleengine.tokens`). It does not make readiness fail: the processes are fine
 and restarting them, or taking the web app out of a load balancer, fixes nothing —
@@ -30,6 +33,7 @@ from aiohttp import web
 from ruleengine import __version__
 from ruleengine.constants import QUEUE_NAME
 from ruleengine.settings import Settings
+from ruleengine.store.approvals import ApprovalStore
 from ruleengine.store.db import Document
 from ruleengine.store.followups import OVERDUE_AFTER
 from ruleengine.web.jsonio import json_response
@@ -137,6 +141,9 @@ def _probes(svc: Services, settings: Settings) -> dict[str, Callable[[], Awaitab
     async def tokens() -> Detail:
         return await tokens_check(svc)
 
+    async def approvals() -> Detail:
+        return await approvals_check(svc)
+
     return {
         "mongodb": mongodb,
         "redis": redis,
@@ -145,6 +152,7 @@ def _probes(svc: Services, settings: Settings) -> dict[str, Callable[[], Awaitab
         "queue": queue,
         "followups": followups,
         "tokens": tokens,
+        "approvals": approvals,
     }
 
 
@@ -184,6 +192,13 @@ async def followups_check(svc: Services) -> Detail:
             " fire (is a worker running? is Redis up?)"
         )
     return detail
+
+
+async def approvals_check(svc: Services) -> Detail:
+    """Planned changes waiting for a person: how many, and the oldest's age (always ok)."""
+    summary = await ApprovalStore(svc.db).pending_summary()
+    age = None if summary.oldest is None else (datetime.now(UTC) - summary.oldest).total_seconds()
+    return {"ok": True, "pending": summary.count, "oldest_age_s": _round(age)}
 
 
 def _round(value: float | None) -> float | None:

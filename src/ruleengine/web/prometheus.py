@@ -2,7 +2,8 @@
 
 Request counters are updated by a middleware; the gauges that describe the
 whole product (queue depth, dispatcher tick age, live workers, active error
-groups, batches of the last hour, follow-ups by status and overdue) are read at
+groups, batches of the last hour, follow-ups by status and overdue, approvals pending and
+the oldest one's age) are read at
 scrape time, each with the
 readiness check's timeout. A source that cannot be read reports NaN rather than
 a stale number.
@@ -24,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ruleengine import constants as c
 from ruleengine.observability import WebMetrics
+from ruleengine.store.approvals import ApprovalStore
 from ruleengine.store.followups import FOLLOWUP_STATUSES
 from ruleengine.store.records import BatchStatus
 from ruleengine.web.health import CHECK_TIMEOUT_S, queue_depth, read_beats
@@ -99,6 +101,7 @@ async def refresh(metrics: WebMetrics, svc: Services) -> None:
         _read("follow-ups", svc.followups.counts()),
         _read("overdue follow-ups", svc.followups.overdue(now=datetime.now(UTC))),
     )
+    approvals = await _read("approvals", ApprovalStore(svc.db).pending_summary())
     metrics.queue_depth.set(_value(depth))
     metrics.active_error_groups.set(_value(active))
     metrics.live_workers.set(_value(None if beats is None else beats.live_workers()))
@@ -108,6 +111,10 @@ async def refresh(metrics: WebMetrics, svc: Services) -> None:
     for status in FOLLOWUP_STATUSES:
         metrics.followups.labels(status).set(_value((followups or {}).get(status)))
     metrics.followups_overdue.set(_value(overdue))
+    metrics.approvals_pending.set(_value(None if approvals is None else approvals.count))
+    oldest = None if approvals is None else approvals.oldest
+    age = 0.0 if oldest is None else (datetime.now(UTC) - oldest).total_seconds()
+    metrics.approvals_oldest_age.set(_value(None if approvals is None else age))
 
 
 async def metrics_handler(request: web.Request) -> web.Response:

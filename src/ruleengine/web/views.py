@@ -41,6 +41,7 @@ PAGES: Final = (
     Page("benchmark", "Benchmark", "/benchmark", "benchmark.html", "benchmark.js"),
     Page("errors", "Errors", "/errors", "errors.html", "errors.js"),
     Page("accounts", "Accounts", "/accounts", "accounts.html", "accounts.js"),
+    Page("approvals", "Approvals", "/approvals", "approvals.html", "approvals.js"),
 )
 #: Reached from an execution of Rule Logs, not from the nav.
 ENTITY_PAGE: Final = Page("entity", "Entity timeline", "/entities/{id}", "entity.html", "entity.js")
@@ -84,6 +85,8 @@ def setup(app: web.Application) -> None:
         app.router.add_get(page.path, handlers[page.key], name=f"page.{page.key}")
     app.router.add_get("/", handlers["rules"], name="page.home")
     app.router.add_get("/rules/{id}", handlers["rules"], name="page.rule")
+    # the link of a proposal's notification: the Approvals screen with that one highlighted
+    app.router.add_get("/approvals/{id}", handlers["approvals"], name="page.approval")
     app.router.add_get(ENTITY_PAGE.path, _handler(ENTITY_PAGE), name="page.entity")
     app.router.add_get("/static/{name:.+}", _static_handler(), name="static")
 

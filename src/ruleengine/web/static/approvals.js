@@ -1,0 +1,87 @@
+/* Approvals screen: the changes rules planned and that wait for a person (rule, entity,
+ * before → after, age, expiry), with Approve and Reject; below, the decided ones with who
+ * decided and what the write found (applied, changed by someone else, expired).
+ *
+ * /approvals/{id} (the link of a proposal's notification) highlights that one.
+ */
+"use strict";
+
+(() => {
+  const { api, el, badge, failed, flash, fmtTime, fmtRelative, fmtValue } = RE;
+  const $ = (id) => document.getElementById(id);
+  const focusId = document.body.dataset.ruleId || "";
+  const REFRESH_MS = 15000;
+
+  function change(item) {
+    return el("td", { class: "change" }, el("code", {}, item.field || ""), " ",
+      fmtValue(item.before), " → ", el("strong", {}, fmtValue(item.after)));
+  }
+
+  function ruleCell(item) {
+    return el("td", {}, el("a", { href: "/rules/" + encodeURIComponent(item.rule.id) }, item.rule.name || item.rule.id),
+      el("span", { class: "muted" }, ` v${item.rule.version} · ${item.task_id}`));
+  }
+
+  function entityCell(item) {
+    return el("td", {}, el("a", { href: "/entities/" + encodeURIComponent(item.entity.id) }, item.entity.name || item.entity.id),
+      el("code", { class: "muted" }, " " + item.entity.id));
+  }
+
+  function pendingRow(item) {
+    const what = `${item.entity.name || item.entity.id}: ${item.field} ${fmtValue(item.before)} → ${fmtValue(item.after)}`;
+    const row = el("tr", { dataset: { approvalId: item.id }, class: item.id === focusId ? "focused" : "" },
+      ruleCell(item), entityCell(item), change(item),
+      el("td", { title: item.created_at }, fmtRelative(item.created_at)),
+      el("td", { title: item.expires_at }, fmtTime(item.expires_at), el("span", { class: "muted ago" }, fmtRelative(item.expires_at))),
+      el("td", { class: "actions" },
+        el("button", { type: "button", class: "small", dataset: { action: "approve" }, "aria-label": "Approve " + what,
+          onclick: () => decide(item, "approve") }, "Approve"),
+        el("button", { type: "button", class: "small ghost", dataset: { action: "reject" }, "aria-label": "Reject " + what,
+          onclick: () => decide(item, "reject") }, "Reject")));
+    return row;
+  }
+
+  function decidedRow(item) {
+    const found = item.status === "changed_by_someone_else" && item.live !== null && item.live !== undefined
+      ? el("div", { class: "muted" }, "live value " + fmtValue(item.live)) : null;
+    return el("tr", { dataset: { approvalId: item.id }, class: item.id === focusId ? "focused" : "" },
+      el("td", {}, badge(item.status), found),
+      ruleCell(item), entityCell(item), change(item),
+      el("td", {}, item.decided_by || el("span", { class: "muted" }, item.status === "expired" ? "nobody (expired)" : "—")),
+      el("td", { title: item.decided_at || "" }, fmtTime(item.decided_at || item.created_at)));
+  }
+
+  async function decide(item, verb) {
+    try {
+      const done = await api("POST", `/api/approvals/${encodeURIComponent(item.id)}/${verb}`);
+      flash(verb === "approve"
+        ? `approved: ${item.entity.name || item.entity.id} ${item.field} → ${fmtValue(item.after)} is written by a worker`
+        : `rejected: ${item.entity.name || item.entity.id} stays at ${fmtValue(item.before)}`);
+      if (done.status) load();
+    } catch (err) {
+      failed(err, `could not ${verb} ${item.id}`);
+      load();
+    }
+  }
+
+  async function load() {
+    let pending, all;
+    try {
+      [pending, all] = await Promise.all([
+        api("GET", "/api/approvals?status=pending&limit=500"),
+        api("GET", "/api/approvals?limit=100"),
+      ]);
+    } catch (err) {
+      failed(err, "could not load the approvals");
+      return;
+    }
+    $("pending-table").tBodies[0].replaceChildren(...pending.items.map(pendingRow));
+    $("pending-empty").classList.toggle("hidden", pending.items.length > 0);
+    const decided = all.items.filter((i) => i.status !== "pending");
+    $("decided-table").tBodies[0].replaceChildren(...decided.map(decidedRow));
+    $("decided-empty").classList.toggle("hidden", decided.length > 0);
+  }
+
+  load();
+  setInterval(load, REFRESH_MS);
+})();

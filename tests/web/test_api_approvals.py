@@ -1,0 +1,255 @@
+"""Approvals against the sandbox: a +50 % budget change that needs approval waits (nothing
+written), is announced with a link, approved through the API and written once by a worker
+(approve twice: one write); rejected, it never lands; past its expiry, it is recorded
+``approval_expired``; changed by someone else meanwhile, it is closed
+``changed_by_someone_else`` with the live value."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+import pytest
+from web_helpers import AUTH, Client, run_batch
+
+from flow import campaign_rule, point_cli_at, reap, records, save_rule, successful_writes, work
+from graph_sandbox.admin import SandboxAdmin
+from ruleengine import constants as c
+from ruleengine.cli import main
+from ruleengine.rules.model import parse_rule
+from ruleengine.settings import Settings
+from ruleengine.store.db import Database
+
+HUMAN_TOKEN = "EAAGapproverHUMANtoken0123456789"
+SPENT = {"metric": "spend", "period": "today", "operator": ">", "value": 1}
+
+
+def gated_rule(name: str = "Scale with approval", **approval: Any) -> dict[str, Any]:
+    """+50 % budgets on act_1001's campaigns that spent today, each waiting for approval."""
+    data = campaign_rule({"type": "increase_budget", "percent": 50}, [SPENT], name=name)
+    data["tasks"][0]["approval"] = {"when": {"budget_change_pct_above": 30}} | approval
+    return data
+
+
+async def propose(
+    settings: Settings, db: Database, redis: Any, data: dict[str, Any], *, now: datetime
+) -> str:
+    """Save the rule and run one batch of it at ``now``; the batch id."""
+    saved = await save_rule(db, data)
+    return await run_batch(
+        settings,
+        db,
+        redis,
+        rule_id=saved.id,
+        version=saved.version,
+        rule=parse_rule(saved.definition | {"status": "ACTIVE"}),
+        account="act_1001",
+        now=now,
+    )
+
+
+async def pending(client: Client) -> list[dict[str, Any]]:
+    listing = await (await client.get("/api/approvals?status=pending&limit=500")).json()
+    assert listing["total"] == len(listing["items"])
+    items: list[dict[str, Any]] = listing["items"]
+    return items
+
+
+async def budget_of(sandbox: SandboxAdmin, entity: str) -> int:
+    return int((await sandbox.object(entity))["daily_budget"])
+
+
+async def test_a_gated_raise_waits_is_approved_and_lands_once(
+    client: Client,
+    webhook: tuple[Settings, list[dict[str, Any]]],
+    web_settings: Settings,
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+) -> None:
+    hooked, received = webhook
+    hooked = hooked.model_copy(update={"web_public_url": "https://ads.example.com/"})
+    data = gated_rule(webhook="ops")
+    batch = await propose(hooked, db, redis, data, now=datetime.now(UTC))
+    assert await successful_writes(sandbox) == []  # nothing written: every raise waits
+    waiting = await records(db, batch_id=batch, outcome="awaiting_approval")
+    assert waiting and all(r["reason"] == "approval_required" for r in waiting)
+    assert all(r["after"] == r["before"] * 3 // 2 for r in waiting)
+    items = await pending(client)
+    assert len(items) == len(waiting)
+    first = items[0]
+    entity, before = first["entity"]["id"], first["before"]
+    assert first["after"] == before * 3 // 2 and first["field"] == "daily_budget"
+    assert await budget_of(sandbox, entity) == before
+    # announced once per proposal, with a link to the screen
+    assert len(received) == len(items)
+    assert any(f"https://ads.example.com/approvals/{first['id']}" in m["text"] for m in received)
+    # readiness and the metrics show them waiting
+    ready = (await (await client.get("/health/ready")).json())["checks"]["approvals"]
+    assert ready["ok"] and ready["pending"] == len(items) and ready["oldest_age_s"] >= 0
+    metrics = await (await client.get("/metrics")).text()
+    assert f"ruleengine_approvals_pending {float(len(items))}" in metrics
+    assert "ruleengine_approvals_oldest_pending_age_seconds" in metrics
+    # a second run while they wait proposes nothing again
+    again = await propose(hooked, db, redis, data, now=datetime.now(UTC) + timedelta(minutes=15))
+    second = await records(db, batch_id=again)
+    assert not [r for r in second if r["outcome"] == "awaiting_approval"]
+    assert len([r for r in second if r["reason"] == "approval_pending"]) == len(items)
+    assert len(await pending(client)) == len(items) and len(received) == len(items)
+    # approve twice at once: one decision, one write
+    url = f"/api/approvals/{first['id']}/approve"
+    answers = await asyncio.gather(client.post(url, headers=AUTH), client.post(url, headers=AUTH))
+    assert sorted(a.status for a in answers) == [200, 409]
+    assert (await client.post(url)).status == 401
+    await work(web_settings)
+    await work(web_settings)
+    assert await budget_of(sandbox, entity) == before * 3 // 2
+    writes = [w for w in await successful_writes(sandbox) if w["id"] == entity]
+    assert len(writes) == 1
+    assert len(await successful_writes(sandbox)) == 1  # the others still wait
+    done = await (await client.get(f"/api/approvals/{first['id']}")).json()
+    assert (done["status"], done["decided_by"]) == ("applied", "api")
+    assert done["write_batch"] == f"approval:{first['id']}"
+    (record,) = await records(db, batch_id=f"approval:{first['id']}")
+    assert (record["outcome"], record["before"], record["after"]) == (
+        "applied",
+        before,
+        before * 3 // 2,
+    )
+    again = await client.post(url, headers=AUTH)
+    assert again.status == 409 and (await again.json())["reason"] == "already_applied"
+
+
+async def test_a_redelivered_job_finds_its_own_proposals(
+    client: Client,
+    webhook: tuple[Settings, list[dict[str, Any]]],
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+) -> None:
+    hooked, received = webhook
+    data = gated_rule(webhook="ops")
+    now = datetime.now(UTC)
+    batch = await propose(hooked, db, redis, data, now=now)
+    items = await pending(client)
+    again = await propose(hooked, db, redis, data, now=now)  # the same run, delivered twice
+    assert again == batch
+    assert [i["id"] for i in await pending(client)] == [i["id"] for i in items]
+    assert len(received) == len(items)  # announced once
+    waiting = await records(db, batch_id=batch, outcome="awaiting_approval")
+    assert sorted(r["approval_id"] for r in waiting) == sorted(i["id"] for i in items)
+    assert await successful_writes(sandbox) == []
+
+
+async def test_a_rejected_change_never_lands(
+    client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    await propose(web_settings, db, redis, gated_rule(), now=datetime.now(UTC))
+    first = (await pending(client))[0]
+    rejected = await client.post(f"/api/approvals/{first['id']}/reject", headers=AUTH)
+    assert rejected.status == 200
+    assert (await rejected.json())["status"] == "rejected"
+    late = await client.post(f"/api/approvals/{first['id']}/approve", headers=AUTH)
+    assert late.status == 409 and (await late.json())["reason"] == "already_rejected"
+    await work(web_settings)
+    assert await successful_writes(sandbox) == []
+    assert await budget_of(sandbox, first["entity"]["id"]) == first["before"]
+    decided = await (await client.get("/api/approvals?status=rejected")).json()
+    assert [i["decided_by"] for i in decided["items"]] == ["api"]
+
+
+async def test_an_expired_proposal_is_recorded_approval_expired(
+    client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    three_hours_ago = datetime.now(UTC) - timedelta(hours=3)
+    await propose(web_settings, db, redis, gated_rule(), now=three_hours_ago)  # 120 min expiry
+    doc = await db[c.APPROVALS].find_one({})
+    assert doc is not None and doc["status"] == "pending"
+    answer = await client.post(f"/api/approvals/{doc['_id']}/approve", headers=AUTH)
+    assert answer.status == 409
+    body = await answer.json()
+    assert body["reason"] == "approval_expired" and body["approval"]["status"] == "expired"
+    assert await pending(client) == []  # the rest expire when listed
+    await work(web_settings)
+    assert await successful_writes(sandbox) == []
+
+
+async def test_the_reaper_expires_undecided_proposals(
+    client: Client, web_settings: Settings, db: Database, redis: Any
+) -> None:
+    now = datetime.now(UTC)
+    await propose(web_settings, db, redis, gated_rule(expires_after_minutes=30), now=now)
+    waiting = await db[c.APPROVALS].count_documents({"status": "pending"})
+    assert waiting > 0
+    await reap(web_settings, db, redis, now=now + timedelta(minutes=29))
+    assert await db[c.APPROVALS].count_documents({"status": "pending"}) == waiting
+    await reap(web_settings, db, redis, now=now + timedelta(minutes=31))
+    expired = [d async for d in db[c.APPROVALS].find({})]
+    assert {(d["status"], d["reason"]) for d in expired} == {("expired", "approval_expired")}
+    assert len(expired) == waiting
+
+
+async def test_a_value_changed_before_approval_is_left_alone(
+    client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    await propose(web_settings, db, redis, gated_rule(), now=datetime.now(UTC))
+    first = (await pending(client))[0]
+    entity = first["entity"]["id"]
+    await sandbox.issue_token(HUMAN_TOKEN)
+    async with aiohttp.ClientSession() as http:  # a colleague in Ads Manager
+        url = f"{sandbox.base_url}/v25.0/{entity}"
+        await http.post(url, data={"daily_budget": "4321", "access_token": HUMAN_TOKEN})
+    assert (await client.post(f"/api/approvals/{first['id']}/approve", headers=AUTH)).status == 200
+    await work(web_settings)
+    closed = await (await client.get(f"/api/approvals/{first['id']}")).json()
+    assert (closed["status"], closed["live"]) == ("changed_by_someone_else", 4321)
+    assert await budget_of(sandbox, entity) == 4321
+    (record,) = await records(db, batch_id=f"approval:{first['id']}")
+    assert (record["outcome"], record["reason"]) == ("skipped", "changed_by_someone_else")
+
+
+async def test_the_cli_lists_approves_and_rejects(
+    client: Client,
+    web_settings: Settings,
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    await propose(web_settings, db, redis, gated_rule(), now=datetime.now(UTC))
+    first, second = (await pending(client))[:2]
+    point_cli_at(web_settings, monkeypatch)
+    monkeypatch.setenv("RULEENGINE_REDIS_URL", web_settings.redis_url)
+    assert await asyncio.to_thread(main, ["approvals", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert first["id"] in listed and f"{first['before']} → {first['after']}" in listed
+    assert await asyncio.to_thread(main, ["approvals", "approve", first["id"], "--by", "ana"]) == 0
+    assert await asyncio.to_thread(main, ["approvals", "approve", first["id"]]) == 1
+    assert "already_approved" in capsys.readouterr().err
+    assert await asyncio.to_thread(main, ["approvals", "reject", second["id"]]) == 0
+    assert await asyncio.to_thread(main, ["approvals", "approve", "nope"]) == 1
+    await work(web_settings)
+    writes = await successful_writes(sandbox)
+    assert [w["id"] for w in writes] == [first["entity"]["id"]]
+    assert await asyncio.to_thread(main, ["approvals", "list", "--status", "applied"]) == 0
+    assert "by ana" in capsys.readouterr().out
+
+
+async def test_an_approved_change_starts_the_tasks_cooldown(
+    client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    data = gated_rule()
+    data["tasks"][0]["cooldown_minutes"] = 60
+    now = datetime.now(UTC)
+    await propose(web_settings, db, redis, data, now=now)
+    first = (await pending(client))[0]
+    entity = first["entity"]["id"]
+    assert (await client.post(f"/api/approvals/{first['id']}/approve", headers=AUTH)).status == 200
+    await work(web_settings)
+    assert await budget_of(sandbox, entity) == first["after"]
+    later = await propose(web_settings, db, redis, data, now=now + timedelta(minutes=15))
+    (record,) = await records(db, batch_id=later, entity_id=entity)
+    assert (record["outcome"], record["reason"]) == ("skipped", "next_execute_not_reached")
