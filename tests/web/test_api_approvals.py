@@ -20,6 +20,7 @@ from ruleengine import constants as c
 from ruleengine.cli import main
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
+from ruleengine.store.api_tokens import ApiTokenStore
 from ruleengine.store.db import Database
 
 HUMAN_TOKEN = "EAAGapproverHUMANtoken0123456789"
@@ -253,3 +254,31 @@ async def test_an_approved_change_starts_the_tasks_cooldown(
     later = await propose(web_settings, db, redis, data, now=now + timedelta(minutes=15))
     (record,) = await records(db, batch_id=later, entity_id=entity)
     assert (record["outcome"], record["reason"]) == ("skipped", "next_execute_not_reached")
+
+
+async def test_only_an_approver_or_admin_token_decides_and_its_name_is_recorded(
+    client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    await propose(web_settings, db, redis, gated_rule(), now=datetime.now(UTC))
+    first = (await pending(client))[0]
+    store = ApiTokenStore(db)
+    tokens = {
+        role: (await store.add(f"{role}-1", role, now=datetime.now(UTC)))[1]
+        for role in ("viewer", "editor", "approver")
+    }
+    for role in ("viewer", "editor"):
+        bearer = {"Authorization": f"Bearer {tokens[role]}"}
+        for verb in ("approve", "reject"):
+            refused = await client.post(f"/api/approvals/{first['id']}/{verb}", headers=bearer)
+            assert refused.status == 403, (role, verb)
+            assert "approver" in (await refused.json())["error"]
+    assert first["id"] in [i["id"] for i in await pending(client)]  # still undecided
+    assert await successful_writes(sandbox) == []
+    bearer = {"Authorization": f"Bearer {tokens['approver']}"}
+    approved = await client.post(f"/api/approvals/{first['id']}/approve", headers=bearer)
+    assert approved.status == 200
+    await work(web_settings)
+    decided = await (await client.get(f"/api/approvals/{first['id']}")).json()
+    assert decided["decided_by"] == "approver-1"
+    assert decided["status"] == "applied"
+    assert [w["id"] for w in await successful_writes(sandbox)] == [first["entity"]["id"]]
