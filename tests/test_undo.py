@@ -1,0 +1,160 @@
+"""Undo a batch: each change set back once, where nobody changed it since (against the sandbox)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from flow import campaign_ids, engine_for, records, run_rule, successful_writes
+from graph_sandbox.admin import SandboxAdmin
+from ruleengine.settings import Settings
+from ruleengine.store.db import Database
+from ruleengine.undo import preview, undo_batch
+
+BUDGETED = [
+    "[AUTO] Prospecting US 1",
+    "[AUTO] Prospecting US 2",
+    "[AUTO] Retargeting US 1",
+    "[AUTO] Lead Gen US 1",
+    "Brand Awareness US",
+]
+# campaigns without a campaign budget: the raise skips them, the cut pauses them
+NO_CAMPAIGN_BUDGET = ["[AUTO] Prospecting US 3", "[AUTO] Retargeting US 2"]
+DELIVERING = {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
+WEAK = {"metric": "purchase_roas.omni_purchase", "period": "last_7d", "operator": "<", "value": 2.3}
+RAISED = set(BUDGETED)
+PAUSED = {"[AUTO] Prospecting US 2", *NO_CAMPAIGN_BUDGET}
+
+
+def raise_and_pause(*, then: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One rule whose one batch raises 5 daily budgets by 20 % and pauses 3 campaigns."""
+    cut: dict[str, Any] = {"type": "pause"} | ({"then": then} if then else {})
+    return {
+        "name": "Misfire",
+        "format": 2,
+        "level": "campaign",
+        "ad_accounts": ["act_1001"],
+        "schedule": {"mode": "interval", "every_minutes": 15},
+        "timezone": "America/New_York",
+        "filters": [{"field": "name", "operator": "IN", "value": BUDGETED + NO_CAMPAIGN_BUDGET}],
+        "tasks": [
+            {
+                "id": "raise",
+                "conditions": [DELIVERING],
+                "action": {"type": "increase_budget", "percent": 20},
+            },
+            {"id": "cut", "conditions": [WEAK], "action": {"type": "pause"} | cut},
+        ],
+    }
+
+
+async def state(sandbox: SandboxAdmin) -> dict[str, tuple[Any, Any]]:
+    """(status, daily_budget) of the rule's campaigns, by name, as the sandbox holds them."""
+    ids = await campaign_ids(sandbox)
+    out = {}
+    for name in BUDGETED + NO_CAMPAIGN_BUDGET:
+        obj = await sandbox.object(ids[name])
+        out[name] = (obj.get("status"), obj.get("daily_budget"))
+    return out
+
+
+async def misfire(
+    settings: Settings, db: Database, sandbox: SandboxAdmin, **extra: Any
+) -> tuple[str, dict[str, tuple[Any, Any]]]:
+    """Run the misfiring rule once: its batch id and the campaigns' state before it."""
+    before = await state(sandbox)
+    await run_rule(settings, db, raise_and_pause(**extra))
+    applied = [r for r in await records(db) if r["outcome"] == "applied"]
+    assert {r["entity_name"] for r in applied if r["task_id"] == "raise"} == RAISED
+    assert {r["entity_name"] for r in applied if r["task_id"] == "cut"} == PAUSED
+    assert len(applied) == 8
+    return str(applied[0]["batch_id"]), before
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def test_undo_of_5_budgets_and_3_pauses_restores_all_8(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    batch_id, before = await misfire(settings, db, sandbox)
+    assert await state(sandbox) != before
+    writes = len(await successful_writes(sandbox))
+    async with engine_for(settings, db) as engine:
+        plan = await preview(engine, batch_id, now=now())
+        assert plan.as_json()["will_revert"] == 8
+        assert len(await successful_writes(sandbox)) == writes  # a dry run writes nothing
+        result = await undo_batch(engine, batch_id, by="api", now=now())
+    assert await state(sandbox) == before
+    undo_writes = (await successful_writes(sandbox))[writes:]
+    assert len(undo_writes) == 8
+    assert result["undo_batch_id"] == f"undo:{batch_id}"
+    assert [c["outcome"] for c in result["changes"]] == ["applied"] * 8
+    assert result["batch"]["undoes"] == batch_id and result["batch"]["by"] == "api"
+    assert result["batch"]["applied_count"] == 8
+    original = await db["batches"].find_one({"_id": batch_id})
+    assert original is not None and original["undone_by"] == f"undo:{batch_id}"
+
+
+async def test_a_change_made_by_someone_else_is_left_alone_and_its_live_value_shown(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    batch_id, before = await misfire(settings, db, sandbox)
+    ids = await campaign_ids(sandbox)
+    touched = ids["[AUTO] Retargeting US 1"]
+    await sandbox.ads_manager_change(touched, daily_budget=15555)
+    async with engine_for(settings, db) as engine:
+        plan = (await preview(engine, batch_id, now=now())).as_json()
+        skipped = [c for c in plan["changes"] if not c["will_revert"]]
+        assert skipped == [
+            c | {"live": 15555, "will_revert": False, "reason": "changed_by_someone_else"}
+            for c in skipped
+        ]
+        assert [c["entity_id"] for c in skipped] == [touched] and plan["will_revert"] == 7
+        result = await undo_batch(engine, batch_id, by="api", now=now())
+    [kept] = [c for c in result["changes"] if c["entity_id"] == touched]
+    assert kept["outcome"] == "skipped" and kept["reason"] == "changed_by_someone_else"
+    assert kept["live"] == 15555 and kept["after"] == 15555
+    after = await state(sandbox)
+    assert after["[AUTO] Retargeting US 1"] == ("ACTIVE", 15555)
+    assert {k: v for k, v in after.items() if k != "[AUTO] Retargeting US 1"} == {
+        k: v for k, v in before.items() if k != "[AUTO] Retargeting US 1"
+    }
+
+
+async def test_undo_asked_twice_at_once_and_again_reverts_once(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    batch_id, before = await misfire(settings, db, sandbox)
+    writes = len(await successful_writes(sandbox))
+    async with engine_for(settings, db) as one, engine_for(settings, db) as two:
+        first, second = await asyncio.gather(
+            undo_batch(one, batch_id, by="api", now=now()),
+            undo_batch(two, batch_id, by="api", now=now()),
+        )
+        again = await undo_batch(one, batch_id, by="someone", now=now())
+    assert await state(sandbox) == before
+    assert len(await successful_writes(sandbox)) == writes + 8
+    assert again["existing"] is True and again["batch"]["by"] == "api"
+    for result in (first, second, again):
+        assert [c["outcome"] for c in result["changes"]] == ["applied"] * 8
+    assert len(await records(db, batch_id=f"undo:{batch_id}")) == 8
+
+
+async def test_the_follow_ups_of_the_batch_are_cancelled(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    then = {"do": "activate", "after_minutes": 360}
+    batch_id, before = await misfire(settings, db, sandbox, then=then)
+    waiting = [d async for d in db["followups"].find({"batch_id": batch_id})]
+    assert len(waiting) == 3 and {d["status"] for d in waiting} <= {"pending", "scheduled"}
+    async with engine_for(settings, db) as engine:
+        plan = (await preview(engine, batch_id, now=now())).as_json()
+        assert [f["will_cancel"] for f in plan["followups"]] == [True] * 3
+        result = await undo_batch(engine, batch_id, by="api", now=now())
+    assert sorted(result["batch"]["cancelled_followups"]) == sorted(d["_id"] for d in waiting)
+    cancelled = [d async for d in db["followups"].find({"batch_id": batch_id})]
+    assert {(d["status"], d["reason"]) for d in cancelled} == {("skipped", "cancelled_by_undo")}
+    assert await state(sandbox) == before
