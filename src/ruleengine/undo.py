@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from ruleengine.acts import ACT_FAILURES, ActKey, ActResult, JobRun, Target, failure_result
 from ruleengine.acts import live_value as read_value
 from ruleengine.budget_limits import AccountFacts
-from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.meta.http import Cost
 from ruleengine.rules.action_types import SetBudgetAction
 from ruleengine.rules.entity import Entity, currency_offset
@@ -35,7 +34,14 @@ from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Document
 from ruleengine.store.followups import WAITING, FollowupDoc
 from ruleengine.store.records import BatchCounts, BatchStart, record_key
-from ruleengine.undo_plan import CHANGED, UNDO_PREFIX, UndoItem, UndoPlan, plan_undo
+from ruleengine.undo_plan import (
+    CHANGED,
+    UNDO_PREFIX,
+    UndoItem,
+    UndoPlan,
+    plan_undo,
+    refuse_undo_of_undo,
+)
 
 if TYPE_CHECKING:
     from ruleengine.engine import Engine
@@ -77,9 +83,7 @@ def undo_key(item: UndoItem) -> ActKey:
 
 async def load(engine: Engine, batch_id: str) -> tuple[Document, list[Document], list[Document]]:
     """The batch row, its execution records and the follow-ups it scheduled."""
-    if batch_id.startswith(UNDO_PREFIX):
-        message = "an undo batch is not undone; undo the batch it undid again instead"
-        raise RuleValidationError([FieldError("batch_id", message)])
+    refuse_undo_of_undo(batch_id)
     batch = await engine.batches.get(batch_id)
     records = await engine.executions.for_batch(batch_id)
     page = await engine.followups.store.page(filters={"batch_id": batch_id}, limit=5000)

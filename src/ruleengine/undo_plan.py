@@ -15,6 +15,8 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
 from ruleengine.acts import live_value
 from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.meta.errors import GraphError
@@ -30,6 +32,23 @@ CHANGED = "changed_by_someone_else"
 def undo_batch_id(batch_id: str) -> str:
     """The id of the batch that undoes ``batch_id``."""
     return f"{UNDO_PREFIX}{batch_id}"
+
+
+def refuse_undo_of_undo(batch_id: str) -> None:
+    """Raise RuleValidationError when ``batch_id`` is itself an undo."""
+    if batch_id.startswith(UNDO_PREFIX):
+        message = "an undo batch is not undone; it is the undo of " + batch_id[len(UNDO_PREFIX) :]
+        raise RuleValidationError([FieldError("batch_id", message)])
+
+
+class UndoRequest(BaseModel):
+    """The body of ``POST /api/batches/{batch_id}/undo`` (every field optional)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    executions: list[str] | None = Field(default=None, min_length=1, max_length=5000)
+    dry_run: StrictBool = False
+    pause_copies: StrictBool = False
 
 
 @dataclass

@@ -31,6 +31,7 @@ from ruleengine.web import (
     api_import,
     api_records,
     api_trends,
+    api_undo,
     api_vocabulary,
 )
 from ruleengine.web.jsonio import (
@@ -360,6 +361,7 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/rules/{id}/preview", preview_stored)
     api_records.add_routes(app)
     api_followups.add_routes(app)
+    api_undo.add_routes(app)
     api_holds.add_routes(app)
     api_entities.add_routes(app)
     api_accounts.add_routes(app)
