@@ -3,15 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from flow import campaign_ids, engine_for, records, successful_writes
+import orjson
+
+from flow import (
+    campaign_ids,
+    engine_for,
+    kill,
+    process_env,
+    records,
+    sandbox_quiet,
+    successful_writes,
+    wait_for,
+    writes_at_least,
+)
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.undo import preview, undo_batch
 from undo_helpers import misfire, state
+
+SRC = Path(__file__).parents[1] / "src"
 
 
 def now() -> datetime:
@@ -100,3 +117,74 @@ async def test_the_follow_ups_of_the_batch_are_cancelled(
     cancelled = [d async for d in db["followups"].find({"batch_id": batch_id})]
     assert {(d["status"], d["reason"]) for d in cancelled} == {("skipped", "cancelled_by_undo")}
     assert await state(sandbox) == before
+
+
+async def test_an_undo_killed_half_way_and_retried_reverts_each_change_once(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+    tmp_path: Path,
+) -> None:
+    batch_id, before = await misfire(settings, db, sandbox)
+    writes = len(await successful_writes(sandbox))
+    env = process_env(settings, account_lock_ttl_s="2")
+    env["PYTHONPATH"] = str(SRC)  # this tree's code, whatever the environment names
+    await sandbox.set_faults(latency_ms=400)  # room to kill between the writes
+    with (tmp_path / "undo.log").open("wb") as log:
+        undo = subprocess.Popen(
+            [sys.executable, "-m", "ruleengine", "batches", "undo", batch_id, "--json"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        await wait_for(lambda: writes_at_least(sandbox, writes + 2))
+    finally:
+        kill(undo)
+    await wait_for(lambda: sandbox_quiet(sandbox))
+    await sandbox.clear_faults()
+    landed = len(await successful_writes(sandbox)) - writes
+    assert 2 <= landed < 8, (tmp_path / "undo.log").read_text()
+    row = await db["batches"].find_one({"_id": f"undo:{batch_id}"})
+    assert row is not None and row["status"] == "RUNNING"  # the killed attempt never finished
+    async with engine_for(settings, db) as engine:
+        result = await undo_batch(engine, batch_id, by="api", now=now())
+    undo_writes = (await successful_writes(sandbox))[writes:]
+    assert len(undo_writes) == 8
+    per_field = {(w["id"], tuple(sorted(w["params"]))) for w in undo_writes}
+    assert len(per_field) == 8  # each change written back once
+    assert await state(sandbox) == before
+    assert [c["outcome"] for c in result["changes"]] == ["applied"] * 8
+    assert result["batch"]["status"] == "DONE" and result["batch"]["execute_count"] == 2
+
+
+async def test_the_cli_previews_as_a_table_then_undoes_and_answers_the_undo_again(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+    tmp_path: Path,
+) -> None:
+    batch_id, before = await misfire(settings, db, sandbox)
+    env = process_env(settings) | {"PYTHONPATH": str(SRC)}
+
+    def cli(*args: str) -> str:
+        command = [sys.executable, "-m", "ruleengine", "batches", "undo", batch_id, *args]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    table = await asyncio.to_thread(cli, "--dry-run")
+    assert table.splitlines()[0] == f"undo of {batch_id} (would be undo:{batch_id}), dry run"
+    assert "will revert" in table.splitlines()[1]
+    assert sum(line.split()[-1] == "yes" for line in table.splitlines()[2:]) == 8
+    assert await state(sandbox) != before
+    result = await asyncio.to_thread(cli)
+    assert result.splitlines()[0] == f"undo:{batch_id}: undoes {batch_id}"
+    assert sum("applied" in line.split() for line in result.splitlines()) == 8
+    assert await state(sandbox) == before
+    again = orjson.loads(await asyncio.to_thread(cli, "--json"))
+    assert again["existing"] is True and again["batch"]["by"].startswith("cli:")
