@@ -17,6 +17,7 @@ from flow import (
     kill,
     process_env,
     records,
+    run_rule,
     sandbox_quiet,
     successful_writes,
     wait_for,
@@ -188,3 +189,70 @@ async def test_the_cli_previews_as_a_table_then_undoes_and_answers_the_undo_agai
     assert await state(sandbox) == before
     again = orjson.loads(await asyncio.to_thread(cli, "--json"))
     assert again["existing"] is True and again["batch"]["by"].startswith("cli:")
+
+
+async def test_copies_are_paused_on_request_and_messages_listed_as_not_undoable(
+    webhook: tuple[Settings, list[dict[str, Any]]],
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+) -> None:
+    settings, received = webhook
+    source = (await campaign_ids(sandbox))["[AUTO] Retargeting US 1"]
+    always = {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
+    rule = {
+        "name": "Copy and tell",
+        "format": 2,
+        "level": "campaign",
+        "ad_accounts": ["act_1001"],
+        "schedule": {"mode": "interval", "every_minutes": 15},
+        "timezone": "America/New_York",
+        "filters": [{"field": "id", "operator": "EQUAL", "value": source}],
+        "tasks": [
+            {
+                "id": "copy",
+                "conditions": [always],
+                "action": {"type": "duplicate", "status_option": "ACTIVE"},
+            },
+            {"id": "tell", "conditions": [always], "action": {"type": "notify", "webhook": "ops"}},
+        ],
+    }
+    await run_rule(settings, db, rule)
+    copy_record, told = await records(db)
+    assert (copy_record["field"], told["field"], len(received)) == ("copies", "notify", 1)
+    copy_id = str(copy_record["after"])
+    assert (await sandbox.object(copy_id))["status"] == "ACTIVE"
+    batch_id = str(copy_record["batch_id"])
+    async with engine_for(settings, db) as engine:
+        kept = (await preview(engine, batch_id, now=now())).as_json()
+        assert [(c["action"], c["reason"]) for c in kept["changes"]] == [
+            ("none", "copy_kept"),
+            ("none", "notification_cannot_be_undone"),
+        ]
+        offered = (await preview(engine, batch_id, pause_copies=True, now=now())).as_json()
+        assert offered["changes"][0] | {"execution_id": None} == {
+            "execution_id": None,
+            "record_key": copy_record["key"],
+            "task_id": "copy",
+            "entity_id": copy_id,
+            "entity_name": copy_record["entity_name"],
+            "field": "status",
+            "before": None,
+            "after": "PAUSED",
+            "live": "ACTIVE",
+            "action": "pause_copy",
+            "will_revert": True,
+            "reason": None,
+        }
+        result = await undo_batch(engine, batch_id, by="api", pause_copies=True, now=now())
+    paused, message = result["changes"]
+    assert (paused["entity_id"], paused["outcome"], paused["after"]) == (
+        copy_id,
+        "applied",
+        "PAUSED",
+    )
+    assert (message["outcome"], message["reason"]) == ("skipped", "notification_cannot_be_undone")
+    assert (await sandbox.object(copy_id))["status"] == "PAUSED"
+    assert (await sandbox.object(source))["status"] == "ACTIVE"  # the source is not touched
+    assert len(received) == 1
