@@ -18,6 +18,7 @@ the undo row and its records say who asked (``by``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Collection
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ from ruleengine.undo_plan import (
     UndoItem,
     UndoPlan,
     plan_undo,
+    refuse_running,
     refuse_undo_of_undo,
 )
 
@@ -85,6 +87,7 @@ async def load(engine: Engine, batch_id: str) -> tuple[Document, list[Document],
     """The batch row, its execution records and the follow-ups it scheduled."""
     refuse_undo_of_undo(batch_id)
     batch = await engine.batches.get(batch_id)
+    refuse_running(batch)
     records = await engine.executions.for_batch(batch_id)
     page = await engine.followups.store.page(filters={"batch_id": batch_id}, limit=5000)
     return batch, records, page.items
@@ -141,10 +144,12 @@ async def undo_batch(
     done = await existing(engine, batch_id)
     if done is not None:
         return done | {"existing": True}
+    started = time.perf_counter()
     batch, records, followups = await load(engine, batch_id)
     account = str(batch["account"])
     token = await engine.credentials.usable_token(token_ref(account))
-    reader, _batch, writer = engine.graph(Cost())
+    cost = Cost()
+    reader, _batch, writer = engine.graph(cost)
     plan = await plan_undo(
         batch,
         records,
@@ -218,6 +223,8 @@ async def undo_batch(
         by=by,
         pause_copies=pause_copies,
         cancelled_followups=cancelled,
+        graph=cost.as_dict(),
+        duration_s=round(time.perf_counter() - started, 6),
     )
     log.info("batch %s undone by %s (%s)", batch_id, undo_id, by)
     return await result_of(engine, undo_id)

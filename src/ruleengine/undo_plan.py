@@ -41,6 +41,13 @@ def refuse_undo_of_undo(batch_id: str) -> None:
         raise RuleValidationError([FieldError("batch_id", message)])
 
 
+def refuse_running(batch: Document) -> None:
+    """Raise RuleValidationError while the batch still runs (its records are not all kept)."""
+    if batch.get("status") == "RUNNING":
+        message = "the batch is still running; undo it once it has finished"
+        raise RuleValidationError([FieldError("batch_id", message)])
+
+
 class UndoRequest(BaseModel):
     """The body of ``POST /api/batches/{batch_id}/undo`` (every field optional)."""
 

@@ -72,6 +72,10 @@ async def test_bad_requests_are_answered_before_anything_is_queued(
     assert missing.status == 404
     of_undo = await client.post(f"/api/batches/undo:{batch_id}/undo", headers=AUTH)
     assert of_undo.status == 422
+    await db["batches"].update_one({"_id": batch_id}, {"$set": {"status": "RUNNING"}})
+    running = await client.post(url, json={"dry_run": True}, headers=AUTH)
+    assert running.status == 422
+    assert "still running" in (await running.json())["errors"][0]["message"]
     anonymous = await client.post(url, json={"dry_run": True})
     assert anonymous.status == 401
     assert await redis.zcard("ruleengine:queue") == 0

@@ -22,6 +22,7 @@ from ruleengine.store.credentials import token_ref
 from ruleengine.undo_plan import (
     UndoRequest,
     plan_undo,
+    refuse_running,
     refuse_undo_of_undo,
     select,
     undo_batch_id,
@@ -68,6 +69,7 @@ async def undo_batch(request: web.Request) -> web.Response:
     try:
         refuse_undo_of_undo(batch_id)
         batch = await svc.batches.get(batch_id)
+        refuse_running(batch)
         records = await svc.executions.for_batch(batch_id)
         select(records, ask.executions)  # unknown executions: 422 before anything is queued
     except RuleValidationError as exc:
