@@ -230,13 +230,14 @@ async def test_copies_are_paused_on_request_and_messages_listed_as_not_undoable(
             ("none", "copy_kept"),
             ("none", "notification_cannot_be_undone"),
         ]
+        assert kept["changes"][0]["entity_id"] == copy_id  # the copy, not its source
         offered = (await preview(engine, batch_id, pause_copies=True, now=now())).as_json()
         assert offered["changes"][0] | {"execution_id": None} == {
             "execution_id": None,
             "record_key": copy_record["key"],
             "task_id": "copy",
             "entity_id": copy_id,
-            "entity_name": copy_record["entity_name"],
+            "entity_name": f"copy of {copy_record['entity_name']}",
             "field": "status",
             "before": None,
             "after": "PAUSED",
@@ -256,3 +257,20 @@ async def test_copies_are_paused_on_request_and_messages_listed_as_not_undoable(
     assert (await sandbox.object(copy_id))["status"] == "PAUSED"
     assert (await sandbox.object(source))["status"] == "ACTIVE"  # the source is not touched
     assert len(received) == 1
+
+
+async def test_budget_reverts_count_against_the_change_budget_like_any_change(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    guarded = settings.model_copy(update={"max_daily_budget_change_pct": 30})
+    batch_id, before = await misfire(guarded, db, sandbox)
+    async with engine_for(guarded, db) as engine:
+        result = await undo_batch(engine, batch_id, by="api", now=now())
+    budgets = [c for c in result["changes"] if c["field"] == "daily_budget"]
+    assert len(budgets) == 5
+    for change in budgets:  # +20 % used 20 of the 30 % a budget may move in 24 h
+        base = before[str(change["entity_name"])][1]
+        assert change["outcome"] == "applied" and change["clamped_by"] == ["change_budget"]
+        assert change["before"] == base * 12 // 10 and change["after"] == base * 11 // 10
+    statuses = [c for c in result["changes"] if c["field"] == "status"]
+    assert [c["after"] for c in statuses] == ["ACTIVE"] * 3

@@ -145,12 +145,13 @@ def item_of(record: Document, *, pause_copies: bool) -> UndoItem:
     )
     if item.field == "notify":
         item.action, item.reason = "none", "notification_cannot_be_undone"
-    elif item.field == "copies":
-        item.action, item.reason = "pause_copy", None if pause_copies else "copy_kept"
-        item.entity_id = str(record.get("after"))  # the copy
-        item.field, item.before, item.after = "status", None, "PAUSED"
-        if not pause_copies:
-            item.action = "none"
+    elif item.field == "copies":  # the row is about the copy, never its source
+        item.entity_id, item.before = str(record.get("after")), None
+        item.entity_name = f"copy of {item.entity_name or record.get('entity_id')}"
+        if pause_copies:
+            item.action, item.field, item.after = "pause_copy", "status", "PAUSED"
+        else:
+            item.action, item.reason, item.after = "none", "copy_kept", None
     elif item.field not in REVERTIBLE:
         item.action, item.reason = "none", "not_revertible"
     return item
