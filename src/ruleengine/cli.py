@@ -985,6 +985,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_accounts(sub)
     _add_tokens(sub)
     _add_approvals(sub)
+    _add_batches(sub)
     return parser
 
 
@@ -1256,6 +1257,14 @@ def _add_tokens(sub: Any) -> None:
 # ---------------------------------------------------------------- approvals
 
 
+def _cli_actor() -> str:
+    """Who an undo or a decision made from this shell is recorded as: ``cli:<login name>``."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (OSError, KeyError):  # no login name in the environment or the password database
+        return "cli:unknown"
+
+
 def _approval_line(doc: dict[str, Any]) -> str:
     decided = f"  by {doc['decided_by']}" if doc.get("decided_by") else ""
     return (
@@ -1309,10 +1318,127 @@ def _add_approvals(sub: Any) -> None:
     for verb, what in (("approve", "write the change (by a worker)"), ("reject", "never write it")):
         deciding = actions.add_parser(verb, help=f"{verb} a pending change: {what}")
         deciding.add_argument("id", help="the approval's id (approvals list)")
-        deciding.add_argument(
-            "--by", default=f"cli:{getpass.getuser()}", help="who decides (default: cli:USER)"
-        )
+        deciding.add_argument("--by", default=_cli_actor(), help="who decides (default: cli:USER)")
         deciding.set_defaults(handler=_run_async(_approvals_decide))
+
+
+# ---------------------------------------------------------------- batches
+
+
+async def _batches_undo(args: argparse.Namespace, settings: Settings) -> int:
+    from ruleengine.engine import build_engine, close_engine
+    from ruleengine.queue import connect_queue
+    from ruleengine.undo import preview, undo_batch
+
+    who = args.by
+    async with _database(settings) as db:
+        queue = connect_queue(settings)
+        engine = build_engine(settings, db=db, redis=queue, worker=who)
+        try:
+            if args.dry_run:
+                plan = await preview(
+                    engine,
+                    args.batch_id,
+                    executions=args.executions,
+                    pause_copies=args.pause_copies,
+                    now=_now(),
+                )
+                data: dict[str, Any] = plan.as_json()
+            else:
+                data = await undo_batch(
+                    engine,
+                    args.batch_id,
+                    by=who,
+                    executions=args.executions,
+                    pause_copies=args.pause_copies,
+                    now=_now(),
+                )
+        finally:
+            await close_engine(engine)
+            await queue.aclose()
+    if args.json:
+        options = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
+        sys.stdout.write(orjson.dumps(data, option=options, default=str).decode() + "\n")
+    else:
+        sys.stdout.write(undo_table(data))
+    return 0
+
+
+def undo_table(data: dict[str, Any]) -> str:
+    """An undo plan (``--dry-run``) or an undo's result as a text table."""
+    if "changes" in data and "undo_batch_id" in data and "batch" in data:
+        head = f"{data['undo_batch_id']}: undoes {data['batch'].get('undoes')}"
+        header = ["entity", "field", "from", "to", "outcome", "reason"]
+        rows = [
+            [
+                str(r.get("entity_name") or r.get("entity_id")),
+                str(r.get("field")),
+                str(r.get("before")),
+                str(r.get("after")),
+                str(r.get("outcome")),
+                str(r.get("reason") or ""),
+            ]
+            for r in data["changes"]
+        ]
+    else:
+        head = f"undo of {data['batch_id']} (would be {data['undo_batch_id']}), dry run"
+        header = ["entity", "field", "now", "back to", "live", "will revert", "reason"]
+        rows = [
+            [
+                str(c.get("entity_name") or c.get("entity_id")),
+                str(c.get("field")),
+                str(c.get("after")),
+                str(c.get("before")),
+                str(c.get("live")),
+                "yes" if c.get("will_revert") else "no",
+                str(c.get("reason") or ""),
+            ]
+            for c in data["changes"]
+        ]
+        rows += [
+            [
+                "follow-up " + str(f["key"]),
+                str(f["do"]),
+                "",
+                "",
+                str(f["status"]),
+                "cancel" if f["will_cancel"] else "no",
+                "",
+            ]
+            for f in data.get("followups", [])
+        ]
+    widths = [max(len(x) for x in column) for column in zip(header, *rows, strict=False)]
+    lines = [head, "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _add_batches(sub: Any) -> None:
+    batches = sub.add_parser("batches", help="act on the batches rules ran")
+    actions = batches.add_subparsers(dest="batches_command", required=True, metavar="ACTION")
+    undo = actions.add_parser(
+        "undo",
+        help="set a batch's changes back (preview with --dry-run)",
+        description="Set every change of the batch back to its value before, where the live"
+        " value is still the one the batch wrote (otherwise it is skipped as"
+        " changed_by_someone_else); cancel the follow-ups it scheduled. The undo is the batch"
+        " undo:BATCH_ID and happens once however often it is asked for.",
+    )
+    undo.add_argument("batch_id", metavar="BATCH_ID")
+    undo.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
+    undo.add_argument("--pause-copies", action="store_true", help="pause the copies it made")
+    undo.add_argument(
+        "--execution",
+        dest="executions",
+        action="append",
+        metavar="ID",
+        help="undo only this execution (id or key; repeatable)",
+    )
+    undo.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    undo.add_argument(
+        "--by", default=_cli_actor(), help="who undoes, recorded on the undo (default: cli:USER)"
+    )
+    undo.set_defaults(handler=_run_async(_batches_undo))
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:

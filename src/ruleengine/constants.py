@@ -36,6 +36,7 @@ ACCOUNT_FENCE_PREFIX: Final = "ruleengine:lock:fence:"
 EVALUATE_JOB: Final = "evaluate_account"
 FOLLOWUP_JOB: Final = "run_followup"
 APPROVAL_JOB: Final = "apply_approval"
+UNDO_JOB: Final = "undo_batch"
 
 # The 4 named stages of an evaluation, timed in every execution record and batch trace
 STAGES: Final = ("cooldown", "fetch", "evaluate", "act")

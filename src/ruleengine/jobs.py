@@ -34,6 +34,7 @@ from ruleengine.retention import retention_job
 from ruleengine.settings import Settings
 from ruleengine.store.db import create_client, database, ensure_indexes
 from ruleengine.store.heartbeats import Heartbeats
+from ruleengine.undo import undo_batch
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,19 @@ async def apply_approval_job(ctx: dict[str, Any], payload: dict[str, Any]) -> di
     return await apply_approval(ctx["engine"], str(payload["approval"]), now=datetime.now(UTC))
 
 
+async def undo_batch_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """arq job: undo a batch as ``POST /api/batches/{id}/undo`` asked (:mod:`ruleengine.undo`)."""
+    result = await undo_batch(
+        ctx["engine"],
+        str(payload["batch_id"]),
+        by=str(payload["by"]),
+        executions=payload.get("executions"),
+        pause_copies=bool(payload.get("pause_copies")),
+        now=datetime.now(UTC),
+    )
+    return {"undo_batch_id": result["undo_batch_id"], "status": result["batch"]["status"]}
+
+
 async def reap_job(ctx: dict[str, Any]) -> int:
     """arq cron: mark batches whose worker died ABANDONED and reconcile their intents, mark
     approvals past their expiry ``expired``; enqueue again approved changes whose write did
@@ -152,6 +166,7 @@ def worker_kwargs(settings: Settings) -> dict[str, Any]:
             func(evaluate_account_job, name=c.EVALUATE_JOB, max_tries=1),
             func(run_followup_job, name=c.FOLLOWUP_JOB, max_tries=1),
             func(apply_approval_job, name=c.APPROVAL_JOB, max_tries=1),
+            func(undo_batch_job, name=c.UNDO_JOB, max_tries=1),
         ],
         "cron_jobs": [
             cron(reap_job, name="reap_abandoned_batches", second=30, run_at_startup=True),

@@ -145,6 +145,15 @@ class BatchStore:
             {"_id": batch_id}, {"$set": {"status": status, "finished_at": now, **fields}}
         )
 
+    async def link_undo(self, batch_id: str, undo_id: str, *, by: str, now: datetime) -> None:
+        """Link a batch and the batch undoing it both ways (``undone_by`` / ``undoes``)."""
+        await self._batches.update_one(
+            {"_id": batch_id}, {"$set": {"undone_by": undo_id, "undone_at": now}}
+        )
+        await self._batches.update_one(
+            {"_id": undo_id}, {"$set": {"undoes": batch_id, "by": by, "kind": "undo"}}
+        )
+
     async def get(self, batch_id: str) -> Document:
         """One batch row; raises NotFoundError."""
         doc = await self._batches.find_one({"_id": batch_id})

@@ -33,6 +33,7 @@ from ruleengine.web import (
     api_import,
     api_records,
     api_trends,
+    api_undo,
     api_vocabulary,
 )
 from ruleengine.web.auth import actor
@@ -366,6 +367,7 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/rules/{id}/preview", preview_stored)
     api_records.add_routes(app)
     api_followups.add_routes(app)
+    api_undo.add_routes(app)
     api_holds.add_routes(app)
     api_approvals.add_routes(app)
     api_entities.add_routes(app)

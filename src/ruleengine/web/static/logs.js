@@ -1,5 +1,8 @@
 /* Rule Logs screen: one row per batch, filters, pagination, live progress, per-entity detail,
- * and under each execution with a `then` its follow-up (live status from /api/followups). */
+ * and under each execution with a `then` its follow-up (live status from /api/followups).
+ * A batch with applied changes can be undone: Undo shows the plan (a dry run of
+ * POST /api/batches/{id}/undo: what will be set back, what is skipped and why, the live
+ * values), Confirm queues the undo; the two batches link each other (?batch=ID shows one). */
 "use strict";
 
 (() => {
@@ -32,15 +35,28 @@
     }
   }
 
+  /* ?batch=ID: only that batch (the links between a batch and its undo lead here). */
+  function onlyBatch() {
+    return new URLSearchParams(window.location.search).get("batch");
+  }
+
+  function batchLink(batchId) {
+    return el("a", { href: "/logs?" + new URLSearchParams({ batch: batchId }).toString() }, batchId);
+  }
+
   async function loadBatches() {
     let page;
     try {
-      page = await api("GET", "/api/batches?" + filters().toString());
+      const only = onlyBatch();
+      page = only
+        ? { items: [await api("GET", "/api/batches/" + encodeURIComponent(only))], total: 1 }
+        : await api("GET", "/api/batches?" + filters().toString());
     } catch (err) {
       failed(err, "could not load the batches");
       return;
     }
     state.total = page.total;
+    $("only-batch").classList.toggle("hidden", !onlyBatch());
     $("batches-table").tBodies[0].replaceChildren(...page.items.map(batchRow));
     $("batches-empty").classList.toggle("hidden", page.items.length > 0);
     pager($("page-info"), state.offset, LIMIT, page.total);
@@ -100,9 +116,10 @@
     row.after(el("tr", { class: "detail-row", dataset: { batchId: row.dataset.batchId } }, cell));
     try {
       const batchId = row.dataset.batchId;
-      const data = await api("GET", `/api/batches/${encodeURIComponent(batchId)}/executions`);
+      const path = `/api/batches/${encodeURIComponent(batchId)}`;
+      const [batch, data] = await Promise.all([api("GET", path), api("GET", path + "/executions")]);
       const live = data.items.some((r) => r.followup && r.followup.key) ? await liveFollowups(batchId) : new Map();
-      cell.replaceChildren(executionsTable(data.items, live));
+      cell.replaceChildren(undoBlock(batch, data.items), executionsTable(data.items, live));
     } catch (err) {
       cell.replaceChildren(el("span", { class: "error-line" }, err.message));
     }
@@ -213,6 +230,119 @@
       entityCell(run),
       el("td", {}, run.task_id, el("div", { class: "muted" }, "follow-up")),
       el("td", { colspan: 5 }, runLine(run)));
+  }
+
+  /* The undo links of a batch and its Undo button (with the plan panel it opens). */
+  function undoBlock(batch, items) {
+    const block = el("div", { class: "undo-block" });
+    if (batch.undoes) {
+      block.append(el("p", { class: "undo-link" }, `Undo by ${batch.by || "?"} of batch `, batchLink(batch.undoes)));
+    }
+    if (batch.undone_by) {
+      block.append(el("p", { class: "undo-link" }, "Undone by ", batchLink(batch.undone_by)));
+    }
+    const applied = items.some((r) => r.kind !== "followup" && r.outcome === "applied");
+    if (applied && !batch.undoes && !batch.undone_by) {
+      const button = el("button", { type: "button", class: "undo-open", "aria-expanded": "false",
+        onclick: () => openPlan(batch, block, button) }, "Undo…");
+      block.append(button);
+    }
+    return block;
+  }
+
+  async function openPlan(batch, block, button, pauseCopies = false) {
+    const panel = el("section", { class: "undo-plan", "aria-label": `Undo plan of batch ${batch.batch_id}` },
+      el("span", { class: "muted" }, "reading the live values…"));
+    block.querySelector(".undo-plan")?.remove();
+    block.append(panel);
+    button.setAttribute("aria-expanded", "true");
+    const path = `/api/batches/${encodeURIComponent(batch.batch_id)}/undo`;
+    let plan;
+    try {
+      plan = await api("POST", path, { dry_run: true, pause_copies: pauseCopies });
+    } catch (err) {
+      panel.replaceChildren(el("p", { class: "error-line", role: "alert" }, err.message));
+      return;
+    }
+    const close = () => { panel.remove(); button.setAttribute("aria-expanded", "false"); button.focus(); };
+    const confirm = el("button", { type: "button", class: "undo-confirm", disabled: plan.will_revert === 0 && !plan.followups.some((f) => f.will_cancel) },
+      `Confirm undo (${plan.will_revert} to set back)`);
+    const cancel = el("button", { type: "button", class: "undo-cancel secondary", onclick: close }, "Cancel");
+    confirm.addEventListener("click", async () => {
+      confirm.disabled = true;
+      cancel.disabled = true;
+      try {
+        const queued = await api("POST", path, { pause_copies: pauseCopies });
+        panel.replaceChildren(el("p", { role: "status", class: "undo-status" }, "Undo ", batchLink(queued.undo_batch_id),
+          ` ${String(queued.status).toLowerCase()}…`));
+        await waitForUndo(batch.batch_id, queued.undo_batch_id, panel, block);
+      } catch (err) {
+        panel.append(el("p", { class: "error-line", role: "alert" }, err.message));
+      }
+    });
+    const children = [
+      el("h2", { class: "undo-title" }, `Undo batch ${batch.batch_id}?`),
+      el("p", {}, `${plan.will_revert} change(s) will be set back; ${plan.skipped} will not.`),
+      planTable(plan),
+    ];
+    const copies = plan.changes.some((c) => c.action === "pause_copy" || c.reason === "copy_kept");
+    if (copies) {
+      const box = el("input", { type: "checkbox", id: `pause-copies-${batch.batch_id}`, checked: pauseCopies,
+        onchange: () => openPlan(batch, block, button, box.checked) });
+      children.push(el("p", {}, box, el("label", { for: box.id }, " Pause the copies this batch made (copies are never deleted)")));
+    }
+    if (plan.followups.length) {
+      children.push(el("p", {}, `${plan.followups.filter((f) => f.will_cancel).length} follow-up(s) not yet run will be cancelled.`));
+    }
+    children.push(el("p", { class: "undo-actions" }, confirm, " ", cancel));
+    panel.replaceChildren(...children);
+    confirm.focus();
+  }
+
+  const WHY = {
+    changed_by_someone_else: "changed by someone else since",
+    notification_cannot_be_undone: "a message cannot be taken back",
+    copy_kept: "copies are not deleted",
+    already_paused: "already paused",
+    live_read_failed: "the live value could not be read",
+    not_revertible: "cannot be set back",
+  };
+
+  function planTable(plan) {
+    const rows = plan.changes.map((c) => el("tr", { class: c.will_revert ? "will-revert" : "will-skip" },
+      el("td", {}, c.entity_name || c.entity_id, el("div", { class: "muted" }, c.entity_id)),
+      el("td", {}, c.field ?? "—"),
+      el("td", {}, fmtValue(c.after), " → ", fmtValue(c.before)),
+      el("td", {}, typeof c.live === "object" && c.live !== null ? "—" : fmtValue(c.live)),
+      el("td", {}, c.will_revert ? "set back" : `skipped: ${WHY[c.reason] || c.reason}`)));
+    return el("table", { class: "grid compact undo-changes" },
+      el("caption", {}, "What the undo will do, from the values Meta holds now"),
+      el("thead", {}, el("tr", {}, ["Entity", "Field", "Batch wrote → back to", "Live now", "Undo"].map((h) => el("th", { scope: "col" }, h)))),
+      el("tbody", {}, rows));
+  }
+
+  function fmtValue(value) {
+    return value === null || value === undefined ? "—" : String(value);
+  }
+
+  /* Poll until the worker has carried the undo out: the batch names its undo once it starts. */
+  async function waitForUndo(batchId, undoId, panel, block) {
+    for (let i = 0; i < 600; i++) {
+      try {
+        const batch = await api("GET", "/api/batches/" + encodeURIComponent(batchId));
+        const undo = batch.undone_by ? await api("GET", "/api/batches/" + encodeURIComponent(undoId)) : null;
+        if (undo && undo.status !== "RUNNING") {
+          panel.replaceChildren(el("p", { role: "status", class: "undo-status" }, `Undo ${undo.status.toLowerCase()}: `,
+            `${undo.applied_count ?? 0} set back. `, batchLink(undoId)));
+          block.querySelector(".undo-open")?.remove();
+          block.prepend(el("p", { class: "undo-link" }, "Undone by ", batchLink(undoId)));
+          return;
+        }
+      } catch (_err) {
+        // transient: the next poll tries again
+      }
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
   }
 
   /* Refresh only the RUNNING rows, in place, so expanded rows stay open. */

@@ -1,0 +1,309 @@
+"""Undoing a batch: the batch ``undo:<batch_id>``, written through the rules' own write path.
+
+The plan is :mod:`ruleengine.undo_plan`'s. Every change to set back (and every copy to
+pause) goes through :meth:`~ruleengine.actions.ActionExecutor.apply`: under the account's
+write lock the live value is read again, planned from (still the ``after`` the batch wrote,
+else ``changed_by_someone_else``; a budget through the same clamps, the 4-per-hour ad-set
+limit and the change budget as any budget write), an intent keyed by
+(``undo:<batch_id>``, ``undo:<task>``, entity) is recorded before the write and resolved with
+Meta's answer. So a second request, the same request delivered twice, or a retry after a
+crash reverts each change once: a done intent answers ``already_applied``, a pending one
+is reconciled from the live value. An undo already ``DONE`` is answered as it is.
+
+Follow-ups the batch scheduled that have not run are cancelled (``skipped``, reason
+``cancelled_by_undo``). The two batch rows link each other (``undone_by`` / ``undoes``);
+the undo row and its records say who asked (``by``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ruleengine.acts import ACT_FAILURES, ActKey, ActResult, JobRun, Target, failure_result
+from ruleengine.acts import live_value as read_value
+from ruleengine.budget_limits import AccountFacts
+from ruleengine.meta.http import Cost
+from ruleengine.rules.action_types import SetBudgetAction
+from ruleengine.rules.entity import Entity, currency_offset
+from ruleengine.rules.model import Rule
+from ruleengine.rules.plan import Plan, plan_budget
+from ruleengine.store.credentials import token_ref
+from ruleengine.store.db import Document
+from ruleengine.store.followups import WAITING, FollowupDoc
+from ruleengine.store.records import BatchCounts, BatchStart, record_key
+from ruleengine.undo_plan import (
+    CHANGED,
+    UNDO_PREFIX,
+    UndoItem,
+    UndoPlan,
+    plan_undo,
+    refuse_running,
+    refuse_undo_of_undo,
+)
+
+if TYPE_CHECKING:
+    from ruleengine.engine import Engine
+
+log = logging.getLogger(__name__)
+
+CANCELLED = "cancelled_by_undo"
+
+
+def _reads(field: str) -> list[str]:
+    return ["daily_budget", "lifetime_budget"] if field == "daily_budget" else [field]
+
+
+def revert_target(item: UndoItem, *, max_change_pct: float) -> Target:
+    """Set ``item.field`` back to ``item.before``, only while the live value is ``item.after``."""
+    assert item.field is not None
+    field = item.field
+
+    def plan(live: dict[str, Any]) -> Plan | ActResult:
+        current = read_value(live, field)
+        if item.action == "pause_copy":
+            reason = "already_paused" if current == "PAUSED" else None
+            return Plan(field, current, "PAUSED", reason=reason)
+        if current != item.after:
+            return ActResult("skipped", CHANGED, field, current, current)
+        if field == "daily_budget":
+            back = SetBudgetAction(type="set_budget", amount=int(item.before))
+            return plan_budget(back, live=int(current), max_change_pct=max_change_pct)
+        return Plan(field, current, item.before)
+
+    return Target(field, _reads(field), plan)
+
+
+def undo_key(item: UndoItem) -> ActKey:
+    """What the undo's intent of an item is recorded under (never the rule's own task)."""
+    kind = "pause_copy" if item.action == "pause_copy" else f"undo:{item.field}"
+    return ActKey(f"{UNDO_PREFIX}{item.task_id}", kind)
+
+
+async def load(engine: Engine, batch_id: str) -> tuple[Document, list[Document], list[Document]]:
+    """The batch row, its execution records and the follow-ups it scheduled."""
+    refuse_undo_of_undo(batch_id)
+    batch = await engine.batches.get(batch_id)
+    refuse_running(batch)
+    records = await engine.executions.for_batch(batch_id)
+    page = await engine.followups.store.page(filters={"batch_id": batch_id}, limit=5000)
+    return batch, records, page.items
+
+
+async def preview(
+    engine: Engine,
+    batch_id: str,
+    *,
+    executions: Collection[str] | None = None,
+    pause_copies: bool = False,
+    now: datetime,
+) -> UndoPlan:
+    """The plan, read with the engine's clients (the CLI's ``--dry-run``)."""
+    batch, records, followups = await load(engine, batch_id)
+    token = await engine.credentials.usable_token(token_ref(str(batch["account"])))
+    reader, _batch, _writer = engine.graph(Cost())
+    return await plan_undo(
+        batch,
+        records,
+        followups,
+        reader=reader,
+        token=token,
+        executions=executions,
+        pause_copies=pause_copies,
+    )
+
+
+async def existing(engine: Engine, batch_id: str) -> dict[str, Any] | None:
+    """The finished undo of ``batch_id``, if there is one (its row and records)."""
+    undo_id = f"{UNDO_PREFIX}{batch_id}"
+    if await engine.batches.status(undo_id) != "DONE":
+        return None
+    return await result_of(engine, undo_id)
+
+
+async def result_of(engine: Engine, undo_id: str) -> dict[str, Any]:
+    """An undo batch's row and records, as the API and the CLI answer them."""
+    row = await engine.batches.get(undo_id)
+    records = await engine.executions.for_batch(undo_id)
+    return {"undo_batch_id": undo_id, "batch": row, "changes": records}
+
+
+async def undo_batch(
+    engine: Engine,
+    batch_id: str,
+    *,
+    by: str,
+    now: datetime,
+    executions: Collection[str] | None = None,
+    pause_copies: bool = False,
+) -> dict[str, Any]:
+    """Undo ``batch_id`` (see the module); answers the undo batch's row and records."""
+    done = await existing(engine, batch_id)
+    if done is not None:
+        return done | {"existing": True}
+    started = time.perf_counter()
+    batch, records, followups = await load(engine, batch_id)
+    account = str(batch["account"])
+    token = await engine.credentials.usable_token(token_ref(account))
+    cost = Cost()
+    reader, _batch, writer = engine.graph(cost)
+    plan = await plan_undo(
+        batch,
+        records,
+        followups,
+        reader=reader,
+        token=token,
+        executions=executions,
+        pause_copies=pause_copies,
+    )
+    undo_id = plan.undo_batch_id
+    await engine.batches.start(
+        BatchStart(
+            batch_id=undo_id,
+            rule_id=str(batch["rule_id"]),
+            rule_name=str(batch.get("rule_name")),
+            rule_version=int(batch["rule_version"]),
+            account=account,
+            level=str(batch.get("level")),
+            scheduled_at=now,
+            total=len(plan.items),
+            job_id=None,
+            worker=engine.worker,
+        ),
+        now=now,
+    )
+    await engine.batches.link_undo(batch_id, undo_id, by=by, now=now)
+    version = await engine.rules.version(str(batch["rule_id"]), int(batch["rule_version"]))
+    rule = Rule.model_validate({**version.definition, "status": "ACTIVE"})
+    credentials = await engine.credentials.get(account)
+    run = JobRun(
+        batch_id=undo_id,
+        rule_id=str(batch["rule_id"]),
+        rule_version=int(batch["rule_version"]),
+        rule=rule,
+        account=account,
+        token=token,
+        now=now,
+        reader=reader,
+        facts=AccountFacts(
+            reader,
+            account=account,
+            token=token,
+            now=now,
+            currency_offset=currency_offset(credentials.currency),
+        ),
+    )
+    max_pct = engine.settings.max_budget_change_pct
+    results: list[tuple[UndoItem, ActResult]] = []
+    for item in plan.items:
+        if item.action == "none":
+            results.append((item, ActResult("skipped", item.reason, item.field)))
+            continue
+        entity = Entity(id=item.entity_id, name=item.entity_name or item.entity_id)
+        try:
+            result = await engine.executor.apply(
+                run, writer, entity, undo_key(item), revert_target(item, max_change_pct=max_pct)
+            )
+        except ACT_FAILURES as exc:
+            result = failure_result(exc)
+        results.append((item, result))
+    cancelled = await cancel_followups(engine, plan, undo_id, now=now)
+    await keep(engine, batch, undo_id, results, by=by, now=now)
+    rows = await engine.executions.by_key(undo_id)
+    await engine.batches.finish(
+        undo_id,
+        status="DONE",
+        now=now,
+        progress={"done": len(plan.items), "total": len(plan.items)},
+        **BatchCounts.of(rows.values()).as_fields(),
+        undoes=batch_id,
+        by=by,
+        pause_copies=pause_copies,
+        cancelled_followups=cancelled,
+        graph=cost.as_dict(),
+        duration_s=round(time.perf_counter() - started, 6),
+    )
+    log.info("batch %s undone by %s (%s)", batch_id, undo_id, by)
+    return await result_of(engine, undo_id)
+
+
+async def cancel_followups(
+    engine: Engine, plan: UndoPlan, undo_id: str, *, now: datetime
+) -> list[str]:
+    """Cancel the plan's follow-ups that still wait; the keys of those cancelled (or already
+    cancelled by an earlier attempt of this undo)."""
+    store = engine.followups.store
+    cancelled: list[str] = []
+    for row in plan.followups:
+        current = await store.get(str(row["key"]))
+        if current is None:
+            continue
+        if current.status in WAITING:
+            await store.mark(current, "skipped", reason=CANCELLED, now=now)
+            current = await store.get(current.id) or current
+        if _cancelled(current):
+            cancelled.append(current.id)
+    return cancelled
+
+
+def _cancelled(doc: FollowupDoc) -> bool:
+    return doc.status == "skipped" and doc.reason == CANCELLED
+
+
+async def keep(
+    engine: Engine,
+    batch: Document,
+    undo_id: str,
+    results: list[tuple[UndoItem, ActResult]],
+    *,
+    by: str,
+    now: datetime,
+) -> None:
+    """The undo's execution records, merged with what an earlier attempt recorded."""
+    from ruleengine.engine import merge_record  # the worker's merge, not a copy of it
+
+    earlier = await engine.executions.by_key(undo_id)
+    docs = [_record(batch, undo_id, item, result, by=by, now=now) for item, result in results]
+    merged = [merge_record(earlier.get(d["key"]), d) for d in docs]
+    await engine.executions.upsert_many([d for d in merged if d is not earlier.get(d["key"])])
+
+
+def _record(
+    batch: Document, undo_id: str, item: UndoItem, result: ActResult, *, by: str, now: datetime
+) -> dict[str, Any]:
+    task = f"{UNDO_PREFIX}{item.task_id}"
+    acted = item.action != "none"
+    return {
+        "key": record_key(undo_id, task, item.entity_id),
+        "batch_id": undo_id,
+        "kind": "undo",
+        "undoes": item.record_key,
+        "undoes_execution": item.execution_id,
+        "by": by,
+        "rule_id": batch.get("rule_id"),
+        "rule_name": batch.get("rule_name"),
+        "rule_version": batch.get("rule_version"),
+        "account": batch.get("account"),
+        "level": batch.get("level"),
+        "task_id": task,
+        "entity_id": item.entity_id,
+        "entity_name": item.entity_name,
+        "outcome": result.outcome,
+        "executed": result.outcome == "applied",
+        "reason": result.reason,
+        "action": {"type": item.action if acted else "none"},
+        "field": result.field or item.field,
+        "before": result.before if acted else item.before,
+        "after": result.after if acted else item.after,
+        "live": item.live,
+        "planned": {"before": item.after, "after": item.before},
+        "clamped_by": result.clamped_by,
+        "error": result.error,
+        "response": result.response,
+        "passed": True,
+        "conditions": [],
+        "created_at": now,
+    }

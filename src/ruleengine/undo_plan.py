@@ -1,0 +1,237 @@
+"""What undoing a batch would do: its plan, read from the records and the live values.
+
+Read-only (the web app's dry run imports it; the undo itself is :mod:`ruleengine.undo`).
+Each applied change of the batch (status, daily budget, name, bid) is planned back to its
+``before`` when the live value Meta holds now is still the ``after`` the batch wrote; any
+other live value is left alone (``changed_by_someone_else``, the live value shown).
+Copies made by ``duplicate`` are never deleted: they can be paused (``pause_copies``).
+Messages cannot be taken back. Follow-ups the batch scheduled that have not run are to be
+cancelled. The undo is itself a batch, ``undo:<batch_id>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from ruleengine.acts import live_value
+from ruleengine.errors import FieldError, RuleValidationError
+from ruleengine.meta.errors import GraphError
+from ruleengine.meta.reader import GraphReader
+from ruleengine.store.db import Document
+
+#: The fields an undo sets back (what the write path writes).
+REVERTIBLE: Final = frozenset({"status", "daily_budget", "name", "bid_amount"})
+UNDO_PREFIX: Final = "undo:"
+CHANGED = "changed_by_someone_else"
+
+
+def undo_batch_id(batch_id: str) -> str:
+    """The id of the batch that undoes ``batch_id``."""
+    return f"{UNDO_PREFIX}{batch_id}"
+
+
+def refuse_undo_of_undo(batch_id: str) -> None:
+    """Raise RuleValidationError when ``batch_id`` is itself an undo."""
+    if batch_id.startswith(UNDO_PREFIX):
+        message = "an undo batch is not undone; it is the undo of " + batch_id[len(UNDO_PREFIX) :]
+        raise RuleValidationError([FieldError("batch_id", message)])
+
+
+def refuse_running(batch: Document) -> None:
+    """Raise RuleValidationError while the batch still runs (its records are not all kept)."""
+    if batch.get("status") == "RUNNING":
+        message = "the batch is still running; undo it once it has finished"
+        raise RuleValidationError([FieldError("batch_id", message)])
+
+
+class UndoRequest(BaseModel):
+    """The body of ``POST /api/batches/{batch_id}/undo`` (every field optional)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    executions: list[str] | None = Field(default=None, min_length=1, max_length=5000)
+    dry_run: StrictBool = False
+    pause_copies: StrictBool = False
+
+
+@dataclass
+class UndoItem:
+    """One applied change of the batch and what the undo does with it.
+
+    ``action``: ``revert`` (set ``field`` back to ``before``), ``pause_copy`` (pause the
+    copy ``entity_id``), ``none`` (nothing can be done: ``reason`` says why).
+    """
+
+    execution_id: str
+    record_key: str
+    task_id: str
+    entity_id: str
+    entity_name: str | None
+    field: str | None
+    before: Any
+    after: Any
+    live: Any = None
+    action: str = "revert"
+    will_revert: bool = False
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The item as the API and the CLI show it."""
+        return asdict(self)
+
+
+@dataclass
+class UndoPlan:
+    """The plan of undoing one batch (or some of its executions)."""
+
+    batch_id: str
+    undo_batch_id: str
+    account: str
+    items: list[UndoItem] = field(default_factory=list)
+    followups: list[dict[str, Any]] = field(default_factory=list)
+    pause_copies: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        """The plan as the API answers a dry run."""
+        return {
+            "batch_id": self.batch_id,
+            "undo_batch_id": self.undo_batch_id,
+            "account": self.account,
+            "pause_copies": self.pause_copies,
+            "changes": [i.as_json() for i in self.items],
+            "followups": self.followups,
+            "will_revert": sum(i.will_revert for i in self.items),
+            "skipped": sum(not i.will_revert for i in self.items),
+        }
+
+
+def undoable(record: Document) -> bool:
+    """True for an applied change of the batch's own evaluation (not a follow-up's)."""
+    return record.get("kind") != "followup" and record.get("outcome") == "applied"
+
+
+def select(records: list[Document], executions: Collection[str] | None) -> list[Document]:
+    """The batch's applied changes, or only those of ``executions`` (ids or keys).
+
+    Raises RuleValidationError naming an id that is not an applied change of the batch.
+    """
+    applied = [r for r in records if undoable(r)]
+    if not executions:
+        return applied
+    known = {str(r["_id"]): r for r in applied} | {str(r["key"]): r for r in applied}
+    unknown = [e for e in executions if e not in known]
+    if unknown:
+        message = f"not an applied change of the batch: {', '.join(sorted(unknown))}"
+        raise RuleValidationError([FieldError("executions", message)])
+    wanted = {id(known[e]) for e in executions}
+    return [r for r in applied if id(r) in wanted]
+
+
+def item_of(record: Document, *, pause_copies: bool) -> UndoItem:
+    """The undo item of an applied record, before its live value is read."""
+    item = UndoItem(
+        execution_id=str(record["_id"]),
+        record_key=str(record["key"]),
+        task_id=str(record["task_id"]),
+        entity_id=str(record["entity_id"]),
+        entity_name=record.get("entity_name"),
+        field=record.get("field"),
+        before=record.get("before"),
+        after=record.get("after"),
+    )
+    if item.field == "notify":
+        item.action, item.reason = "none", "notification_cannot_be_undone"
+    elif item.field == "copies":  # the row is about the copy, never its source
+        item.entity_id, item.before = str(record.get("after")), None
+        item.entity_name = f"copy of {item.entity_name or record.get('entity_id')}"
+        if pause_copies:
+            item.action, item.field, item.after = "pause_copy", "status", "PAUSED"
+        else:
+            item.action, item.reason, item.after = "none", "copy_kept", None
+    elif item.field not in REVERTIBLE:
+        item.action, item.reason = "none", "not_revertible"
+    return item
+
+
+def judge(item: UndoItem, live: Any) -> None:
+    """Decide an item from the live value of its field."""
+    item.live = live
+    if item.action == "revert":
+        item.will_revert = live == item.after
+        item.reason = None if item.will_revert else CHANGED
+    elif item.action == "pause_copy":
+        item.will_revert = live != "PAUSED"
+        item.reason = None if item.will_revert else "already_paused"
+
+
+async def read_lives(
+    reader: GraphReader, items: list[UndoItem], *, token: str, account: str
+) -> None:
+    """Read the live value of every item that acts, and judge it (a failed read: skipped)."""
+    acting = [i for i in items if i.action != "none"]
+    fields: dict[str, set[str]] = {}
+    for item in acting:
+        assert item.field is not None
+        fields.setdefault(item.entity_id, set()).add(item.field)
+    lives: dict[str, dict[str, Any]] = {}
+    for entity_id, wanted in fields.items():
+        try:
+            lives[entity_id] = await reader.get_object(
+                entity_id, token=token, fields=["id", *sorted(wanted)], account_id=account
+            )
+        except GraphError as exc:
+            for item in (i for i in acting if i.entity_id == entity_id):
+                item.will_revert, item.reason = False, "live_read_failed"
+                item.live = {"error": exc.as_dict()}
+    for item in acting:
+        if item.entity_id in lives:
+            assert item.field is not None
+            judge(item, live_value(lives[item.entity_id], item.field))
+
+
+def followup_row(doc: Document) -> dict[str, Any]:
+    """A follow-up the batch scheduled, as the plan lists it."""
+    waiting = doc.get("status") in ("pending", "scheduled")
+    return {
+        "key": doc["_id"],
+        "do": doc.get("do"),
+        "entity_id": doc.get("entity_id"),
+        "due_at": doc.get("due_at"),
+        "status": doc.get("status"),
+        "will_cancel": waiting,
+    }
+
+
+async def plan_undo(
+    batch: Document,
+    records: list[Document],
+    followups: list[Document],
+    *,
+    reader: GraphReader,
+    token: str,
+    executions: Collection[str] | None = None,
+    pause_copies: bool = False,
+) -> UndoPlan:
+    """The plan of undoing ``batch`` (its row, its execution records and follow-ups)."""
+    batch_id = str(batch["_id"])
+    items = [item_of(r, pause_copies=pause_copies) for r in select(records, executions)]
+    account = str(batch["account"])
+    await read_lives(reader, items, token=token, account=account)
+    chosen = {(r["task_id"], r["entity_id"]) for r in select(records, executions)}
+    rows = [
+        followup_row(f)
+        for f in followups
+        if f.get("batch_id") == batch_id and (f.get("task_id"), f.get("entity_id")) in chosen
+    ]
+    return UndoPlan(
+        batch_id=batch_id,
+        undo_batch_id=undo_batch_id(batch_id),
+        account=account,
+        items=items,
+        followups=rows,
+        pause_copies=pause_copies,
+    )

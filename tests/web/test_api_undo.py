@@ -1,0 +1,114 @@
+"""POST /api/batches/{id}/undo: the plan as a dry run, the undo on a worker, once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from web_helpers import AUTH, Client
+
+from flow import campaign_ids, successful_writes, work
+from graph_sandbox.admin import SandboxAdmin
+from ruleengine.settings import Settings
+from ruleengine.store.db import Database
+from ruleengine.web.api_undo import parse_request
+from ruleengine.web.jsonio import ApiError
+from undo_helpers import misfire, state
+
+
+async def test_preview_then_undo_through_a_worker_then_asked_again(
+    client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    batch_id, before = await misfire(web_settings, db, sandbox)
+    ids = await campaign_ids(sandbox)
+    await sandbox.ads_manager_change(ids["Brand Awareness US"], daily_budget=7777)
+    url = f"/api/batches/{batch_id}/undo"
+    writes = len(await successful_writes(sandbox))
+
+    dry = await client.post(url, json={"dry_run": True}, headers=AUTH)
+    assert dry.status == 200
+    plan = await dry.json()
+    assert plan["will_revert"] == 7 and plan["skipped"] == 1
+    [kept] = [c for c in plan["changes"] if not c["will_revert"]]
+    assert kept["reason"] == "changed_by_someone_else" and kept["live"] == 7777
+    assert {"entity_id", "field", "before", "after", "live", "will_revert"} <= set(kept)
+
+    first = await client.post(url, json={}, headers=AUTH)
+    again = await client.post(url, headers=AUTH)  # delivered twice before a worker ran
+    assert first.status == again.status == 202
+    assert (await first.json())["undo_batch_id"] == f"undo:{batch_id}"
+    assert (await first.json())["queued"] is True and (await again.json())["queued"] is False
+    assert len(await successful_writes(sandbox)) == writes  # nothing written by the web app
+    await work(web_settings)
+    assert len(await successful_writes(sandbox)) == writes + 7
+
+    done = await client.post(url, headers=AUTH)
+    assert done.status == 200
+    body = await done.json()
+    assert body["existing"] is True and body["batch"]["undoes"] == batch_id
+    assert body["batch"]["by"] == "api"
+    assert sorted(c["outcome"] for c in body["changes"]) == ["applied"] * 7 + ["skipped"]
+    original = await (await client.get(f"/api/batches/{batch_id}", headers=AUTH)).json()
+    assert original["undone_by"] == f"undo:{batch_id}"
+    await work(web_settings)
+    assert len(await successful_writes(sandbox)) == writes + 7
+    expected = before | {"Brand Awareness US": ("ACTIVE", 7777)}
+    assert await state(sandbox) == expected
+
+
+async def test_bad_requests_are_answered_before_anything_is_queued(
+    client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    batch_id, _ = await misfire(web_settings, db, sandbox)
+    url = f"/api/batches/{batch_id}/undo"
+    unknown = await client.post(url, json={"executions": ["nope"]}, headers=AUTH)
+    assert unknown.status == 422
+    assert (await unknown.json())["errors"][0]["path"] == "executions"
+    typed = await client.post(url, json={"dry_run": "yes"}, headers=AUTH)
+    assert typed.status == 422
+    missing = await client.post("/api/batches/no-such/undo", headers=AUTH)
+    assert missing.status == 404
+    of_undo = await client.post(f"/api/batches/undo:{batch_id}/undo", headers=AUTH)
+    assert of_undo.status == 422
+    await db["batches"].update_one({"_id": batch_id}, {"$set": {"status": "RUNNING"}})
+    running = await client.post(url, json={"dry_run": True}, headers=AUTH)
+    assert running.status == 422
+    assert "still running" in (await running.json())["errors"][0]["message"]
+    anonymous = await client.post(url, json={"dry_run": True})
+    assert anonymous.status == 401
+    assert await redis.zcard("ruleengine:queue") == 0
+
+
+@hsettings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.one_of(
+        st.none(),
+        st.dictionaries(
+            st.sampled_from(["executions", "dry_run", "pause_copies", "other"]),
+            st.one_of(
+                st.booleans(),
+                st.text(max_size=5),
+                st.lists(st.text(max_size=5), max_size=3),
+                st.integers(),
+                st.none(),
+            ),
+            max_size=4,
+        ),
+        st.lists(st.integers(), max_size=2),
+        st.text(max_size=5),
+    )
+)
+def test_any_body_parses_or_is_a_422(body: Any) -> None:
+    refused: ApiError | None = None
+    try:
+        ask = parse_request(body)
+    except ApiError as exc:
+        refused = exc
+    if refused is not None:
+        assert refused.status == 422 and refused.errors
+        return
+    assert isinstance(body, dict) or body is None
+    assert ask.executions is None or all(isinstance(e, str) for e in ask.executions)
+    assert isinstance(ask.dry_run, bool) and isinstance(ask.pause_copies, bool)
