@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from hypothesis import HealthCheck, given
@@ -12,6 +13,7 @@ from web_helpers import AUTH, Client
 from flow import campaign_ids, successful_writes, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
+from ruleengine.store.api_tokens import ApiTokenStore
 from ruleengine.store.db import Database
 from ruleengine.web.api_undo import parse_request
 from ruleengine.web.jsonio import ApiError
@@ -112,3 +114,29 @@ def test_any_body_parses_or_is_a_422(body: Any) -> None:
     assert isinstance(body, dict) or body is None
     assert ask.executions is None or all(isinstance(e, str) for e in ask.executions)
     assert isinstance(ask.dry_run, bool) and isinstance(ask.pause_copies, bool)
+
+
+async def test_only_an_approver_or_admin_token_undoes_and_its_name_is_recorded(
+    client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    batch_id, before = await misfire(web_settings, db, sandbox)
+    store = ApiTokenStore(db)
+    tokens = {
+        role: (await store.add(f"{role}-1", role, now=datetime.now(UTC)))[1]
+        for role in ("viewer", "editor", "approver")
+    }
+    url = f"/api/batches/{batch_id}/undo"
+    writes = len(await successful_writes(sandbox))
+    for role in ("viewer", "editor"):
+        bearer = {"Authorization": f"Bearer {tokens[role]}"}
+        refused = await client.post(url, json={}, headers=bearer)
+        assert refused.status == 403, role
+        assert "approver" in (await refused.json())["error"]
+    await work(web_settings)
+    assert len(await successful_writes(sandbox)) == writes  # nothing queued, nothing written
+    bearer = {"Authorization": f"Bearer {tokens['approver']}"}
+    assert (await client.post(url, json={}, headers=bearer)).status == 202
+    await work(web_settings)
+    done = await (await client.post(url, headers=bearer)).json()
+    assert done["batch"]["by"] == "approver-1"
+    assert await state(sandbox) == before
