@@ -17,7 +17,7 @@ from ruleengine.store.api_tokens import ApiTokenStore
 from ruleengine.store.db import Database
 from ruleengine.web.api_undo import parse_request
 from ruleengine.web.jsonio import ApiError
-from undo_helpers import misfire, state
+from undo_helpers import BUDGETED, misfire, state
 
 
 async def test_preview_then_undo_through_a_worker_then_asked_again(
@@ -140,3 +140,17 @@ async def test_only_an_approver_or_admin_token_undoes_and_its_name_is_recorded(
     done = await (await client.post(url, headers=bearer)).json()
     assert done["batch"]["by"] == "approver-1"
     assert await state(sandbox) == before
+
+
+async def test_the_entity_timeline_marks_the_revert_as_the_undo_s(
+    client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    batch_id, before = await misfire(web_settings, db, sandbox)
+    assert (await client.post(f"/api/batches/{batch_id}/undo", json={}, headers=AUTH)).status == 202
+    await work(web_settings)
+    entity = (await campaign_ids(sandbox))[BUDGETED[0]]
+    timeline = await (await client.get(f"/api/entities/{entity}/timeline", headers=AUTH)).json()
+    budget = timeline["fields"]["daily_budget"]["changes"]
+    assert [c["by"]["kind"] for c in budget] == ["rule", "undo"]
+    assert budget[1]["by"]["label"] == "undo of Misfire v1 by api"
+    assert budget[1]["after"] == budget[0]["before"] == before[BUDGETED[0]][1]

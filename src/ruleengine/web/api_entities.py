@@ -2,9 +2,11 @@
 
 Built from the entity's execution records alone (one indexed, bounded query: ``entity_id,
 created_at``). Every record saw the live entity — its ``before`` when it acted, its
-listing snapshot otherwise — so the timeline tells three authors of a change apart:
+listing snapshot otherwise — so the timeline tells the authors of a change apart:
 
-* a rule (``rule``: name and version) or a follow-up (``followup``): a record applied it;
+* a rule (``rule``: name and version), a follow-up (``followup``), an undo (``undo``: of
+  which rule version, by whom) or an approved change (``approval``: by whom it was
+  approved): a record applied it;
 * ``outside``: what a record saw differs from the value the previous engine change (or
   the previous record) left — someone changed the live value without us, and the step is
   placed at the record that first saw it.
@@ -55,12 +57,20 @@ class _Field:
 
 
 OUTSIDE: Final = {"kind": "outside", "label": "outside the engine"}
+#: Record kinds that are an author of their own (any other applied record is the rule's).
+_OTHER_AUTHORS: Final = frozenset({"followup", "undo", "approval"})
 
 
 def _author(record: Document) -> dict[str, Any]:
-    kind = "followup" if record.get("kind") == "followup" else "rule"
+    kind = record.get("kind") if record.get("kind") in _OTHER_AUTHORS else "rule"
     name, version = record.get("rule_name"), record.get("rule_version")
-    label = f"{name} v{version}" + (" (follow-up)" if kind == "followup" else "")
+    label = f"{name} v{version}"
+    if kind == "followup":
+        label += " (follow-up)"
+    elif kind == "undo":
+        label = f"undo of {name} v{version} by {record.get('by') or 'unknown'}"
+    elif kind == "approval":
+        label += f" (approved by {record.get('decided_by') or 'unknown'})"
     return {
         "kind": kind,
         "label": label,
@@ -98,7 +108,9 @@ def _daily_spend(records: list[Document]) -> list[dict[str, Any]]:
 
 def _main_metric(records: list[Document]) -> dict[str, Any] | None:
     """The first condition's metric of the most recent rule that acted, and what it saw."""
-    acting = [r for r in records if r.get("kind") != "followup" and r.get("outcome") == "applied"]
+    acting = [
+        r for r in records if r.get("kind") not in _OTHER_AUTHORS and r.get("outcome") == "applied"
+    ]
     if not acting or not acting[-1].get("conditions"):
         return None
     rule_id, first = acting[-1]["rule_id"], acting[-1]["conditions"][0]
