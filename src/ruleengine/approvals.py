@@ -111,20 +111,36 @@ async def propose(
     *,
     base_url: str,
 ) -> Document:
-    """Store the proposal of a waiting change and announce it once (when this call made it)."""
+    """Store the proposal of a waiting change and announce it (once, see :func:`announce`)."""
     proposal = await store.propose(proposal_doc(run, entity, task, result))
-    if not proposal.created:
-        return proposal.doc
-    webhook = approval_webhook(run.rule, task)
-    if webhook is not None:
-        text = message(proposal.doc, base_url=base_url)
-        try:
-            await notifier.send(webhook, text, context={"approval": proposal.doc["_id"]})
-        except NotifyError as exc:
-            await store.note(proposal.doc["_id"], notified={"webhook": webhook, "error": str(exc)})
-        else:
-            await store.note(proposal.doc["_id"], notified={"webhook": webhook, "at": run.now})
+    await announce(store, notifier, run, task, proposal.doc, base_url=base_url)
     return proposal.doc
+
+
+async def announce(
+    store: ApprovalStore,
+    notifier: Notifier,
+    run: JobRun,
+    task: Task,
+    doc: Document,
+    *,
+    base_url: str,
+) -> None:
+    """Post a pending proposal's announcement to its webhook unless it was posted: by the
+    delivery that made it or — when that one died before posting — by the next run that
+    finds the proposal open. One claim per proposal keeps two runs from both posting."""
+    webhook = approval_webhook(run.rule, task)
+    if webhook is None or doc.get("notified") or doc["status"] != "pending":
+        return
+    if not await store.claim_announcement(doc["_id"], now=run.now):
+        return
+    text = message(doc, base_url=base_url)
+    try:
+        await notifier.send(webhook, text, context={"approval": doc["_id"]})
+    except NotifyError as exc:
+        await store.note(doc["_id"], notified={"webhook": webhook, "error": str(exc)})
+    else:
+        await store.note(doc["_id"], notified={"webhook": webhook, "at": run.now})
 
 
 def message(doc: Document, *, base_url: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 from pymongo.errors import PyMongoError
 
 from ruleengine.actions import ActionExecutor, IntentSettler, writes_a_field
-from ruleengine.approvals import open_result, open_results, propose
+from ruleengine.approvals import announce, open_result, open_results, propose
 from ruleengine.evaluation import Evaluation, Pair, Reading, Summary, sheets_reader
 from ruleengine.followups.scheduling import FollowupScheduler, Origin
 from ruleengine.guards import CrossRuleGuards
@@ -161,11 +161,22 @@ class JobEvaluation(Evaluation):
                 key = (pair.task.id, pair.entity.id)
                 if key in results:
                     pair.result, pair.approval = results[key], found[key]["_id"]
+                    await self._announce(pair, found[key])  # if a crash left it unannounced
         await self._act_pairs([p for p in passing if p.result is None])
         for pair in gated:
             result = pair.result
             if result and result.outcome == "awaiting_approval" and pair.approval is None:
                 await self._propose(pair)
+
+    async def _announce(self, pair: Pair, doc: dict[str, Any]) -> None:
+        await announce(
+            self.engine.approvals,
+            self.engine.executor.notifier,
+            self.run_ctx,
+            pair.task,
+            doc,
+            base_url=self.engine.settings.public_url,
+        )
 
     async def _propose(self, pair: Pair) -> None:
         assert pair.result is not None

@@ -26,6 +26,7 @@ from ruleengine.acts import (
     failure_result,
     read_live,
     target_of,
+    with_approval,
     with_learning_phase,
     would_do,
 )
@@ -77,6 +78,9 @@ class Preview:
                 "evaluated": sum(1 for r in self.records if r["passed"] is not None),
                 "matched": sum(1 for r in self.records if r["passed"]),
                 "would_apply": len(would),
+                "would_await_approval": sum(
+                    1 for r in self.records if r["outcome"] == "awaiting_approval"
+                ),
             },
         }
 
@@ -108,7 +112,8 @@ class PreviewEvaluation(Evaluation):
             )
         max_change_pct = self.reading.settings.max_budget_change_pct
         target = await target_of(action, run, max_change_pct=max_change_pct, verdict=pair.verdict)
-        target = with_learning_phase(target, pair.task)
+        # a change that needs approval would wait for one: awaiting_approval, as a run says
+        target = with_approval(with_learning_phase(target, pair.task), pair.task, run)
         live = await read_live(run.reader, run, pair.entity, target.reads)
         return would_do(target.planner(live))
 

@@ -282,3 +282,43 @@ async def test_only_an_approver_or_admin_token_decides_and_its_name_is_recorded(
     assert decided["decided_by"] == "approver-1"
     assert decided["status"] == "applied"
     assert [w["id"] for w in await successful_writes(sandbox)] == [first["entity"]["id"]]
+
+
+async def test_a_preview_says_a_gated_change_would_wait_and_proposes_nothing(
+    client: Client, db: Database, sandbox: SandboxAdmin
+) -> None:
+    preview = await client.post("/api/rules/preview", json=gated_rule(), headers=AUTH)
+    assert preview.status == 200
+    body = await preview.json()
+    waiting = [r for r in body["records"] if r["outcome"] == "awaiting_approval"]
+    assert waiting and all(r["reason"] == "approval_required" for r in waiting)
+    assert all(r["after"] == r["before"] * 3 // 2 for r in waiting)
+    assert body["summary"]["would_await_approval"] == len(waiting)
+    assert body["summary"]["would_apply"] == 0
+    assert await db[c.APPROVALS].count_documents({}) == 0  # a preview proposes nothing
+    assert await successful_writes(sandbox) == []
+
+
+async def test_a_proposal_left_unannounced_by_a_crash_is_announced_by_the_next_run_once(
+    client: Client,
+    webhook: tuple[Settings, list[dict[str, Any]]],
+    db: Database,
+    redis: Any,
+) -> None:
+    hooked, received = webhook
+    data = gated_rule(webhook="ops")
+    now = datetime.now(UTC)
+    await propose(hooked, db, redis, data, now=now)
+    items = await pending(client)
+    assert len(received) == len(items)
+    # what a worker killed after storing its proposals, before posting them, leaves behind
+    killed = items[0]["id"]
+    unset = {"$unset": {"notified": "", "announcing_at": ""}}
+    await db[c.APPROVALS].update_one({"_id": killed}, unset)
+    del received[:]
+    later = now + timedelta(minutes=15)
+    await propose(hooked, db, redis, data, now=later)  # the next run finds it open
+    assert len(received) == 1 and killed in str(received[0])
+    await propose(hooked, db, redis, data, now=later + timedelta(minutes=15))
+    assert len(received) == 1  # announced once, not at every run
+    assert [i["id"] for i in await pending(client)] == [i["id"] for i in items]

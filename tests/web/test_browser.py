@@ -309,6 +309,7 @@ async def test_resolving_an_error_group_changes_its_status(
         f'tr.group-row[data-group-id="{seeded.error_id}"][data-status="resolved"]'
     )
     assert "resolved" in await row.locator(".group-status").inner_text()
+    assert "by api" in await row.locator(".group-status").inner_text()  # who resolved it
     stored = await db["error_log"].find_one({})
     assert stored is not None
     assert stored["status"] == "resolved"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
 from pymongo import ASCENDING, DESCENDING, ReturnDocument
@@ -49,6 +49,10 @@ def approval_id(batch_id: str, task_id: str, entity_id: str) -> str:
 def open_key(rule_id: str, task_id: str, entity_id: str) -> str:
     """The slot an open proposal of (rule, task, entity) holds."""
     return f"{rule_id}/{task_id}/{entity_id}"
+
+
+#: How long an announcement begun by a delivery that then died blocks another from sending it.
+ANNOUNCE_RETRY: Final = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,28 @@ class ApprovalStore:
         """Ids of proposals approved before ``cutoff`` whose write has not closed them."""
         query = {"status": "approved", "decided_at": {"$lt": cutoff}}
         return [d["_id"] async for d in self._approvals.find(query, {"_id": 1}).limit(limit)]
+
+    async def claim_announcement(
+        self, approval: str, *, now: datetime, retry_after: timedelta = ANNOUNCE_RETRY
+    ) -> bool:
+        """True for the one caller that should announce a pending proposal now: it was never
+        announced, and no other delivery began announcing it within ``retry_after`` (a
+        worker killed between storing the proposal and posting it leaves it unannounced;
+        the next delivery of the job announces it)."""
+        claimed = await self._approvals.find_one_and_update(
+            {
+                "_id": approval,
+                "status": "pending",
+                "notified": {"$exists": False},
+                "$or": [
+                    {"announcing_at": {"$exists": False}},
+                    {"announcing_at": {"$lt": now - retry_after}},
+                ],
+            },
+            {"$set": {"announcing_at": now}},
+            projection={"_id": 1},
+        )
+        return claimed is not None
 
     async def note(self, approval: str, **fields: Any) -> None:
         """Add facts (the notification's delivery) to an approval."""

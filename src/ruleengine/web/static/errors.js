@@ -33,7 +33,8 @@
       el("td", { class: "hourly-cell" }, hourly(group)),
       timeCell(group.first_seen),
       timeCell(group.last_seen),
-      el("td", { class: "group-status" }, badge(group.status)),
+      el("td", { class: "group-status" }, badge(group.status),
+        group.status_changed_by ? el("div", { class: "muted status-by" }, "by " + group.status_changed_by) : null),
       el("td", { class: "actions" },
         el("button", { type: "button", class: "small ghost", onclick: () => toggleSamples(row, group) }, `Samples (${group.samples.length})`),
         ACTIONS.filter(([status]) => status !== group.status).map(([status, label]) =>

@@ -425,7 +425,8 @@
   function renderPreview(result) {
     const s = result.summary;
     $("preview-meta").textContent = `${result.draft ? "unsaved draft" : "version " + result.rule_version} · ` +
-      `${s.evaluated} evaluated, ${s.matched} matched, ${s.would_apply} would apply · ` +
+      `${s.evaluated} evaluated, ${s.matched} matched, ${s.would_apply} would apply` +
+      (s.would_await_approval ? `, ${s.would_await_approval} would wait for approval` : "") + " · " +
       `${result.graph.counted_calls} Graph calls · nothing was written`;
     $("preview-errors").replaceChildren(...Object.entries(result.errors).map(([account, message]) =>
       el("li", { class: "error-line" }, el("code", {}, account), " " + message)));
