@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,8 @@ from ruleengine.undo_plan import (
 
 if TYPE_CHECKING:
     from ruleengine.engine import Engine
+    from ruleengine.meta.reader import GraphReader
+    from ruleengine.meta.writer import GraphWriter
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,40 @@ async def load(engine: Engine, batch_id: str) -> tuple[Document, list[Document],
     return batch, records, page.items
 
 
+@dataclass(frozen=True)
+class _Planned:
+    """A batch's undo plan with what reading it took: its row, the token and the clients."""
+
+    batch: Document
+    plan: UndoPlan
+    token: str
+    reader: GraphReader
+    writer: GraphWriter
+
+
+async def _planned(
+    engine: Engine,
+    batch_id: str,
+    cost: Cost,
+    *,
+    executions: Collection[str] | None,
+    pause_copies: bool,
+) -> _Planned:
+    batch, records, followups = await load(engine, batch_id)
+    token = await engine.credentials.usable_token(token_ref(str(batch["account"])))
+    reader, _batch, writer = engine.graph(cost)
+    plan = await plan_undo(
+        batch,
+        records,
+        followups,
+        reader=reader,
+        token=token,
+        executions=executions,
+        pause_copies=pause_copies,
+    )
+    return _Planned(batch, plan, token, reader, writer)
+
+
 async def preview(
     engine: Engine,
     batch_id: str,
@@ -102,18 +139,11 @@ async def preview(
     now: datetime,
 ) -> UndoPlan:
     """The plan, read with the engine's clients (the CLI's ``--dry-run``)."""
-    batch, records, followups = await load(engine, batch_id)
-    token = await engine.credentials.usable_token(token_ref(str(batch["account"])))
-    reader, _batch, _writer = engine.graph(Cost())
-    return await plan_undo(
-        batch,
-        records,
-        followups,
-        reader=reader,
-        token=token,
-        executions=executions,
-        pause_copies=pause_copies,
+    del now  # the plan reads live values; the signature matches undo_batch's
+    planned = await _planned(
+        engine, batch_id, Cost(), executions=executions, pause_copies=pause_copies
     )
+    return planned.plan
 
 
 async def existing(engine: Engine, batch_id: str) -> dict[str, Any] | None:
@@ -145,20 +175,13 @@ async def undo_batch(
     if done is not None:
         return done | {"existing": True}
     started = time.perf_counter()
-    batch, records, followups = await load(engine, batch_id)
-    account = str(batch["account"])
-    token = await engine.credentials.usable_token(token_ref(account))
     cost = Cost()
-    reader, _batch, writer = engine.graph(cost)
-    plan = await plan_undo(
-        batch,
-        records,
-        followups,
-        reader=reader,
-        token=token,
-        executions=executions,
-        pause_copies=pause_copies,
+    planned = await _planned(
+        engine, batch_id, cost, executions=executions, pause_copies=pause_copies
     )
+    batch, plan, token = planned.batch, planned.plan, planned.token
+    reader, writer = planned.reader, planned.writer
+    account = str(batch["account"])
     undo_id = plan.undo_batch_id
     await engine.batches.start(
         BatchStart(
