@@ -29,7 +29,10 @@ async def wired(settings: Settings, db: Database, redis: Any, accounts: list[str
 
 @pytest.fixture
 async def real_time(sandbox: SandboxAdmin) -> datetime:
-    """The sandbox's clock frozen at the engine's (real) time, so both agree on the hour."""
+    """The sandbox's clock frozen at the engine's (real) time, so both agree on the hour.
+
+    Rules are saved at this instant too: saved a second later (a loaded machine), an
+    interval rule would first be due after the dispatch at this instant."""
     now = datetime.now(UTC).replace(microsecond=0)  # Meta's times have whole seconds
     await sandbox.set_clock(now)
     return now
@@ -75,7 +78,9 @@ async def test_a_fifth_change_meets_plain_17_and_the_ad_set_waits_out_the_hour(
     # …and the engine cannot see it: the activity log does not answer
     await sandbox.set_faults(rules=[{"path_contains": "/activities", "code": 2}])
     rule = await save_rule(
-        db, adset_rule({"type": "increase_budget", "percent": 10}, account="act_1001", adsets=ADSET)
+        db,
+        adset_rule({"type": "increase_budget", "percent": 10}, account="act_1001", adsets=ADSET),
+        now=real_time,
     )
     await runs(wired, db, 2, start=real_time)
 
@@ -114,6 +119,7 @@ async def test_changes_made_in_ads_manager_count_toward_the_four(
             account="act_1001",
             adsets="Creative Test US 1",
         ),
+        now=real_time,
     )
     await runs(wired, db, 2, start=real_time)
 
@@ -142,9 +148,10 @@ async def test_rules_that_change_no_ad_set_budget_never_read_the_activity_log(
             [{"metric": "daily_budget", "operator": ">", "value": 0}],
             name="campaign budgets",
         ),
+        now=real_time,
     )
     pause = adset_rule({"type": "pause"}, account="act_1001", adsets=ADSET, name="pause")
-    await save_rule(db, pause)
+    await save_rule(db, pause, now=real_time)
     await runs(wired, db, 1, start=real_time)
     stats = await sandbox.stats()
     assert stats["calls_by_kind"]["write"] > 1
@@ -161,6 +168,7 @@ async def test_a_decrease_stops_at_the_accounts_minimum_daily_budget(
         adset_rule(
             {"type": "decrease_budget", "percent": 50}, account="act_1004", adsets=YEN_ADSET
         ),
+        now=real_time,
     )
     await runs(wired, db, 2, start=real_time)
 
@@ -188,6 +196,7 @@ async def test_metas_budget_too_low_stops_the_decrease_instead_of_failing_every_
         adset_rule(
             {"type": "decrease_budget", "percent": 50}, account="act_1004", adsets=YEN_ADSET
         ),
+        now=real_time,
     )
     # the account cannot be read (its minimum unknown): Meta's own answer is the backstop
     account_read_fails = [{"path_contains": "/act_1004", "method": "GET", "code": 2}]
