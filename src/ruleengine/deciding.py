@@ -4,16 +4,20 @@ Approving moves a pending, unexpired proposal to ``approved`` once (a second app
 one sent at the same time, finds it decided and changes nothing) and enqueues the
 ``apply_approval`` job with a fixed id, ``approval:<id>``: a worker writes the change
 through the intent path (:mod:`ruleengine.approvals`). The web app and the CLI never
-write to Meta themselves. A proposal past its expiry is marked ``expired`` when someone
-tries to decide it (and by the reaper, :meth:`ApprovalStore.expire_due`).
+write to Meta themselves. An approved change whose write did not run — Redis was down when
+it was approved, or the worker died during the job (``max_tries=1``: arq drops it) — is
+enqueued again by the reaper's cron (:func:`requeue_approved`); the intent path makes a
+write the dead worker did land count once. A proposal past its expiry is marked
+``expired`` when someone tries to decide it (and by the reaper,
+:meth:`ApprovalStore.expire_due`).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal
+from datetime import datetime, timedelta
+from typing import Any, Final, Literal
 
 from redis.exceptions import RedisError
 
@@ -63,10 +67,10 @@ async def decide(
 
 
 async def enqueue_write(queue: Any, approval: str) -> bool:
-    """Enqueue the write of an approved proposal; False when Redis is unavailable (the
-    reaper enqueues approved proposals again, :func:`ruleengine.reaper`)."""
+    """Enqueue the write of an approved proposal; False when Redis is unavailable or a job
+    with its id is still queued (:func:`requeue_approved` tries again later)."""
     try:
-        await queue.enqueue_job(
+        job = await queue.enqueue_job(
             c.APPROVAL_JOB,
             {"approval": approval},
             _job_id=approval_job_id(approval),
@@ -75,4 +79,22 @@ async def enqueue_write(queue: Any, approval: str) -> bool:
     except (RedisError, OSError) as exc:
         log.warning("approval %s: its write waits for Redis (%s)", approval, exc)
         return False
-    return True
+    return job is not None
+
+
+#: How long an approved change may wait for its write before the reaper enqueues it again
+#: (longer than a queued job normally waits; a duplicate job finds it closed and does nothing).
+REQUEUE_AFTER: Final = timedelta(minutes=5)
+
+
+async def requeue_approved(
+    store: ApprovalStore, queue: Any, *, now: datetime, after: timedelta = REQUEUE_AFTER
+) -> int:
+    """Enqueue again the writes of changes approved more than ``after`` ago and still not
+    closed; how many were enqueued (arq refuses the id while the first job is still queued)."""
+    queued = 0
+    for approval in await store.approved_before(now - after):
+        queued += await enqueue_write(queue, approval)
+    if queued:
+        log.info("%d approved change(s) enqueued again", queued)
+    return queued

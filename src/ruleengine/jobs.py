@@ -22,7 +22,7 @@ from arq.worker import func
 
 from ruleengine import constants as c
 from ruleengine.approvals import apply_approval
-from ruleengine.deciding import enqueue_write
+from ruleengine.deciding import requeue_approved
 from ruleengine.engine import Engine, build_engine, close_engine, evaluate_account
 from ruleengine.followups.running import run_followup
 from ruleengine.observability import WorkerMetrics, serve
@@ -154,8 +154,7 @@ async def reap_job(ctx: dict[str, Any]) -> int:
     not run (Redis was down when they were approved)."""
     now = datetime.now(UTC)
     engine: Engine = ctx["engine"]
-    for approval in await engine.approvals.approved_before(now - timedelta(minutes=5)):
-        await enqueue_write(ctx["queue"], approval)
+    await requeue_approved(engine.approvals, ctx["queue"], now=now)
     return await Reaper(engine).reap(now=now)
 
 

@@ -8,19 +8,35 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from web_helpers import AUTH, Client, run_batch
 
-from flow import campaign_rule, point_cli_at, reap, records, save_rule, successful_writes, work
+from flow import (
+    campaign_rule,
+    kill,
+    point_cli_at,
+    reap,
+    records,
+    sandbox_quiet,
+    save_rule,
+    start_worker,
+    successful_writes,
+    wait_for,
+    work,
+)
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.cli import main
+from ruleengine.deciding import approval_job_id, requeue_approved
+from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.api_tokens import ApiTokenStore
+from ruleengine.store.approvals import ApprovalStore
 from ruleengine.store.db import Database
 
 HUMAN_TOKEN = "EAAGapproverHUMANtoken0123456789"
@@ -322,3 +338,53 @@ async def test_a_proposal_left_unannounced_by_a_crash_is_announced_by_the_next_r
     await propose(hooked, db, redis, data, now=later + timedelta(minutes=15))
     assert len(received) == 1  # announced once, not at every run
     assert [i["id"] for i in await pending(client)] == [i["id"] for i in items]
+
+
+async def test_a_worker_killed_while_writing_an_approved_change_leaves_it_landed_once(
+    client: Client,
+    web_settings: Settings,
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+    tmp_path: Path,
+) -> None:
+    now = datetime.now(UTC)
+    await propose(web_settings, db, redis, gated_rule(), now=now)
+    first = (await pending(client))[0]
+    entity = first["entity"]["id"]
+    await sandbox.set_faults(write_latency_ms=4000)  # room to kill inside the write
+    approved = await client.post(f"/api/approvals/{first['id']}/approve", headers=AUTH)
+    assert approved.status == 200
+    worker = start_worker(web_settings, tmp_path / "worker.log")
+
+    async def write_on_its_way() -> bool:
+        query = {"status": "pending", "entity_id": entity}
+        return await db[c.ACTION_INTENTS].count_documents(query) > 0
+
+    try:  # the intent is recorded and the 4 s write is on its way: the worst moment
+        await wait_for(write_on_its_way, timeout_s=60)
+    finally:
+        kill(worker)
+    await wait_for(lambda: sandbox_quiet(sandbox))  # the write the dead worker sent lands
+    await sandbox.clear_faults()
+    # the dead worker's job: once its in-progress mark expires (after the job timeout), arq
+    # gives it up (it may run once, max_tries=1) and the change is still only approved
+    await redis.delete(f"arq:in-progress:{approval_job_id(first['id'])}")
+    await work(web_settings)
+    assert (await (await client.get(f"/api/approvals/{first['id']}")).json())["status"] == (
+        "approved"
+    )
+    # the reaper's pass: the dead write's intent is settled, the approved change enqueued again
+    later = datetime.now(UTC) + timedelta(minutes=10)
+    await reap(web_settings, db, redis, now=later)
+    queue = connect_queue(web_settings)
+    try:
+        assert await requeue_approved(ApprovalStore(db), queue, now=later) == 1
+    finally:
+        await queue.aclose()
+    assert (await work(web_settings)).jobs_complete == 1
+    done = await (await client.get(f"/api/approvals/{first['id']}")).json()
+    assert done["status"] == "applied"
+    writes = [w for w in await successful_writes(sandbox) if w["id"] == entity]
+    assert len(writes) == 1  # the dead worker's write, never repeated
+    assert await budget_of(sandbox, entity) == first["after"]
