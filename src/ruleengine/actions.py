@@ -51,8 +51,7 @@ from ruleengine.acts import (
     target_of,
     unanswered,
     unchanged,
-    with_approval,
-    with_learning_phase,
+    with_task_guards,
 )
 from ruleengine.budget_limits import budget_check, budget_history, counts_toward_limit, refuse
 from ruleengine.copies import duplicate
@@ -233,7 +232,7 @@ class ActionExecutor:
                     max_change_pct=self.settings.max_budget_change_pct,
                     verdict=verdicts[index] if verdicts is not None else None,
                 )
-                target = with_approval(with_learning_phase(target, task), task, run)
+                target = with_task_guards(target, task, run)
             except ACT_FAILURES as exc:
                 results[index] = failure_result(exc)
                 continue
@@ -275,7 +274,7 @@ class ActionExecutor:
             target = await target_of(
                 action, run, max_change_pct=self.settings.max_budget_change_pct, verdict=verdict
             )
-            target = with_approval(with_learning_phase(target, task), task, run)
+            target = with_task_guards(target, task, run)
             return await self.apply(run, writer, entity, ActKey.of(task), target)
         except ACT_FAILURES as exc:
             return failure_result(exc)

@@ -193,6 +193,12 @@ def with_approval(target: Target, task: Task, run: JobRun) -> Target:
     return Target(target.field, target.reads, plan_or_propose)
 
 
+def with_task_guards(target: Target, task: Task, run: JobRun) -> Target:
+    """``target`` under its task's own guards: the learning phase, then approval (what a run,
+    a batched write and a preview all plan through)."""
+    return with_approval(with_learning_phase(target, task), task, run)
+
+
 def clamp_while_learning(plan: Plan, limit_pct: float) -> Plan:
     """``plan`` with its budget move limited to ``limit_pct`` of the live budget (rounded
     down, as the engine-wide cap is)."""

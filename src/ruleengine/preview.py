@@ -26,8 +26,7 @@ from ruleengine.acts import (
     failure_result,
     read_live,
     target_of,
-    with_approval,
-    with_learning_phase,
+    with_task_guards,
     would_do,
 )
 from ruleengine.errors import RuleEngineError
@@ -113,7 +112,7 @@ class PreviewEvaluation(Evaluation):
         max_change_pct = self.reading.settings.max_budget_change_pct
         target = await target_of(action, run, max_change_pct=max_change_pct, verdict=pair.verdict)
         # a change that needs approval would wait for one: awaiting_approval, as a run says
-        target = with_approval(with_learning_phase(target, pair.task), pair.task, run)
+        target = with_task_guards(target, pair.task, run)
         live = await read_live(run.reader, run, pair.entity, target.reads)
         return would_do(target.planner(live))
 

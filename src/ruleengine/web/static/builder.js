@@ -873,11 +873,6 @@
 
   // ---------------------------------------------------------------- errors at their fields
 
-  function parentPath(path) {
-    const match = path.match(/^(.*?)(\.[^.[\]]+|\[\d+\])$/);
-    return match ? match[1] : "";
-  }
-
   function placeErrors() {
     const form = $("builder-form");
     for (const node of form.querySelectorAll(".form-error")) node.remove();
@@ -892,7 +887,7 @@
     const general = [];
     B.errors.forEach((error, n) => {
       let probe = error.path || "";
-      while (probe && !byPath.has(probe)) probe = parentPath(probe);
+      while (probe && !byPath.has(probe)) probe = RuleEditor.parentPath(probe);
       const target = probe ? byPath.get(probe) : null;
       const text = (probe === error.path ? "" : error.path + ": ") + error.message;
       const note = el("span", { class: "form-error", id: "ferr-" + n, dataset: { for: error.path } }, text);

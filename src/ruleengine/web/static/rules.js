@@ -441,8 +441,9 @@
 
   // ---------------------------------------------------------------- for the Backtest panel
 
-  /* backtest.js reads the rule being edited and points its errors at the editor's lines. */
-  window.RuleEditor = { parse: parseEditor, lineOf, focusOffset };
+  /* backtest.js reads the rule being edited and points its errors at the editor's lines;
+     builder.js walks an error's JSON path up to a form field with parentPath. */
+  window.RuleEditor = { parse: parseEditor, lineOf, focusOffset, parentPath };
 
   // ---------------------------------------------------------------- wiring
 
