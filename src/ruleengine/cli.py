@@ -1271,7 +1271,18 @@ def _approval_line(doc: dict[str, Any]) -> str:
         f"{doc['_id']}  {doc['status']:<23} {doc.get('rule_name')} / {doc.get('task_id')}:"
         f" {doc.get('entity_name')} ({doc.get('entity_id')}) {doc.get('field')}"
         f" {doc.get('before')} → {doc.get('after')}"
-        f"  expires {doc['expires_at']:%Y-%m-%d %H:%M} UTC{decided}"
+        f"  expires {doc['expires_at']:%Y-%m-%d %H:%M} UTC{decided}{_retrying(doc)}"
+    )
+
+
+def _retrying(doc: dict[str, Any]) -> str:
+    """An approved change's failed attempts so far, and when it is tried again."""
+    error, retry_at = doc.get("last_error"), doc.get("retry_at")
+    if doc["status"] != "approved" or not error or retry_at is None:
+        return ""
+    return (
+        f"  attempt {doc.get('attempts', 0)}: {error.get('reason')},"
+        f" tried again {retry_at:%H:%M} UTC"
     )
 
 

@@ -3,11 +3,13 @@
 Approving moves a pending, unexpired proposal to ``approved`` once (a second approve, or
 one sent at the same time, finds it decided and changes nothing) and enqueues the
 ``apply_approval`` job with a fixed id, ``approval:<id>``: a worker writes the change
-through the intent path (:mod:`ruleengine.approvals`). The web app and the CLI never
-write to Meta themselves. An approved change whose write did not run — Redis was down when
-it was approved, or the worker died during the job (``max_tries=1``: arq drops it) — is
-enqueued again by the reaper's cron (:func:`requeue_approved`); the intent path makes a
-write the dead worker did land count once. A proposal past its expiry is marked
+through the intent path (:mod:`ruleengine.approved`). The web app and the CLI never
+write to Meta themselves. An approved change stays ``approved`` until its write closes it;
+its ``retry_at`` says when the reaper's cron (:func:`requeue_approved`) enqueues the write
+again: :data:`REQUEUE_AFTER` after the decision or an attempt began — Redis was down when it
+was approved, or the worker died during the job (``max_tries=1``: arq drops it) — or when an
+attempt that met a transient failure set it; the intent path makes a write a dead worker did
+land count once. A proposal past its expiry is marked
 ``expired`` when someone tries to decide it (and by the reaper,
 :meth:`ApprovalStore.expire_due`).
 """
@@ -26,6 +28,10 @@ from ruleengine.store.approvals import ApprovalStore
 from ruleengine.store.db import Document
 
 log = logging.getLogger(__name__)
+
+#: How long an approved change may wait for its write before the reaper enqueues it again
+#: (longer than a queued job normally waits; a duplicate job finds it closed and does nothing).
+REQUEUE_AFTER: Final = timedelta(minutes=5)
 
 
 def approval_job_id(approval: str) -> str:
@@ -52,7 +58,8 @@ async def decide(
     now: datetime,
 ) -> Decision:
     """Approve or reject ``approval`` as ``by``; NotFoundError if it does not exist."""
-    doc = await store.decide(approval, status=status, by=by, now=now)
+    retry_at = now + REQUEUE_AFTER if status == "approved" else None
+    doc = await store.decide(approval, status=status, by=by, now=now, retry_at=retry_at)
     if doc is None:
         expired = await store.expire(approval, now=now)
         current = expired or await store.get(approval)
@@ -82,18 +89,14 @@ async def enqueue_write(queue: Any, approval: str) -> bool:
     return job is not None
 
 
-#: How long an approved change may wait for its write before the reaper enqueues it again
-#: (longer than a queued job normally waits; a duplicate job finds it closed and does nothing).
-REQUEUE_AFTER: Final = timedelta(minutes=5)
-
-
 async def requeue_approved(
     store: ApprovalStore, queue: Any, *, now: datetime, after: timedelta = REQUEUE_AFTER
 ) -> int:
-    """Enqueue again the writes of changes approved more than ``after`` ago and still not
-    closed; how many were enqueued (arq refuses the id while the first job is still queued)."""
+    """Enqueue again the writes of approved changes whose ``retry_at`` has come (or, approved
+    before ``retry_at`` was kept, approved more than ``after`` ago); how many were enqueued
+    (arq refuses the id while a job of it is still queued or running)."""
     queued = 0
-    for approval in await store.approved_before(now - after):
+    for approval in await store.due(now, decided_before=now - after):
         queued += await enqueue_write(queue, approval)
     if queued:
         log.info("%d approved change(s) enqueued again", queued)

@@ -21,7 +21,7 @@ from arq import cron
 from arq.worker import func
 
 from ruleengine import constants as c
-from ruleengine.approvals import apply_approval
+from ruleengine.approved import apply_approval
 from ruleengine.deciding import requeue_approved
 from ruleengine.engine import Engine, build_engine, close_engine, evaluate_account
 from ruleengine.followups.running import run_followup
@@ -131,7 +131,7 @@ async def run_followup_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict
 
 
 async def apply_approval_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
-    """arq job: write an approved change once (see :mod:`ruleengine.approvals`)."""
+    """arq job: one attempt at writing an approved change (see :mod:`ruleengine.approved`)."""
     return await apply_approval(ctx["engine"], str(payload["approval"]), now=datetime.now(UTC))
 
 
@@ -150,12 +150,13 @@ async def undo_batch_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[s
 
 async def reap_job(ctx: dict[str, Any]) -> int:
     """arq cron: mark batches whose worker died ABANDONED and reconcile their intents, mark
-    approvals past their expiry ``expired``; enqueue again approved changes whose write did
-    not run (Redis was down when they were approved)."""
+    approvals past their expiry ``expired``; then enqueue again approved changes whose write
+    is due again (it did not run, met a transient failure, or was just settled)."""
     now = datetime.now(UTC)
     engine: Engine = ctx["engine"]
+    abandoned = await Reaper(engine).reap(now=now)
     await requeue_approved(engine.approvals, ctx["queue"], now=now)
-    return await Reaper(engine).reap(now=now)
+    return abandoned
 
 
 def worker_kwargs(settings: Settings) -> dict[str, Any]:

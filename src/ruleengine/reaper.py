@@ -10,6 +10,8 @@ it every minute; everything is compare-and-set, so several at once are fine):
    lock can live) by re-reading the live value under the account's write lock:
    ``done`` when Meta holds the target, ``failed`` otherwise. An intent that
    cannot be settled now (Graph or Redis trouble) stays pending for the next pass;
+   one of an approved change's write makes that change's next attempt due
+   (:func:`~ruleengine.approved.write_settled`);
 3. turns the intents of each ABANDONED batch — and of each FAILED one, whose job
    stopped on an error (MongoDB gone, say) possibly after some writes landed —
    into the execution records they lack (``recovered_by: reaper``) once all are
@@ -31,6 +33,7 @@ from pymongo.errors import PyMongoError
 from redis.exceptions import RedisError
 
 from ruleengine.acts import UNVERIFIABLE, live_value
+from ruleengine.approved import write_settled
 from ruleengine.constants import STAGES
 from ruleengine.copies import settle_async_copy
 from ruleengine.errors import ErrorReport, RuleEngineError
@@ -124,6 +127,7 @@ class Reaper:
                 if status is not None:
                     settled += 1
                     await self._correct_unconfirmed(doc, status)
+                    await write_settled(self.engine.approvals, doc, status, now=now)
             except (GraphError, RedisError, OSError, PyMongoError, RuleEngineError) as exc:
                 # left pending: the next pass tries again
                 log.warning("intent %s not settled this pass: %s", doc["_id"], exc)

@@ -374,8 +374,9 @@ async def test_a_worker_killed_while_writing_an_approved_change_leaves_it_landed
     assert (await (await client.get(f"/api/approvals/{first['id']}")).json())["status"] == (
         "approved"
     )
-    # the reaper's pass: the dead write's intent is settled, the approved change enqueued again
-    later = datetime.now(UTC) + timedelta(minutes=10)
+    # the reaper's pass once the dead worker is provably gone: the dead write's intent is
+    # settled, the approved change enqueued again (no attempt sends it while it may land)
+    later = datetime.now(UTC) + timedelta(hours=1)
     await reap(web_settings, db, redis, now=later)
     queue = connect_queue(web_settings)
     try:

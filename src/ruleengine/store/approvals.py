@@ -7,6 +7,11 @@ unique index: the same entity × task is not proposed again, whatever runs overl
 is closed (rejected, expired, applied, changed by someone else, failed) the key becomes the
 document's own id. Decisions are compare-and-set on the status, so approving twice (or at
 once from two places) decides once.
+
+An approved change is written under the batch :func:`write_batch` names: ``approval:<id>``,
+and ``approval:<id>:<n>`` for its n-th write when an earlier one was settled as not landed
+(``generation``). While it stays ``approved`` it carries ``attempts``, ``last_error`` and
+``retry_at`` (when the reaper enqueues its write again).
 """
 
 from __future__ import annotations
@@ -44,6 +49,22 @@ def approval_id(batch_id: str, task_id: str, entity_id: str) -> str:
     """The id of the proposal a batch makes for (task, entity): short, stable, URL-safe."""
     digest = hashlib.sha256(f"{batch_id}|{task_id}|{entity_id}".encode()).hexdigest()
     return digest[:24]
+
+
+def write_batch(approval: str, generation: int = 1) -> str:
+    """The batch the ``generation``-th write of an approved change goes under."""
+    return f"approval:{approval}" if generation <= 1 else f"approval:{approval}:{generation}"
+
+
+def approval_of_batch(batch_id: str) -> str | None:
+    """The approval whose write ``batch_id`` is (see :func:`write_batch`), or None."""
+    prefix, _, rest = batch_id.partition(":")
+    if prefix != "approval" or not rest:
+        return None
+    approval, _, generation = rest.partition(":")
+    if not approval or (generation and not generation.isdecimal()):
+        return None
+    return approval
 
 
 def open_key(rule_id: str, task_id: str, entity_id: str) -> str:
@@ -123,13 +144,22 @@ class ApprovalStore:
         return await self._approvals.count_documents({"status": status} if status else {})
 
     async def decide(
-        self, approval: str, *, status: Literal["approved", "rejected"], by: str, now: datetime
+        self,
+        approval: str,
+        *,
+        status: Literal["approved", "rejected"],
+        by: str,
+        now: datetime,
+        retry_at: datetime | None = None,
     ) -> Document | None:
         """Approve or reject a pending, unexpired proposal; None when it is not that (any
-        more): decided already, or past its expiry."""
+        more): decided already, or past its expiry. ``retry_at``: when an approved change
+        not yet closed by its write is enqueued again."""
         fields: dict[str, Any] = {"status": status, "decided_by": by, "decided_at": now}
         if status == "rejected":
             fields["open_key"] = approval
+        if retry_at is not None:
+            fields["retry_at"] = retry_at
         return await self._approvals.find_one_and_update(
             {"_id": approval, "status": "pending", "expires_at": {"$gt": now}},
             {"$set": fields},
@@ -169,10 +199,58 @@ class ApprovalStore:
             return_document=ReturnDocument.AFTER,
         )
 
-    async def approved_before(self, cutoff: datetime, *, limit: int = 100) -> list[str]:
-        """Ids of proposals approved before ``cutoff`` whose write has not closed them."""
-        query = {"status": "approved", "decided_at": {"$lt": cutoff}}
+    async def due(self, now: datetime, *, decided_before: datetime, limit: int = 100) -> list[str]:
+        """Ids of approved changes whose write is due again: ``retry_at`` reached, or (approved
+        before retries were kept) approved before ``decided_before``."""
+        query = {
+            "status": "approved",
+            "$or": [
+                {"retry_at": {"$lte": now}},
+                {"retry_at": {"$exists": False}, "decided_at": {"$lt": decided_before}},
+            ],
+        }
         return [d["_id"] async for d in self._approvals.find(query, {"_id": 1}).limit(limit)]
+
+    async def begin_attempt(
+        self, approval: str, *, now: datetime, retry_at: datetime
+    ) -> Document | None:
+        """Count an attempt at writing an approved change and move ``retry_at`` past it (a
+        worker that dies inside it leaves the change to be enqueued again then); None when
+        it is not approved (any more)."""
+        return await self._approvals.find_one_and_update(
+            {"_id": approval, "status": "approved"},
+            {"$inc": {"attempts": 1}, "$set": {"attempted_at": now, "retry_at": retry_at}},
+            return_document=ReturnDocument.AFTER,
+        )
+
+    async def retry_later(
+        self, approval: str, *, retry_at: datetime, error: Document
+    ) -> Document | None:
+        """Keep an approved change approved after an attempt that did not write it: why
+        (``last_error``) and when it is tried again; None if it was closed meanwhile."""
+        return await self._approvals.find_one_and_update(
+            {"_id": approval, "status": "approved"},
+            {"$set": {"retry_at": retry_at, "last_error": error}},
+            return_document=ReturnDocument.AFTER,
+        )
+
+    async def retry_now(self, approval: str, *, now: datetime, **fields: Any) -> bool:
+        """Make an approved change's next attempt due at ``now`` (with ``fields`` noted);
+        False if it is not approved."""
+        updated = await self._approvals.update_one(
+            {"_id": approval, "status": "approved"}, {"$set": {"retry_at": now, **fields}}
+        )
+        return updated.modified_count > 0
+
+    async def next_write(self, approval: str, *, generation: int) -> Document | None:
+        """Move an approved change from its ``generation``-th write (settled as not landed)
+        to the next; None if another attempt moved it first or it was closed."""
+        current: Any = generation if generation > 1 else {"$in": [1, None]}
+        return await self._approvals.find_one_and_update(
+            {"_id": approval, "status": "approved", "generation": current},
+            {"$set": {"generation": generation + 1}},
+            return_document=ReturnDocument.AFTER,
+        )
 
     async def claim_announcement(
         self, approval: str, *, now: datetime, retry_after: timedelta = ANNOUNCE_RETRY

@@ -48,6 +48,9 @@ def approval_item(doc: Document, *, base_url: str | None = None) -> dict[str, An
         "reason": doc.get("reason") or doc.get("result"),
         "live": doc.get("live"),
         "write_batch": doc.get("batch"),
+        "attempts": doc.get("attempts", 0),
+        "last_error": doc.get("last_error"),
+        "retry_at": doc.get("retry_at") if doc.get("status") == "approved" else None,
         "notified": doc.get("notified"),
     }
     if base_url is not None:

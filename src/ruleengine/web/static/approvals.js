@@ -44,8 +44,12 @@
   function decidedRow(item) {
     const found = item.status === "changed_by_someone_else" && item.live !== null && item.live !== undefined
       ? el("div", { class: "muted" }, "live value " + fmtValue(item.live)) : null;
+    // an approved change whose write met a transient failure: tried again until it lands or expires
+    const retrying = item.status === "approved" && item.last_error
+      ? el("div", { class: "muted" }, `attempt ${item.attempts}: ${item.last_error.reason}, tried again ${fmtRelative(item.retry_at)}`)
+      : null;
     return el("tr", { dataset: { approvalId: item.id }, class: item.id === focusId ? "focused" : "" },
-      el("td", {}, badge(item.status), found),
+      el("td", {}, badge(item.status), found, retrying),
       ruleCell(item), entityCell(item), change(item),
       el("td", {}, item.decided_by || el("span", { class: "muted" }, item.status === "expired" ? "nobody (expired)" : "—")),
       el("td", { title: item.decided_at || "" }, fmtTime(item.decided_at || item.created_at)));
