@@ -32,6 +32,7 @@ from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.cli import main
 from ruleengine.deciding import approval_job_id, requeue_approved
+from ruleengine.locks import AccountLocks
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
@@ -389,3 +390,28 @@ async def test_a_worker_killed_while_writing_an_approved_change_leaves_it_landed
     writes = [w for w in await successful_writes(sandbox) if w["id"] == entity]
     assert len(writes) == 1  # the dead worker's write, never repeated
     assert await budget_of(sandbox, entity) == first["after"]
+
+
+async def test_an_approved_change_being_retried_shows_its_attempts_and_next_try(
+    client: Client,
+    web_settings: Settings,
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    await propose(web_settings, db, redis, gated_rule(), now=datetime.now(UTC))
+    first = (await pending(client))[0]
+    assert (first["attempts"], first["last_error"], first["retry_at"]) == (0, None, None)
+    assert (await client.post(f"/api/approvals/{first['id']}/approve", headers=AUTH)).status == 200
+    impatient = web_settings.model_copy(update={"account_lock_timeout_s": 0.3})
+    async with AccountLocks(redis, ttl_s=60, wait_s=1).hold("act_1001"):
+        await work(impatient)
+    retrying = await (await client.get(f"/api/approvals/{first['id']}")).json()
+    assert (retrying["status"], retrying["attempts"]) == ("approved", 1)
+    assert retrying["last_error"]["reason"] == "account_lock_timeout"
+    assert retrying["retry_at"] is not None and retrying["retry_at"] <= retrying["expires_at"]
+    point_cli_at(web_settings, monkeypatch)
+    assert await asyncio.to_thread(main, ["approvals", "list", "--status", "approved"]) == 0
+    assert "attempt 1: account_lock_timeout, tried again" in capsys.readouterr().out
