@@ -12,6 +12,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from flow import campaign_ids, campaign_rule, dispatch, engine_for, reap, records, save_rule, work
 from graph_sandbox.admin import SandboxAdmin
@@ -19,8 +21,11 @@ from ruleengine import constants as c
 from ruleengine.engine import evaluate_account
 from ruleengine.followups.running import run_followup
 from ruleengine.settings import Settings
+from ruleengine.settling import Settled, SettledBy, corrected, from_live, owning_record
 from ruleengine.store.db import Database
-from ruleengine.store.intents import IntentStore
+from ruleengine.store.followups import followup_batch, followup_of_batch, followup_record_key
+from ruleengine.store.intents import Intent, IntentStore
+from ruleengine.store.records import record_key
 from ruleengine.undo import preview
 from test_faults import ALWAYS, queued_job
 from test_followups import pause_then
@@ -200,3 +205,57 @@ async def test_a_follow_up_whose_answer_was_lost_is_corrected_when_the_reaper_se
         "PAUSED",
         "ACTIVE",
     ]
+
+
+# ---------------------------------------------------------------- pure: who owns a write, what it says
+
+
+def pending(batch_id: str, *, field: str = "daily_budget") -> Intent:
+    return Intent(
+        id=1,
+        batch_id=batch_id,
+        task_id="t",
+        entity_id="e",
+        field=field,
+        before=1000,
+        target=1100,
+        status="pending",
+        created=False,
+    )
+
+
+@given(key=st.text(min_size=1), generation=st.integers(min_value=0, max_value=10**12))
+def test_a_follow_up_write_is_owned_by_its_follow_up_record(key: str, generation: int) -> None:
+    batch_id = followup_batch(key, generation)
+    assert followup_of_batch(batch_id) == (key, generation)
+    assert owning_record(pending(batch_id)) == followup_record_key(key, generation)
+
+
+@given(batch_id=st.text() | st.text().map(lambda rest: f"followup:{rest}"))
+@example(batch_id="followup:r:t:e:²")  # a digit to str.isdigit, not to int()
+def test_any_other_batch_owns_the_record_of_its_own_key(batch_id: str) -> None:
+    followup = followup_of_batch(batch_id)  # never raises, whatever the text
+    if followup is None:
+        assert owning_record(pending(batch_id)) == record_key(batch_id, "t", "e")
+    else:
+        assert followup_batch(*followup) == batch_id
+
+
+def test_a_settled_write_is_recorded_as_what_the_live_value_shows() -> None:
+    intent = pending("b")
+    landed, missed = from_live(intent, 1100), from_live(intent, 1000)
+    assert (landed.status, missed.status, missed.reason) == ("done", "failed", "not_applied")
+    assert from_live(pending("b", field="notify"), None).reason == "unverifiable"
+    by = SettledBy("later_run", "b2")
+    assert corrected(intent, landed, by) == {
+        "outcome": "applied",
+        "executed": True,
+        "reason": None,
+        "before": 1000,
+        "after": 1100,
+        "recovered_by": "later_run",
+        "settled_by": "b2",
+    }
+    gone = corrected(intent, Settled("failed", {"reason": "entity_gone"}), SettledBy("reaper"))
+    assert (gone["outcome"], gone["reason"], gone["after"]) == ("failed", "entity_gone", 1000)
+    assert "settled_by" not in gone

@@ -44,7 +44,13 @@ async def test_error_rate_fails_some_calls_with_the_chosen_code(sandbox: Sandbox
 
 
 async def test_bad_fault_settings_are_refused(sandbox: Sandbox) -> None:
-    for body in ({"error_rate": 2}, {"colour": "red"}, {"rules": [{"times": 0}]}):
+    for body in (
+        {"error_rate": 2},
+        {"colour": "red"},
+        {"rules": [{"times": 0}]},
+        {"lost_answers": [{"answer": "sometimes"}]},
+        {"lost_answers": [{"code": 2}]},
+    ):
         reply = await sandbox.fetch("POST", f"{sandbox.url}/_sandbox/faults", json=body)
         assert reply.status == 400
         assert "error" in reply.body

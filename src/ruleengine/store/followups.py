@@ -95,7 +95,7 @@ def followup_of_batch(batch_id: str) -> tuple[str, int] | None:
     any other batch."""
     prefix, _, rest = batch_id.partition(":")
     key, _, generation = rest.rpartition(":")
-    if prefix != "followup" or not key or not generation.isdigit():
+    if prefix != "followup" or not key or not (generation.isascii() and generation.isdigit()):
         return None
     return key, int(generation)
 
