@@ -207,7 +207,7 @@ async def test_a_follow_up_whose_answer_was_lost_is_corrected_when_the_reaper_se
     ]
 
 
-# ---------------------------------------------------------------- pure: who owns a write, what it says
+# ---------------------------------------------------------------- pure: owners, corrections
 
 
 def pending(batch_id: str, *, field: str = "daily_budget") -> Intent:
