@@ -138,10 +138,12 @@ class Settlement:
         record = await self.executions.get(key)
         if record is not None and record.get("reason") == WRITE_UNCONFIRMED:
             await self.executions.correct(key, corrected(intent, settled, by))
-            if record.get("kind") != "followup":
-                records = await self.executions.by_key(record["batch_id"])
-                await self.batches.recount(record["batch_id"], BatchCounts.of(records.values()))
             log.warning("write %s was unconfirmed; %s found it %s", key, by.kind, settled.status)
+        if record is not None and record.get("kind") != "followup":
+            # also when the record was corrected already: a settler killed right after
+            # correcting it left the counts as they were
+            records = await self.executions.by_key(record["batch_id"])
+            await self.batches.recount(record["batch_id"], BatchCounts.of(records.values()))
         followup = followup_of_batch(intent.batch_id)
         if followup is not None:
             done = settled.status == "done"
@@ -252,6 +254,7 @@ class IntentSettler:
 
 __all__ = [
     "REAPER",
+    "REDELIVERY",
     "IntentSettler",
     "Settled",
     "SettledBy",
