@@ -199,6 +199,26 @@ async def test_unprocessed_sub_requests_are_read_back_before_anything_is_sent_ag
     assert len(done) + len(failed) + len(await records(db, reason="live_read_failed")) == 40
 
 
+async def test_a_write_answered_null_that_landed_is_settled_from_its_live_value_not_resent(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    entity_id = (await campaign_ids(sandbox))["[AUTO] Prospecting US 1"]
+    # Meta runs the write, then answers its item null (as if it had not processed it)
+    await sandbox.set_faults(
+        lost_answers=[{"path_contains": entity_id, "method": "POST", "answer": "null", "times": 1}]
+    )
+    await save_rule(db, budget_rule("act_1001"))
+    await dispatch(settings, db)
+    await work(settings)
+    assert (await sandbox.faults())["lost_answers"][0]["remaining"] == 0  # the fault fired
+    (landed,) = [w for w in await successful_writes(sandbox) if w["id"] == entity_id]
+    (intent,) = await intents(db, entity_id=entity_id)
+    assert (intent["status"], intent["reconciled"]) == ("done", True)
+    assert intent["target"] == int(landed["params"]["daily_budget"])
+    (record,) = await records(db, entity_id=entity_id)
+    assert (record["outcome"], record["after"]) == ("applied", intent["target"])
+
+
 # ---------------------------------------------------------------- rounds
 
 

@@ -8,6 +8,7 @@ call means is decided by the router, the same for direct and batch calls.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -33,6 +34,11 @@ from graph_sandbox.state import STATE, SandboxState
 
 # Batch bodies of 50 sub-requests with long id filters exceed aiohttp's 1 MiB default.
 _MAX_BODY_BYTES = 16 * 1024 * 1024
+# What a proxy in front of Graph answers when it lost Graph's answer.
+_BAD_GATEWAY = (
+    "<html><head><title>502 Bad Gateway</title></head>"
+    "<body><center><h1>502 Bad Gateway</h1></center></body></html>"
+)
 
 
 def create_app(
@@ -107,9 +113,20 @@ async def _answer(request: web.Request) -> web.Response:
     params, token = split_token(raw_params, request.headers.get("Authorization"))
     origin = f"{request.scheme}://{request.host}"
     if request.method == "POST" and path == "/":
-        return _http(run_batch(state, params, token, origin))
+        return _deliver(request, run_batch(state, params, token, origin))
+    lost = state.faults.lost_answer(request.method, path, in_batch=False)
     base_url = f"{origin}/{version or DEFAULT_VERSION}"
-    return _http(execute(state, GraphRequest(request.method, path, params, token, base_url)))
+    response = execute(state, GraphRequest(request.method, path, params, token, base_url))
+    return _deliver(request, dataclasses.replace(response, lost=lost))
+
+
+def _deliver(request: web.Request, response: GraphResponse) -> web.Response:
+    """The answer, or what reaches the client once it is lost (the call has run)."""
+    if response.lost == "reset" and request.transport is not None:
+        request.transport.abort()  # the client sees the connection closed, no answer
+    if response.lost in ("bad_gateway", "reset"):
+        return web.Response(status=502, text=_BAD_GATEWAY, content_type="text/html")
+    return _http(response)
 
 
 def _carries_writes(batch: str | None) -> bool:

@@ -3,7 +3,9 @@
 Each sub-request runs through the router exactly as if it had been sent
 alone, so it is counted, scoped, throttled and fault-injected alike; the batch
 itself adds no counted call. Under ``null_item_rate`` an item comes back as
-``null`` without having run (it still counts, as Meta counts it).
+``null`` without having run (it still counts, as Meta counts it). Under ``lost_answers`` an
+item runs and then comes back ``null``, or the whole call's answer is lost (the response
+says how: the app answers 502 or closes the connection).
 """
 
 from __future__ import annotations
@@ -48,8 +50,14 @@ def run_batch(
         headers = state.usage.headers(now, (), UseCase.ADS_MANAGEMENT)
         return GraphResponse(error.status, error.body(state.trace_id()), headers)
     include_headers = (params.get("include_headers") or "true").lower() not in ("false", "0")
-    results = [_run_item(state, req, include_headers) for req in requests]
-    return GraphResponse(200, results, state.usage.headers(now, (), UseCase.ADS_MANAGEMENT))
+    results: list[dict[str, Any] | None] = []
+    lost: str | None = None
+    for req in requests:
+        item, item_lost = _run_item(state, req, include_headers)
+        results.append(item)
+        lost = lost or item_lost
+    headers = state.usage.headers(now, (), UseCase.ADS_MANAGEMENT)
+    return GraphResponse(200, results, headers, lost=lost)
 
 
 def _parse(raw: str | None) -> list[Any]:
@@ -84,14 +92,18 @@ def _item_request(item: Any, token: str | None, origin: str) -> GraphRequest:
 
 def _run_item(
     state: SandboxState, req: GraphRequest, include_headers: bool
-) -> dict[str, Any] | None:
-    if state.faults.null_item():
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The item's answer, and how the whole call's answer is lost because of it (if it is)."""
+    if state.faults.null_item():  # not run
         state.stats.call(kind_of(state, req))
-        return None
+        return None, None
+    lost = state.faults.lost_answer(req.method, req.path, in_batch=True)
     response = execute(state, req)
+    if lost == "null":  # run, then answered null
+        return None, None
     item: dict[str, Any] = {"code": response.status}
     if include_headers:
         headers = {"Content-Type": "application/json; charset=UTF-8", **response.headers}
         item["headers"] = [{"name": name, "value": value} for name, value in headers.items()]
     item["body"] = orjson.dumps(response.body).decode()
-    return item
+    return item, lost

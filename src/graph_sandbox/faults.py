@@ -1,5 +1,5 @@
 """Fault injection: latency, random errors, error rules, ``null`` batch items, revoked tokens,
-and changes made "elsewhere" between two calls.
+changes made "elsewhere" between two calls, and answers lost after the call ran.
 
 Randomness comes from a generator seeded with the world's seed, so a test that
 sets ``error_rate`` sees the same failures on every run.
@@ -8,26 +8,51 @@ sets ``error_rate`` sees the same failures on every run.
 from __future__ import annotations
 
 import random
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from graph_sandbox.errors import GraphError
 
+#: How an answer is lost: HTTP 502 with an HTML page (a proxy's), the connection closed
+#: without an answer, or (a Batch API item) ``null``.
+LostAs = Literal["bad_gateway", "reset", "null"]
 
-class FaultRule(BaseModel):
-    """Fail the next ``times`` calls whose path contains ``path_contains`` (``None``: forever),
-    after letting the first ``skip`` of them through."""
+
+class CallRule(BaseModel):
+    """Act on the next ``times`` calls whose path contains ``path_contains`` (``None``: forever)
+    and whose method matches, if given, after letting the first ``skip`` of them through."""
 
     model_config = ConfigDict(extra="forbid")
 
     path_contains: str = ""
     method: Literal["GET", "POST"] | None = None
+    times: int | None = Field(default=None, ge=1)
+    skip: int = Field(default=0, ge=0)
+
+    def matches(self, method: str, path: str) -> bool:
+        """True for a call this rule is about (whether or not it still fires)."""
+        return self.path_contains in path and self.method in (None, method)
+
+
+_Rule = TypeVar("_Rule", bound=CallRule)
+
+
+class FaultRule(CallRule):
+    """Fail matching calls with Meta's error ``code`` (see :class:`CallRule`)."""
+
     code: int = 2
     subcode: int | None = None
     message: str | None = None
-    times: int | None = Field(default=None, ge=1)
-    skip: int = Field(default=0, ge=0)
+
+
+class LostAnswer(CallRule):
+    """Run matching calls — a write lands — then lose their ``answer``: a Batch API call
+    carrying a matching item loses its whole answer (``bad_gateway``, ``reset``) or answers
+    that item ``null``; a ``null`` rule leaves calls sent alone alone (see :class:`CallRule`)."""
+
+    answer: LostAs = "bad_gateway"
 
 
 class FaultChange(BaseModel):
@@ -58,6 +83,40 @@ class FaultSettings(BaseModel):
     #: How long an asynchronous batch stays in progress before its requests run.
     async_batch_delay_s: float = Field(default=0.0, ge=0)
     changes: list[FaultChange] = Field(default_factory=list)
+    lost_answers: list[LostAnswer] = Field(default_factory=list)
+
+
+def _every(rule: CallRule) -> bool:
+    return True
+
+
+class _Counts:
+    """How many more times each rule of a list fires, and how many calls it still lets by."""
+
+    def __init__(self, rules: Sequence[CallRule] = ()) -> None:
+        self.remaining: list[int | None] = [rule.times for rule in rules]
+        self.to_skip: list[int] = [rule.skip for rule in rules]
+
+    def take(
+        self,
+        rules: Sequence[_Rule],
+        method: str,
+        path: str,
+        *,
+        only: Callable[[_Rule], bool] = _every,
+    ) -> int | None:
+        """The index of the first rule (of those ``only`` keeps) this call makes fire, counted."""
+        for index, rule in enumerate(rules):
+            remaining = self.remaining[index]
+            if remaining == 0 or not only(rule) or not rule.matches(method, path):
+                continue
+            if self.to_skip[index] > 0:
+                self.to_skip[index] -= 1
+                continue
+            if remaining is not None:
+                self.remaining[index] = remaining - 1
+            return index
+        return None
 
 
 class Faults:
@@ -70,8 +129,8 @@ class Faults:
     def __init__(self, seed: int) -> None:
         self._rng = random.Random(f"faults:{seed}")
         self.settings = FaultSettings()
-        self._remaining: list[int | None] = []
-        self._to_skip: list[int] = []
+        self._failing = _Counts()
+        self._losing = _Counts()
         self._calls_left: list[int] = []
 
     def update(self, changes: dict[str, Any]) -> None:
@@ -83,16 +142,17 @@ class Faults:
         merged = self.settings.model_dump() | changes
         self.settings = FaultSettings.model_validate(merged)
         if "rules" in changes:
-            self._remaining = [rule.times for rule in self.settings.rules]
-            self._to_skip = [rule.skip for rule in self.settings.rules]
+            self._failing = _Counts(self.settings.rules)
+        if "lost_answers" in changes:
+            self._losing = _Counts(self.settings.lost_answers)
         if "changes" in changes:
             self._calls_left = [change.after_calls for change in self.settings.changes]
 
     def clear(self) -> None:
         """No faults at all."""
         self.settings = FaultSettings()
-        self._remaining = []
-        self._to_skip = []
+        self._failing = _Counts()
+        self._losing = _Counts()
         self._calls_left = []
 
     def delay_s(self, method: str, path: str, *, batch_writes: bool = False) -> float:
@@ -107,17 +167,9 @@ class Faults:
 
     def failure(self, method: str, path: str) -> GraphError | None:
         """The error this call must fail with, if a rule or the random error rate says so."""
-        for index, rule in enumerate(self.settings.rules):
-            remaining = self._remaining[index]
-            if remaining == 0 or rule.path_contains not in path:
-                continue
-            if rule.method is not None and rule.method != method:
-                continue
-            if self._to_skip[index] > 0:
-                self._to_skip[index] -= 1
-                continue
-            if remaining is not None:
-                self._remaining[index] = remaining - 1
+        index = self._failing.take(self.settings.rules, method, path)
+        if index is not None:
+            rule = self.settings.rules[index]
             return GraphError(rule.code, rule.message, subcode=rule.subcode)
         if self.settings.error_rate and self._rng.random() < self.settings.error_rate:
             return GraphError(self.settings.error_code)
@@ -137,6 +189,15 @@ class Faults:
                 due.append(change)
         return due
 
+    def lost_answer(self, method: str, path: str, *, in_batch: bool) -> LostAs | None:
+        """How this call's answer is lost once it has run, if a ``lost_answers`` rule says so
+        (``in_batch``: the call is an item of a Batch API call)."""
+        rules = self.settings.lost_answers
+        index = self._losing.take(
+            rules, method, path, only=lambda rule: in_batch or rule.answer != "null"
+        )
+        return None if index is None else rules[index].answer
+
     def null_item(self) -> bool:
         """True when a batch item must come back as ``null``."""
         rate = self.settings.null_item_rate
@@ -146,8 +207,10 @@ class Faults:
         """The settings, with each rule's remaining count and tokens masked."""
         described = self.settings.model_dump()
         described["revoked_tokens"] = [_mask(token) for token in self.settings.revoked_tokens]
-        for rule, remaining in zip(described["rules"], self._remaining, strict=True):
+        for rule, remaining in zip(described["rules"], self._failing.remaining, strict=True):
             rule["remaining"] = remaining
+        for lost, remaining in zip(described["lost_answers"], self._losing.remaining, strict=True):
+            lost["remaining"] = remaining
         for change, left in zip(described["changes"], self._calls_left, strict=True):
             change["calls_left"] = left
         return described

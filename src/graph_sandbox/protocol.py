@@ -56,11 +56,13 @@ class GraphRequest:
 
 @dataclass
 class GraphResponse:
-    """What the sandbox answers to one call: status, JSON-able body, headers."""
+    """What the sandbox answers to one call: status, JSON-able body, headers — and, under the
+    ``lost_answers`` fault, how the answer never reaches the client (``bad_gateway``, ``reset``)."""
 
     status: int
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
+    lost: str | None = None
 
 
 def split_version(raw_path: str) -> tuple[str | None, str]:

@@ -11,15 +11,12 @@ with Meta's answer (compare-and-set). A redelivered job finds the done intent
 and writes nothing (``already_applied``); a pending intent of its own batch is
 reconciled against the live value before anything is written. A pending intent
 of *another* batch on the same field blocks the write until its owner is
-provably gone (then it is settled from the live value first), so two changes
-computed from the same live value can never both land.
+provably gone (then it is settled from the live value first, :mod:`ruleengine.settling`),
+so two changes computed from the same live value can never both land.
 
 Copies and messages have their own modules (:mod:`ruleengine.copies`,
 :mod:`ruleengine.notify`); follow-ups reuse :meth:`ActionExecutor.apply`
 (:mod:`ruleengine.followups.running`).
-
-(A little over 400 lines: the locked write step, the settler and reconciliation are one
-protocol and read best in one place.)
 """
 
 from __future__ import annotations
@@ -29,12 +26,11 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from ruleengine.acts import (
     ACT_FAILURES,
-    UNVERIFIABLE,
     ActKey,
     ActResult,
     JobRun,
@@ -46,7 +42,6 @@ from ruleengine.acts import (
     not_applied,
     read_live,
     reconcile,
-    settle_own,
     settled,
     target_of,
     unanswered,
@@ -67,8 +62,8 @@ from ruleengine.rules.evaluate import TaskVerdict
 from ruleengine.rules.model import Task
 from ruleengine.rules.plan import Plan
 from ruleengine.settings import Settings
-from ruleengine.store.intents import EXECUTION_COUNT_LIMIT, Intent, IntentStatus, IntentStore
-from ruleengine.store.records import BatchStore
+from ruleengine.settling import IntentSettler
+from ruleengine.store.intents import EXECUTION_COUNT_LIMIT, WRITE_UNCONFIRMED, Intent, IntentStore
 from ruleengine.write_batches import BatchedWrites, FieldChange
 
 log = logging.getLogger(__name__)
@@ -112,79 +107,6 @@ async def write_field(
     if field == "bid_amount":
         return await writer.set_bid(int(value), token=run.token, ctx=ctx)
     raise ValueError(f"no writer for the field {field}")
-
-
-class IntentSettler:
-    """Settles pending intents whose owner is gone, from the live value Meta holds now."""
-
-    def __init__(
-        self,
-        intents: IntentStore,
-        batches: BatchStore,
-        *,
-        orphan_after_s: float,
-        clock: Clock = utcnow,
-    ) -> None:
-        self.intents = intents
-        self.batches = batches
-        self.orphan_after_s = orphan_after_s
-        self.clock = clock
-
-    async def owner_gone(self, intent: dict[str, Any]) -> bool:
-        """True when the job that recorded ``intent`` can no longer be writing.
-
-        Its job started longer ago than a job may run plus a lock's lifetime, or
-        the reaper marked its batch ABANDONED.
-        """
-        cutoff = self.clock() - timedelta(seconds=self.orphan_after_s)
-        if intent["created_at"] < cutoff:
-            return True
-        return await self.batches.status(intent["batch_id"]) == "ABANDONED"
-
-    async def settle(
-        self, intent: dict[str, Any], live: Any, *, now: datetime
-    ) -> IntentStatus | None:
-        """``done`` when ``live`` is the target, else ``failed``; None if someone settled it first.
-
-        Copies and messages cannot be read back: a pending one is ``failed`` as
-        ``unverifiable`` and never sent again.
-        """
-        if intent["field"] in UNVERIFIABLE:
-            status: IntentStatus = "failed"
-            fields: dict[str, Any] = {"reason": "unverifiable"}
-        elif live == intent["target"]:
-            status, fields = "done", {"changed": True, "reconciled": True}
-        else:
-            status, fields = "failed", {"reason": "not_applied", "live": live}
-        settled = await self.intents.resolve(intent["_id"], status=status, now=now, **fields)
-        return status if settled else None
-
-    async def blocking(
-        self, run: JobRun, field_name: str, value: Any, others: list[dict[str, Any]]
-    ) -> ActResult | None:
-        """Pending intents of other batches on this field: settle them, or do not write.
-
-        A pending intent seen under the lock belongs to a job that no longer holds
-        it. Until that job is provably gone its write may still land, so writing
-        now could lose one of the two changes: skip, and let a later run decide.
-        ``others`` are those intents, ``value`` the field's live value.
-        """
-        outcomes: list[IntentStatus | None] = []
-        for doc in others:
-            if not await self.owner_gone(doc):
-                message = f"batch {doc['batch_id']} has a write on {field_name} not yet settled"
-                return ActResult(
-                    "skipped",
-                    "write_pending_elsewhere",
-                    field_name,
-                    value,
-                    value,
-                    error={"message": message},
-                )
-            outcomes.append(await self.settle(doc, value, now=run.now))
-        if "done" in outcomes:
-            return ActResult("skipped", "previous_write_reconciled", field_name, value, value)
-        return None
 
 
 class ActionExecutor:
@@ -399,9 +321,9 @@ class ActionExecutor:
             if unanswered(exc):
                 # No answer (timeout, broken connection, a 5xx without Meta's error body): the
                 # write may still land. The intent stays pending — its cooldown in force, the
-                # field blocked for other runs — until the reaper settles it from the live value.
-                await self.intents.note(intent.id, error=exc.as_dict())
-                reason = "write_unconfirmed"
+                # field blocked for other runs — until it is settled from the live value.
+                await self.intents.unconfirmed(intent.id, error=exc.as_dict())
+                reason = WRITE_UNCONFIRMED
             else:
                 return await refuse(self.intents, intent, plan, run, exc, now=self.clock())
             return not_applied(plan, "failed", reason, exc.as_dict())
@@ -417,7 +339,7 @@ class ActionExecutor:
         return result
 
     async def _reconcile(self, intent: Intent, live: Any, step: _Step, lock: HeldLock) -> ActResult:
-        result = await settle_own(self.intents, intent, live, now=step.run.now)
+        result = await self.settler.settle_own(intent, live, now=step.run.now)
         if result is not None:
             return result
         plan = Plan(intent.field, intent.before, intent.target)
@@ -426,7 +348,6 @@ class ActionExecutor:
 
 __all__ = [
     "ActionExecutor",
-    "IntentSettler",
     "reconcile",
     "unanswered",
     "write_field",

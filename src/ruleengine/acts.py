@@ -380,22 +380,6 @@ def not_applied(
     )
 
 
-async def settle_own(
-    intents: IntentStore, intent: Intent, live: Any, *, now: datetime
-) -> ActResult | None:
-    """A pending intent of this batch (a crash, an unanswered write) settled from the live
-    value; None when the write did not land and may be sent (:func:`reconcile`)."""
-    verdict = reconcile(intent, live)
-    log.info("reconciling pending intent %s (batch %s): %s", intent.id, intent.batch_id, verdict)
-    if verdict == "write":
-        return None
-    if verdict == "done":
-        await intents.resolve(intent.id, status="done", now=now, changed=True, reconciled=True)
-        return ActResult("no_change", "already_applied", intent.field, intent.before, intent.target)
-    await intents.resolve(intent.id, status="failed", now=now, reason="changed_by_someone_else")
-    return ActResult("skipped", "changed_by_someone_else", intent.field, live, live)
-
-
 def would_do(plan: Plan | ActResult) -> ActResult:
     """What a dry run reports for a plan: ``would_apply``, or why nothing would change."""
     if isinstance(plan, ActResult):

@@ -19,7 +19,7 @@ from typing import Any
 
 from pymongo.errors import PyMongoError
 
-from ruleengine.actions import ActionExecutor, IntentSettler, writes_a_field
+from ruleengine.actions import ActionExecutor, writes_a_field
 from ruleengine.approvals import announce, open_result, open_results, propose
 from ruleengine.evaluation import Evaluation, Pair, Reading, Summary, sheets_reader
 from ruleengine.followups.scheduling import FollowupScheduler, Origin
@@ -34,6 +34,7 @@ from ruleengine.notify import Notifier
 from ruleengine.payload import EvaluateJob
 from ruleengine.rules.entity import Entity
 from ruleengine.settings import Settings
+from ruleengine.settling import IntentSettler, Settlement
 from ruleengine.store.approvals import ApprovalStore
 from ruleengine.store.credentials import CredentialStore, TokenState, load_key
 from ruleengine.store.db import Database
@@ -72,11 +73,13 @@ class Engine(Reading):
 def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = "worker") -> Engine:
     """The worker's engine with every store and client it needs."""
     errors = ErrorLog(db)
-    intents, batches = IntentStore(db), BatchStore(db)
+    intents, batches, executions = IntentStore(db), BatchStore(db), ExecutionStore(db)
+    followups = FollowupScheduler(db, queue=redis)
+    settlement = Settlement(intents, batches, executions, followups.store)
     executor = ActionExecutor(
         settings,
         intents=intents,
-        settler=IntentSettler(intents, batches, orphan_after_s=settings.orphan_after_s),
+        settler=IntentSettler(settlement, orphan_after_s=settings.orphan_after_s),
         locks=AccountLocks(
             redis, ttl_s=settings.write_lock_ttl_s, wait_s=settings.write_lock_wait_s
         ),
@@ -91,9 +94,9 @@ def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = 
         errors=errors,
         sheets=sheets_reader(settings),
         batches=batches,
-        executions=ExecutionStore(db),
+        executions=executions,
         executor=executor,
-        followups=FollowupScheduler(db, queue=redis),
+        followups=followups,
         rules=RuleStore(db),
         snapshots=ListingSnapshots(db),
         approvals=ApprovalStore(db),

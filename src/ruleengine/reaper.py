@@ -8,10 +8,13 @@ it every minute; everything is compare-and-set, so several at once are fine):
 2. settles every pending intent whose owner is provably gone (its batch is
    ABANDONED or FAILED, or its job started longer ago than a job and a write
    lock can live) by re-reading the live value under the account's write lock:
-   ``done`` when Meta holds the target, ``failed`` otherwise. An intent that
+   ``done`` when Meta holds the target, ``failed`` otherwise — through
+   :class:`~ruleengine.settling.Settlement`, which corrects a record that said
+   ``write_unconfirmed`` and its batch's counts, as every settler does. An intent that
    cannot be settled now (Graph or Redis trouble) stays pending for the next pass;
    one of an approved change's write makes that change's next attempt due
-   (:func:`~ruleengine.approved.write_settled`);
+   (:func:`~ruleengine.approved.write_settled`); a settled intent whose settler died
+   before correcting its record is corrected here;
 3. turns the intents of each ABANDONED batch — and of each FAILED one, whose job
    stopped on an error (MongoDB gone, say) possibly after some writes landed —
    into the execution records they lack (``recovered_by: reaper``) once all are
@@ -40,8 +43,10 @@ from ruleengine.errors import ErrorReport, RuleEngineError
 from ruleengine.meta.errors import GraphError, InvalidRequestError
 from ruleengine.meta.http import READ_ONLY
 from ruleengine.meta.reader import GraphReader
+from ruleengine.settling import REAPER, Settled
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Document
+from ruleengine.store.intents import Intent
 from ruleengine.store.records import BatchCounts, record_key
 
 if TYPE_CHECKING:
@@ -66,6 +71,7 @@ class Reaper:
         """One pass; returns how many batches it marked ABANDONED."""
         abandoned = await self._abandon(now=now)
         await self.settle_orphans(now=now)
+        await self.repair_records(now=now)
         await self.recover_records(now=now)
         await self.expire_approvals(now=now)
         return abandoned
@@ -126,7 +132,6 @@ class Reaper:
                 status = await self.settle(doc, reader=reader, token=token, now=now)
                 if status is not None:
                     settled += 1
-                    await self._correct_unconfirmed(doc, status)
                     await write_settled(self.engine.approvals, doc, status, now=now)
             except (GraphError, RedisError, OSError, PyMongoError, RuleEngineError) as exc:
                 # left pending: the next pass tries again
@@ -148,7 +153,7 @@ class Reaper:
                 self.intents, intent, reader=reader, token=token, now=now
             )
         if field in UNVERIFIABLE:
-            return await self.settler.settle(intent, None, now=now)
+            return await self.settler.settle(intent, None, now=now, by=REAPER)
         async with self.engine.executor.locks.hold(intent["account"]):
             try:
                 raw = await reader.get_object(
@@ -160,38 +165,21 @@ class Reaper:
             except InvalidRequestError as exc:
                 if exc.code not in _GONE_CODES:
                     raise
-                resolved = await self.intents.resolve(
-                    intent["_id"],
-                    status="failed",
-                    now=now,
-                    reason="entity_gone",
-                    error=exc.as_dict(),
-                )
-                return "failed" if resolved else None
-            return await self.settler.settle(intent, live_value(raw, field), now=now)
+                gone = Settled("failed", {"reason": "entity_gone", "error": exc.as_dict()})
+                pending = Intent.from_mongo(intent, created=False)
+                settled = await self.settler.settlement.settle(pending, gone, now=now, by=REAPER)
+                return "failed" if settled else None
+            return await self.settler.settle(intent, live_value(raw, field), now=now, by=REAPER)
 
     # ---------------------------------------------------------------- records
 
-    async def _correct_unconfirmed(self, intent: Document, status: str) -> None:
-        """A record that said ``write_unconfirmed`` now says what the write really did."""
-        key = record_key(intent["batch_id"], intent["task_id"], intent["entity_id"])
-        record = await self.engine.executions.get(key)
-        if record is None or record.get("reason") != "write_unconfirmed":
-            return  # no record yet (recover_records writes it), or nothing to correct
-        done = status == "done"
-        await self.engine.executions.correct(
-            key,
-            {
-                "outcome": "applied" if done else "failed",
-                "executed": done,
-                "reason": None if done else "not_applied",
-                "after": intent.get("target") if done else intent.get("before"),
-                "recovered_by": "reaper",
-            },
-        )
-        records = await self.engine.executions.by_key(intent["batch_id"])
-        await self.engine.batches.recount(intent["batch_id"], BatchCounts.of(records.values()))
-        log.warning("write %s was unconfirmed; the reaper found it %s", key, status)
+    async def repair_records(self, *, now: datetime) -> int:
+        """Correct the records of intents settled by a settler that died before it could."""
+        try:
+            return await self.settler.settlement.repair(now=now)
+        except PyMongoError as exc:
+            log.warning("could not correct unconfirmed records this pass: %s", exc)
+            return 0
 
     async def recover_records(self, *, now: datetime) -> int:
         """Records for the intents of ABANDONED and FAILED batches; returns how many were new."""

@@ -43,7 +43,6 @@ from ruleengine.acts import (
     live_value,
     not_applied,
     reconcile,
-    settle_own,
     settled,
     unanswered,
     unchanged,
@@ -56,7 +55,7 @@ from ruleengine.meta.errors import GraphError, RateLimitError, token_status
 from ruleengine.meta.writer import FieldWrite, GraphWriter, WriteContext
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.plan import Plan
-from ruleengine.store.intents import EXECUTION_COUNT_LIMIT, Intent, Resolution
+from ruleengine.store.intents import EXECUTION_COUNT_LIMIT, WRITE_UNCONFIRMED, Intent, Resolution
 
 if TYPE_CHECKING:  # the executor builds this module's writer
     from ruleengine.actions import ActionExecutor
@@ -282,7 +281,7 @@ class _LockedRound:
             if change.entity.id not in live:
                 continue  # its live read failed
             value = live_value(live[change.entity.id], intent.field)
-            result = await settle_own(self.intents, intent, value, now=self.run.now)
+            result = await self.settler.settle_own(intent, value, now=self.run.now)
             if result is None:
                 plan = Plan(intent.field, intent.before, intent.target)
                 sends.append(_Send(index, change, plan, intent))
@@ -425,8 +424,8 @@ class _LockedRound:
         if unanswered(exc):
             # No verdict: the write may still land. The intent stays pending — its cooldown in
             # force, the field blocked for other runs — until it is settled from the live value.
-            await self.intents.note(send.intent.id, error=exc.as_dict())
-            self.results[send.index] = send.failed("write_unconfirmed", exc.as_dict())
+            await self.intents.unconfirmed(send.intent.id, error=exc.as_dict())
+            self.results[send.index] = send.failed(WRITE_UNCONFIRMED, exc.as_dict())
             return
         self.results[send.index] = await refuse(
             self.intents,
@@ -454,8 +453,8 @@ class _LockedRound:
         for send, answer in zip(unprocessed, answers, strict=True):
             if answer.error is not None or not isinstance(answer.body, dict):
                 error = answer.error or GraphError("no object in the answer")
-                await self.intents.note(send.intent.id, error=error.as_dict())
-                self.results[send.index] = send.failed("write_unconfirmed", error.as_dict())
+                await self.intents.unconfirmed(send.intent.id, error=error.as_dict())
+                self.results[send.index] = send.failed(WRITE_UNCONFIRMED, error.as_dict())
                 continue
             live[send.change.entity.id] = answer.body
             verdict = reconcile(send.intent, live_value(answer.body, send.plan.field))

@@ -1,8 +1,11 @@
-"""Fault injection: rules that fire exactly N times, random errors, revoked tokens, latency."""
+"""Fault injection: rules that fire exactly N times, random errors, revoked tokens, latency,
+answers lost after the call ran."""
 
 from __future__ import annotations
 
+import aiohttp
 import orjson
+import pytest
 from sandbox_helpers import TOKEN, Sandbox
 
 
@@ -41,7 +44,13 @@ async def test_error_rate_fails_some_calls_with_the_chosen_code(sandbox: Sandbox
 
 
 async def test_bad_fault_settings_are_refused(sandbox: Sandbox) -> None:
-    for body in ({"error_rate": 2}, {"colour": "red"}, {"rules": [{"times": 0}]}):
+    for body in (
+        {"error_rate": 2},
+        {"colour": "red"},
+        {"rules": [{"times": 0}]},
+        {"lost_answers": [{"answer": "sometimes"}]},
+        {"lost_answers": [{"code": 2}]},
+    ):
         reply = await sandbox.fetch("POST", f"{sandbox.url}/_sandbox/faults", json=body)
         assert reply.status == 400
         assert "error" in reply.body
@@ -80,3 +89,76 @@ async def test_revoked_token_is_190_and_tokens_never_come_back(sandbox: Sandbox)
     texts += [batch.text, orjson.dumps(await sandbox.admin.writes()).decode()]
     texts.append(orjson.dumps(await sandbox.admin.stats()).decode())
     assert all(TOKEN not in text for text in texts)
+
+
+# ---------------------------------------------------------------- answers lost after the call ran
+
+
+async def _budgeted(sandbox: Sandbox) -> tuple[str, int]:
+    """A campaign with a daily budget: its id and budget."""
+    reply = await sandbox.get("/act_1001/campaigns", fields="id,daily_budget", limit="100")
+    campaign = next(c for c in reply.body["data"] if "daily_budget" in c)
+    return campaign["id"], int(campaign["daily_budget"])
+
+
+async def _budget_of(sandbox: Sandbox, campaign: str) -> int:
+    return int((await sandbox.get(f"/{campaign}", fields="daily_budget")).body["daily_budget"])
+
+
+async def test_a_write_whose_answer_is_lost_as_a_bad_gateway_lands_once(sandbox: Sandbox) -> None:
+    campaign, budget = await _budgeted(sandbox)
+    await sandbox.admin.set_faults(
+        lost_answers=[{"path_contains": campaign, "method": "POST", "times": 1}]
+    )
+    url = f"{sandbox.graph}/{campaign}"
+    form = {"daily_budget": str(budget + 100), "access_token": TOKEN}
+    async with sandbox.session.post(url, data=form) as response:
+        assert response.status == 502
+        assert response.content_type == "text/html"
+        assert "502 Bad Gateway" in await response.text()
+    assert await _budget_of(sandbox, campaign) == budget + 100  # the write landed
+    assert [(w["id"], w["ok"]) for w in await sandbox.admin.writes()] == [(campaign, True)]
+    assert (await sandbox.admin.faults())["lost_answers"][0]["remaining"] == 0
+    assert (await sandbox.post(f"/{campaign}", daily_budget=str(budget))).status == 200
+
+
+async def test_a_write_whose_connection_is_reset_lands_once(sandbox: Sandbox) -> None:
+    campaign, budget = await _budgeted(sandbox)
+    await sandbox.admin.set_faults(
+        lost_answers=[{"path_contains": campaign, "answer": "reset", "times": 1}]
+    )
+    with pytest.raises(aiohttp.ClientConnectionError):
+        await sandbox.post(f"/{campaign}", daily_budget=str(budget + 100))
+    assert await _budget_of(sandbox, campaign) == budget + 100
+    assert len(await sandbox.admin.writes()) == 1
+
+
+async def test_a_batch_item_can_run_and_come_back_null(sandbox: Sandbox) -> None:
+    campaign, budget = await _budgeted(sandbox)
+    await sandbox.admin.set_faults(
+        lost_answers=[{"path_contains": campaign, "method": "POST", "answer": "null"}]
+    )
+    # a null rule leaves a call sent alone as it is
+    assert (await sandbox.post(f"/{campaign}", daily_budget=str(budget + 1))).status == 200
+    write = {"method": "POST", "relative_url": campaign, "body": f"daily_budget={budget + 2}"}
+    read = {"method": "GET", "relative_url": f"{campaign}?fields=daily_budget"}
+    reply = await sandbox.batch([write, read])
+    assert reply.body[0] is None and reply.body[1]["code"] == 200  # answered null …
+    assert await _budget_of(sandbox, campaign) == budget + 2  # … but it ran
+    assert [w["ok"] for w in await sandbox.admin.writes()] == [True, True]
+
+
+async def test_a_batch_carrying_a_lost_item_loses_its_whole_answer(sandbox: Sandbox) -> None:
+    campaign, budget = await _budgeted(sandbox)
+    await sandbox.admin.set_faults(
+        lost_answers=[{"path_contains": campaign, "method": "POST", "times": 1}]
+    )
+    write = {"method": "POST", "relative_url": campaign, "body": f"daily_budget={budget + 5}"}
+    read = {"method": "GET", "relative_url": "act_1001?fields=name"}
+    async with sandbox.session.post(
+        f"{sandbox.graph}/",
+        data={"batch": orjson.dumps([read, write]).decode(), "access_token": TOKEN},
+    ) as response:
+        assert response.status == 502
+    assert await _budget_of(sandbox, campaign) == budget + 5
+    assert (await sandbox.admin.stats())["calls_by_kind"]["write"] == 1

@@ -41,7 +41,7 @@ from ruleengine.rules.entity import Entity, currency_offset
 from ruleengine.rules.model import Rule
 from ruleengine.rules.plan import Plan, plan_budget
 from ruleengine.store.credentials import token_ref
-from ruleengine.store.followups import FollowupDoc
+from ruleengine.store.followups import FollowupDoc, followup_batch, followup_record_key
 
 if TYPE_CHECKING:
     from ruleengine.engine import Engine
@@ -100,7 +100,7 @@ async def _act(engine: Engine, doc: FollowupDoc, *, now: datetime) -> ActResult:
         currency_offset=currency_offset(account.currency),
     )
     run = JobRun(
-        batch_id=f"followup:{doc.id}:{doc.generation}",
+        batch_id=followup_batch(doc.id, doc.generation),
         rule_id=doc.rule_id,
         rule_version=doc.rule_version,
         rule=rule,
@@ -187,7 +187,7 @@ def _record(
     doc: FollowupDoc, result: ActResult, now: datetime, late_s: float, act_s: float
 ) -> dict[str, Any]:
     return {
-        "key": f"followup|{doc.id}|{doc.generation}",
+        "key": followup_record_key(doc.id, doc.generation),
         "batch_id": doc.batch_id,  # linked to the execution that created the follow-up
         "kind": "followup",
         "followup_key": doc.id,

@@ -100,6 +100,8 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("rule_id", ASCENDING), ("entity_id", ASCENDING), ("created_at", DESCENDING)]),
         # execution counts (a task's execution_count_limit) are derived from intents too
         IndexModel(EXECUTION_COUNT_INDEX),
+        # the reaper's look for settled intents whose batch's record was not corrected
+        IndexModel([("record_unconfirmed", ASCENDING)]),
     ],
     c.ERROR_LOG: [
         IndexModel([("function", ASCENDING), ("fingerprint", ASCENDING)], unique=True),

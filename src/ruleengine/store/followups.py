@@ -25,6 +25,7 @@ from pymongo import ASCENDING, ReturnDocument
 from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
 from ruleengine.store.db import Database, Document, Page
+from ruleengine.store.intents import WRITE_UNCONFIRMED
 
 FollowupStatus = Literal["pending", "scheduled", "running", "done", "skipped", "failed"]
 FOLLOWUP_STATUSES: Final[tuple[str, ...]] = get_args(FollowupStatus)
@@ -82,6 +83,26 @@ def followup_key(rule_id: str, task_id: str, entity_id: str) -> str:
 def followup_job_id(key: str, generation: int) -> str:
     """The deterministic arq job id of a follow-up's timer."""
     return f"followup:{key}:{generation}"
+
+
+def followup_batch(key: str, generation: int) -> str:
+    """The batch a follow-up's write is recorded under in ``action_intents`` (its job id)."""
+    return followup_job_id(key, generation)
+
+
+def followup_of_batch(batch_id: str) -> tuple[str, int] | None:
+    """(key, generation) of a follow-up's intent batch (:func:`followup_batch`); None for
+    any other batch."""
+    prefix, _, rest = batch_id.partition(":")
+    key, _, generation = rest.rpartition(":")
+    if prefix != "followup" or not key or not (generation.isascii() and generation.isdigit()):
+        return None
+    return key, int(generation)
+
+
+def followup_record_key(key: str, generation: int) -> str:
+    """The unique key of the execution record of one run of a follow-up."""
+    return f"followup|{key}|{generation}"
 
 
 def is_overdue(status: str, due_at: datetime, *, now: datetime) -> bool:
@@ -173,6 +194,17 @@ class FollowupStore:
                 }
             },
         )
+
+    async def settle_unconfirmed(
+        self, key: str, generation: int, *, status: str, reason: str | None, now: datetime
+    ) -> bool:
+        """A follow-up closed ``failed`` (``write_unconfirmed``: Meta's answer to its write was
+        lost) takes what the write turned out to do — unless a newer generation replaced it."""
+        result = await self._followups.update_one(
+            {"_id": key, "generation": generation, "status": "failed", "reason": WRITE_UNCONFIRMED},
+            {"$set": {"status": status, "reason": reason, "updated_at": now}},
+        )
+        return result.modified_count == 1
 
     # ---------------------------------------------------------------- the web app's reads
 

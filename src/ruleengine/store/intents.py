@@ -37,6 +37,9 @@ BUDGET_FIELDS = ["daily_budget", "lifetime_budget"]
 # Why a failed budget intent failed, when Meta said so (the engine reads them back).
 BUDGET_LIMITED = "meta_budget_change_limit"
 BUDGET_TOO_LOW = "at_min_budget"  # Meta answered "Your Budget Is Too Low"
+# Meta's answer to the write was lost (a timeout, a reset connection, a 5xx without its body):
+# it may have landed. The intent stays pending, flagged ``record_unconfirmed``, until settled.
+WRITE_UNCONFIRMED = "write_unconfirmed"
 # The reason a (task, entity) pair is skipped once the task changed the entity as often as
 # its ``execution_count_limit`` allows.
 EXECUTION_COUNT_LIMIT = "execution_count_limit"
@@ -254,6 +257,24 @@ class IntentStore:
     async def note(self, intent_id: Any, **fields: Any) -> None:
         """Add ``fields`` to a pending intent without settling it (e.g. an unanswered write)."""
         await self._intents.update_one({"_id": intent_id, "status": "pending"}, {"$set": fields})
+
+    async def unconfirmed(self, intent_id: Any, *, error: dict[str, Any]) -> None:
+        """Meta's answer to this pending intent's write was lost: keep the error, and flag the
+        intent ``record_unconfirmed`` — its batch's record says ``write_unconfirmed`` — until
+        whoever settles it has corrected that record (:meth:`record_corrected`)."""
+        await self.note(intent_id, error=error, record_unconfirmed=True)
+
+    async def record_corrected(self, intent_id: Any) -> None:
+        """The record of a settled intent's write says what the write did: drop the flag."""
+        await self._intents.update_one(
+            {"_id": intent_id, "status": {"$ne": "pending"}}, {"$unset": {"record_unconfirmed": ""}}
+        )
+
+    async def uncorrected(self, *, limit: int = 100) -> list[Document]:
+        """Settled intents still flagged ``record_unconfirmed``: their settler stopped (a
+        SIGKILL, MongoDB gone) before correcting the record of their batch."""
+        query = {"record_unconfirmed": True, "status": {"$ne": "pending"}}
+        return [d async for d in self._intents.find(query).limit(limit)]
 
     async def pending(self, *, batch_ids: Sequence[str]) -> list[Document]:
         """Pending intents of some batches."""

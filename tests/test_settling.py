@@ -1,0 +1,261 @@
+"""Settling a write whose answer was lost: whoever settles it corrects what its batch says.
+
+The sandbox applies the write and then loses the answer (a 502 from a proxy, a reset
+connection): the intent stays pending and the record says ``write_unconfirmed``. The next
+run that meets the field, or the reaper, settles the intent from the live value — and the
+record of the batch that owns it, its counts, and a follow-up's document follow.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from flow import campaign_ids, campaign_rule, dispatch, engine_for, reap, records, save_rule, work
+from graph_sandbox.admin import SandboxAdmin
+from ruleengine import constants as c
+from ruleengine.engine import evaluate_account
+from ruleengine.followups.running import run_followup
+from ruleengine.settings import Settings
+from ruleengine.settling import Settled, SettledBy, corrected, from_live, owning_record
+from ruleengine.store.db import Database
+from ruleengine.store.followups import followup_batch, followup_of_batch, followup_record_key
+from ruleengine.store.intents import Intent, IntentStore
+from ruleengine.store.records import record_key
+from ruleengine.undo import preview
+from test_faults import ALWAYS, queued_job
+from test_followups import pause_then
+
+PROSPECTING = "[AUTO] Prospecting US 1"
+
+
+async def lose_the_answer(sandbox: SandboxAdmin, entity_id: str, answer: str) -> None:
+    """The next write to ``entity_id`` lands at Meta and its answer is lost as ``answer``."""
+    await sandbox.set_faults(
+        lost_answers=[{"path_contains": entity_id, "method": "POST", "answer": answer, "times": 1}]
+    )
+
+
+async def writes_to(sandbox: SandboxAdmin, entity_id: str) -> list[dict[str, Any]]:
+    return [w for w in await sandbox.writes() if w["id"] == entity_id and w["ok"]]
+
+
+async def intent_of(db: Database, batch_id: str) -> dict[str, Any]:
+    intent = await db[c.ACTION_INTENTS].find_one({"batch_id": batch_id})
+    assert intent is not None
+    return intent
+
+
+async def raise_with_lost_answer(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, *, answer: str
+) -> tuple[str, dict[str, Any]]:
+    """A run two hours ago raised Prospecting US 1's budget by 10 %; Meta applied it and the
+    answer was lost. The entity's id, and the run's record."""
+    entity_id = (await campaign_ids(sandbox))[PROSPECTING]
+    only = [{"field": "id", "operator": "EQUAL", "value": entity_id}]
+    past = datetime.now(UTC) - timedelta(hours=2)  # its job is provably over by now
+    rule = await save_rule(
+        db,
+        campaign_rule({"type": "increase_budget", "percent": 10}, [ALWAYS], filters=only),
+        now=past,
+    )
+    await dispatch(settings, db, now=past)
+    job = await queued_job(redis)
+    await redis.delete(c.QUEUE_NAME)
+    await lose_the_answer(sandbox, entity_id, answer)
+    async with engine_for(settings, db) as engine:
+        await evaluate_account(engine, job, now=past)
+    await sandbox.clear_faults()
+    (first,) = await records(db, rule_id=rule.id)
+    assert (first["outcome"], first["reason"]) == ("failed", "write_unconfirmed")
+    return entity_id, first
+
+
+# ---------------------------------------------------------------- the next run settles it
+
+
+@pytest.mark.parametrize(
+    ("answer", "write_batch_size"),
+    [("bad_gateway", 50), ("reset", 1)],
+    ids=["batched-502", "alone-reset"],
+)
+async def test_the_next_run_that_settles_a_lost_answer_corrects_the_batch_that_wrote_it(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+    answer: str,
+    write_batch_size: int,
+) -> None:
+    settings = settings.model_copy(update={"write_batch_size": write_batch_size})
+    entity_id, first = await raise_with_lost_answer(settings, db, redis, sandbox, answer=answer)
+    (landed,) = await writes_to(sandbox, entity_id)
+    target = int(landed["params"]["daily_budget"])
+    row = await db[c.BATCHES].find_one({"_id": first["batch_id"]})
+    assert row is not None and (row["applied_count"], row["failed_count"]) == (0, 1)
+    # the next run, long before any reaper pass, meets the pending intent on the field
+    await dispatch(settings, db)
+    await work(settings)
+    (second,) = [r for r in await records(db) if r["batch_id"] != first["batch_id"]]
+    assert second["reason"] == "previous_write_reconciled"
+    assert await writes_to(sandbox, entity_id) == [landed]  # nothing written twice
+    intent = await intent_of(db, first["batch_id"])
+    assert intent["status"] == "done" and "record_unconfirmed" not in intent
+    (corrected,) = await records(db, batch_id=first["batch_id"])
+    assert (corrected["outcome"], corrected["reason"], corrected["executed"]) == (
+        "applied",
+        None,
+        True,
+    )
+    assert (corrected["before"], corrected["after"]) == (first["before"], target)
+    assert (corrected["recovered_by"], corrected["settled_by"]) == ("later_run", second["batch_id"])
+    row = await db[c.BATCHES].find_one({"_id": first["batch_id"]})
+    assert row is not None and (row["applied_count"], row["failed_count"]) == (1, 0)
+    async with engine_for(settings, db) as engine:
+        plan = await preview(engine, first["batch_id"], now=datetime.now(UTC))
+    (item,) = plan.items
+    assert (item.entity_id, item.before, item.after, item.will_revert) == (
+        entity_id,
+        first["before"],
+        target,
+        True,
+    )
+
+
+async def test_a_lost_answer_whose_write_did_not_land_stays_failed_with_the_reason(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    entity_id, first = await raise_with_lost_answer(
+        settings, db, redis, sandbox, answer="bad_gateway"
+    )
+    # someone set the budget back in Ads Manager: the live value is not the target
+    await sandbox.ads_manager_change(entity_id, daily_budget=first["before"])
+    await dispatch(settings, db)
+    await work(settings)
+    intent = await intent_of(db, first["batch_id"])
+    assert (intent["status"], intent["reason"]) == ("failed", "not_applied")
+    (kept,) = await records(db, batch_id=first["batch_id"])
+    assert (kept["outcome"], kept["reason"], kept["after"]) == (
+        "failed",
+        "not_applied",
+        first["before"],
+    )
+    assert kept["recovered_by"] == "later_run"
+
+
+async def test_a_settler_killed_before_correcting_the_record_is_made_good_by_the_reaper(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    entity_id, first = await raise_with_lost_answer(
+        settings, db, redis, sandbox, answer="bad_gateway"
+    )
+    intent = await intent_of(db, first["batch_id"])
+    assert intent["record_unconfirmed"] is True
+    # a settler's first step — the intent's compare-and-set — and then a SIGKILL
+    await IntentStore(db).resolve(
+        intent["_id"], status="done", now=datetime.now(UTC), changed=True, reconciled=True
+    )
+    await reap(settings, db, redis, now=datetime.now(UTC))
+    (corrected,) = await records(db, batch_id=first["batch_id"])
+    assert (corrected["outcome"], corrected["recovered_by"]) == ("applied", "reaper")
+    row = await db[c.BATCHES].find_one({"_id": first["batch_id"]})
+    assert row is not None and (row["applied_count"], row["failed_count"]) == (1, 0)
+    assert "record_unconfirmed" not in await intent_of(db, first["batch_id"])
+    assert len(await writes_to(sandbox, entity_id)) == 1
+
+
+# ---------------------------------------------------------------- follow-ups
+
+
+async def test_a_follow_up_whose_answer_was_lost_is_corrected_when_the_reaper_settles_it(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    await save_rule(db, pause_then({"after_minutes": 30, "do": "activate"}))
+    await dispatch(settings, db)
+    await work(settings)
+    followup = await db[c.FOLLOWUPS].find_one({})
+    assert followup is not None
+    entity_id = followup["entity_id"]
+    await lose_the_answer(sandbox, entity_id, "reset")
+    payload = {"key": followup["_id"], "generation": followup["generation"]}
+    now = datetime.now(UTC)
+    async with engine_for(settings, db) as engine:
+        assert (await run_followup(engine, payload, now=now))["reason"] == "write_unconfirmed"
+    await sandbox.clear_faults()
+    (lost,) = await records(db, kind="followup")
+    assert (lost["outcome"], lost["reason"]) == ("failed", "write_unconfirmed")
+    assert (await sandbox.object(entity_id))["status"] == "ACTIVE"  # it landed
+    await reap(settings, db, redis, now=now + timedelta(hours=1))
+    (corrected,) = await records(db, kind="followup")
+    assert corrected["key"] == lost["key"] == f"followup|{followup['_id']}|1"
+    assert (corrected["outcome"], corrected["reason"], corrected["after"]) == (
+        "applied",
+        None,
+        "ACTIVE",
+    )
+    assert corrected["recovered_by"] == "reaper"
+    closed = await db[c.FOLLOWUPS].find_one({"_id": followup["_id"]})
+    assert closed is not None and (closed["status"], closed["reason"]) == ("done", None)
+    assert [w["params"]["status"] for w in await writes_to(sandbox, entity_id)] == [
+        "PAUSED",
+        "ACTIVE",
+    ]
+
+
+# ---------------------------------------------------------------- pure: owners, corrections
+
+
+def pending(batch_id: str, *, field: str = "daily_budget") -> Intent:
+    return Intent(
+        id=1,
+        batch_id=batch_id,
+        task_id="t",
+        entity_id="e",
+        field=field,
+        before=1000,
+        target=1100,
+        status="pending",
+        created=False,
+    )
+
+
+@given(key=st.text(min_size=1), generation=st.integers(min_value=0, max_value=10**12))
+def test_a_follow_up_write_is_owned_by_its_follow_up_record(key: str, generation: int) -> None:
+    batch_id = followup_batch(key, generation)
+    assert followup_of_batch(batch_id) == (key, generation)
+    assert owning_record(pending(batch_id)) == followup_record_key(key, generation)
+
+
+@given(batch_id=st.text() | st.text().map(lambda rest: f"followup:{rest}"))
+@example(batch_id="followup:r:t:e:²")  # a digit to str.isdigit, not to int()
+def test_any_other_batch_owns_the_record_of_its_own_key(batch_id: str) -> None:
+    followup = followup_of_batch(batch_id)  # never raises, whatever the text
+    if followup is None:
+        assert owning_record(pending(batch_id)) == record_key(batch_id, "t", "e")
+    else:
+        assert followup_batch(*followup) == batch_id
+
+
+def test_a_settled_write_is_recorded_as_what_the_live_value_shows() -> None:
+    intent = pending("b")
+    landed, missed = from_live(intent, 1100), from_live(intent, 1000)
+    assert (landed.status, missed.status, missed.reason) == ("done", "failed", "not_applied")
+    assert from_live(pending("b", field="notify"), None).reason == "unverifiable"
+    by = SettledBy("later_run", "b2")
+    assert corrected(intent, landed, by) == {
+        "outcome": "applied",
+        "executed": True,
+        "reason": None,
+        "before": 1000,
+        "after": 1100,
+        "recovered_by": "later_run",
+        "settled_by": "b2",
+    }
+    gone = corrected(intent, Settled("failed", {"reason": "entity_gone"}), SettledBy("reaper"))
+    assert (gone["outcome"], gone["reason"], gone["after"]) == ("failed", "entity_gone", 1000)
+    assert "settled_by" not in gone
