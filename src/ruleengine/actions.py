@@ -86,6 +86,7 @@ class _Step:
     key: ActKey
     target: Target
     reader: GraphReader  # reads without rate-limit waits (those happen outside the lock)
+    guarded: bool = True  # False: the cross-rule guards do not apply (an undo)
 
 
 def writes_a_field(task: Task) -> bool:
@@ -202,10 +203,20 @@ class ActionExecutor:
             return failure_result(exc)
 
     async def apply(
-        self, run: JobRun, writer: GraphWriter, entity: Entity, key: ActKey, target: Target
+        self,
+        run: JobRun,
+        writer: GraphWriter,
+        entity: Entity,
+        key: ActKey,
+        target: Target,
+        *,
+        guarded: bool = True,
     ) -> ActResult:
         """Change ``target.field`` of ``entity`` once for (batch, key), under the account lock.
 
+        ``guarded`` False (an undo putting back a recorded value): the cross-rule guards —
+        the change budget, oscillation holds and detection — do not apply; Meta's limits
+        (:func:`~ruleengine.budget_limits.budget_check`) and the intent protocol do.
         Raises what stops it before a write could be tried (the lock, Redis, reading
         the live value); see :func:`~ruleengine.acts.failure_result`.
         """
@@ -215,7 +226,7 @@ class ActionExecutor:
         # Inside the lock a rate limit is not waited out: the lock is released, the wait
         # happens outside it, and the whole locked section starts again from the live read.
         reader = run.reader.with_reads(run.reader.reads.without_rate_limit_waits())
-        step = _Step(run, writer, entity, key, target, reader)
+        step = _Step(run, writer, entity, key, target, reader, guarded)
         for attempt in itertools.count(1):
             try:
                 async with self.locks.hold(run.account) as lock:
@@ -254,7 +265,8 @@ class ActionExecutor:
             return plan
         if not plan.changes:
             return unchanged(plan)
-        guard = None if self.guards is None else await self.guards.look(run, [entity.id])
+        guards = self.guards if step.guarded else None
+        guard = None if guards is None else await guards.look(run, [entity.id])
         checked = plan if guard is None else guard.check(entity, plan)
         if isinstance(checked, ActResult):
             return checked

@@ -1372,14 +1372,21 @@ async def _batches_undo(args: argparse.Namespace, settings: Settings) -> int:
         sys.stdout.write(orjson.dumps(data, option=options, default=str).decode() + "\n")
     else:
         sys.stdout.write(undo_table(data))
-    return 0
+    return UNDO_INCOMPLETE if data.get("complete") is False else 0
+
+
+#: ``batches undo``'s exit status when the undo ran but some change could not be set back.
+UNDO_INCOMPLETE = 3
 
 
 def undo_table(data: dict[str, Any]) -> str:
     """An undo plan (``--dry-run``) or an undo's result as a text table."""
     if "changes" in data and "undo_batch_id" in data and "batch" in data:
         head = f"{data['undo_batch_id']}: undoes {data['batch'].get('undoes')}"
-        header = ["entity", "field", "from", "to", "outcome", "reason"]
+        if data.get("complete") is False:
+            missed = data["batch"].get("not_reverted_count")
+            head += f" (incomplete: {missed} change(s) could not be set back)"
+        header = ["entity", "field", "from", "to", "outcome", "reason", "undo"]
         rows = [
             [
                 str(r.get("entity_name") or r.get("entity_id")),
@@ -1388,6 +1395,7 @@ def undo_table(data: dict[str, Any]) -> str:
                 str(r.get("after")),
                 str(r.get("outcome")),
                 str(r.get("reason") or ""),
+                str(r.get("revert") or ""),
             ]
             for r in data["changes"]
         ]
@@ -1430,10 +1438,18 @@ def _add_batches(sub: Any) -> None:
     undo = actions.add_parser(
         "undo",
         help="set a batch's changes back (preview with --dry-run)",
-        description="Set every change of the batch back to its value before, where the live"
-        " value is still the one the batch wrote (otherwise it is skipped as"
-        " changed_by_someone_else); cancel the follow-ups it scheduled. The undo is the batch"
-        " undo:BATCH_ID and happens once however often it is asked for.",
+        description="Set every change of the batch back to exactly its value before, where the"
+        " live value is still the one the batch wrote (otherwise it is skipped as"
+        " changed_by_someone_else); cancel the follow-ups it scheduled. The engine's caps"
+        " (max_budget_change_pct, the change budget) do not hold an undo; Meta's limits do."
+        " The undo is the batch undo:BATCH_ID (undo:BATCH_ID:DIGEST with --execution) and"
+        " happens once however often it is asked for; a later undo naming other executions"
+        " (--execution) sets back what an earlier one did not.",
+        epilog="Exit status: 0 every change it tried was set back (or --dry-run); 1 an error"
+        " stopped it (see stderr; asking again resumes it); 3 the undo ran but some change"
+        " could not be set back (Meta's 4-an-hour budget limit, its minimum budget, a failed"
+        " write): the table's undo column says not_reverted; undo those again later with"
+        " --execution.",
     )
     undo.add_argument("batch_id", metavar="BATCH_ID")
     undo.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")

@@ -145,7 +145,11 @@ async def undo_batch_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[s
         pause_copies=bool(payload.get("pause_copies")),
         now=datetime.now(UTC),
     )
-    return {"undo_batch_id": result["undo_batch_id"], "status": result["batch"]["status"]}
+    return {
+        "undo_batch_id": result["undo_batch_id"],
+        "status": result["batch"]["status"],
+        "complete": result["complete"],
+    }
 
 
 async def reap_job(ctx: dict[str, Any]) -> int:

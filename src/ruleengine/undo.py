@@ -1,18 +1,25 @@
-"""Undoing a batch: the batch ``undo:<batch_id>``, written through the rules' own write path.
+"""Undoing a batch: an undo batch (``undo:<batch_id>``, or ``undo:<batch_id>:<digest>`` for
+chosen executions), written through the rules' own write path.
 
 The plan is :mod:`ruleengine.undo_plan`'s. Every change to set back (and every copy to
 pause) goes through :meth:`~ruleengine.actions.ActionExecutor.apply`: under the account's
 write lock the live value is read again, planned from (still the ``after`` the batch wrote,
-else ``changed_by_someone_else``; a budget through the same clamps, the 4-per-hour ad-set
-limit and the change budget as any budget write), an intent keyed by
-(``undo:<batch_id>``, ``undo:<task>``, entity) is recorded before the write and resolved with
-Meta's answer. So a second request, the same request delivered twice, or a retry after a
-crash reverts each change once: a done intent answers ``already_applied``, a pending one
-is reconciled from the live value. An undo already ``DONE`` is answered as it is.
+else ``changed_by_someone_else``), an intent keyed by (undo batch, ``undo:<task>``, entity)
+is recorded before the write and resolved with Meta's answer. So a second request, the same
+request delivered twice, or a retry after a crash reverts each change once: a done intent
+answers ``already_applied``, a pending one is reconciled from the live value. An undo
+already ``DONE`` is answered as it is.
+
+An undo puts back the exact value the batch found (:func:`~ruleengine.rules.plan.plan_restore`):
+the engine's guards on what rules decide — ``max_budget_change_pct``, the change budget,
+oscillation holds — do not hold it; Meta's limits do (the ad set's 4 budget changes an
+hour, the account's minimum daily budget, a code 17 block). A change it could not set back
+is recorded ``not_reverted`` and the undo batch is not ``complete`` (its counts say how
+many); a later undo naming those executions (its own batch id) tries them again.
 
 Follow-ups the batch scheduled that have not run are cancelled (``skipped``, reason
-``cancelled_by_undo``). The two batch rows link each other (``undone_by`` / ``undoes``);
-the undo row and its records say who asked (``by``).
+``cancelled_by_undo``). The batch rows link each other (``undone_by`` / ``undos`` /
+``undoes``); the undo row and its records say who asked (``by``).
 """
 
 from __future__ import annotations
@@ -28,22 +35,31 @@ from ruleengine.acts import ACT_FAILURES, ActKey, ActResult, JobRun, Target, fai
 from ruleengine.acts import live_value as read_value
 from ruleengine.budget_limits import AccountFacts
 from ruleengine.meta.http import Cost
-from ruleengine.rules.action_types import SetBudgetAction
 from ruleengine.rules.entity import Entity, currency_offset
 from ruleengine.rules.model import Rule
-from ruleengine.rules.plan import Plan, plan_budget
+from ruleengine.rules.plan import Plan, plan_restore
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Document
 from ruleengine.store.followups import WAITING, FollowupDoc
 from ruleengine.store.records import BatchCounts, BatchStart, record_key
 from ruleengine.undo_plan import (
     CHANGED,
+    LEFT_ALONE,
+    NOT_REVERTED,
+    REVERTED,
     UNDO_PREFIX,
     UndoItem,
     UndoPlan,
+    not_undone_of,
     plan_undo,
     refuse_running,
     refuse_undo_of_undo,
+    revert_state,
+    select,
+    state_of,
+    undo_batch_id,
+    undo_records,
+    undone_executions,
 )
 
 if TYPE_CHECKING:
@@ -60,8 +76,9 @@ def _reads(field: str) -> list[str]:
     return ["daily_budget", "lifetime_budget"] if field == "daily_budget" else [field]
 
 
-def revert_target(item: UndoItem, *, max_change_pct: float) -> Target:
-    """Set ``item.field`` back to ``item.before``, only while the live value is ``item.after``."""
+def revert_target(item: UndoItem, *, minimum: int | None) -> Target:
+    """Set ``item.field`` back to exactly ``item.before``, only while the live value is
+    ``item.after`` (``minimum``: the account's minimum daily budget, if known)."""
     assert item.field is not None
     field = item.field
 
@@ -73,8 +90,7 @@ def revert_target(item: UndoItem, *, max_change_pct: float) -> Target:
         if current != item.after:
             return ActResult("skipped", CHANGED, field, current, current)
         if field == "daily_budget":
-            back = SetBudgetAction(type="set_budget", amount=int(item.before))
-            return plan_budget(back, live=int(current), max_change_pct=max_change_pct)
+            return plan_restore(int(item.before), live=int(current), account_minimum=minimum)
         return Plan(field, current, item.before)
 
     return Target(field, _reads(field), plan)
@@ -116,6 +132,8 @@ async def _planned(
     pause_copies: bool,
 ) -> _Planned:
     batch, records, followups = await load(engine, batch_id)
+    undo_id = undo_batch_id(batch_id, select(records, executions) if executions else None)
+    undone = await undone_executions(engine.executions, batch, other_than=undo_id)
     token = await engine.credentials.usable_token(token_ref(str(batch["account"])))
     reader, _batch, writer = engine.graph(cost)
     plan = await plan_undo(
@@ -126,6 +144,7 @@ async def _planned(
         token=token,
         executions=executions,
         pause_copies=pause_copies,
+        undone=undone,
     )
     return _Planned(batch, plan, token, reader, writer)
 
@@ -146,19 +165,43 @@ async def preview(
     return planned.plan
 
 
-async def existing(engine: Engine, batch_id: str) -> dict[str, Any] | None:
-    """The finished undo of ``batch_id``, if there is one (its row and records)."""
-    undo_id = f"{UNDO_PREFIX}{batch_id}"
+async def existing(
+    engine: Engine, batch_id: str, executions: Collection[str] | None = None
+) -> dict[str, Any] | None:
+    """The finished undo of ``batch_id`` (of those ``executions``), if there is one."""
+    chosen = None
+    if executions:
+        records = await engine.executions.for_batch(batch_id)
+        chosen = select(records, executions)
+    undo_id = undo_batch_id(batch_id, chosen)
     if await engine.batches.status(undo_id) != "DONE":
         return None
     return await result_of(engine, undo_id)
 
 
 async def result_of(engine: Engine, undo_id: str) -> dict[str, Any]:
-    """An undo batch's row and records, as the API and the CLI answer them."""
+    """An undo batch's row and records, as the API and the CLI answer them (``complete``:
+    no change it tried to set back was left undone)."""
     row = await engine.batches.get(undo_id)
     records = await engine.executions.for_batch(undo_id)
-    return {"undo_batch_id": undo_id, "batch": row, "changes": records}
+    return {
+        "undo_batch_id": undo_id,
+        "complete": row.get("not_reverted_count", 0) == 0,
+        "batch": row,
+        "changes": records,
+    }
+
+
+def undo_counts(records: Collection[Document]) -> dict[str, Any]:
+    """The undo batch's own counts: changes set back, left alone, not set back; complete."""
+    states = [state_of(r) for r in records]
+    missed = states.count(NOT_REVERTED)
+    return {
+        "reverted_count": states.count(REVERTED),
+        "left_alone_count": states.count(LEFT_ALONE),
+        "not_reverted_count": missed,
+        "complete": missed == 0,
+    }
 
 
 async def undo_batch(
@@ -171,7 +214,7 @@ async def undo_batch(
     pause_copies: bool = False,
 ) -> dict[str, Any]:
     """Undo ``batch_id`` (see the module); answers the undo batch's row and records."""
-    done = await existing(engine, batch_id)
+    done = await existing(engine, batch_id, executions)
     if done is not None:
         return done | {"existing": True}
     started = time.perf_counter()
@@ -179,31 +222,60 @@ async def undo_batch(
     planned = await _planned(
         engine, batch_id, cost, executions=executions, pause_copies=pause_copies
     )
-    batch, plan, token = planned.batch, planned.plan, planned.token
-    reader, writer = planned.reader, planned.writer
-    account = str(batch["account"])
+    batch, plan = planned.batch, planned.plan
     undo_id = plan.undo_batch_id
-    await engine.batches.start(
-        BatchStart(
-            batch_id=undo_id,
-            rule_id=str(batch["rule_id"]),
-            rule_name=str(batch.get("rule_name")),
-            rule_version=int(batch["rule_version"]),
-            account=account,
-            level=str(batch.get("level")),
-            scheduled_at=now,
-            total=len(plan.items),
-            job_id=None,
-            worker=engine.worker,
-        ),
-        now=now,
-    )
+    await engine.batches.start(_start_of(engine, batch, plan, now=now), now=now)
     await engine.batches.link_undo(batch_id, undo_id, by=by, now=now)
+    run = await _run_of(engine, planned, now=now)
+    results = await _revert_all(engine, run, planned.writer, plan)
+    cancelled = await cancel_followups(engine, plan, undo_id, now=now)
+    await keep(engine, batch, undo_id, results, by=by, now=now)
+    rows = list((await engine.executions.by_key(undo_id)).values())
+    # before the undo is DONE: a crash here leaves it to be run (and noted) again
+    every = await undo_records(engine.executions, await engine.batches.get(batch_id))
+    await engine.batches.note_not_undone(batch_id, not_undone_of(every))
+    await engine.batches.finish(
+        undo_id,
+        status="DONE",
+        now=now,
+        progress={"done": len(plan.items), "total": len(plan.items)},
+        **BatchCounts.of(rows).as_fields(),
+        **undo_counts(rows),
+        undoes=batch_id,
+        by=by,
+        pause_copies=pause_copies,
+        cancelled_followups=cancelled,
+        graph=cost.as_dict(),
+        duration_s=round(time.perf_counter() - started, 6),
+    )
+    log.info("batch %s undone by %s (%s)", batch_id, undo_id, by)
+    return await result_of(engine, undo_id)
+
+
+def _start_of(engine: Engine, batch: Document, plan: UndoPlan, *, now: datetime) -> BatchStart:
+    return BatchStart(
+        batch_id=plan.undo_batch_id,
+        rule_id=str(batch["rule_id"]),
+        rule_name=str(batch.get("rule_name")),
+        rule_version=int(batch["rule_version"]),
+        account=str(batch["account"]),
+        level=str(batch.get("level")),
+        scheduled_at=now,
+        total=len(plan.items),
+        job_id=None,
+        worker=engine.worker,
+    )
+
+
+async def _run_of(engine: Engine, planned: _Planned, *, now: datetime) -> JobRun:
+    """The undo's run: the undone rule version (its level decides Meta's ad-set limit)."""
+    batch, reader, token = planned.batch, planned.reader, planned.token
+    account = str(batch["account"])
     version = await engine.rules.version(str(batch["rule_id"]), int(batch["rule_version"]))
     rule = Rule.model_validate({**version.definition, "status": "ACTIVE"})
     credentials = await engine.credentials.get(account)
-    run = JobRun(
-        batch_id=undo_id,
+    return JobRun(
+        batch_id=planned.plan.undo_batch_id,
         rule_id=str(batch["rule_id"]),
         rule_version=int(batch["rule_version"]),
         rule=rule,
@@ -219,38 +291,29 @@ async def undo_batch(
             currency_offset=currency_offset(credentials.currency),
         ),
     )
-    max_pct = engine.settings.max_budget_change_pct
+
+
+async def _revert_all(
+    engine: Engine, run: JobRun, writer: GraphWriter, plan: UndoPlan
+) -> list[tuple[UndoItem, ActResult]]:
+    """Each item set back through the write path, without the engine's guards."""
+    budgets = any(i.action == "revert" and i.field == "daily_budget" for i in plan.items)
+    minimum = await run.facts.min_daily_budget() if budgets and run.facts is not None else None
     results: list[tuple[UndoItem, ActResult]] = []
     for item in plan.items:
         if item.action == "none":
             results.append((item, ActResult("skipped", item.reason, item.field)))
             continue
         entity = Entity(id=item.entity_id, name=item.entity_name or item.entity_id)
+        target = revert_target(item, minimum=minimum)
         try:
             result = await engine.executor.apply(
-                run, writer, entity, undo_key(item), revert_target(item, max_change_pct=max_pct)
+                run, writer, entity, undo_key(item), target, guarded=False
             )
         except ACT_FAILURES as exc:
             result = failure_result(exc)
         results.append((item, result))
-    cancelled = await cancel_followups(engine, plan, undo_id, now=now)
-    await keep(engine, batch, undo_id, results, by=by, now=now)
-    rows = await engine.executions.by_key(undo_id)
-    await engine.batches.finish(
-        undo_id,
-        status="DONE",
-        now=now,
-        progress={"done": len(plan.items), "total": len(plan.items)},
-        **BatchCounts.of(rows.values()).as_fields(),
-        undoes=batch_id,
-        by=by,
-        pause_copies=pause_copies,
-        cancelled_followups=cancelled,
-        graph=cost.as_dict(),
-        duration_s=round(time.perf_counter() - started, 6),
-    )
-    log.info("batch %s undone by %s (%s)", batch_id, undo_id, by)
-    return await result_of(engine, undo_id)
+    return results
 
 
 async def cancel_followups(
@@ -290,8 +353,19 @@ async def keep(
 
     earlier = await engine.executions.by_key(undo_id)
     docs = [_record(batch, undo_id, item, result, by=by, now=now) for item, result in results]
-    merged = [merge_record(earlier.get(d["key"]), d) for d in docs]
+    merged = [
+        _merged(earlier.get(d["key"]), d, merge_record(earlier.get(d["key"]), d)) for d in docs
+    ]
     await engine.executions.upsert_many([d for d in merged if d is not earlier.get(d["key"])])
+
+
+def _merged(earlier: Document | None, doc: dict[str, Any], merged: Document) -> Document:
+    """``merged``, and when it is a record the reaper recovered from an intent (the undo's
+    process died before keeping its records), what only the undo knows added to it: which
+    execution it undoes, who asked, what became of the change."""
+    if earlier is None or merged is not earlier or "undoes_execution" in earlier:
+        return merged
+    return doc | {k: v for k, v in earlier.items() if k != "_id"}
 
 
 def _record(
@@ -315,6 +389,7 @@ def _record(
         "entity_id": item.entity_id,
         "entity_name": item.entity_name,
         "outcome": result.outcome,
+        "revert": revert_state(item.action, result.outcome, result.reason),
         "executed": result.outcome == "applied",
         "reason": result.reason,
         "action": {"type": item.action if acted else "none"},
@@ -323,6 +398,7 @@ def _record(
         "after": result.after if acted else item.after,
         "live": item.live,
         "planned": {"before": item.after, "after": item.before},
+        "requested": result.requested,
         "clamped_by": result.clamped_by,
         "error": result.error,
         "response": result.response,

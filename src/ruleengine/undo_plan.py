@@ -6,12 +6,21 @@ Each applied change of the batch (status, daily budget, name, bid) is planned ba
 other live value is left alone (``changed_by_someone_else``, the live value shown).
 Copies made by ``duplicate`` are never deleted: they can be paused (``pause_copies``).
 Messages cannot be taken back. Follow-ups the batch scheduled that have not run are to be
-cancelled. The undo is itself a batch, ``undo:<batch_id>``.
+cancelled. The undo is itself a batch: ``undo:<batch_id>`` for every applied change, or
+``undo:<batch_id>:<digest>`` for a chosen set of executions (:func:`undo_batch_id`), so a
+later undo can take back what an earlier one did not. An execution an earlier undo of the
+batch already set back is left alone (``already_undone``).
+
+Each change ends in one of three states (:func:`revert_state`): ``reverted`` (set back, or
+found set back), ``left_alone`` (by design: someone changed it since, a message, a kept
+copy, already undone) or ``not_reverted`` (tried and could not: Meta's limits, a failed
+write or read). An undo with any ``not_reverted`` change is not complete.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import hashlib
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
@@ -22,16 +31,91 @@ from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.store.db import Document
+from ruleengine.store.records import ExecutionStore
 
 #: The fields an undo sets back (what the write path writes).
 REVERTIBLE: Final = frozenset({"status", "daily_budget", "name", "bid_amount"})
 UNDO_PREFIX: Final = "undo:"
 CHANGED = "changed_by_someone_else"
+#: Why an execution is not set back again: an earlier undo of the batch set it back.
+ALREADY_UNDONE: Final = "already_undone"
+#: What an undo did with one change (the ``revert`` of its record).
+REVERTED: Final = "reverted"
+LEFT_ALONE: Final = "left_alone"
+NOT_REVERTED: Final = "not_reverted"
+#: Reasons an undo leaves a change as it is by design (not a revert that failed).
+_LEFT_BY_DESIGN: Final = frozenset(
+    {CHANGED, ALREADY_UNDONE, "notification_cannot_be_undone", "copy_kept", "not_revertible"}
+)
 
 
-def undo_batch_id(batch_id: str) -> str:
-    """The id of the batch that undoes ``batch_id``."""
-    return f"{UNDO_PREFIX}{batch_id}"
+def undo_batch_id(batch_id: str, chosen: Sequence[Document] | None = None) -> str:
+    """The id of the batch that undoes ``batch_id``: ``undo:<batch_id>`` for every applied
+    change (``chosen`` None), ``undo:<batch_id>:<digest>`` for the records ``chosen`` — the
+    same set of executions always gets the same id, so asking twice undoes once."""
+    if chosen is None:
+        return f"{UNDO_PREFIX}{batch_id}"
+    ids = "\n".join(sorted({str(r["_id"]) for r in chosen}))
+    return f"{UNDO_PREFIX}{batch_id}:{hashlib.sha256(ids.encode()).hexdigest()[:12]}"
+
+
+def revert_state(action: str, outcome: str, reason: str | None) -> str:
+    """``reverted``, ``left_alone`` or ``not_reverted``: what an undo's result means."""
+    if outcome == "applied" or reason in ("already_applied", "already_paused"):
+        return REVERTED
+    if action == "none" or reason in _LEFT_BY_DESIGN:
+        return LEFT_ALONE
+    return NOT_REVERTED
+
+
+def state_of(record: Document) -> str:
+    """What an undo's record says became of its change (records kept before ``revert`` was
+    recorded, or recovered by the reaper, are read from their outcome)."""
+    state = record.get("revert")
+    if state is None:
+        action = (record.get("action") or {}).get("type", "none")
+        state = revert_state(str(action), str(record.get("outcome")), record.get("reason"))
+    return str(state)
+
+
+def set_back(record: Document) -> bool:
+    """True when an undo's record set its change back."""
+    return state_of(record) == REVERTED
+
+
+async def undo_records(
+    executions: ExecutionStore, batch: Document, *, other_than: str | None = None
+) -> list[Document]:
+    """The records of every undo of the batch (but ``other_than``)."""
+    undos = {*batch.get("undos", []), *([batch["undone_by"]] if batch.get("undone_by") else [])}
+    found: list[Document] = []
+    for undo_id in sorted(undos - {other_than}):
+        found += await executions.for_batch(undo_id)
+    return found
+
+
+def undone_of(records: Sequence[Document]) -> set[str]:
+    """The executions these undo records set back (their ids)."""
+    return {
+        str(r["undoes_execution"]) for r in records if r.get("undoes_execution") and set_back(r)
+    }
+
+
+def not_undone_of(records: Sequence[Document]) -> list[str]:
+    """The executions an undo tried and could not set back, and none has since (their ids)."""
+    missed = {
+        str(r["undoes_execution"])
+        for r in records
+        if r.get("undoes_execution") and state_of(r) == NOT_REVERTED
+    }
+    return sorted(missed - undone_of(records))
+
+
+async def undone_executions(
+    executions: ExecutionStore, batch: Document, *, other_than: str
+) -> set[str]:
+    """The batch's executions an undo other than ``other_than`` set back (their ids)."""
+    return undone_of(await undo_records(executions, batch, other_than=other_than))
 
 
 def refuse_undo_of_undo(batch_id: str) -> None:
@@ -215,13 +299,19 @@ async def plan_undo(
     token: str,
     executions: Collection[str] | None = None,
     pause_copies: bool = False,
+    undone: Collection[str] = (),
 ) -> UndoPlan:
-    """The plan of undoing ``batch`` (its row, its execution records and follow-ups)."""
+    """The plan of undoing ``batch`` (its row, its execution records and follow-ups);
+    ``undone``: the executions an earlier undo of the batch set back (left alone)."""
     batch_id = str(batch["_id"])
-    items = [item_of(r, pause_copies=pause_copies) for r in select(records, executions)]
+    selected = select(records, executions)
+    items = [item_of(r, pause_copies=pause_copies) for r in selected]
+    for item in items:
+        if item.execution_id in undone:
+            item.action, item.reason = "none", ALREADY_UNDONE
     account = str(batch["account"])
     await read_lives(reader, items, token=token, account=account)
-    chosen = {(r["task_id"], r["entity_id"]) for r in select(records, executions)}
+    chosen = {(r["task_id"], r["entity_id"]) for r in selected}
     rows = [
         followup_row(f)
         for f in followups
@@ -229,7 +319,7 @@ async def plan_undo(
     ]
     return UndoPlan(
         batch_id=batch_id,
-        undo_batch_id=undo_batch_id(batch_id),
+        undo_batch_id=undo_batch_id(batch_id, selected if executions else None),
         account=account,
         items=items,
         followups=rows,

@@ -17,7 +17,7 @@ from ruleengine.rules.action_types import (
     SetBudgetAction,
     StatusAction,
 )
-from ruleengine.rules.plan import plan_budget, plan_name, plan_status
+from ruleengine.rules.plan import plan_budget, plan_name, plan_restore, plan_status
 
 TODAY = date(2026, 12, 1)
 
@@ -163,3 +163,24 @@ def test_a_decrease_never_goes_below_the_minimum_nor_above_the_live_budget(
     if plan.after == minimum and int(plan.requested or 0) < minimum:
         # the action's own floor (1 when not given) may have stopped it first
         assert {"min_daily_budget", "min_budget"} & set(plan.clamped_by)
+
+
+@given(
+    value=budgets,
+    live=budgets,
+    minimum=st.one_of(st.none(), st.integers(min_value=1, max_value=10**6)),
+)
+def test_an_undo_restores_the_exact_budget_or_nothing_below_metas_minimum(
+    value: int, live: int, minimum: int | None
+) -> None:
+    plan = plan_restore(value, live=live, account_minimum=minimum)
+    assert (plan.field, plan.before, plan.requested) == ("daily_budget", live, value)
+    if minimum is not None and value < minimum:
+        assert (plan.after, plan.reason, plan.clamped_by) == (
+            live,
+            "at_min_budget",
+            ["min_daily_budget"],
+        )
+    else:  # no percentage cap, however far the value is from the live budget
+        assert (plan.after, plan.clamped_by) == (value, [])
+        assert plan.changes == (value != live)

@@ -10,14 +10,14 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from web_helpers import AUTH, Client
 
-from flow import campaign_ids, successful_writes, work
+from flow import campaign_ids, records, successful_writes, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.api_tokens import ApiTokenStore
 from ruleengine.store.db import Database
 from ruleengine.web.api_undo import parse_request
 from ruleengine.web.jsonio import ApiError
-from undo_helpers import BUDGETED, misfire, state
+from undo_helpers import BUDGETED, adset_budgets, limit_used_up, misfire, state
 
 
 async def test_preview_then_undo_through_a_worker_then_asked_again(
@@ -154,3 +154,66 @@ async def test_the_entity_timeline_marks_the_revert_as_the_undo_s(
     assert [c["by"]["kind"] for c in budget] == ["rule", "undo"]
     assert budget[1]["by"]["label"] == "undo of Misfire v1 by api"
     assert budget[1]["after"] == budget[0]["before"] == before[BUDGETED[0]][1]
+
+
+async def test_an_undo_that_could_not_set_everything_back_says_so(
+    client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    batch = await limit_used_up(web_settings, db, sandbox)
+    url = f"/api/batches/{batch.batch_id}/undo"
+    assert (await client.post(url, json={}, headers=AUTH)).status == 202
+    await work(web_settings)
+    done = await client.post(url, headers=AUTH)
+    assert done.status == 200
+    body = await done.json()
+    assert body["complete"] is False and body["status"] == "DONE"
+    assert (body["batch"]["not_reverted_count"], body["batch"]["reverted_count"]) == (1, 2)
+    assert body["batch"]["complete"] is False
+    [held] = [c for c in body["changes"] if c["revert"] == "not_reverted"]
+    assert held["entity_id"] == batch.limited and held["reason"] == "meta_budget_change_limit"
+    assert held["error"]["allowed_at"]
+    budgets = await adset_budgets(sandbox, list(batch.execution))
+    assert budgets[batch.limited] == held["before"] != batch.before[batch.limited]
+    assert {i: b for i, b in budgets.items() if i != batch.limited} == {
+        i: b for i, b in batch.before.items() if i != batch.limited
+    }
+    row = await (await client.get(f"/api/batches/{body['undo_batch_id']}", headers=AUTH)).json()
+    assert (row["complete"], row["not_reverted_count"]) == (False, 1)
+
+
+async def test_a_second_undo_names_the_executions_the_first_did_not_cover(
+    client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    batch_id, before = await misfire(web_settings, db, sandbox)
+    applied = [str(r["_id"]) for r in await records(db, batch_id=batch_id, outcome="applied")]
+    url = f"/api/batches/{batch_id}/undo"
+    writes = len(await successful_writes(sandbox))
+
+    async def undo(executions: list[str]) -> dict[str, Any]:
+        answer = await client.post(url, json={"executions": executions}, headers=AUTH)
+        assert answer.status in (200, 202)
+        await work(web_settings)
+        return dict(await answer.json())
+
+    first = await undo(applied[:3])
+    second = await undo(applied[3:])
+    assert len({first["undo_batch_id"], second["undo_batch_id"], f"undo:{batch_id}"}) == 3
+    assert await state(sandbox) == before
+    assert len(await successful_writes(sandbox)) == writes + 8
+    # the same undo asked again is answered as it is; an undo of undone executions writes nothing
+    again = await client.post(url, json={"executions": list(reversed(applied[:3]))}, headers=AUTH)
+    assert again.status == 200
+    assert (await again.json())["undo_batch_id"] == first["undo_batch_id"]
+    plan = await client.post(url, json={"dry_run": True}, headers=AUTH)
+    assert (await plan.json())["will_revert"] == 0
+    assert {c["reason"] for c in (await plan.json())["changes"]} == {"already_undone"}
+    everything = await undo(applied)
+    done = await (await client.post(url, json={"executions": applied}, headers=AUTH)).json()
+    assert done["undo_batch_id"] == everything["undo_batch_id"] and done["complete"] is True
+    assert {(c["outcome"], c["reason"]) for c in done["changes"]} == {("skipped", "already_undone")}
+    assert len(await successful_writes(sandbox)) == writes + 8
+    original = await (await client.get(f"/api/batches/{batch_id}", headers=AUTH)).json()
+    assert original["undone_by"] == first["undo_batch_id"]
+    assert sorted(original["undos"]) == sorted(
+        [first["undo_batch_id"], second["undo_batch_id"], everything["undo_batch_id"]]
+    )

@@ -20,7 +20,7 @@ from flow import campaign_ids, wait_for, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
-from undo_helpers import misfire, state
+from undo_helpers import adset_budgets, limit_used_up, misfire, state
 
 if MISSING is not None:
     pytest.skip(f"browser tests need a browser: {MISSING}", allow_module_level=True)
@@ -80,3 +80,51 @@ async def test_undoing_a_batch_from_rule_logs_after_seeing_its_plan(
 async def _restored(sandbox: SandboxAdmin, before: dict[str, Any]) -> bool:
     expected = before | {"[AUTO] Lead Gen US 1": ("ACTIVE", 8888)}
     return await state(sandbox) == expected
+
+
+async def test_an_undo_that_could_not_set_everything_back_says_so_and_offers_the_rest(
+    audit_page: Any,  # noqa: F811
+    client: Client,
+    web_settings: Settings,
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+) -> None:
+    page = audit_page
+    batch = await limit_used_up(web_settings, db, sandbox)
+    base = str(client.make_url("")).rstrip("/")
+    console = await _open(page, f"{base}/#token={API_TOKEN}")
+    await page.goto(f"{base}/logs")
+    await page.locator(f'tr.batch-row[data-batch-id="{batch.batch_id}"]').click()
+    await page.get_by_role("button", name="Undo…").click()
+    plan = page.get_by_role("region", name=f"Undo plan of batch {batch.batch_id}")
+    await plan.get_by_role("table").wait_for()
+    await page.get_by_role("button", name="Confirm undo (3 to set back)").click()
+    await plan.get_by_role("status").wait_for()
+    await work(web_settings)
+    done = plan.get_by_text("Undo done, incomplete: 2 set back. 1 could not be set back")
+    await done.wait_for(timeout=15_000)
+    detail = page.locator("tr.detail-row")
+    await detail.get_by_text("1 change(s) could not be set back").wait_for()
+    rest = detail.get_by_role("button", name="Undo what is left…")
+    await rest.wait_for()
+    await _shot(page, "logs-undo-incomplete")
+    assert await _audit(page, "rule logs, an incomplete undo") == []
+    budgets = await adset_budgets(sandbox, list(batch.execution))
+    assert budgets[batch.limited] != batch.before[batch.limited]
+
+    await rest.click()  # a second undo of just that execution: Meta still refuses this hour
+    await plan.get_by_role("table").wait_for()
+    assert await plan.locator("tr.will-revert").count() == 1
+    await page.get_by_role("button", name="Confirm undo (1 to set back)").click()
+    await plan.get_by_role("status").wait_for()
+    await work(web_settings)
+    await plan.get_by_text("Undo done, incomplete: 0 set back.").wait_for(timeout=15_000)
+    assert await detail.locator(".undo-link").count() == 2
+
+    await page.goto(f"{base}/logs")
+    original = page.locator(f'tr.batch-row[data-batch-id="{batch.batch_id}"]')
+    await original.get_by_text("undo incomplete: 1 change(s) not set back").wait_for()
+    undo = page.locator(f'tr.batch-row[data-batch-id="undo:{batch.batch_id}"]')
+    await undo.get_by_text("incomplete: 1 change(s) not set back").wait_for()
+    assert console.errors == []

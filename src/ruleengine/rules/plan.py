@@ -93,6 +93,18 @@ def plan_budget(
     return Plan("daily_budget", live, target, requested, clamped, reason)
 
 
+def plan_restore(value: int, *, live: int, account_minimum: int | None = None) -> Plan:
+    """An undo's daily budget: exactly ``value``, the budget the undone change found.
+
+    No percentage cap and no action bounds (those guard what rules decide; an undo puts
+    back a known value). Meta's minimum still holds: a ``value`` below the ad account's
+    ``min_daily_budget`` is not written (``at_min_budget``, ``requested`` says what it was).
+    """
+    if account_minimum is not None and value < account_minimum:
+        return Plan("daily_budget", live, live, value, ["min_daily_budget"], "at_min_budget")
+    return Plan("daily_budget", live, value, value, reason=None if value != live else "no_change")
+
+
 def _clamp(
     value: int, lower: int, upper: int | None, *, live: int, max_change_pct: float
 ) -> tuple[int, list[str]]:

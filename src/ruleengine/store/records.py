@@ -146,13 +146,19 @@ class BatchStore:
         )
 
     async def link_undo(self, batch_id: str, undo_id: str, *, by: str, now: datetime) -> None:
-        """Link a batch and the batch undoing it both ways (``undone_by`` / ``undoes``)."""
+        """Link a batch and a batch undoing it both ways: ``undos`` lists every undo of the
+        batch, ``undone_by`` / ``undone_at`` name its first; the undo row says ``undoes``."""
+        await self._batches.update_one({"_id": batch_id}, {"$addToSet": {"undos": undo_id}})
         await self._batches.update_one(
-            {"_id": batch_id}, {"$set": {"undone_by": undo_id, "undone_at": now}}
+            {"_id": batch_id, "undone_by": None}, {"$set": {"undone_by": undo_id, "undone_at": now}}
         )
         await self._batches.update_one(
             {"_id": undo_id}, {"$set": {"undoes": batch_id, "by": by, "kind": "undo"}}
         )
+
+    async def note_not_undone(self, batch_id: str, executions: list[str]) -> None:
+        """Keep on the batch's row which of its executions its undos could not set back."""
+        await self._batches.update_one({"_id": batch_id}, {"$set": {"not_undone": executions}})
 
     async def get(self, batch_id: str) -> Document:
         """One batch row; raises NotFoundError."""

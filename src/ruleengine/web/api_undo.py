@@ -2,10 +2,11 @@
 
 A dry run answers the plan (:mod:`ruleengine.undo_plan`), read from the batch's records and
 the live values through the web app's read-only Graph session. Otherwise the undo is
-enqueued as the arq job ``undo:<batch_id>`` (the web app has no writer; a worker writes
-through the rules' own intent path, :mod:`ruleengine.undo`) and answered 202 with the undo
-batch's id; an undo already done is answered 200 with its row and records. Approvers and
-admins only; ``by`` is the caller's token name.
+enqueued as the arq job named by its undo batch id (``undo:<batch_id>``, or
+``undo:<batch_id>:<digest>`` for chosen ``executions``; the web app has no writer: a worker
+writes through the rules' own intent path, :mod:`ruleengine.undo`) and answered 202 with
+that id; an undo already done is answered 200 with its row, its records and whether it is
+``complete``. Approvers and admins only; ``by`` is the caller's token name.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ruleengine.undo_plan import (
     refuse_undo_of_undo,
     select,
     undo_batch_id,
+    undone_executions,
 )
 from ruleengine.web.api_records import batch_row, execution_row
 from ruleengine.web.auth import actor, require_role
@@ -42,10 +44,9 @@ def parse_request(body: Any) -> UndoRequest:
         raise invalid("invalid undo request", errors) from None
 
 
-async def done_undo(request: web.Request, batch_id: str) -> dict[str, Any] | None:
-    """The undo of ``batch_id`` if it is done: its row and records."""
+async def done_undo(request: web.Request, undo_id: str) -> dict[str, Any] | None:
+    """The undo batch ``undo_id`` if it is done: its row and records."""
     svc = services(request)
-    undo_id = undo_batch_id(batch_id)
     if await svc.batches.status(undo_id) != "DONE":
         return None
     row = await svc.batches.get(undo_id)
@@ -53,6 +54,7 @@ async def done_undo(request: web.Request, batch_id: str) -> dict[str, Any] | Non
     return {
         "undo_batch_id": undo_id,
         "status": "DONE",
+        "complete": row.get("not_reverted_count", 0) == 0,
         "existing": True,
         "batch": batch_row(row),
         "changes": [execution_row(r) for r in records],
@@ -71,11 +73,10 @@ async def undo_batch(request: web.Request) -> web.Response:
         batch = await svc.batches.get(batch_id)
         refuse_running(batch)
         records = await svc.executions.for_batch(batch_id)
-        select(records, ask.executions)  # unknown executions: 422 before anything is queued
+        chosen = select(records, ask.executions)  # unknown executions: 422 before anything
     except RuleValidationError as exc:
         raise invalid("invalid undo request", exc.errors) from None
-    if not ask.dry_run and (done := await done_undo(request, batch_id)) is not None:
-        return json_response(done)
+    undo_id = undo_batch_id(batch_id, chosen if ask.executions else None)
     if ask.dry_run:
         followups = await svc.followups.page(filters={"batch_id": batch_id}, limit=5000)
         token = await svc.credentials.usable_token(token_ref(str(batch["account"])))
@@ -87,9 +88,11 @@ async def undo_batch(request: web.Request) -> web.Response:
             token=token,
             executions=ask.executions,
             pause_copies=ask.pause_copies,
+            undone=await undone_executions(svc.executions, batch, other_than=undo_id),
         )
         return json_response(plan.as_json() | {"dry_run": True})
-    undo_id = undo_batch_id(batch_id)
+    if (done := await done_undo(request, undo_id)) is not None:
+        return json_response(done)
     payload = {
         "batch_id": batch_id,
         "by": by,

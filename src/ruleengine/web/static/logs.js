@@ -2,7 +2,9 @@
  * and under each execution with a `then` its follow-up (live status from /api/followups).
  * A batch with applied changes can be undone: Undo shows the plan (a dry run of
  * POST /api/batches/{id}/undo: what will be set back, what is skipped and why, the live
- * values), Confirm queues the undo; the two batches link each other (?batch=ID shows one). */
+ * values), Confirm queues the undo; the batches link each other (?batch=ID shows one). An
+ * undo that could not set every change back (Meta's limits, a failed write) says so on both
+ * rows, and "Undo what is left…" asks a second undo of just those executions. */
 "use strict";
 
 (() => {
@@ -81,8 +83,20 @@
     } else if (batch.error) {
       cell.append(el("div", { class: "error-line" }, batch.error));
     }
+    const missing = notSetBack(batch);
+    if (missing) cell.append(el("div", { class: "warn-line undo-incomplete" }, missing));
     if (batch.execute_count > 1) cell.append(el("div", { class: "muted" }, `delivered ${batch.execute_count}×`));
     return cell;
+  }
+
+  /* An undo batch that could not set everything back, or a batch whose undos could not:
+   * the warning its row shows (null when there is none). */
+  function notSetBack(batch) {
+    if (batch.kind === "undo" && batch.complete === false) {
+      return `incomplete: ${batch.not_reverted_count} change(s) not set back`;
+    }
+    const left = (batch.not_undone || []).length;
+    return left ? `undo incomplete: ${left} change(s) not set back` : null;
   }
 
   function batchCells(batch) {
@@ -232,34 +246,48 @@
       el("td", { colspan: 5 }, runLine(run)));
   }
 
-  /* The undo links of a batch and its Undo button (with the plan panel it opens). */
+  /* Every undo of a batch (older rows name only the first). */
+  function undosOf(batch) {
+    return batch.undos || (batch.undone_by ? [batch.undone_by] : []);
+  }
+
+  /* The undo links of a batch and its Undo button (with the plan panel it opens): "Undo…"
+   * before any undo, "Undo what is left…" while some change an undo tried is not set back. */
   function undoBlock(batch, items) {
     const block = el("div", { class: "undo-block" });
     if (batch.undoes) {
       block.append(el("p", { class: "undo-link" }, `Undo by ${batch.by || "?"} of batch `, batchLink(batch.undoes)));
     }
-    if (batch.undone_by) {
-      block.append(el("p", { class: "undo-link" }, "Undone by ", batchLink(batch.undone_by)));
+    for (const undoId of undosOf(batch)) {
+      block.append(el("p", { class: "undo-link" }, "Undone by ", batchLink(undoId)));
+    }
+    const left = batch.not_undone || [];
+    if (left.length) {
+      block.append(el("p", { class: "warn-line undo-left" },
+        `${left.length} change(s) could not be set back (Meta's limits or a failed write; the undo's records say why).`));
     }
     const applied = items.some((r) => r.kind !== "followup" && r.outcome === "applied");
-    if (applied && !batch.undoes && !batch.undone_by) {
+    if (applied && !batch.undoes && (!undosOf(batch).length || left.length)) {
+      const rest = left.length ? left : null;
       const button = el("button", { type: "button", class: "undo-open", "aria-expanded": "false",
-        onclick: () => openPlan(batch, block, button) }, "Undo…");
+        onclick: () => openPlan(batch, items, block, button, false, rest) }, rest ? "Undo what is left…" : "Undo…");
       block.append(button);
     }
     return block;
   }
 
-  async function openPlan(batch, block, button, pauseCopies = false) {
+  /* The plan of undoing the batch (only `executions` when given), and its Confirm. */
+  async function openPlan(batch, items, block, button, pauseCopies = false, executions = null) {
     const panel = el("section", { class: "undo-plan", "aria-label": `Undo plan of batch ${batch.batch_id}` },
       el("span", { class: "muted" }, "reading the live values…"));
     block.querySelector(".undo-plan")?.remove();
     block.append(panel);
     button.setAttribute("aria-expanded", "true");
     const path = `/api/batches/${encodeURIComponent(batch.batch_id)}/undo`;
+    const chosen = executions ? { executions } : {};
     let plan;
     try {
-      plan = await api("POST", path, { dry_run: true, pause_copies: pauseCopies });
+      plan = await api("POST", path, { ...chosen, dry_run: true, pause_copies: pauseCopies });
     } catch (err) {
       panel.replaceChildren(el("p", { class: "error-line", role: "alert" }, err.message));
       return;
@@ -272,10 +300,10 @@
       confirm.disabled = true;
       cancel.disabled = true;
       try {
-        const queued = await api("POST", path, { pause_copies: pauseCopies });
+        const queued = await api("POST", path, { ...chosen, pause_copies: pauseCopies });
         panel.replaceChildren(el("p", { role: "status", class: "undo-status" }, "Undo ", batchLink(queued.undo_batch_id),
           ` ${String(queued.status).toLowerCase()}…`));
-        await waitForUndo(batch.batch_id, queued.undo_batch_id, panel, block);
+        await waitForUndo(batch.batch_id, queued.undo_batch_id, panel, block, items);
       } catch (err) {
         panel.append(el("p", { class: "error-line", role: "alert" }, err.message));
       }
@@ -288,7 +316,7 @@
     const copies = plan.changes.some((c) => c.action === "pause_copy" || c.reason === "copy_kept");
     if (copies) {
       const box = el("input", { type: "checkbox", id: `pause-copies-${batch.batch_id}`, checked: pauseCopies,
-        onchange: () => openPlan(batch, block, button, box.checked) });
+        onchange: () => openPlan(batch, items, block, button, box.checked, executions) });
       children.push(el("p", {}, box, el("label", { for: box.id }, " Pause the copies this batch made (copies are never deleted)")));
     }
     if (plan.followups.length) {
@@ -306,6 +334,7 @@
     already_paused: "already paused",
     live_read_failed: "the live value could not be read",
     not_revertible: "cannot be set back",
+    already_undone: "an earlier undo set it back",
   };
 
   function planTable(plan) {
@@ -325,17 +354,27 @@
     return value === null || value === undefined ? "—" : String(value);
   }
 
-  /* Poll until the worker has carried the undo out: the batch names its undo once it starts. */
-  async function waitForUndo(batchId, undoId, panel, block) {
+  /* What a finished undo did: how many set back, and how many it could not. */
+  function undoOutcome(undo, undoId) {
+    const missed = undo.complete === false
+      ? ` ${undo.not_reverted_count} could not be set back (Meta's limits or a failed write): see its records.` : "";
+    return el("p", { role: "status", class: "undo-status" + (missed ? " warn-line" : "") },
+      `Undo ${undo.status.toLowerCase()}${missed ? ", incomplete" : ""}: `, `${undo.reverted_count ?? undo.applied_count ?? 0} set back.${missed} `,
+      batchLink(undoId));
+  }
+
+  /* Poll until the worker has carried the undo out (the batch lists its undo once it starts),
+   * then show the batch's undo links again. */
+  async function waitForUndo(batchId, undoId, panel, block, items) {
     for (let i = 0; i < 600; i++) {
       try {
         const batch = await api("GET", "/api/batches/" + encodeURIComponent(batchId));
-        const undo = batch.undone_by ? await api("GET", "/api/batches/" + encodeURIComponent(undoId)) : null;
+        const undo = undosOf(batch).includes(undoId) ? await api("GET", "/api/batches/" + encodeURIComponent(undoId)) : null;
         if (undo && undo.status !== "RUNNING") {
-          panel.replaceChildren(el("p", { role: "status", class: "undo-status" }, `Undo ${undo.status.toLowerCase()}: `,
-            `${undo.applied_count ?? 0} set back. `, batchLink(undoId)));
-          block.querySelector(".undo-open")?.remove();
-          block.prepend(el("p", { class: "undo-link" }, "Undone by ", batchLink(undoId)));
+          panel.replaceChildren(undoOutcome(undo, undoId));
+          const next = undoBlock(await api("GET", "/api/batches/" + encodeURIComponent(batchId)), items);
+          next.append(panel);
+          block.replaceWith(next);
           return;
         }
       } catch (_err) {
