@@ -252,3 +252,19 @@ async def test_progress_is_one_rewritten_line_on_a_terminal_and_lines_elsewhere(
         "backtest: replay, 3/3 days",
         "backtest: done, 3/3 days",
     ]
+
+
+def test_more_entities_than_the_limit_exit_1_saying_how_to_narrow(
+    env: Settings,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RULEENGINE_BACKTEST_MAX_ENTITIES", "1")
+    path = write(tmp_path, rule())
+    assert cli_main(["rules", "backtest", str(path), "--days", "2", "--matured"]) == 1
+    err = capsys.readouterr().err
+    assert "error: the backtest was refused: the rule matches" in err
+    assert "entities today (act_1001: " in err
+    assert "RULEENGINE_BACKTEST_MAX_ENTITIES=1" in err
+    assert "--account in the CLI) or narrow the rule's filters" in err

@@ -183,3 +183,56 @@ async def test_the_example_pair_is_loaded_paused_and_reported_as_conflicting(
         "Fight demo: scale up [AUTO] campaigns",
         "Fight demo: cut down [AUTO] campaigns",
     }
+
+
+async def test_the_refusing_setting_refuses_a_rollback_to_a_fighting_version(
+    settings: Settings, db: Database, accounts: list[str], tmp_path: Path
+) -> None:
+    refuse = {"RULEENGINE_REFUSE_CONFLICTING_RULES": "true"}
+    assert (
+        run("rules", "apply", str(rule_file(tmp_path, "Up", UP)), settings=settings).returncode == 0
+    )
+    fighting = rule_file(tmp_path, "Down", DOWN, status="PAUSED")  # v1: fights Up, paused
+    assert run("rules", "apply", str(fighting), settings=settings, **refuse).returncode == 0
+    apart = [{"field": "name", "operator": "NOT_CONTAIN", "value": "[AUTO]"}]
+    elsewhere = rule_file(tmp_path, "Down", DOWN, filters=apart)  # v2: ACTIVE, other campaigns
+    applied = run("rules", "apply", str(elsewhere), settings=settings, **refuse)
+    assert applied.returncode == 0, applied.stderr
+    down = await RuleStore(db).find_by_name("Down")
+    assert down is not None and (down.version, down.status) == (2, "ACTIVE")
+
+    refused = run("rules", "rollback", down.id, "1", settings=settings, **refuse)
+    assert refused.returncode == 1, refused.stdout
+    assert "not rolled back" in refused.stderr
+    assert "CONFLICT: daily_budget (opposing; scopes overlap" in refused.stderr
+    assert (await RuleStore(db).get(down.id)).version == 2  # nothing moved
+
+    rolled = run("rules", "rollback", down.id, "1", "--expected-version", "2", settings=settings)
+    assert rolled.returncode == 0, rolled.stderr  # without the setting: done, with a warning
+    assert f"{down.id} v1 is active (Down, ACTIVE)" in rolled.stdout
+    assert "warning: CONFLICT: daily_budget" in rolled.stdout
+    assert (await RuleStore(db).get(down.id)).version == 1
+
+
+async def test_the_refusing_setting_refuses_an_activating_import(
+    settings: Settings, db: Database, accounts: list[str], sandbox: Any, tmp_path: Path
+) -> None:
+    # the sandbox's act_1001 has "Scale winners +20% (ROAS over 3)", ad sets, ENABLED at Meta
+    cut = rule_file(tmp_path, "Cut ad sets", DOWN, filters=[], level="adset")
+    assert run("rules", "apply", str(cut), settings=settings).returncode == 0
+    hooks = {"RULEENGINE_WEBHOOKS": '{"meta-rules": "http://127.0.0.1:9/hook"}'}
+    refuse = {"RULEENGINE_REFUSE_CONFLICTING_RULES": "true"} | hooks
+    args = ("rules", "import-meta", "--account", "act_1001", "--apply", "--activate")
+
+    refused = run(*args, settings=settings, **refuse)
+    assert refused.returncode == 1
+    assert "Scale winners +20% (ROAS over 3) (Meta" in refused.stderr
+    assert "converted, not saved: the rule fights 1 time(s)" in refused.stderr
+    assert "CONFLICT: daily_budget" in refused.stderr
+    assert "1 rule(s) not saved: they fight active rules" in refused.stderr
+    assert await RuleStore(db).find_by_name("Scale winners +20% (ROAS over 3)") is None
+
+    saved = run(*args, settings=settings, **hooks)  # without the setting: saved, warned
+    assert "warning: CONFLICT: daily_budget" in saved.stderr, saved.stderr
+    winners = await RuleStore(db).find_by_name("Scale winners +20% (ROAS over 3)")
+    assert winners is not None and winners.status == "ACTIVE"

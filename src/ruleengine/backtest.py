@@ -97,6 +97,32 @@ class BacktestRefused(RuleEngineError):
     """A backtest that cannot run; the message says why and what to do."""
 
 
+class BacktestTooBig(BacktestRefused):
+    """A backtest over more entities than ``RULEENGINE_BACKTEST_MAX_ENTITIES``.
+
+    Attributes:
+        counts: today's entities of the rule on each ad account listed.
+        limit: the most entities one backtest replays.
+    """
+
+    def __init__(self, counts: dict[str, int], limit: int) -> None:
+        self.counts = counts
+        self.limit = limit
+        each = ", ".join(f"{account}: {n:,}" for account, n in counts.items())
+        super().__init__(
+            f"the rule matches {sum(counts.values()):,} entities today ({each}), more than"
+            f" one backtest replays (RULEENGINE_BACKTEST_MAX_ENTITIES={limit:,}): backtest"
+            ' fewer ad accounts ("accounts" in the API, --account in the CLI) or narrow the'
+            " rule's filters"
+        )
+
+
+def check_entities(counts: dict[str, int], *, limit: int) -> None:
+    """Raise :class:`BacktestTooBig` when ``counts`` add up to more than ``limit``."""
+    if sum(counts.values()) > limit:
+        raise BacktestTooBig(counts, limit)
+
+
 @dataclass(frozen=True)
 class BacktestRequest:
     """What to backtest (see ``docs/backtest.md``)."""
@@ -214,6 +240,9 @@ async def run_backtest(
     instants = run_instants(rule, since=since, until=until)
     report = _Reporter(progress, request.days)
     tally = _Tally()
+    await report(Progress(0, request.days, "listing"))
+    counts = await count_entities(deps, request, now=now, tally=tally)
+    check_entities(counts, limit=deps.settings.backtest_max_entities)
     accounts: list[_Account] = []
     refusals: dict[str, str] = {}
     for account_id in request.accounts or tuple(rule.ad_accounts):
@@ -401,6 +430,34 @@ async def _gather(
         if not fit.enough:
             tally.note(f"{account_id}: {fit.why}")
     return gathered
+
+
+async def count_entities(
+    deps: BacktestDeps, request: BacktestRequest, *, now: datetime, tally: _Tally | None = None
+) -> dict[str, int]:
+    """Today's entities of the rule on each ad account of the request that can be listed.
+
+    The listings are kept (:data:`LISTING_KEPT`): the backtest that follows reads them
+    again from MongoDB. An account that cannot be listed is left out here; the backtest
+    leaves it out too, and says why.
+    """
+    tally = tally if tally is not None else _Tally()
+    counts: dict[str, int] = {}
+    for account_id in request.accounts or tuple(request.rule.ad_accounts):
+        cost = Cost()
+        reader = GraphReader.from_settings(deps.session.view(cost=cost))
+        try:
+            token = await deps.credentials.usable_token(token_ref(account_id))
+            with tally.timed("listing"):
+                items, _ = await _listing(
+                    deps, reader, request.rule, account_id, token=token, now=now, tally=tally
+                )
+        except (RuleEngineError, GraphError):
+            continue
+        finally:
+            tally.graph_calls += cost.counted_calls
+        counts[account_id] = len(items)
+    return counts
 
 
 def _listing_key(rule: Rule, account_id: str, fields: list[str]) -> str:

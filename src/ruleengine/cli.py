@@ -19,9 +19,9 @@ from pydantic import ValidationError
 
 from ruleengine import __version__
 from ruleengine.conflicts import (
-    NEW_RULE_ID,
+    ConflictGate,
+    ConflictingRuleError,
     add_live_entities,
-    against_active,
     findings_json,
     stored_entries,
 )
@@ -72,6 +72,12 @@ async def _database(settings: Settings) -> AsyncIterator[Database]:
 
 
 # ---------------------------------------------------------------- rules
+
+
+def _rule_store(db: Database, settings: Settings) -> RuleStore:
+    """The rule store of a command that saves, activates or rolls back rules: every such
+    change passes the conflict check (``RULEENGINE_REFUSE_CONFLICTING_RULES``)."""
+    return RuleStore(db, admit=ConflictGate(refuse=settings.refuse_conflicting_rules))
 
 
 def _load_file(path: Path) -> Any:
@@ -152,30 +158,46 @@ async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
         if len(valid) != len(args.files):
             print("nothing applied: fix the errors above first", file=sys.stderr)
             return 1
-        store = RuleStore(db)
+        store = _rule_store(db, settings)  # each file is checked against those applied before
         refused = 0
         for path, rule in valid:
-            existing = await store.find_by_name(rule.name)
-            active = await stored_entries(store, active_only=True)  # those applied just now too
-            rule_id = existing.id if existing else NEW_RULE_ID
-            findings = against_active(rule, active, rule_id=rule_id)
-            fights = any(f.severity == "conflict" for f in findings)
-            if fights and rule.status == "ACTIVE" and settings.refuse_conflicting_rules:
+            try:
+                result = await store.save(rule, now=_now(), author=args.author, source=str(path))
+            except ConflictingRuleError as exc:
                 refused += 1
                 print(f"{path}: not applied ({rule.name}): it fights active rules", file=sys.stderr)
-                _print_findings(findings, sys.stderr, prefix=f"{path}: ")
+                _print_findings(exc.findings, sys.stderr, prefix=f"{path}: ")
                 continue
-            result = await store.save(rule, now=_now(), author=args.author, source=str(path))
             state = "created" if result.created else "unchanged"
             state = "new version" if result.new_version and not result.created else state
             print(f"{path}: {result.rule.id} v{result.rule.version} {state} ({rule.name})")
-            _print_findings(findings, sys.stdout, prefix=f"{path}: warning: ")
+            _print_findings(result.warnings, sys.stdout, prefix=f"{path}: warning: ")
         if refused:
             print(
                 f"{refused} file(s) not applied: RULEENGINE_REFUSE_CONFLICTING_RULES is set",
                 file=sys.stderr,
             )
         return 1 if refused else 0
+
+
+async def _rules_rollback(args: argparse.Namespace, settings: Settings) -> int:
+    async with _database(settings) as db:
+        try:
+            changed = await _rule_store(db, settings).rollback(
+                args.rule_id,
+                args.version,
+                now=_now(),
+                expected_version=args.expected_version,
+                by=args.author,
+            )
+        except ConflictingRuleError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            _print_findings(exc.findings, sys.stderr)
+            return 1
+    doc = changed.rule
+    print(f"{doc.id} v{doc.version} is active ({doc.name}, {doc.status})")
+    _print_findings(changed.warnings, sys.stdout, prefix="warning: ")
+    return 0
 
 
 _FIRE_WORDS = {
@@ -676,7 +698,14 @@ async def _rules_import_meta(args: argparse.Namespace, settings: Settings) -> in
     _write_imported(args, results, saved)
     imported = sum(1 for _, r in results if r.rule is not None)
     print(f"{imported} of {len(results)} Meta rule(s) converted", file=sys.stderr)
-    return 0 if imported == len(results) else 1
+    refused = sum(1 for s in saved.values() if s.refused)
+    if refused:
+        print(
+            f"{refused} rule(s) not saved: they fight active rules and"
+            " RULEENGINE_REFUSE_CONFLICTING_RULES is set",
+            file=sys.stderr,
+        )
+    return 0 if imported == len(results) and not refused else 1
 
 
 async def _apply_imported(
@@ -693,7 +722,7 @@ async def _apply_imported(
     assert db is not None
     assert credentials is not None
     saved = await interop.save_imported(
-        RuleStore(db),
+        _rule_store(db, settings),
         results,
         accounts=await credentials.ids(),
         webhooks=set(settings.webhooks),
@@ -728,11 +757,15 @@ def _write_imported(args: argparse.Namespace, results: list[Any], saved: dict[in
         elif result.rule is not None:
             documents.append(result.rule)
         state = "converted" if result.rule is not None else "NOT CONVERTED"
-        if id(result) in saved:
-            state += f", {saved[id(result)].line()}"
+        stored = saved.get(id(result))
+        if stored is not None:
+            state += f", {stored.line()}"
         print(_one_line(f"{head}: {state}{where}"), file=sys.stderr)
         for problem in result.problems:
             print(_one_line(f"    {problem.line()}"), file=sys.stderr)
+        if stored is not None:  # its conflicts: why it was refused, or warnings
+            prefix = "    " if stored.refused else "    warning: "
+            _print_findings(stored.findings, sys.stderr, prefix=prefix)
     if documents and not args.out and not args.apply:
         shown = documents[0] if len(documents) == 1 else documents
         sys.stdout.write(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -1028,10 +1061,35 @@ def _add_rules(sub: Any) -> None:
     apply.set_defaults(handler=_run_async(_rules_apply))
     listing = rules.add_parser("list", help="list rules with status, schedule and next run")
     listing.set_defaults(handler=_run_async(_rules_list))
+    _add_rollback(rules)
     _add_conflicts(rules)
     _add_import_meta(rules)
     _add_export_meta(rules)
     _add_backtest(rules)
+
+
+def _add_rollback(rules: Any) -> None:
+    back = rules.add_parser(
+        "rollback",
+        help="make an earlier version of a rule the active one again",
+        description="Moves the rule's active-version pointer back to VERSION (compare-and-set,"
+        " as POST /api/rules/{id}/rollback does); the rule keeps its status (a rule with issues"
+        " comes back PAUSED). Its conflicts with the active rules are printed as warnings; with"
+        " RULEENGINE_REFUSE_CONFLICTING_RULES set, a rollback that would leave an ACTIVE rule"
+        " fighting active rules is refused.",
+        epilog="Exit 0 when VERSION is active; 1 when the rule or version is unknown, the rule"
+        " moved off --expected-version, or the rollback was refused (its conflicts on stderr).",
+    )
+    back.add_argument("rule_id", metavar="RULE_ID", help="the id of a stored rule")
+    back.add_argument("version", type=int, metavar="VERSION", help="the version to make active")
+    back.add_argument(
+        "--expected-version",
+        type=int,
+        metavar="N",
+        help="refuse unless the active version is still N (someone else may have changed it)",
+    )
+    back.add_argument("--author", default=os.environ.get("USER", "cli"), help="recorded as who")
+    back.set_defaults(handler=_run_async(_rules_rollback))
 
 
 def _add_conflicts(rules: Any) -> None:
@@ -1069,8 +1127,10 @@ def _add_import_meta(rules: Any) -> None:
         " path in Meta's rule and why (TRIGGER rules, ROTATE, REBALANCE_BUDGET, PING_ENDPOINT …"
         " are not converted; '(warning)' marks a rule converted with a difference to review)."
         " The rules go to stdout, to --out DIR, or with --apply into the rule store.",
-        epilog="Exit 0 when every rule was converted, 1 when some were not (the others are"
-        " still written or saved). Migration walkthrough: docs/meta-rules.md.",
+        epilog="Exit 0 when every rule was converted (and, with --apply, saved), 1 when some"
+        " were not (the others are still written or saved): a rule that would be ACTIVE and"
+        " fights active rules is not saved when RULEENGINE_REFUSE_CONFLICTING_RULES is set."
+        " Migration walkthrough: docs/meta-rules.md.",
     )
     imp.add_argument("files", nargs="*", type=Path, metavar="FILE", help="Meta rules as JSON")
     imp.add_argument(

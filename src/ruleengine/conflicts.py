@@ -5,18 +5,28 @@ stored rules (those that read; a rule with issues is left out), checks a rule be
 against the active ones, and — for a live check — lists up to 5 current entities that both
 rules of a finding would act on, through the GET-only reader with each account's
 registered token. Read-only: nothing here writes to Meta.
+
+:class:`ConflictGate` is the one check of ``RULEENGINE_REFUSE_CONFLICTING_RULES``: the web
+app's and the CLI's rule stores run it before every save, activation and rollback (API,
+``rules apply``, ``rules rollback``, ``rules import-meta --apply``, ``POST /api/import/meta``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ruleengine.errors import RuleEngineError
+from ruleengine.errors import ConflictError, RuleEngineError
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.conflicts import Finding, RuleEntry, find_conflicts
+from ruleengine.rules.conflicts import (
+    Finding,
+    RuleEntry,
+    conflicting_rule_ids,
+    find_conflicts,
+)
 from ruleengine.rules.filtering import LocalFilter, wire
 from ruleengine.rules.model import Rule
 from ruleengine.store.credentials import CredentialStore, token_ref
@@ -30,13 +40,15 @@ LIVE_RULE_PAIRS = 20  # pairs of rules a live check lists entities for (Graph ca
 NEW_RULE_ID = "new"  # the id of a rule being created, in its findings before it is saved
 
 
+ANALYSED = ("ACTIVE", "PAUSED")  # the statuses of the stored rules the analysis reads
+
+
 async def stored_entries(store: RuleStore, *, active_only: bool = False) -> list[RuleEntry]:
     """Every stored rule that reads (ACTIVE and PAUSED, or ACTIVE only)."""
     entries: list[RuleEntry] = []
-    for item in await store.page():
-        if isinstance(item, StoredRuleError) or item.status not in ("ACTIVE", "PAUSED"):
-            continue
-        if active_only and item.status != "ACTIVE":
+    statuses = ("ACTIVE",) if active_only else ANALYSED
+    for item in await store.page(statuses=statuses):
+        if isinstance(item, StoredRuleError) or item.status not in statuses:
             continue
         try:
             rule = item.rule()
@@ -44,6 +56,48 @@ async def stored_entries(store: RuleStore, *, active_only: bool = False) -> list
             continue
         entries.append(RuleEntry(item.id, item.name, rule, item.status))
     return entries
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The findings over every stored rule (ACTIVE and PAUSED) at one state of the rules."""
+
+    entries: list[RuleEntry]
+    findings: list[Finding]
+
+    @property
+    def conflicting_rules(self) -> dict[str, int]:
+        """The ``conflict`` findings per rule id (what the Rules screen badges)."""
+        return conflicting_rule_ids(self.findings)
+
+
+class StoredAnalysis:
+    """:class:`Analysis` of the stored rules, computed once per state of the rules.
+
+    The analysis is O(tasks²) over the whole rule set (seconds for a thousand rules); its
+    result is kept, per process, until :meth:`RuleStore.fingerprint` says the rules
+    changed, so answering it again — the Rules screen's counts on every load, a page of
+    findings after another — costs one small query. One computation at a time: callers
+    that arrive meanwhile wait for it instead of starting their own.
+    """
+
+    def __init__(self) -> None:
+        self._key: str | None = None
+        self._analysis: Analysis | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self, store: RuleStore) -> Analysis:
+        """The analysis of the rules as stored now."""
+        key = await store.fingerprint(statuses=ANALYSED)
+        async with self._lock:
+            if self._analysis is None or key != self._key:
+                entries = await stored_entries(store)
+                # pure CPU: off the event loop
+                findings = await asyncio.to_thread(find_conflicts, entries)
+                # The key read before loading: a change made meanwhile changes the key
+                # again, so the next caller recomputes rather than keeping a stale result.
+                self._key, self._analysis = key, Analysis(entries, findings)
+            return self._analysis
 
 
 def against_active(
@@ -56,6 +110,48 @@ def against_active(
     others = [e for e in active if e.id != rule_id and e.status == "ACTIVE"]
     entry = RuleEntry(rule_id, rule.name, rule, rule.status)
     return find_conflicts([entry, *others], only_involving={rule_id})
+
+
+class ConflictingRuleError(ConflictError):
+    """A change refused: it would leave an ACTIVE rule that fights active rules (or itself).
+
+    Attributes:
+        findings: every finding of the rule, conflicts and notes.
+    """
+
+    def __init__(self, what: str, findings: Sequence[Finding]) -> None:
+        self.findings = list(findings)
+        fights = sum(1 for f in findings if f.severity == "conflict")
+        super().__init__(
+            f"not {what}: the rule fights {fights} time(s) with active rules (or itself) and"
+            " RULEENGINE_REFUSE_CONFLICTING_RULES is set; see 'conflicts', change the rules'"
+            " scopes or conditions, save it PAUSED, or pause the other rule first"
+        )
+
+
+@dataclass(frozen=True)
+class ConflictGate:
+    """The admission of a rule store (:class:`~ruleengine.store.rules.Admission`).
+
+    A rule being saved, activated or rolled back is checked against the active rules and
+    itself; its findings are the change's warnings. With ``refuse``
+    (``RULEENGINE_REFUSE_CONFLICTING_RULES``) a change that leaves the rule ``ACTIVE``
+    with a conflict (not only notes) raises :class:`ConflictingRuleError` before anything
+    is written; a PAUSED rule fights nothing until it is activated, which is checked then.
+    """
+
+    refuse: bool
+
+    async def __call__(
+        self, store: RuleStore, rule: Rule, *, rule_id: str | None, what: str
+    ) -> list[Finding]:
+        """The findings of ``rule``; raises :class:`ConflictingRuleError` to refuse it."""
+        active = await stored_entries(store, active_only=True)
+        findings = against_active(rule, active, rule_id=rule_id or NEW_RULE_ID)
+        fights = any(f.severity == "conflict" for f in findings)
+        if fights and self.refuse and rule.status == "ACTIVE":
+            raise ConflictingRuleError(what, findings)
+        return findings
 
 
 def findings_json(

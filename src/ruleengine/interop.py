@@ -4,7 +4,8 @@ timezone, reading its ``adrules_library`` (read-only Graph client), saving impor
 The conversions themselves are pure (:mod:`ruleengine.rules.meta_import`,
 :mod:`ruleengine.rules.meta_export`); this module gives them their context and stores what
 they make, through the same :meth:`RuleStore.save` as ``rules apply`` and ``POST
-/api/rules``.
+/api/rules`` — with the store's admission, so an imported rule that fights active rules is
+refused like a save when ``RULEENGINE_REFUSE_CONFLICTING_RULES`` is set.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ruleengine.conflicts import NEW_RULE_ID, ConflictingRuleError, findings_json
 from ruleengine.errors import NotFoundError, RuleEngineError, RuleValidationError
 from ruleengine.meta.reader import GraphReader
+from ruleengine.rules.conflicts import Finding
 from ruleengine.rules.meta_import import Imported, meta_rules_of
 from ruleengine.rules.meta_vocab import MetaAccount
 from ruleengine.rules.model import parse_rule
@@ -100,22 +103,36 @@ class Saved:
 
     index: int
     name: str
-    state: str  # created, new version, unchanged, skipped
+    state: str  # created, new version, unchanged, skipped, refused
     rule_id: str | None = None
     version: int | None = None
     message: str = ""
+    findings: tuple[Finding, ...] = ()  # its conflicts: warnings, or why it was refused
+
+    @property
+    def refused(self) -> bool:
+        """Not saved because it fights active rules (``RULEENGINE_REFUSE_CONFLICTING_RULES``)."""
+        return self.state == "refused"
+
+    def findings_json(self) -> list[dict[str, Any]]:
+        """The findings as JSON, a created rule's ``new`` id renamed to its id."""
+        rename = {NEW_RULE_ID: self.rule_id} if self.rule_id else None
+        return findings_json(self.findings, rename=rename)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+        """JSON-ready form: ``warnings`` of a saved rule, ``conflicts`` of a refused one."""
         return {
             "state": self.state,
             "rule_id": self.rule_id,
             "version": self.version,
             "message": self.message,
+            ("conflicts" if self.refused else "warnings"): self.findings_json(),
         }
 
     def line(self) -> str:
         """One line for the CLI."""
+        if self.refused:
+            return self.message  # "not saved: the rule fights …"
         if self.rule_id is None:
             return f"not saved: {self.message}"
         return f"{self.rule_id} v{self.version} {self.state}"
@@ -135,7 +152,8 @@ async def save_imported(
 
     A rule is matched by name; a rule of that name imported from the same Meta rule is
     updated (a new version only when the definition changed; its status kept), one of
-    another origin is left alone and reported.
+    another origin is left alone and reported. ``store``'s admission checks each one:
+    a rule it refuses is reported ``refused`` with its conflicts, the others are saved.
     """
     saved: list[Saved] = []
     for result in results:
@@ -172,10 +190,21 @@ async def _save_one(
     except RuleValidationError as exc:
         problems = "; ".join(f"{e.path}: {e.message}" for e in exc.errors)
         return Saved(result.index, result.name, "skipped", message=problems)
-    outcome = await store.save(rule, now=now, author=author, source=source)
+    try:
+        outcome = await store.save(rule, now=now, author=author, source=source)
+    except ConflictingRuleError as exc:
+        findings = tuple(exc.findings)
+        return Saved(result.index, result.name, "refused", message=str(exc), findings=findings)
     state = "created" if outcome.created else "unchanged"
     state = "new version" if outcome.new_version and not outcome.created else state
     log.info(
         "imported Meta rule %s as %s v%d", result.meta_id, outcome.rule.id, outcome.rule.version
     )
-    return Saved(result.index, result.name, state, outcome.rule.id, outcome.rule.version)
+    return Saved(
+        result.index,
+        result.name,
+        state,
+        outcome.rule.id,
+        outcome.rule.version,
+        findings=outcome.warnings,
+    )

@@ -155,6 +155,17 @@ class Settings(BaseSettings):
     backtest_concurrency: int = Field(
         default=1, ge=1, description="backtests the web app runs at once; more wait, queued"
     )
+    backtest_queue_max: int = Field(
+        default=5,
+        ge=1,
+        description="backtests a web process holds at once, queued or running; more: 429",
+    )
+    backtest_max_entities: int = Field(
+        default=2_000,
+        ge=1,
+        description="entities (campaigns or ad sets, over its accounts) one backtest replays;"
+        " more: refused (API 422, CLI exit 1)",
+    )
     refuse_conflicting_rules: bool = Field(
         default=False,
         description="an ACTIVE rule that fights an active rule is not saved (API, `rules"

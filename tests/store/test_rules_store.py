@@ -46,7 +46,7 @@ async def test_rollback_moves_the_pointer_without_a_new_version(db: Database) ->
     store = RuleStore(db)
     rule_id = (await store.save(budget_rule(), now=NOW, author="a", source="t")).rule.id
     await store.save(budget_rule(percent=30), now=NOW, author="a", source="t")
-    rolled = await store.rollback(rule_id, 1, now=NOW)
+    rolled = (await store.rollback(rule_id, 1, now=NOW)).rule
     assert (rolled.version, rolled.latest_version) == (1, 2)
     assert rolled.rule().tasks[0].action.percent == 20  # type: ignore[union-attr]
     third = await store.save(budget_rule(percent=40), now=NOW, author="a", source="t")
@@ -68,7 +68,7 @@ async def test_two_concurrent_rollbacks_exactly_one_wins(db: Database) -> None:
     assert len(wins) == 1
     assert len(losses) == 1
     assert "version" in str(losses[0])
-    assert (await store.get(rule_id)).version == wins[0].version
+    assert (await store.get(rule_id)).version == wins[0].rule.version
 
 
 async def test_save_with_a_stale_expected_version_conflicts(db: Database) -> None:
@@ -153,11 +153,11 @@ async def test_advance_is_a_compare_and_set_on_next_execute_at(db: Database) -> 
 async def test_pause_and_activate(db: Database) -> None:
     store = RuleStore(db)
     rule = (await store.save(budget_rule(), now=NOW, author="a", source="t")).rule
-    paused = await store.set_status(rule.id, "PAUSED", now=NOW)
+    paused = (await store.set_status(rule.id, "PAUSED", now=NOW)).rule
     assert paused.status == "PAUSED"
     assert await due_docs(store, NOW) == []
     later = NOW + timedelta(hours=2)
-    active = await store.set_status(rule.id, "ACTIVE", now=later)
+    active = (await store.set_status(rule.id, "ACTIVE", now=later)).rule
     assert (active.status, active.next_execute_at) == ("ACTIVE", later)
     assert len(await store.versions(rule.id)) == 1
 

@@ -406,7 +406,55 @@ async def test_hostile_bodies_never_answer_500(bt: Client, body: Any) -> None:
         headers={**AUTH, "Content-Type": "application/json"},
     )
     text = await response.text()
-    assert response.status in (202, 404, 409, 422), text
+    assert response.status in (202, 404, 409, 422, 429), text  # 429: the queue is full
     answer = orjson.loads(text)
     if response.status == 422:
         assert all(isinstance(e["path"], str) for e in answer["errors"])
+
+
+async def test_a_full_queue_is_429_with_retry_after_and_nothing_stored(
+    web_settings: Settings, db: Database, redis: Any, accounts: list[str]
+) -> None:
+    client = await start(web_settings.model_copy(update={"backtest_queue_max": 2}))
+    runner = client.app[RUNNER]
+    try:
+        async with runner._slots:  # hold the only slot: both stay queued
+            ids = [(await post(client, {"rule": rule_body(), "days": 2}))[1]["id"] for _ in "ab"]
+            response = await client.post(
+                "/api/backtests", json={"rule": rule_body(), "days": 2}, headers=AUTH
+            )
+            assert response.status == 429
+            assert response.headers["Retry-After"] == "30"
+            answer = await response.json()
+            assert "2 backtest(s) are queued or running" in answer["error"]
+            assert "RULEENGINE_BACKTEST_QUEUE_MAX" in answer["error"]
+            assert answer["queue_max"] == 2
+            assert await db[c.BACKTESTS].count_documents({}) == 2
+        for backtest_id in ids:
+            assert (await finished(client, backtest_id))["status"] == "done"
+        status, _ = await post(client, {"rule": rule_body(), "days": 2})
+        assert status == 202  # a place again
+    finally:
+        await client.close()
+
+
+async def test_more_entities_than_the_limit_is_422_naming_it_and_how_to_narrow(
+    web_settings: Settings, db: Database, redis: Any, accounts: list[str]
+) -> None:
+    client = await start(web_settings.model_copy(update={"backtest_max_entities": 1}))
+    try:
+        for body, where in (
+            ({"rule": rule_body(), "days": 2}, "rule"),
+            ({"rule": rule_body(), "days": 2, "accounts": ["act_1001"]}, "accounts"),
+        ):
+            status, answer = await post(client, body)
+            assert status == 422, answer
+            (error,) = answer["errors"]
+            assert error["path"] == where
+            assert "RULEENGINE_BACKTEST_MAX_ENTITIES=1" in error["message"]
+            assert '"accounts" in the API' in error["message"]
+            assert "narrow the rule's filters" in error["message"]
+            assert answer["max_entities"] == 1 and answer["entities"]["act_1001"] > 1
+        assert await db[c.BACKTESTS].count_documents({}) == 0
+    finally:
+        await client.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import SecretStr
 from web_helpers import AUTH, Client, rule_body, start_client
 
 from ruleengine.settings import Settings
@@ -44,7 +45,7 @@ async def test_a_save_answers_its_conflicts_with_the_active_rules_as_warnings(
     assert {r["rule_id"] for r in warning["rules"]} == {body["id"], (await first.json())["id"]}
     assert {r["name"] for r in warning["rules"]} == {"Scale up", "Cut down"}
 
-    listed = await (await client.get("/api/rules/conflicts")).json()
+    listed = await (await client.get("/api/rules/conflicts", headers=AUTH)).json()
     assert listed["conflicts"] == 1
     assert set(listed["conflicting_rules"]) == {body["id"], (await first.json())["id"]}
 
@@ -62,7 +63,7 @@ async def test_disjoint_scopes_are_not_reported(client: Client) -> None:
     assert (await client.post("/api/rules", json=a, headers=AUTH)).status == 201
     response = await client.post("/api/rules", json=b, headers=AUTH)
     assert (await response.json())["warnings"] == []
-    assert (await (await client.get("/api/rules/conflicts")).json())["findings"] == []
+    assert (await (await client.get("/api/rules/conflicts", headers=AUTH)).json())["findings"] == []
 
 
 async def test_thresholds_that_exclude_each_other_are_reported_as_cannot_fire_together(
@@ -82,7 +83,7 @@ async def test_thresholds_that_exclude_each_other_are_reported_as_cannot_fire_to
     ]
     assert warning["conditions"] == "cannot_fire_together"
     assert warning["severity"] == "note"
-    listed = await (await client.get("/api/rules/conflicts")).json()
+    listed = await (await client.get("/api/rules/conflicts", headers=AUTH)).json()
     assert (listed["conflicts"], listed["notes"], listed["conflicting_rules"]) == (0, 1, {})
 
 
@@ -92,7 +93,7 @@ async def test_a_paused_rule_is_listed_but_a_save_is_checked_against_active_rule
     await client.post("/api/rules", json=budget_rule("Up", UP, status="PAUSED"), headers=AUTH)
     response = await client.post("/api/rules", json=budget_rule("Down", DOWN), headers=AUTH)
     assert (await response.json())["warnings"] == []
-    (finding,) = (await (await client.get("/api/rules/conflicts")).json())["findings"]
+    (finding,) = (await (await client.get("/api/rules/conflicts", headers=AUTH)).json())["findings"]
     assert finding["both_active"] is False
     paused_id = next(r["rule_id"] for r in finding["rules"] if r["name"] == "Up")
     activated = await client.post(f"/api/rules/{paused_id}/activate", headers=AUTH)
@@ -143,5 +144,103 @@ async def test_a_draft_is_checked_and_a_live_check_names_current_entities(client
     entities = finding["entities"]
     assert 1 <= len(entities) <= 5
     assert all("[AUTO]" in e["name"] and e["ad_account"] == "act_1001" for e in entities)
-    live = await (await client.get("/api/rules/conflicts?live=1")).json()
+    live = await (await client.get("/api/rules/conflicts?live=1", headers=AUTH)).json()
     assert live["findings"] == []  # the draft was not saved
+
+
+APART = [{"field": "name", "operator": "NOT_CONTAIN", "value": "[AUTO]"}]
+
+
+async def _fighting_history(client: Client) -> str:
+    """ "Down": v1 fights "Up" (saved paused), v2 is ACTIVE on other campaigns. Its id."""
+    assert (await client.post("/api/rules", json=budget_rule("Up", UP), headers=AUTH)).status == 201
+    v1 = budget_rule("Down", DOWN, status="PAUSED")
+    created = await client.post("/api/rules", json=v1, headers=AUTH)
+    assert created.status == 201, await created.text()
+    rule_id = str((await created.json())["id"])
+    v2 = budget_rule("Down", DOWN, filters=APART, status="ACTIVE")
+    edited = await client.put(f"/api/rules/{rule_id}", json=v2, headers=AUTH)
+    assert edited.status == 200, await edited.text()
+    assert ((await edited.json())["version"], (await edited.json())["warnings"]) == (2, [])
+    return rule_id
+
+
+async def test_the_refusing_setting_refuses_a_rollback_to_a_fighting_version(
+    web_settings: Settings, db: Database, accounts: list[str]
+) -> None:
+    client = await start_client(web_settings.model_copy(update={"refuse_conflicting_rules": True}))
+    try:
+        rule_id = await _fighting_history(client)
+        refused = await client.post(
+            f"/api/rules/{rule_id}/rollback", json={"version": 1}, headers=AUTH
+        )
+        assert refused.status == 409
+        body = await refused.json()
+        assert body["error"].startswith("not rolled back: the rule fights 1 time(s)")
+        assert [c["field"] for c in body["conflicts"]] == ["daily_budget"]
+        stored = await (await client.get(f"/api/rules/{rule_id}", headers=AUTH)).json()
+        assert (stored["version"], stored["status"]) == (2, "ACTIVE")  # nothing moved
+    finally:
+        await client.close()
+
+
+async def test_without_the_setting_a_rollback_answers_its_conflicts_as_warnings(
+    client: Client,
+) -> None:
+    rule_id = await _fighting_history(client)
+    rolled = await client.post(f"/api/rules/{rule_id}/rollback", json={"version": 1}, headers=AUTH)
+    assert rolled.status == 200, await rolled.text()
+    body = await rolled.json()
+    assert (body["version"], body["status"]) == (1, "ACTIVE")
+    assert [w["field"] for w in body["warnings"]] == ["daily_budget"]
+
+
+CUT_ADSETS = budget_rule("Cut ad sets", DOWN, level="adset", filters=[])
+HOOKS = {"meta-rules": SecretStr("http://127.0.0.1:9/hook")}
+WINNERS = "Scale winners +20% (ROAS over 3)"  # act_1001's, at Meta: ad sets, ENABLED
+
+
+async def test_the_refusing_setting_refuses_an_activating_import(
+    web_settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: Any
+) -> None:
+    update = {"refuse_conflicting_rules": True, "webhooks": HOOKS}
+    client = await start_client(web_settings.model_copy(update=update))
+    try:
+        assert (await client.post("/api/rules", json=CUT_ADSETS, headers=AUTH)).status == 201
+        body = {"account": "act_1001", "apply": True, "activate": True}
+        refused = await client.post("/api/import/meta", json=body, headers=AUTH)
+        assert refused.status == 409, await refused.text()
+        answer = await refused.json()
+        assert "1 imported rule(s) not saved" in answer["error"]
+        assert {c["field"] for c in answer["conflicts"]} == {"daily_budget"}
+        items = {item["name"]: item for item in answer["items"]}
+        assert items[WINNERS]["saved"]["state"] == "refused"
+        assert items[WINNERS]["saved"]["conflicts"][0]["field"] == "daily_budget"
+        spender = items["Tell me when a campaign spends over $250 today"]["saved"]
+        assert spender["state"] == "created"  # the others are saved
+        assert await db["rules"].find_one({"name": WINNERS}) is None
+    finally:
+        await client.close()
+
+
+async def test_without_the_setting_an_activating_import_answers_warnings(
+    web_settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: Any
+) -> None:
+    client = await start_client(web_settings.model_copy(update={"webhooks": HOOKS}))
+    try:
+        assert (await client.post("/api/rules", json=CUT_ADSETS, headers=AUTH)).status == 201
+        body = {"account": "act_1001", "apply": True, "activate": True}
+        saved = await client.post("/api/import/meta", json=body, headers=AUTH)
+        assert saved.status == 200, await saved.text()
+        answer = await saved.json()
+        items = {item["name"]: item for item in answer["items"]}
+        winners = items[WINNERS]["saved"]
+        assert winners["state"] == "created"
+        (warning,) = winners["warnings"]
+        assert warning["field"] == "daily_budget"
+        assert winners["rule_id"] in {r["rule_id"] for r in warning["rules"]}  # not "new"
+        assert answer["warnings"] == winners["warnings"]
+        stored = await db["rules"].find_one({"name": WINNERS})
+        assert stored is not None and stored["status"] == "ACTIVE"
+    finally:
+        await client.close()

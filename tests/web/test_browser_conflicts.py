@@ -69,3 +69,26 @@ async def test_a_save_shows_its_conflicts_and_the_list_badges_both_rules(
     )
     assert "now in both scopes: [AUTO]" in await page.inner_text("#conflicts-list")
     assert console.errors == []
+
+
+async def test_the_rules_list_badges_from_the_counts_without_a_token(
+    page: Any,  # noqa: F811
+    client: Client,
+) -> None:
+    """Reads are open by default: the badges come from the counts, never the whole findings."""
+    ids = []
+    for name, action in (("Up", {"type": "increase_budget", "percent": 20}), ("Down", DOWN)):
+        response = await client.post("/api/rules", json=budget_rule(name, action), headers=AUTH)
+        ids.append((await response.json())["id"])
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    console = await _open(page, client.make_url("/rules").human_repr())  # no token at all
+    for rule_id in ids:
+        badge = page.locator(f'#rules-table tr[data-rule-id="{rule_id}"] .badge.conflict')
+        await badge.wait_for()
+    conflicts = [url for url in asked if "/api/rules/conflicts" in url]
+    assert conflicts and all(url.endswith("/api/rules/conflicts/counts") for url in conflicts)
+    assert console.errors == []
+
+
+DOWN = {"type": "decrease_budget", "percent": 20}

@@ -6,6 +6,11 @@ A save that changes a rule's definition writes a new ``rule_versions`` document
 read. Saving an identical definition writes nothing. Rollback and activation
 move the same pointer the same way, so two concurrent rollbacks cannot both win.
 
+A store made with an ``admit`` check (the web app's and the CLI's:
+:class:`ruleengine.conflicts.ConflictGate`) runs it before every save, activation and
+rollback, whatever path asked for it: it answers the conflicts the rule would have as
+the change's ``warnings``, or refuses the change before anything is written.
+
 (Over 400 lines: every change of a rule's state is a compare-and-set on the same two
 documents, and the saves, rollback, status changes, orphan repair and the due query
 are kept side by side so their conditions can be read against each other.)
@@ -13,11 +18,12 @@ are kept side by side so their conditions can be read against each other.)
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from bson import ObjectId
 from pymongo import DESCENDING, DeleteMany, ReturnDocument, UpdateOne
@@ -26,6 +32,7 @@ from pymongo.errors import DuplicateKeyError, PyMongoError
 from ruleengine import constants as c
 from ruleengine.errors import ConflictError, NotFoundError
 from ruleengine.rules.basics import Status
+from ruleengine.rules.conflicts import Finding
 from ruleengine.rules.model import Rule, definition_checksum
 from ruleengine.rules.schedule import active_window, first_run
 from ruleengine.store.db import Database, Document
@@ -50,11 +57,36 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class SaveResult:
-    """The outcome of :meth:`RuleStore.save`."""
+    """The outcome of :meth:`RuleStore.save`, with the conflicts its admission found."""
 
     rule: RuleDoc
     created: bool
     new_version: bool
+    warnings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True)
+class Changed:
+    """A rule after an activation or a rollback, with the conflicts its admission found."""
+
+    rule: RuleDoc
+    warnings: tuple[Finding, ...] = ()
+
+
+class Admission(Protocol):
+    """What a store runs before a save, an activation or a rollback writes anything.
+
+    It answers the findings to report as the change's warnings, or raises to refuse the
+    change (a :class:`~ruleengine.errors.ConflictError`). ``rule`` is the rule as the
+    change would leave it (its ``status`` included); ``rule_id`` is None for a rule not
+    created yet.
+    """
+
+    async def __call__(
+        self, store: RuleStore, rule: Rule, *, rule_id: str | None, what: str
+    ) -> Sequence[Finding]:
+        """The findings of ``rule`` becoming what the change makes it; raise to refuse."""
+        ...
 
 
 def _schedule_fields(rule: Rule, now: datetime) -> dict[str, Any]:
@@ -75,9 +107,16 @@ def _schedule_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
 class RuleStore:
     """Rules, versions, status changes, the due query and schedule advances."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, admit: Admission | None = None) -> None:
         self._rules = db[c.RULES]
         self._versions = db[c.RULE_VERSIONS]
+        self._admit = admit
+
+    async def _admitted(self, rule: Rule, rule_id: str | None, what: str) -> tuple[Finding, ...]:
+        """The admission's findings for ``rule`` (none without one); it may refuse."""
+        if self._admit is None:
+            return ()
+        return tuple(await self._admit(self, rule, rule_id=rule_id, what=what))
 
     async def get(self, rule_id: str) -> RuleDoc:
         """The rule with ``rule_id``; raises NotFoundError, or StoredRuleError when damaged."""
@@ -98,10 +137,26 @@ class RuleStore:
         doc = await self._rules.find_one({"name": name})
         return None if doc is None else RuleDoc.from_mongo(doc)
 
-    async def page(self, *, limit: int = 0, skip: int = 0) -> list[Loaded]:
-        """Rules by name, ``limit`` (0: all) from ``skip``; damaged ones as their error."""
-        cursor = self._rules.find({}).sort([("name", 1), ("_id", 1)]).skip(skip).limit(limit)
+    async def page(
+        self, *, limit: int = 0, skip: int = 0, statuses: Sequence[str] | None = None
+    ) -> list[Loaded]:
+        """Rules by name, ``limit`` (0: all) from ``skip``, of ``statuses`` (None: every one);
+        damaged ones as their error."""
+        query = {} if statuses is None else {"status": {"$in": list(statuses)}}
+        cursor = self._rules.find(query).sort([("name", 1), ("_id", 1)]).skip(skip).limit(limit)
         return [load(d) async for d in cursor]
+
+    async def fingerprint(self, *, statuses: Sequence[str]) -> str:
+        """A digest of the rules of ``statuses``: which exist, at which version, status and
+        time of change. Every save, activation, pause, rollback or setting aside changes it;
+        reading it costs one projected query (no definition is read or parsed)."""
+        fields = ("status", "version", "checksum", "updated_at")
+        query = {"status": {"$in": list(statuses)}}
+        cursor = self._rules.find(query, dict.fromkeys(fields, 1)).sort("_id", 1)
+        digest = hashlib.sha256()
+        async for doc in cursor:
+            digest.update(repr([doc["_id"], *(doc.get(f) for f in fields)]).encode())
+        return digest.hexdigest()
 
     async def count(self) -> int:
         """How many rules there are."""
@@ -124,24 +179,26 @@ class RuleStore:
         A save is all or nothing: when it is refused, no version is left behind.
 
         Raises:
-            ConflictError: the rule changed meanwhile, or the name is taken.
+            ConflictError: the rule changed meanwhile, the name is taken, or the
+                store's admission refused it (nothing written).
         """
         existing = await (self.get(rule_id) if rule_id else self.find_by_name(rule.name))
-        if existing is None:
-            return SaveResult(await self._create(rule, now, author, source), True, True)
-        if expected_version is not None and existing.version != expected_version:
+        if existing is not None and expected_version not in (None, existing.version):
             raise ConflictError(
                 f"rule '{existing.id}' is at version {existing.version}, not {expected_version};"
                 " reload it and apply your change again"
             )
+        found = await self._admitted(rule, existing.id if existing else None, "saved")
+        if existing is None:
+            return SaveResult(await self._create(rule, now, author, source), True, True, found)
         # Compare definitions, not only checksums: a hand edit changes one but not the other.
         if rule.definition() == existing.definition:
             if rule.status != existing.status:
-                return SaveResult(
-                    await self.set_status(existing.id, rule.status, now=now), False, False
-                )
-            return SaveResult(existing, False, False)
-        return SaveResult(await self._update(existing, rule, now, author, source), False, True)
+                doc = await self._write_status(existing, rule.status, now=now, by=None)
+                return SaveResult(doc, False, False, found)
+            return SaveResult(existing, False, False, found)
+        doc = await self._update(existing, rule, now, author, source)
+        return SaveResult(doc, False, True, found)
 
     async def _create(self, rule: Rule, now: datetime, author: str, source: str) -> RuleDoc:
         rule_id = str(ObjectId())
@@ -335,15 +392,17 @@ class RuleStore:
         now: datetime,
         expected_version: int | None = None,
         by: str | None = None,
-    ) -> RuleDoc:
+    ) -> Changed:
         """Make ``version`` the active one again (compare-and-set on the current version).
 
         A rule with issues comes back paused; activate it once it looks right. ``by``
-        (who asked) is recorded as the rule's ``updated_by``.
+        (who asked) is recorded as the rule's ``updated_by``. The store's admission sees
+        the rule as the rollback leaves it, before anything is written.
 
         Raises:
             NotFoundError: no such rule or version.
-            ConflictError: the active version is not ``expected_version`` (or moved meanwhile).
+            ConflictError: the active version is not ``expected_version`` (or moved
+                meanwhile), or the store's admission refused the rollback.
             StoredRuleError: that version does not validate any more either.
         """
         existing = await self.get(rule_id)
@@ -353,30 +412,48 @@ class RuleStore:
             )
         target = await self.version(rule_id, version)
         if existing.version == version and existing.status != "HAS_ISSUES":
-            return existing
+            return Changed(existing)
         rule = parse_stored(existing, target.definition, existing.edit_status)
+        found = await self._admitted(rule, rule_id, "rolled back")
         update = self._pointer_update(existing, version, rule, target.definition, now)
         if by is not None:
             update["updated_by"] = by
-        return await self._move_pointer(existing, update)
+        return Changed(await self._move_pointer(existing, update), found)
 
     async def set_status(
         self, rule_id: str, status: Status, *, now: datetime, by: str | None = None
-    ) -> RuleDoc:
+    ) -> Changed:
         """Pause or activate; activation re-arms the schedule from now and clears an issue.
 
-        ``by`` (who asked) is recorded as the rule's ``updated_by``.
+        ``by`` (who asked) is recorded as the rule's ``updated_by``. An activation passes
+        the store's admission first.
 
         Raises:
             StoredRuleError: activating a rule whose definition does not validate.
+            ConflictError: the store's admission refused the activation (nothing written).
         """
         existing = await self.get(rule_id)
+        found: tuple[Finding, ...] = ()
+        if status == "ACTIVE":
+            try:
+                rule = existing.rule().model_copy(update={"status": "ACTIVE"})
+            except StoredRuleError:
+                if existing.status != "ACTIVE":
+                    raise
+            else:  # an ACTIVE rule that no longer reads is the dispatcher's to set aside
+                found = await self._admitted(rule, existing.id, "activated")
+        return Changed(await self._write_status(existing, status, now=now, by=by), found)
+
+    async def _write_status(
+        self, existing: RuleDoc, status: Status, *, now: datetime, by: str | None
+    ) -> RuleDoc:
         update: dict[str, Any] = {"status": status, "updated_at": now}
         if by is not None:
             update["updated_by"] = by
         if status == "ACTIVE" and existing.status != "ACTIVE":
             rule = existing.rule()
             update["next_execute_at"] = first_run(rule.schedule, now=now, tz=rule.zone())
+        rule_id = existing.id
         doc = await self._rules.find_one_and_update(
             {"_id": rule_id},
             {"$set": update, "$unset": {"issue": ""}},

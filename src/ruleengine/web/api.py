@@ -4,7 +4,9 @@ Rule bodies are validated exactly as the CLI validates files, against the
 registered ad accounts and the configured webhooks; every save is recorded with
 the request's token name as author (:func:`~ruleengine.web.auth.actor`) and source
 ``web``, and answers the rule's conflicts with the active
-rules as ``warnings`` (:mod:`ruleengine.web.api_conflicts`). See ``docs/api.md`` for the reference.
+rules as ``warnings``: the rule store's admission
+(:class:`ruleengine.conflicts.ConflictGate`) finds them, or refuses the change with a 409.
+See ``docs/api.md`` for the reference.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from aiohttp import web
 from ruleengine.conflicts import NEW_RULE_ID, findings_json
 from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.preview import preview_rule
-from ruleengine.rules.conflicts import Finding
 from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.rules.schedule import describe
 from ruleengine.store.ruledocs import Loaded, RuleDoc, RuleIssue, StoredRuleError, VersionDoc
@@ -217,11 +218,10 @@ async def create_rule(request: web.Request) -> web.Response:
             f"a rule named '{rule.name}' already exists (id {existing.id}); change it with"
             f" PUT /api/rules/{existing.id} or pick another name",
         )
-    conflicts = await api_conflicts.save_warnings(request, rule, rule_id=None)
     result = await store.save(rule, now=_now(), author=actor(request), source=SOURCE)
     if not result.created:  # another request created it between the check and the save
         raise ApiError(409, f"a rule named '{rule.name}' already exists")
-    warnings = findings_json(conflicts, rename={NEW_RULE_ID: result.rule.id})
+    warnings = findings_json(result.warnings, rename={NEW_RULE_ID: result.rule.id})
     response = _rule_response(result.rule, status=201, new_version=True, warnings=warnings)
     response.headers["Location"] = f"/api/rules/{result.rule.id}"
     return response
@@ -245,7 +245,6 @@ async def update_rule(request: web.Request) -> web.Response:
         # an edit never (re)activates by omission; a rule with issues comes back paused
         body = {**body, "status": existing.edit_status}
     rule = await validated_rule(request, body)
-    conflicts = await api_conflicts.save_warnings(request, rule, rule_id=existing.id)
     result = await store.save(
         rule,
         now=_now(),
@@ -255,33 +254,24 @@ async def update_rule(request: web.Request) -> web.Response:
         expected_version=expected,
     )
     return _rule_response(
-        result.rule, new_version=result.new_version, warnings=findings_json(conflicts)
+        result.rule, new_version=result.new_version, warnings=findings_json(result.warnings)
     )
 
 
 async def pause_rule(request: web.Request) -> web.Response:
     """``POST /api/rules/{id}/pause``."""
-    doc = await services(request).rules.set_status(
+    changed = await services(request).rules.set_status(
         request.match_info["id"], "PAUSED", now=_now(), by=actor(request)
     )
-    return _rule_response(doc)
+    return _rule_response(changed.rule)
 
 
 async def activate_rule(request: web.Request) -> web.Response:
     """``POST /api/rules/{id}/activate`` (re-arms the schedule from now), with its conflicts."""
-    store = services(request).rules
-    existing = await store.get(request.match_info["id"])
-    conflicts: list[Finding] = []
-    try:
-        rule = existing.rule().model_copy(update={"status": "ACTIVE"})
-    except StoredRuleError:
-        pass  # set_status answers what is wrong with it
-    else:
-        conflicts = await api_conflicts.save_warnings(
-            request, rule, rule_id=existing.id, what="activated"
-        )
-    doc = await store.set_status(existing.id, "ACTIVE", now=_now(), by=actor(request))
-    return _rule_response(doc, warnings=findings_json(conflicts))
+    changed = await services(request).rules.set_status(
+        request.match_info["id"], "ACTIVE", now=_now(), by=actor(request)
+    )
+    return _rule_response(changed.rule, warnings=findings_json(changed.warnings))
 
 
 async def list_versions(request: web.Request) -> web.Response:
@@ -305,10 +295,10 @@ async def rollback_rule(request: web.Request) -> web.Response:
     version = _int_field(body, "version", required=True)
     expected = _int_field(body, "expected_version", required=False) or expected_version(request)
     assert version is not None
-    doc = await services(request).rules.rollback(
+    changed = await services(request).rules.rollback(
         request.match_info["id"], version, now=_now(), expected_version=expected, by=actor(request)
     )
-    return _rule_response(doc)
+    return _rule_response(changed.rule, warnings=findings_json(changed.warnings))
 
 
 async def preview_stored(request: web.Request) -> web.Response:

@@ -4,7 +4,10 @@ A backtest is read-only and interactive, so it does not wait behind account jobs
 arq queue: the web app runs it as a background asyncio task (at most
 ``RULEENGINE_BACKTEST_CONCURRENCY`` at once, the others ``queued``), each with its own
 :class:`~ruleengine.backtest.BacktestDeps`, and keeps its state in the ``backtests``
-collection (:mod:`ruleengine.store.backtests`) for a client to poll. Every failure ends
+collection (:mod:`ruleengine.store.backtests`) for a client to poll. A process holds at
+most ``RULEENGINE_BACKTEST_QUEUE_MAX`` backtests, queued or running (429 past that), and a
+backtest replays at most ``RULEENGINE_BACKTEST_MAX_ENTITIES`` entities: the ``POST`` lists
+them first (the run reuses the listing) and answers 422 past that. Every failure ends
 the backtest ``failed`` with a message; one the service did not expect also goes to the
 error log. Backtests an earlier process left unfinished are failed at startup; those of
 this process are failed when it stops. See ``docs/api.md``.
@@ -13,9 +16,10 @@ this process are failed when it stops. See ``docs/api.md``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -27,8 +31,11 @@ from ruleengine.backtest import (
     BacktestDeps,
     BacktestRefused,
     BacktestRequest,
+    BacktestTooBig,
     Progress,
     ProgressFn,
+    check_entities,
+    count_entities,
     run_backtest,
 )
 from ruleengine.errors import ErrorReport, ErrorSink, FieldError, RuleValidationError
@@ -50,6 +57,7 @@ MAX_DAYS: Final = 90
 DEFAULT_DAYS: Final = 30
 MAX_VERSION: Final = 2**63 - 1
 PROGRESS_EVERY_S: Final = 0.5
+RETRY_AFTER_S: Final = 30  # what a 429 asks a client to wait: about a short backtest's run
 STOPPED: Final = "interrupted: the web process stopped"
 _FIELDS: Final = ("rule", "rule_id", "version", "days", "accounts", "as_seen")
 _REQUEST_KEYS: Final = ("rule_id", "version", "days", "accounts", "as_seen", "rule_name")
@@ -287,6 +295,43 @@ class BacktestRunner:
         self._errors = errors
         self._slots = asyncio.Semaphore(settings.backtest_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._reserved = 0  # places taken by POSTs still checking their request
+
+    @contextlib.contextmanager
+    def reserve(self) -> Iterator[None]:
+        """A place in this process's queue for a backtest being asked for.
+
+        Raises:
+            ApiError: 429 with ``Retry-After`` when ``RULEENGINE_BACKTEST_QUEUE_MAX``
+                backtests are queued or running here already.
+        """
+        limit = self._settings.backtest_queue_max
+        if len(self._tasks) + self._reserved >= limit:
+            raise ApiError(
+                429,
+                f"{limit} backtest(s) are queued or running in this web process already"
+                " (RULEENGINE_BACKTEST_QUEUE_MAX): wait for one to finish"
+                f" (GET /api/backtests/{{id}}) and ask again in about {RETRY_AFTER_S} s",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+                queue_max=limit,
+            )
+        self._reserved += 1
+        try:
+            yield
+        finally:
+            self._reserved -= 1
+
+    async def check_size(self, request: BacktestRequest) -> None:
+        """List the request's entities (kept for its run); 422 past the entity limit."""
+        async with BacktestDeps.open(self._settings, self._db) as deps:
+            counts = await count_entities(deps, request, now=self.clock())
+        try:
+            check_entities(counts, limit=self._settings.backtest_max_entities)
+        except BacktestTooBig as exc:
+            where = "accounts" if request.accounts else ("rule_id" if request.rule_id else "rule")
+            raise invalid(
+                _INVALID, [FieldError(where, str(exc))], entities=exc.counts, max_entities=exc.limit
+            ) from None
 
     def submit(self, backtest_id: str, request: BacktestRequest) -> None:
         """Run the stored, ``queued`` backtest ``backtest_id`` in the background."""
@@ -403,8 +448,12 @@ async def create_backtest(request: web.Request) -> web.Response:
     body = await read_object(request, what="backtest")
     service_request, stored = await parse_backtest(request, body)
     runner = request.app[RUNNER]
-    doc = await runner.store.create(request=stored, days_total=stored["days"], now=runner.clock())
-    runner.submit(doc["_id"], service_request)
+    with runner.reserve():
+        await runner.check_size(service_request)
+        doc = await runner.store.create(
+            request=stored, days_total=stored["days"], now=runner.clock()
+        )
+        runner.submit(doc["_id"], service_request)
     return json_response(
         {
             "id": doc["_id"],

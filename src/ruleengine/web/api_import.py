@@ -3,7 +3,8 @@
 The body names the ad account and gives the Meta rules (one, a list, or ``{"data": [...]}``)
 or, without ``rules``, has them read from the account's ``adrules_library`` with its
 registered token (read-only). The answer holds each converted rule and its report; tokens
-are never in it. Saving goes through the same store path as ``POST /api/rules``.
+are never in it. Saving goes through the same store path as ``POST /api/rules``, conflict
+check included: ``warnings``, or a 409 naming the rules refused (the others are saved).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ruleengine.meta.http import Cost
 from ruleengine.rules.basics import is_account_id
 from ruleengine.rules.meta_import import ImportOptions, import_document
 from ruleengine.web.auth import actor
-from ruleengine.web.jsonio import invalid, json_response, read_object
+from ruleengine.web.jsonio import ApiError, invalid, json_response, read_object
 from ruleengine.web.state import services, settings_of
 
 SOURCE: Final = "import-meta"
@@ -79,7 +80,7 @@ async def import_meta(request: web.Request) -> web.Response:
         timezone=_text(body, "timezone"),
     )
     results = import_document(document, account=account, options=options)
-    saved = {}
+    stored: list[interop.Saved] = []
     if apply:
         stored = await interop.save_imported(
             svc.rules,
@@ -90,19 +91,30 @@ async def import_meta(request: web.Request) -> web.Response:
             author=actor(request),
             source=SOURCE,
         )
-        saved = {s.index: s.as_dict() for s in stored}
+    saved = {s.index: s.as_dict() for s in stored}
     items = [r.as_dict() | ({"saved": saved.get(r.index)} if apply else {}) for r in results]
     converted = sum(1 for r in results if r.rule is not None)
-    applied = sum(1 for s in saved.values() if s["rule_id"] is not None)
-    return json_response(
-        {
-            "account": account_id,
-            "currency": account.currency,
-            "timezone": account.timezone,
-            "items": items,
-            "summary": {"rules": len(results), "converted": converted, "applied": applied},
-        }
-    )
+    applied = sum(1 for s in stored if s.rule_id is not None)
+    answer: dict[str, Any] = {
+        "account": account_id,
+        "currency": account.currency,
+        "timezone": account.timezone,
+        "items": items,
+        "summary": {"rules": len(results), "converted": converted, "applied": applied},
+    }
+    if apply:
+        answer["warnings"] = [w for s in stored if not s.refused for w in s.findings_json()]
+    refused = [s for s in stored if s.refused]
+    if refused:
+        raise ApiError(
+            409,
+            f"{len(refused)} imported rule(s) not saved: they fight active rules and"
+            " RULEENGINE_REFUSE_CONFLICTING_RULES is set (the others were saved; see each"
+            " item's 'saved'); import them without 'activate', or pause the other rules first",
+            conflicts=[c for s in refused for c in s.findings_json()],
+            **answer,
+        )
+    return json_response(answer)
 
 
 def add_routes(app: web.Application) -> None:

@@ -15,6 +15,7 @@ from pymongo.errors import ConnectionFailure
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ruleengine.conflicts import ConflictingRuleError, findings_json
 from ruleengine.errors import (
     ConflictError,
     CredentialsError,
@@ -49,6 +50,8 @@ def _as_api_error(exc: Exception) -> ApiError | None:
             return ApiError(422, "invalid rule", errors=exc.errors, valid=False)
         case NotFoundError():
             return ApiError(404, str(exc))
+        case ConflictingRuleError():  # RULEENGINE_REFUSE_CONFLICTING_RULES, with the findings
+            return ApiError(409, str(exc), conflicts=findings_json(exc.findings))
         case ConflictError():
             return ApiError(409, str(exc))
         case StoredRuleError():

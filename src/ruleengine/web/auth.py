@@ -4,10 +4,13 @@ A request is made with the configured ``RULEENGINE_API_TOKEN`` (an admin token
 named ``api``: set-ups from before named tokens keep working) or with a named token
 from ``ruleengine tokens add`` (:mod:`ruleengine.store.api_tokens`, found by its hash).
 Every write needs a token; reads only when ``api_reads_require_token`` is set (then
-any role may read). The least role each write route needs is in :data:`ROUTE_ROLES`,
-one table, applied here by route pattern; a write route missing from it needs admin
-(and a test fails). Handlers record :func:`actor` as ``by`` and may ask
-:func:`require_role` for more than their route's least role.
+any role may read) — except the reads that spend Meta's rate limit or real CPU, which
+:data:`ROUTE_ROLES` lists and which need a token whatever that setting says. The least
+role each write (and costly read) route needs is in :data:`ROUTE_ROLES`, one table,
+applied here by route pattern; a write route missing from it needs admin (and a test
+fails). Handlers record :func:`actor` as ``by`` and may ask :func:`require_role` for
+more than their route's least role (a live conflict check: editor); a request no token
+identified has no role at all, and is answered 401.
 
 The token travels in the ``Authorization`` header (the UI keeps it in
 ``localStorage``), never in a cookie, so a foreign page cannot make the browser
@@ -43,9 +46,12 @@ CONFIGURED_TOKEN_NAME: Final = "api"
 _ACTOR_KEY: Final = web.RequestKey("ruleengine.actor", str)
 _ROLE_KEY: Final = web.RequestKey("ruleengine.role", str)
 
-#: The least role of every write route, by (method, route pattern). Reads need none
-#: (or viewer, when reads require a token).
+#: The least role of every write route, by (method, route pattern), and of the reads that
+#: cost enough to need a token always. Other reads need none (or viewer, when reads require
+#: a token).
 ROUTE_ROLES: Final[dict[tuple[str, str], Role]] = {
+    # the O(n²) analysis of every stored rule, its findings (?live=1: editor, in the handler)
+    ("GET", "/api/rules/conflicts"): "viewer",
     # analysis that changes nothing
     ("POST", "/api/rules/validate"): "viewer",
     ("POST", "/api/rules/conflicts"): "viewer",
@@ -72,13 +78,21 @@ ROUTE_ROLES: Final[dict[tuple[str, str], Role]] = {
 }
 
 
-def needs_token(method: str, path: str, settings: Settings) -> bool:
-    """Whether a request to ``path`` must carry an API token."""
+def needs_token(method: str, path: str, settings: Settings, *, route: str | None = None) -> bool:
+    """Whether a request to ``path`` (matched to the ``route`` pattern) must carry a token."""
     if not path.startswith("/api/"):
         return False  # UI shells, health, metrics, static files
-    if method in WRITE_METHODS and path not in NON_WRITING_POSTS:
+    if method in WRITE_METHODS:
+        return path not in NON_WRITING_POSTS or settings.api_reads_require_token
+    if (method, route) in ROUTE_ROLES:  # a read that costs: never anonymous
         return True
     return settings.api_reads_require_token
+
+
+def _route(request: web.Request) -> str | None:
+    """The request's route pattern (``/api/rules/{id}``), None when no route matched."""
+    resource = request.match_info.route.resource
+    return None if resource is None else resource.canonical
 
 
 def bearer_token(header: str) -> str | None:
@@ -90,13 +104,13 @@ def bearer_token(header: str) -> str | None:
 
 
 def route_role(request: web.Request) -> Role:
-    """The least role the request's route needs: viewer for reads, the table's for writes."""
-    if request.method not in WRITE_METHODS:
+    """The least role the request's route needs: the table's, else viewer for reads and
+    admin for writes."""
+    route = _route(request)
+    if route is None:  # no such route: the router answers 404/405
         return "viewer"
-    resource = request.match_info.route.resource
-    if resource is None:  # no such route: the router answers 404/405
-        return "viewer"
-    return ROUTE_ROLES.get((request.method, resource.canonical), "admin")
+    default: Role = "admin" if request.method in WRITE_METHODS else "viewer"
+    return ROUTE_ROLES.get((request.method, route), default)
 
 
 def _identified(request: web.Request, name: str, role: Role) -> None:
@@ -160,8 +174,18 @@ def actor(request: web.Request) -> str:
 
 
 def require_role(request: web.Request, role: Role) -> None:
-    """Raise a 403 :class:`ApiError` unless the request's token has ``role`` or a higher one."""
-    held = request.get(_ROLE_KEY, "admin")
+    """Raise a 403 :class:`ApiError` unless the request's token has ``role`` or a higher one.
+
+    A request no token identified (an open read) has no role: a 401 asking for a token.
+    """
+    held = request.get(_ROLE_KEY)
+    if held is None:
+        raise ApiError(
+            401,
+            f"this needs an API token with the {role} role or higher: send it as a bearer"
+            " token in the Authorization header (ruleengine tokens add NAME --role ROLE)",
+            headers=_CHALLENGE,
+        )
     if ROLES.index(held) < ROLES.index(role):
         raise ApiError(
             403,
@@ -175,7 +199,7 @@ def auth_middleware(settings: Settings) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if needs_token(request.method, request.path, settings):
+        if needs_token(request.method, request.path, settings, route=_route(request)):
             try:
                 await check_token(request, settings)
                 require_role(request, route_role(request))

@@ -18,6 +18,7 @@ from arq.connections import ArqRedis
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
+from ruleengine.conflicts import ConflictGate, StoredAnalysis
 from ruleengine.evaluation import Reading
 from ruleengine.preview import open_preview
 from ruleengine.queue import connect_queue
@@ -52,6 +53,7 @@ class Services:
     credentials: CredentialStore
     heartbeats: Heartbeats
     followups: FollowupStore
+    conflicts: StoredAnalysis  # the conflict analysis of the stored rules, kept until they change
 
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -80,7 +82,7 @@ def _open(settings: Settings) -> Services:
         db=db,
         queue=queue,
         preview=open_preview(settings, db=db),
-        rules=RuleStore(db),
+        rules=RuleStore(db, admit=ConflictGate(refuse=settings.refuse_conflicting_rules)),
         batches=BatchStore(db),
         executions=ExecutionStore(db),
         rollups=RollupStore(db),
@@ -88,6 +90,7 @@ def _open(settings: Settings) -> Services:
         credentials=CredentialStore(db, key),
         heartbeats=Heartbeats(db),
         followups=FollowupStore(db),
+        conflicts=StoredAnalysis(),
     )
 
 

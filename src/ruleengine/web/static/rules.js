@@ -41,7 +41,8 @@
 
   async function loadConflicts() {
     try {
-      state.conflicts = (await api("GET", "/api/rules/conflicts")).conflicting_rules;
+      // the counts only: the findings themselves are paged, and need a token
+      state.conflicts = (await api("GET", "/api/rules/conflicts/counts")).conflicting_rules;
     } catch (_err) {
       state.conflicts = {};  // the list still shows; only the badges are missing
     }
@@ -345,8 +346,16 @@
     const query = state.isNew ? "" : "&rule_id=" + encodeURIComponent(state.current.id);
     $("check-conflicts").disabled = true;
     try {
-      const result = await api("POST", "/api/rules/conflicts?live=1" + query, parsed.value);
-      renderConflicts(result.findings, "this definition against the active rules, with live entities");
+      let result, when = "this definition against the active rules, with live entities";
+      try {
+        result = await api("POST", "/api/rules/conflicts?live=1" + query, parsed.value);
+      } catch (err) {
+        if (err.status !== 403) throw err;
+        // live entities are listed at Meta: an editor's; a viewer still gets the findings
+        result = await api("POST", "/api/rules/conflicts?" + query.slice(1), parsed.value);
+        when = "this definition against the active rules (live entities need the editor role)";
+      }
+      renderConflicts(result.findings, when);
     } catch (err) {
       if (err.status === 422) showErrors(err.body.errors || []);
       failed(err, "conflict check failed");
@@ -393,7 +402,9 @@
       flash(`rolled back: version ${rule.version} is active`);
       await loadRules();
       await selectRule(rule.id);
+      if (rule.warnings && rule.warnings.length) renderConflicts(rule.warnings, "found when rolling back");
     } catch (err) {
+      if (err.status === 409 && err.body && err.body.conflicts) renderConflicts(err.body.conflicts, "not rolled back");
       failed(err, "rollback failed");
     }
   }
