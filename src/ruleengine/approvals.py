@@ -20,14 +20,23 @@ import time
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ruleengine.acts import ACT_FAILURES, ActKey, ActResult, JobRun, Target, failure_result
+from ruleengine.acts import (
+    ACT_FAILURES,
+    MONEY_FIELDS,
+    ActKey,
+    ActResult,
+    JobRun,
+    Target,
+    check_currency,
+    failure_result,
+)
 from ruleengine.acts import live_value as field_value
 from ruleengine.budget_limits import AccountFacts
 from ruleengine.constants import STAGES
 from ruleengine.errors import NotFoundError, RuleEngineError
 from ruleengine.meta.http import Cost
 from ruleengine.notify import Notifier, NotifyError
-from ruleengine.rules.entity import Entity, currency_offset
+from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule, Task, approval_webhook
 from ruleengine.rules.plan import Plan
 from ruleengine.store.approvals import ApprovalStore, approval_id
@@ -191,13 +200,7 @@ async def _write(engine: Engine, doc: Document, *, now: datetime) -> ActResult:
     token = await engine.credentials.usable_token(token_ref(doc["account"]))
     account = await engine.credentials.get(doc["account"])
     reader, _batch, writer = engine.graph(Cost())
-    facts = AccountFacts(
-        reader,
-        account=doc["account"],
-        token=token,
-        now=now,
-        currency_offset=currency_offset(account.currency),
-    )
+    facts = AccountFacts(reader, account=account, token=token, now=now)
     run = JobRun(
         batch_id=approval_batch(doc["_id"]),
         rule_id=doc["rule_id"],
@@ -215,6 +218,8 @@ async def _write(engine: Engine, doc: Document, *, now: datetime) -> ActResult:
     task = tasks.get(doc["task_id"])
     key = ActKey.of(task) if task is not None else ActKey(doc["task_id"], doc["action"])
     try:
+        if doc["field"] in MONEY_FIELDS:  # its amount was planned in the registered currency
+            await check_currency(run)
         return await engine.executor.apply(run, writer, entity, key, _target(doc))
     except ACT_FAILURES as exc:
         return failure_result(exc)

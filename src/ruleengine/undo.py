@@ -29,7 +29,7 @@ from ruleengine.acts import live_value as read_value
 from ruleengine.budget_limits import AccountFacts
 from ruleengine.meta.http import Cost
 from ruleengine.rules.action_types import SetBudgetAction
-from ruleengine.rules.entity import Entity, currency_offset
+from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule
 from ruleengine.rules.plan import Plan, plan_budget
 from ruleengine.store.credentials import token_ref
@@ -211,13 +211,7 @@ async def undo_batch(
         token=token,
         now=now,
         reader=reader,
-        facts=AccountFacts(
-            reader,
-            account=account,
-            token=token,
-            now=now,
-            currency_offset=currency_offset(credentials.currency),
-        ),
+        facts=AccountFacts(reader, account=credentials, token=token, now=now),
     )
     max_pct = engine.settings.max_budget_change_pct
     results: list[tuple[UndoItem, ActResult]] = []
