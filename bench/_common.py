@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import orjson
 from cryptography.fernet import Fernet
 from pymongo import AsyncMongoClient
 
+from ruleengine.account_check import register
 from ruleengine.embedded import (
     Child,
     ProcessGroup,
@@ -22,7 +24,10 @@ from ruleengine.embedded import (
     start_mongodb,
     start_redis,
 )
+from ruleengine.meta.http import GraphSession
+from ruleengine.meta.reader import GraphReader
 from ruleengine.settings import Settings
+from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, Document, create_client, database, ensure_indexes
 
 TOKEN = "EAAGbenchTOKEN0123456789abcdefghijklmn"
@@ -50,6 +55,22 @@ def stack_settings(servers: Stack, **overrides: Any) -> Settings:
         "worker_metrics_port": 0,
     }
     return Settings(**(values | overrides))
+
+
+async def register_accounts(
+    settings: Settings, db: Database, accounts: list[str], *, now: datetime
+) -> None:
+    """Register ``accounts`` with :data:`TOKEN` as ``ruleengine accounts add`` does: with the
+    currency and timezone the sandbox (Meta) holds (one GET each). An account registered
+    with others gets no budget or bid change."""
+    credentials = CredentialStore(db, load_key(settings))
+    session = GraphSession(settings)
+    try:
+        reader = GraphReader.from_settings(session)
+        for account in accounts:
+            await register(credentials, reader, account, TOKEN, now=now)
+    finally:
+        await session.close()
 
 
 async def open_database(settings: Settings) -> tuple[AsyncMongoClient[Document], Database]:

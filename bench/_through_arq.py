@@ -18,7 +18,7 @@ from arq.constants import job_key_prefix
 from arq.worker import Worker
 from pymongo import monitoring
 
-from _common import TOKEN, say
+from _common import TOKEN, register_accounts, say
 from ruleengine import constants as c
 from ruleengine.jobs import worker_kwargs
 from ruleengine.meta.http import GraphSession
@@ -28,7 +28,6 @@ from ruleengine.queue import connect_queue
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
-from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleStore
 from ruleengine.store.snapshots import ListingSnapshots
@@ -106,7 +105,7 @@ async def build_job(
     """Register ``account``, save the rule, list its entities (only the first ``limit``, when
     given) and pack them as the dispatcher does: a big listing goes to MongoDB by reference."""
     now = datetime.now(UTC)
-    await CredentialStore(db, load_key(settings)).add(account, TOKEN, now=now)
+    await register_accounts(settings, db, [account], now=now)
     rule = parse_rule(definition)
     doc = (await RuleStore(db).save(rule, now=now, author="bench", source="bench")).rule
     graph = GraphSession(settings)

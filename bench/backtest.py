@@ -19,11 +19,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from _common import TOKEN, figures, open_database, say, stack, stack_settings
+from _common import figures, open_database, register_accounts, say, stack, stack_settings
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.backtest import BacktestDeps, BacktestRequest, run_backtest
 from ruleengine.rules.model import parse_rule
-from ruleengine.store.credentials import CredentialStore, load_key
 
 ACCOUNT = "act_2001"  # America/New_York
 FROZEN_AT = datetime(2026, 12, 1, 18, 0, tzinfo=UTC)  # 13:00 in New York
@@ -95,7 +94,7 @@ async def main(campaign_count: int, days: int, latency_ms: float, profile: bool)
         settings = stack_settings(servers, mongodb_database="bench_backtest")
         client, db = await open_database(settings)
         try:
-            await CredentialStore(db, load_key(settings)).add(ACCOUNT, TOKEN, now=FROZEN_AT)
+            await register_accounts(settings, db, [ACCOUNT], now=FROZEN_AT)
             async with (
                 SandboxAdmin(servers.sandbox_url) as sandbox,
                 BacktestDeps.open(settings, db) as deps,

@@ -75,6 +75,7 @@ from _common import (
     engine_env,
     figures,
     open_database,
+    register_accounts,
     say,
     stack_settings,
     start_sandbox,
@@ -90,7 +91,6 @@ from ruleengine.queue import connect_queue
 from ruleengine.reaper import GRACE_S, Reaper
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
-from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleStore
 
@@ -573,9 +573,7 @@ class ChaosRun:
         now = datetime.now(UTC).replace(second=0, microsecond=0)
         await self.admin.set_clock(SANDBOX_NOW)
         accounts = await self.admin.accounts()
-        credentials = CredentialStore(self.db, load_key(self.settings))
-        for account in accounts:
-            await credentials.add(account, TOKEN, now=now)
+        await register_accounts(self.settings, self.db, accounts, now=now)
         session = GraphSession(self.settings)
         try:
             reader = GraphReader.from_settings(session)

@@ -23,7 +23,15 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from _common import TOKEN, figures, open_database, percentile, say, stack, stack_settings
+from _common import (
+    figures,
+    open_database,
+    percentile,
+    register_accounts,
+    say,
+    stack,
+    stack_settings,
+)
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.dispatch import Dispatcher
@@ -33,7 +41,6 @@ from ruleengine.payload import deserialize
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
-from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleStore
 
@@ -162,9 +169,7 @@ async def main(rules: int) -> None:
     with stack(databases=True) as servers:
         settings = stack_settings(servers)
         client, db = await open_database(settings)
-        credentials = CredentialStore(db, load_key(settings))
-        for account in ACCOUNTS:
-            await credentials.add(account, TOKEN, now=datetime.now(UTC))
+        await register_accounts(settings, db, list(ACCOUNTS), now=datetime.now(UTC))
         admin = SandboxAdmin(servers.sandbox_url)
         await admin.set_clock(datetime.now(UTC).replace(microsecond=0))
         shared = await sweep(settings, db, admin, rule, rules=rules, label="shared filters")

@@ -24,6 +24,7 @@ from _common import (
     figures,
     open_database,
     percentile,
+    register_accounts,
     say,
     stack,
     stack_settings,
@@ -36,7 +37,6 @@ from ruleengine.embedded import ProcessGroup
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.model import parse_rule
-from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.rules import RuleStore
 
 RULES = 20
@@ -75,7 +75,7 @@ async def main() -> None:
         settings = stack_settings(servers)
         client, db = await open_database(settings)
         now = datetime.now(UTC)
-        await CredentialStore(db, load_key(settings)).add("act_2001", TOKEN, now=now)
+        await register_accounts(settings, db, ["act_2001"], now=now)
         admin = SandboxAdmin(servers.sandbox_url)
         graph = GraphSession(settings)
         campaigns = await GraphReader.from_settings(graph).list_entities(

@@ -65,12 +65,12 @@ from aiohttp import web
 from arq.constants import in_progress_key_prefix
 
 from _common import (
-    TOKEN,
     Stack,
     engine_env,
     figures,
     open_database,
     percentile,
+    register_accounts,
     say,
     stack_settings,
     start_dispatcher,
@@ -83,7 +83,6 @@ from ruleengine.embedded import Child, ProcessGroup, free_port
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
-from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleStore
 
@@ -592,9 +591,7 @@ class FleetRun:
     ) -> list[tuple[str, int]]:
         """Register the accounts and save the rules: (rule id, interval in minutes) of each."""
         now = datetime.now(UTC)
-        credentials = CredentialStore(db, load_key(settings))
-        for account in accounts:
-            await credentials.add(account, TOKEN, now=now)
+        await register_accounts(settings, db, accounts, now=now)
         store = RuleStore(db)
         started = time.perf_counter()
         saved = []

@@ -14,3 +14,5 @@ SANDBOX_ACCOUNTS = {
     "act_1003": ("Demo Store ID", "Asia/Jakarta", "USD"),
     "act_1004": ("Demo Store JP", "Asia/Tokyo", "JPY"),
 }
+#: The timezone of the sandbox's bench account act_2001 (its currency: USD).
+BENCH_ZONE = "America/New_York"

@@ -32,7 +32,7 @@ from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import EXECUTION_COUNT_INDEX, Database
 from ruleengine.store.intents import IntentStore, execution_count_pipeline
-from support import SANDBOX_NOW, SANDBOX_TOKEN
+from support import BENCH_ZONE, SANDBOX_NOW, SANDBOX_TOKEN
 
 SPENT = {"metric": "spend", "period": "today", "operator": ">", "value": 1}
 HAS_BUDGET = {"metric": "daily_budget", "operator": ">", "value": 0}
@@ -214,8 +214,8 @@ async def test_a_worker_killed_in_the_middle_of_the_bid_writes_changes_no_bid_tw
     # act_2001: 100 campaigns of one ad set; every fifth bids 5.00 with a cap (20 ad sets)
     await sandbox.reset(scenario="bench", accounts=1, campaigns_per_account=100)
     await sandbox.set_clock(SANDBOX_NOW)
-    await CredentialStore(db, load_key(settings)).add(
-        "act_2001", SANDBOX_TOKEN, now=datetime.now(UTC)
+    await CredentialStore(db, load_key(settings)).add(  # as Meta (the sandbox) holds it
+        "act_2001", SANDBOX_TOKEN, now=datetime.now(UTC), timezone=BENCH_ZONE, currency="USD"
     )
     action = {"type": "change_bid", "percent": 10, "direction": "increase"}
     data = adset_rule(action, account="act_2001", campaigns="Bench", cooldown_minutes=60)

@@ -8,7 +8,11 @@ from pathlib import Path
 
 import orjson
 
+from graph_sandbox.admin import SandboxAdmin
+from ruleengine import constants as c
+from ruleengine.embedded import free_port
 from ruleengine.settings import Settings
+from ruleengine.store.db import Database
 
 ROOT = Path(__file__).parents[1]
 EXAMPLES = sorted((ROOT / "examples" / "rules").glob("*.json"))
@@ -24,6 +28,8 @@ def run(
             "RULEENGINE_MONGODB_URL": settings.mongodb_url,
             "RULEENGINE_MONGODB_DATABASE": settings.mongodb_database,
             "RULEENGINE_DATA_DIR": str(settings.data_dir),
+            "RULEENGINE_GRAPH_URL": settings.graph_url,
+            "RULEENGINE_READ_RETRY_WAITS_S": orjson.dumps(settings.read_retry_waits_s).decode(),
         }
         assert settings.token_encryption_key is not None
         env["RULEENGINE_TOKEN_ENCRYPTION_KEY"] = settings.token_encryption_key.get_secret_value()
@@ -76,15 +82,18 @@ def test_schema_is_json() -> None:
     assert orjson.loads(result.stdout)["title"] == "Rule"
 
 
-async def test_accounts_and_apply_round_trip(settings: Settings, db: object) -> None:
+async def test_accounts_and_apply_round_trip(
+    settings: Settings, db: object, sandbox: SandboxAdmin
+) -> None:
+    token = str((await sandbox.issue_token(accounts=["act_1001"]))["token"])
     added = run(
-        "accounts", "add", "act_1001", "--name", "Shop", settings=settings, stdin=TOKEN + "\n"
+        "accounts", "add", "act_1001", "--name", "Shop", settings=settings, stdin=token + "\n"
     )
     assert added.returncode == 0, added.stderr
-    assert TOKEN not in added.stdout
+    assert token not in added.stdout
     listed = run("accounts", "list", settings=settings)
     assert "act_1001" in listed.stdout
-    assert TOKEN not in listed.stdout
+    assert token not in listed.stdout
 
     only_1001 = [p for p in EXAMPLES if p.name.startswith("05-")]
     first = run("rules", "apply", *map(str, only_1001), settings=settings)
@@ -96,6 +105,54 @@ async def test_accounts_and_apply_round_trip(settings: Settings, db: object) -> 
     needs_more = run("rules", "apply", str(EXAMPLES[0]), settings=settings)
     assert needs_more.returncode == 1
     assert "ad_accounts[1]: ad account 'act_1002' is not registered" in needs_more.stdout
+
+
+async def test_accounts_add_registers_metas_currency_and_timezone_or_nothing(
+    settings: Settings, db: Database, sandbox: SandboxAdmin
+) -> None:
+    token = str((await sandbox.issue_token(accounts=["act_1004"]))["token"])
+    accounts = db[c.ACCOUNTS]
+
+    # A value given that Meta disagrees with is refused; nothing is stored.
+    wrong = run("accounts", "add", "act_1004", "--currency", "USD", settings=settings, stdin=token)
+    assert wrong.returncode == 1
+    assert (
+        wrong.stderr.count("\n") == 1 and "Meta holds act_1004 in the currency JPY" in wrong.stderr
+    )
+    assert await accounts.count_documents({}) == 0
+
+    # Meta cannot be asked (nothing listens on its port): one line saying what to do.
+    gone = settings.model_copy(update={"graph_url": f"http://127.0.0.1:{free_port()}"})
+    unreachable = run(
+        "accounts", "add", "act_1004", "--currency", "JPY", settings=gone, stdin=token
+    )
+    assert unreachable.returncode == 1
+    (error,) = [line for line in unreachable.stderr.splitlines() if line.startswith("error:")]
+    assert "could not read act_1004 from Meta" in error
+    assert "nothing was registered" in error and "pass both --currency and --timezone" in error
+    assert token not in unreachable.stderr
+    assert await accounts.count_documents({}) == 0
+
+    # Without --currency/--timezone: the yen account is registered in JPY, in Tokyo.
+    added = run("accounts", "add", "act_1004", settings=settings, stdin=token)
+    assert added.returncode == 0, added.stderr
+    assert "JPY, Asia/Tokyo" in added.stdout
+    stored = await accounts.find_one({"_id": "act_1004"})
+    assert stored is not None
+    assert (stored["currency"], stored["timezone"]) == ("JPY", "Asia/Tokyo")
+
+    # Both given while Meta cannot be asked: stored as given, and said to be unchecked.
+    both = ["--currency", "EUR", "--timezone", "Europe/Berlin"]
+    unchecked = run("accounts", "add", "act_1002", *both, settings=gone, stdin=token)
+    assert unchecked.returncode == 0, unchecked.stderr
+    assert "not checked with Meta" in unchecked.stdout
+    kept = await accounts.find_one({"_id": "act_1002"})
+    assert kept is not None and (kept["currency"], kept["timezone"]) == ("EUR", "Europe/Berlin")
+
+    # A token Meta refuses registers nothing either.
+    refused = run("accounts", "add", "act_1003", settings=settings, stdin="EAAGnotIssued123\n")
+    assert refused.returncode == 1 and "Meta refused the token for act_1003" in refused.stderr
+    assert await accounts.find_one({"_id": "act_1003"}) is None
 
 
 def test_token_on_the_command_line_is_not_accepted() -> None:

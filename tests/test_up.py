@@ -26,6 +26,7 @@ import pytest
 from pymongo import MongoClient
 
 from ruleengine.embedded import mongodb_url, port_answers
+from ruleengine.up import SANDBOX_TOKEN as UP_SANDBOX_TOKEN
 
 ROOT = Path(__file__).parents[1]
 EXAMPLE = ROOT / "examples" / "rules" / "01-pause-losers.json"
@@ -192,18 +193,19 @@ def test_a_stack_on_a_port_base_is_whole_the_cli_writes_into_it_and_a_killed_wor
 
 
 def _the_cli_writes_into_the_stack(tmp_path: Path, env: dict[str, str], url: str) -> None:
-    """``accounts add`` and ``rules apply`` with the stack's environment land in its database."""
-    rule = orjson.loads(EXAMPLE.read_bytes()) | {"name": "Moved", "ad_accounts": ["act_4242"]}
+    """``accounts add`` (reading the stack's sandbox) and ``rules apply`` with the stack's
+    environment land in its database."""
+    rule = orjson.loads(EXAMPLE.read_bytes()) | {"name": "Moved", "ad_accounts": ["act_1004"]}
     (tmp_path / "moved.json").write_bytes(orjson.dumps(rule))
     cli = [sys.executable, "-m", "ruleengine"]
     commands = (
-        ["accounts", "add", "act_4242", "--name", "Moved", "--token-env", "META_TOKEN"],
+        ["accounts", "add", "act_1004", "--name", "Moved", "--token-env", "META_TOKEN"],
         ["rules", "apply", str(tmp_path / "moved.json")],
     )
     for args in commands:
         done = subprocess.run(
             [*cli, *args],
-            env=env | {"META_TOKEN": "EAAGmovedStackToken0123456789"},
+            env=env | {"META_TOKEN": UP_SANDBOX_TOKEN},
             capture_output=True,
             text=True,
             timeout=60,
@@ -213,7 +215,13 @@ def _the_cli_writes_into_the_stack(tmp_path: Path, env: dict[str, str], url: str
     client: MongoClient[dict[str, object]] = MongoClient(url, serverSelectionTimeoutMS=5000)
     with client:
         db = client["ruleengine"]
-        assert db["accounts"].find_one({"_id": "act_4242"}) is not None
+        moved = db["accounts"].find_one({"_id": "act_1004"})
+        assert moved is not None
+        assert (moved["name"], moved["currency"], moved["timezone"]) == (
+            "Moved",
+            "JPY",
+            "Asia/Tokyo",
+        )
         assert db["rules"].find_one({"name": "Moved"}) is not None
 
 

@@ -34,7 +34,7 @@ from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
 from ruleengine.write_batches import FieldChange, rounds
-from support import SANDBOX_NOW, SANDBOX_TOKEN
+from support import BENCH_ZONE, SANDBOX_NOW, SANDBOX_TOKEN
 from test_meta_budget_limits import ADSET, adset_id, adset_rule
 
 HAS_BUDGET = {"metric": "daily_budget", "operator": ">", "value": 0}
@@ -44,8 +44,8 @@ async def big_account(sandbox: SandboxAdmin, db: Database, settings: Settings, n
     """The sandbox as one ad account (act_2001) of ``n`` campaigns, registered."""
     await sandbox.reset(scenario="bench", accounts=1, campaigns_per_account=n)
     await sandbox.set_clock(SANDBOX_NOW)
-    await CredentialStore(db, load_key(settings)).add(
-        "act_2001", SANDBOX_TOKEN, now=datetime.now(UTC)
+    await CredentialStore(db, load_key(settings)).add(  # as Meta (the sandbox) holds it
+        "act_2001", SANDBOX_TOKEN, now=datetime.now(UTC), timezone=BENCH_ZONE, currency="USD"
     )
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from redis.exceptions import RedisError
 
-from ruleengine.errors import LockLost, LockTimeout
+from ruleengine.errors import AccountMismatch, LockLost, LockTimeout
 from ruleengine.meta.errors import GraphError, MalformedResponseError, TransientError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.action_types import (
@@ -53,9 +53,14 @@ UNVERIFIABLE = frozenset({"copies", "notify"})
 BUDGET_FIELDS = ("daily_budget", "lifetime_budget")
 #: Graph fields the engine compares as integers (Meta sends budgets as strings).
 INTEGER_FIELDS = (*BUDGET_FIELDS, "bid_amount")
+#: Fields whose values are amounts in the account currency's minor units.
+MONEY_FIELDS = INTEGER_FIELDS
 #: Bid strategies under which an ad set has no ``bid_amount`` to change (Meta bids alone,
 #: or against ``bid_constraints.roas_average_floor``).
 NO_BID_STRATEGIES = frozenset({"LOWEST_COST_WITHOUT_CAP", "LOWEST_COST_WITH_MIN_ROAS"})
+#: Actions whose amounts are in the account's currency: none is made on an account whose
+#: registered currency or timezone is not Meta's (:func:`check_currency`).
+MONEY_ACTIONS = (PercentBudgetAction, SetBudgetAction, ChangeBidAction, ScaleToTargetAction)
 
 
 @dataclass
@@ -225,9 +230,13 @@ async def target_of(
 ) -> Target:
     """How a status, budget, bid or name action plans its absolute target from the live object.
 
-    A budget action reads the ad account's minimum daily budget first (once per job);
-    ``scale_to_target`` scales by the metric its ``verdict`` read.
+    A budget or bid action reads the ad account first (once per job: its minimum daily
+    budget, currency and timezone) and raises AccountMismatch when the registered currency
+    or timezone is not Meta's (:func:`check_currency`); ``scale_to_target`` scales by the
+    metric its ``verdict`` read.
     """
+    if isinstance(action, MONEY_ACTIONS):
+        await check_currency(run)
     if isinstance(action, ChangeBidAction | ScaleToTargetAction):
         return await _target_of_scaling(action, run, max_change_pct=max_change_pct, verdict=verdict)
     if isinstance(action, StatusAction):
@@ -260,6 +269,22 @@ async def target_of(
 
         return Target("name", ["name"], plan_new_name)
     raise ValueError(f"no write path for action type {action.type}")
+
+
+async def check_currency(run: JobRun) -> None:
+    """Raise AccountMismatch when the run's ad account is registered with another currency or
+    timezone than Meta's: a budget or bid computed from it would be scaled wrong (100 times,
+    between cents and yen) or meant for another day. Nothing is checked without ``facts``."""
+    if run.facts is None:
+        return
+    state = await run.facts.mismatch()
+    if state is None:
+        return
+    raise AccountMismatch(
+        state.explain(run.account),
+        reason=state.reason,
+        details=state.model_dump(mode="json"),
+    )
 
 
 def money_scale(run: JobRun) -> int:
@@ -480,7 +505,10 @@ def unanswered(exc: GraphError) -> bool:
 
 
 def failure_result(exc: Exception) -> ActResult:
-    """An action stopped by the account lock, Redis or Graph (reading the live value)."""
+    """An action stopped by the account lock, Redis, Graph (reading the live value) or the
+    account's registered currency."""
+    if isinstance(exc, AccountMismatch):
+        return ActResult("failed", exc.reason, error={"message": str(exc), **exc.details})
     if isinstance(exc, LockTimeout):
         return ActResult("failed", "account_lock_timeout", error={"message": str(exc)})
     if isinstance(exc, LockLost):
@@ -492,4 +520,4 @@ def failure_result(exc: Exception) -> ActResult:
     raise exc
 
 
-ACT_FAILURES = (LockTimeout, LockLost, RedisError, GraphError)
+ACT_FAILURES = (AccountMismatch, LockTimeout, LockLost, RedisError, GraphError)

@@ -33,10 +33,12 @@ from pymongo.errors import PyMongoError
 
 from ruleengine.acts import (
     ACT_FAILURES,
+    MONEY_FIELDS,
     ActKey,
     ActResult,
     JobRun,
     Target,
+    check_currency,
     failure_result,
     settled,
 )
@@ -47,7 +49,7 @@ from ruleengine.deciding import REQUEUE_AFTER
 from ruleengine.errors import NotFoundError, RuleEngineError
 from ruleengine.followups.scheduling import Origin
 from ruleengine.meta.http import Cost
-from ruleengine.rules.entity import Entity, currency_offset
+from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule
 from ruleengine.rules.plan import Plan
 from ruleengine.store.approvals import ApprovalStore, approval_of_batch, write_batch
@@ -261,13 +263,7 @@ async def _write(engine: Engine, doc: Document, batch: str, *, now: datetime) ->
     token = await engine.credentials.usable_token(token_ref(doc["account"]))
     account = await engine.credentials.get(doc["account"])
     reader, _batch, writer = engine.graph(Cost())
-    facts = AccountFacts(
-        reader,
-        account=doc["account"],
-        token=token,
-        now=now,
-        currency_offset=currency_offset(account.currency),
-    )
+    facts = AccountFacts(reader, account=account, token=token, now=now)
     run = JobRun(
         batch_id=batch,
         rule_id=doc["rule_id"],
@@ -285,6 +281,8 @@ async def _write(engine: Engine, doc: Document, batch: str, *, now: datetime) ->
     task = tasks.get(doc["task_id"])
     key = ActKey.of(task) if task is not None else ActKey(doc["task_id"], doc["action"])
     try:
+        if doc["field"] in MONEY_FIELDS:  # its amount was planned in the registered currency
+            await check_currency(run)
         return await engine.executor.apply(run, writer, entity, key, _target(doc))
     except ACT_FAILURES as exc:
         return failure_result(exc)

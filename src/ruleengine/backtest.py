@@ -39,7 +39,7 @@ from ruleengine import constants as c
 from ruleengine.errors import RuleEngineError
 from ruleengine.history import HistoryRequest, HistoryResult, InsightsHistory
 from ruleengine.lag_history import learn_lag
-from ruleengine.meta.adaccount import read_min_daily_budget
+from ruleengine.meta.adaccount import read_ad_account
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.http import READ_AND_BATCH, Cost, GraphSession
 from ruleengine.meta.reader import GraphReader
@@ -490,7 +490,7 @@ async def _listing(
     )
     minimum = None
     if any(isinstance(t.action, BUDGET_ACTIONS) for t in rule.tasks):
-        minimum = await read_min_daily_budget(reader, account_id, token=token)
+        minimum = (await read_ad_account(reader, account_id, token=token)).min_daily_budget
     await listings.replace_one(
         {"_id": key},
         {

@@ -1,12 +1,13 @@
 """Meta's limits on budget writes, as one job sees them: the ad account's minimum daily
-budget, and the 4 budget changes an ad set may take in an hour — counting changes made
+budget (read with its currency and timezone, which every budget and bid change checks
+first), and the 4 budget changes an ad set may take in an hour — counting changes made
 outside the engine without counting the engine's own twice.
 
 Meta limits an ad set to 4 budget changes in a rolling hour, *whoever* makes them, and
 answers the 5th with code 17, after which the ad set's budget is blocked for an hour.
 The engine's own changes are in its intents; everyone else's only in the ad account's
-activity log. :class:`AccountFacts` reads that log (and the minimum daily budget) at
-most once per job, lazily, and only for jobs that change budgets;
+activity log. :class:`AccountFacts` reads that log (and the ad account) at most once per
+job, lazily, and only for jobs that change budgets (or bids: the ad account);
 :func:`count_changes` merges the log with the intents: an intent whose value the log
 already shows is the same change, counted once; one the log does not show yet (a write
 made after the log was read, or one Meta has not logged yet) is added.
@@ -30,11 +31,17 @@ from typing import Any, Final
 
 from ruleengine import constants as c
 from ruleengine.acts import BUDGET_FIELDS, ActResult, JobRun, Outcome, not_applied
-from ruleengine.meta.adaccount import BudgetEvent, read_budget_events, read_min_daily_budget
+from ruleengine.meta.adaccount import (
+    AdAccount,
+    BudgetEvent,
+    read_ad_account,
+    read_budget_events,
+)
 from ruleengine.meta.errors import GraphError, is_budget_change_limit, is_budget_too_low
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.entity import Entity
+from ruleengine.rules.entity import Entity, currency_offset
 from ruleengine.rules.plan import Plan
+from ruleengine.store.credentials import Account, CurrencyState
 from ruleengine.store.intents import (
     BUDGET_LIMITED,
     BUDGET_TOO_LOW,
@@ -114,39 +121,66 @@ def count_changes(
 class AccountFacts:
     """What one job learns about its ad account from Meta, each read at most once, when needed.
 
-    A read that fails is logged and answered with ``None``: the write path then works
-    with what it knows (its own intents; no minimum) and Meta's own answer (code 17,
-    "budget too low") is the backstop.
+    The ad account itself (its minimum daily budget, currency and timezone) is one GET,
+    made when the job first plans a change whose amount is in the currency; the activity
+    log is read for jobs that change ad-set budgets. A read that fails is logged and
+    answered with ``None``: the write path then works with what it knows (its own intents;
+    no minimum; the registered currency, unless a job already found it not Meta's) and
+    Meta's own answer (code 17, "budget too low") is the backstop.
 
     Args:
         reader: the job's reader (it waits out rate limits: use it outside the write lock).
-        account: ``act_…``.
+        account: the registered account (its currency gives ``currency_offset``: budget
+            units per currency unit, 100, or 1 for JPY and the like).
         token: the account's token.
         now: the job's time.
-        currency_offset: budget units per currency unit (100, or 1 for JPY and the like).
     """
 
-    def __init__(
-        self, reader: GraphReader, *, account: str, token: str, now: datetime, currency_offset: int
-    ) -> None:
+    def __init__(self, reader: GraphReader, *, account: Account, token: str, now: datetime) -> None:
         self.reader = reader
-        self.account = account
+        self.registered = account
+        self.account = account.id
         self.token = token
         self.now = now
-        self.currency_offset = currency_offset
-        self._minimum: tuple[int | None] | None = None
+        self.currency_offset = currency_offset(account.currency)
+        self._ad_account: tuple[AdAccount | None] | None = None
         self._events: tuple[list[BudgetEvent] | None] | None = None
+
+    @property
+    def read(self) -> AdAccount | None:
+        """The ad account as this job read it; ``None`` before the read, or when it failed."""
+        return None if self._ad_account is None else self._ad_account[0]
+
+    async def ad_account(self) -> AdAccount | None:
+        """The ad account as Meta holds it (read once per job), or ``None`` if unreadable."""
+        if self._ad_account is None:
+            try:
+                value: AdAccount | None = await read_ad_account(
+                    self.reader, self.account, token=self.token
+                )
+            except GraphError as exc:
+                log.warning("could not read the ad account %s: %s", self.account, exc)
+                value = None
+            self._ad_account = (value,)
+        return self._ad_account[0]
 
     async def min_daily_budget(self) -> int | None:
         """The account's minimum daily budget (minor units), or ``None`` if unknown."""
-        if self._minimum is None:
-            try:
-                value = await read_min_daily_budget(self.reader, self.account, token=self.token)
-            except GraphError as exc:
-                log.warning("could not read min_daily_budget of %s: %s", self.account, exc)
-                value = None
-            self._minimum = (value,)
-        return self._minimum[0]
+        found = await self.ad_account()
+        return None if found is None else found.min_daily_budget
+
+    async def mismatch(self) -> CurrencyState | None:
+        """How the registered currency or timezone is not Meta's, or ``None`` when they agree.
+
+        When Meta cannot be read now, the last finding stands (the account's
+        ``currency_state``): an account found wrong stays stopped until it is fixed.
+        """
+        found = await self.ad_account()
+        if found is None:
+            return self.registered.currency_state
+        return self.registered.disagreement(
+            currency=found.currency, timezone=found.timezone, now=self.now
+        )
 
     async def budget_events(self) -> list[BudgetEvent] | None:
         """Every budget change in the account's activity log within the last hour, by anyone;

@@ -26,7 +26,7 @@ from ruleengine.conflicts import (
     stored_entries,
 )
 from ruleengine.deciding import decide
-from ruleengine.errors import FieldError, RuleEngineError, RuleValidationError
+from ruleengine.errors import FieldError, MetaUnreachable, RuleEngineError, RuleValidationError
 from ruleengine.queue import connect_queue
 from ruleengine.rules.conflicts import Finding, RuleEntry, find_conflicts
 from ruleengine.rules.model import Rule, parse_rule, rule_json_schema
@@ -39,7 +39,7 @@ from ruleengine.rules.money import (
 from ruleengine.settings import PORT_LAYOUT, Settings
 from ruleengine.store.api_tokens import ROLES, ApiToken, ApiTokenStore
 from ruleengine.store.approvals import STATUSES, ApprovalStore
-from ruleengine.store.credentials import CredentialStore, load_key
+from ruleengine.store.credentials import CredentialStore, check_account, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
 from ruleengine.store.formats import migrate_rules
 from ruleengine.store.ruledocs import Loaded, StoredRuleError
@@ -840,19 +840,70 @@ def _read_token(args: argparse.Namespace) -> str:
     return sys.stdin.readline().strip()
 
 
+@contextlib.asynccontextmanager
+async def _graph_reader(settings: Settings) -> AsyncIterator[GraphReader]:
+    """A GET-only Graph reader for one command, its session closed afterwards."""
+    from ruleengine.meta.http import GraphSession
+    from ruleengine.meta.reader import GraphReader
+
+    session = GraphSession(settings)
+    try:
+        yield GraphReader.from_settings(session)
+    finally:
+        await session.close()
+
+
 async def _accounts_add(args: argparse.Namespace, settings: Settings) -> int:
+    from ruleengine.account_check import register
+
+    check_account(args.account, args.timezone, args.currency)  # before the token is asked for
     token = _read_token(args)
-    async with _database(settings) as db:
+    async with _database(settings) as db, _graph_reader(settings) as reader:
         store = CredentialStore(db, load_key(settings, create=args.create_key))
-        account = await store.add(
-            args.account,
-            token,
-            now=_now(),
-            name=args.name,
-            timezone=args.timezone,
-            currency=args.currency,
+        try:
+            registered = await register(
+                store,
+                reader,
+                args.account,
+                token,
+                now=_now(),
+                name=args.name,
+                timezone=args.timezone,
+                currency=args.currency,
+            )
+        except MetaUnreachable as exc:
+            raise RuleEngineError(
+                f"{exc}; nothing was registered. Try again, or pass both --currency and"
+                " --timezone (the ad account's, as Ads Manager shows them) to register it"
+                " without Meta's word"
+            ) from None
+    account = registered.account
+    print(
+        f"{account.id} registered ({account.name}, {account.currency}, {account.timezone},"
+        f" token …{account.token_fingerprint})"
+    )
+    if registered.unchecked:
+        print(
+            f"note: {account.currency} and {account.timezone} are as given, not checked with"
+            " Meta (it could not be asked); the first budget or bid change checks them"
         )
-    print(f"{account.id} registered ({account.name}, token …{account.token_fingerprint})")
+    return 0
+
+
+async def _accounts_refresh(args: argparse.Namespace, settings: Settings) -> int:
+    from ruleengine.account_check import refresh
+
+    async with _database(settings) as db, _graph_reader(settings) as reader:
+        store = CredentialStore(db, load_key(settings, create=False))
+        done = await refresh(store, reader, args.account, now=_now())
+    changes = done.changes()
+    account = done.account
+    if not changes:
+        print(f"{account.id}: {account.currency}, {account.timezone} — Meta's already")
+        return 0
+    print(f"{account.id}: {', '.join(changes)} (Meta's)")
+    if account.currency != done.before.currency:
+        print(f"check its rules: their amounts (budgets, bids) are now read in {account.currency}")
     return 0
 
 
@@ -860,11 +911,12 @@ async def _accounts_list(args: argparse.Namespace, settings: Settings) -> int:
     async with _database(settings) as db:
         accounts = await CredentialStore(db, load_key(settings, create=False)).all()
     for account in accounts:
-        refused = account.token_state
+        refused, mismatch = account.token_state, account.currency_state
         print(
             f"{account.id:<20} {account.currency:<4} {account.timezone:<22}"
             f" token …{account.token_fingerprint}  {account.name}"
             + (f"  [TOKEN REFUSED: {refused.describe()}]" if refused else "")
+            + (f"  [NOT META'S: {mismatch.describe()}]" if mismatch else "")
         )
     if not accounts:
         print("no ad accounts registered; add one with `ruleengine accounts add act_…`")
@@ -1249,18 +1301,24 @@ def _add_accounts(sub: Any) -> None:
     actions = accounts.add_subparsers(dest="accounts_command", required=True, metavar="ACTION")
     add = actions.add_parser(
         "add",
-        help="register an ad account; the token is read from stdin or --token-env",
+        help="register an ad account (or replace its token) with Meta's currency and timezone",
         description="The access token is read from standard input (hidden when typed) or from"
         " the environment variable named by --token-env — never from the command line, which"
-        " would leave it in shell history and in `ps`.",
+        " would leave it in shell history and in `ps`. The account's currency and timezone"
+        " are read from Meta with that token (GET act_…?fields=currency,timezone_name) and"
+        " registered; nothing is registered when Meta refuses the token or the id.",
     )
     add.add_argument("account", help="ad account id, e.g. act_123456")
     add.add_argument("--name", help="display name")
     add.add_argument(
-        "--timezone", help="the account's timezone (new accounts: UTC; kept when re-adding)"
+        "--timezone",
+        help="the account's timezone: refused unless it is Meta's; needed (with --currency)"
+        " only when Meta cannot be asked",
     )
     add.add_argument(
-        "--currency", help="the account currency (new accounts: USD; kept when re-adding)"
+        "--currency",
+        help="the account currency: refused unless it is Meta's; needed (with --timezone)"
+        " only when Meta cannot be asked",
     )
     add.add_argument("--token-env", metavar="VAR", help="read the token from this variable")
     add.add_argument(
@@ -1269,6 +1327,16 @@ def _add_accounts(sub: Any) -> None:
         help="create the key file under the data dir if no key is configured",
     )
     add.set_defaults(handler=_run_async(_accounts_add))
+    refresh = actions.add_parser(
+        "refresh",
+        help="register Meta's currency and timezone again (read with the stored token)",
+        description="Reads the ad account's currency and timezone from Meta with its stored"
+        " token and registers them; this ends a currency mismatch a job found (budget and"
+        " bid changes on the account resume). Check the account's rules when the currency"
+        " changes: their amounts are read in it.",
+    )
+    refresh.add_argument("account", help="ad account id, e.g. act_123456")
+    refresh.set_defaults(handler=_run_async(_accounts_refresh))
     listing = actions.add_parser("list", help="list accounts (never their tokens)")
     listing.set_defaults(handler=_run_async(_accounts_list))
     key = actions.add_parser("new-key", help="print a new token-encryption key")

@@ -19,6 +19,7 @@ from typing import Any
 
 from pymongo.errors import PyMongoError
 
+from ruleengine.account_check import keep_finding
 from ruleengine.actions import ActionExecutor, writes_a_field
 from ruleengine.approvals import announce, open_result, open_results, propose
 from ruleengine.evaluation import Evaluation, Pair, Reading, Summary, sheets_reader
@@ -269,6 +270,21 @@ class JobEvaluation(Evaluation):
             if state is not None:
                 return
 
+    async def _keep_account_finding(self) -> None:
+        """Keep what this run's read of the ad account said of its registered currency and
+        timezone (see :mod:`ruleengine.account_check`)."""
+        facts = self.run_ctx.facts
+        if facts is None:
+            return
+        await keep_finding(
+            self.engine.credentials,
+            self.engine.errors,
+            facts.registered,
+            facts.read,
+            now=self.now,
+            context={"batch_id": self.job.batch_id, "rule_id": self.job.rule_id},
+        )
+
     async def _follow_up(self, pair: Pair) -> None:
         """Schedule the action's ``then`` (a redelivery only fills in a missing one)."""
         result, then = pair.result, pair.task.action.then
@@ -321,6 +337,7 @@ class JobEvaluation(Evaluation):
     async def _keep(self, pairs: list[Pair], summary: Summary) -> None:
         """Write the records (merged with earlier deliveries') and count the batch from them."""
         await self._record_refusal(pairs)
+        await self._keep_account_finding()
         records = [self.record(p) for p in pairs]
         executions = self.engine.executions
         earlier = await executions.by_key(self.job.batch_id) if self.delivery > 1 else {}

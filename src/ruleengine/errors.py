@@ -62,6 +62,36 @@ class TokenUnusableError(CredentialsError):
     it until it is replaced (``ruleengine accounts add``, ``POST /api/accounts``)."""
 
 
+class AccountCheckError(CredentialsError):
+    """Meta's answer about an ad account being registered stands against the registration:
+    it refused the token, does not show the account to it, or holds another currency or
+    timezone than the one given. ``field`` is the input it is about (``token``, ``id``,
+    ``currency``, ``timezone``)."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class MetaUnreachable(RuleEngineError):
+    """Meta could not be asked about an ad account being registered (no answer, a transient
+    error, a rate limit): try again, or give its currency and timezone explicitly."""
+
+
+class AccountMismatch(RuleEngineError):
+    """An ad account's registered currency or timezone is not Meta's: no change whose amount
+    is in its currency (budgets, bids) is made on it until that is fixed.
+
+    ``reason`` is the record's (``account_currency_mismatch``,
+    ``account_timezone_mismatch``); ``details`` the registered and Meta's values.
+    """
+
+    def __init__(self, message: str, *, reason: str, details: dict[str, object]) -> None:
+        self.reason = reason
+        self.details = details
+        super().__init__(message)
+
+
 class ListingExpired(RuleEngineError):
     """A job's stored entity listing is gone (expired or deleted): the job evaluates nothing.
 

@@ -253,13 +253,7 @@ class Evaluation:
         self.offset = currency_offset(account.currency)
         self.account_today = _local_date(self.now, account.timezone)
         self.account_tz = ZoneInfo(account.timezone)
-        facts = AccountFacts(
-            self.graph.reader,
-            account=self.job.account,
-            token=token,
-            now=self.now,
-            currency_offset=self.offset,
-        )
+        facts = AccountFacts(self.graph.reader, account=account, token=token, now=self.now)
         return JobRun(
             batch_id=self.job.batch_id,
             rule_id=self.job.rule_id,

@@ -35,7 +35,7 @@ from ruleengine.acts import ACT_FAILURES, ActKey, ActResult, JobRun, Target, fai
 from ruleengine.acts import live_value as read_value
 from ruleengine.budget_limits import AccountFacts
 from ruleengine.meta.http import Cost
-from ruleengine.rules.entity import Entity, currency_offset
+from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule
 from ruleengine.rules.plan import Plan, plan_restore
 from ruleengine.store.credentials import token_ref
@@ -283,13 +283,7 @@ async def _run_of(engine: Engine, planned: _Planned, *, now: datetime) -> JobRun
         token=token,
         now=now,
         reader=reader,
-        facts=AccountFacts(
-            reader,
-            account=account,
-            token=token,
-            now=now,
-            currency_offset=currency_offset(credentials.currency),
-        ),
+        facts=AccountFacts(reader, account=credentials, token=token, now=now),
     )
 
 

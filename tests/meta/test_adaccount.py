@@ -1,4 +1,5 @@
-"""Reading what the ad account says: its activity log of budget changes, its minimum budget."""
+"""Reading what the ad account says: its activity log of budget changes, its minimum budget,
+currency and timezone."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ruleengine.meta.adaccount import BudgetEvent, new_value, parse_budget_event
+from ruleengine.meta.adaccount import (
+    AdAccount,
+    BudgetEvent,
+    new_value,
+    parse_ad_account,
+    parse_budget_event,
+)
 from ruleengine.meta.errors import MalformedResponseError
 
 AT = datetime(2026, 12, 1, 17, 30, tzinfo=UTC)
@@ -91,3 +98,55 @@ def test_any_activity_parses_or_is_malformed(item: dict[str, Any]) -> None:
     except MalformedResponseError:
         return
     assert event is None or event.at.tzinfo is not None
+
+
+def test_the_ad_account_as_meta_sends_it() -> None:
+    body = {
+        "id": "act_1004",
+        "min_daily_budget": "150",
+        "currency": "JPY",
+        "timezone_name": "Asia/Tokyo",
+    }
+    assert parse_ad_account(body) == AdAccount(150, "JPY", "Asia/Tokyo")
+    assert parse_ad_account({"currency": "jpy"}).currency == "JPY"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"min_daily_budget": "1.5", "currency": "US", "timezone_name": ""},
+        {"min_daily_budget": -1, "currency": 392, "timezone_name": None},
+        {"min_daily_budget": True, "currency": "JP\n", "timezone_name": "x" * 65},
+        [],
+        None,
+    ],
+)
+def test_what_meta_did_not_send_usably_is_no_word_from_meta(body: Any) -> None:
+    assert parse_ad_account(body) == AdAccount()
+
+
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=70),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=6,
+)
+
+
+@given(
+    st.one_of(
+        ANY_JSON,
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "min_daily_budget": ANY_JSON,
+                "currency": st.one_of(ANY_JSON, st.from_regex(r"[A-Za-z]{3}", fullmatch=True)),
+                "timezone_name": ANY_JSON,
+            },
+        ),
+    )
+)
+def test_any_answer_parses_into_values_or_none(body: Any) -> None:
+    found = parse_ad_account(body)
+    assert found.min_daily_budget is None or found.min_daily_budget >= 0
+    assert found.currency is None or (len(found.currency) == 3 and found.currency.isupper())
+    assert found.timezone is None or 0 < len(found.timezone) <= 64

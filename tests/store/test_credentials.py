@@ -8,7 +8,12 @@ import pytest
 from cryptography.fernet import Fernet
 
 from ruleengine import constants as c
-from ruleengine.errors import ConfigurationError, CredentialsError, TokenUnusableError
+from ruleengine.errors import (
+    ConfigurationError,
+    CredentialsError,
+    NotFoundError,
+    TokenUnusableError,
+)
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import (
     CredentialStore,
@@ -88,3 +93,52 @@ async def test_a_refused_token_is_kept_once_and_cleared_by_a_new_one(db: Databas
     await store.add("act_1001", TOKEN, now=NOW)  # the same token, its permission restored
     assert await store.usable_token(ref) == TOKEN
     assert await store.unusable() == []
+
+
+async def test_a_currency_mismatch_is_kept_once_and_only_against_the_values_it_was_found_on(
+    db: Database,
+) -> None:
+    store = CredentialStore(db, Fernet.generate_key())
+    wrong = await store.add("act_1004", TOKEN, now=NOW, currency="USD", timezone="Asia/Tokyo")
+    assert wrong.disagreement(currency="usd", timezone="Asia/Tokyo", now=NOW) is None
+    assert wrong.disagreement(currency=None, timezone=None, now=NOW) is None  # Meta said nothing
+    state = wrong.disagreement(currency="JPY", timezone="Asia/Tokyo", now=NOW)
+    assert state is not None
+    assert (state.reason, state.meta_currency) == ("account_currency_mismatch", "JPY")
+    assert "currency USD is registered, Meta's is JPY" in state.describe()
+    assert "timezone" not in state.describe()
+
+    fixed_meanwhile = state.model_copy(update={"currency": "EUR"})
+    assert not await store.mark_currency("act_1004", fixed_meanwhile)
+    assert await store.mark_currency("act_1004", state)
+    later = state.model_copy(update={"at": NOW + timedelta(hours=1)})
+    assert not await store.mark_currency("act_1004", later)  # the first finding stays
+    marked = await store.get("act_1004")
+    assert marked.currency_state == state
+    assert [a.id for a in await store.mismatched()] == ["act_1004"]
+    # found again later: the state keeps when it was first seen
+    again = marked.disagreement(currency="JPY", timezone=None, now=NOW + timedelta(days=1))
+    assert again is not None and again.at == NOW
+
+    await store.add("act_1004", TOKEN + "new", now=NOW)  # a new token alone changes nothing
+    assert (await store.get("act_1004")).currency_state == state
+    assert not await store.clear_currency("act_1004", currency="EUR", timezone="Asia/Tokyo")
+    fixed = await store.set_currency("act_1004", currency="jpy", timezone="Asia/Tokyo", now=NOW)
+    assert (fixed.currency, fixed.currency_state) == ("JPY", None)
+    assert await store.mismatched() == []
+
+
+async def test_a_registered_currency_or_timezone_clears_a_mismatch(db: Database) -> None:
+    store = CredentialStore(db, Fernet.generate_key())
+    wrong = await store.add("act_1001", TOKEN, now=NOW, timezone="UTC")
+    state = wrong.disagreement(currency="USD", timezone="America/New_York", now=NOW)
+    assert state is not None and state.reason == "account_timezone_mismatch"
+    assert await store.mark_currency("act_1001", state)
+    assert await store.clear_currency("act_1001", currency="USD", timezone="UTC")
+    assert await store.mark_currency("act_1001", state)
+    again = await store.add("act_1001", TOKEN, now=NOW, timezone="America/New_York")
+    assert again.currency_state is None
+    with pytest.raises(NotFoundError):
+        await store.set_currency("act_9", currency="USD", timezone="UTC", now=NOW)
+    with pytest.raises(CredentialsError, match="timezone"):
+        await store.set_currency("act_1001", currency="USD", timezone="Mars/Olympus", now=NOW)

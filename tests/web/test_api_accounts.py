@@ -12,13 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from web_helpers import AUTH, Client, insert_batch, rule_body, start_client
 
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
+from ruleengine.embedded import free_port
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, TokenState, fingerprint, load_key
 from ruleengine.store.db import Database
+from support import SANDBOX_TOKEN
 
-NEW_TOKEN = "EAAGnewACCOUNTtoken" + "Qw8Zr3Lk5Tn7Vb2Hs4Jd6Fg9" * 2
-ROTATED = "EAAGrotatedTOKEN" + "Pm1Cy0Xk8Wz3Lr5Tn7Vb2Hs4" * 2
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
 
@@ -42,78 +43,167 @@ async def listed(call: Calls, account_id: str) -> dict[str, Any] | None:
 
 
 async def test_an_account_is_registered_rotated_refused_removal_while_used_then_removed(
-    client: Client, db: Database, web_settings: Settings, caplog: pytest.LogCaptureFixture
+    client: Client,
+    db: Database,
+    web_settings: Settings,
+    sandbox: SandboxAdmin,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     call = Calls(client)
-    body = {"id": "act_2001", "token": NEW_TOKEN, "name": "Shop", "currency": "eur"}
+    assert (await call("DELETE", "/api/accounts/act_1004"))[0] == 204
+    first = str((await sandbox.issue_token(accounts=["act_1004"]))["token"])
+    rotated = str((await sandbox.issue_token(accounts=["act_1004"]))["token"])
+    body = {"id": "act_1004", "token": first, "name": "Shop"}
     assert (await client.post("/api/accounts", json=body)).status == 401
     status, added = await call("POST", "/api/accounts", json=body)
-    assert status == 201
-    assert (added["name"], added["currency"], added["timezone"]) == ("Shop", "EUR", "UTC")
-    assert added["token_fingerprint"] == fingerprint(NEW_TOKEN)
-    fresh = await listed(call, "act_2001")
+    assert status == 201, added
+    # the currency and timezone are Meta's, read with the token given
+    assert (added["name"], added["currency"], added["timezone"]) == ("Shop", "JPY", "Asia/Tokyo")
+    assert added["token_fingerprint"] == fingerprint(first)
+    fresh = await listed(call, "act_1004")
     assert fresh is not None
     assert (fresh["rules"], fresh["last_batch"], fresh["token_state"]) == ([], None, None)
+    assert fresh["currency_state"] is None
 
     # A rule on it, and a batch: the listing names both.
     status, rule = await call(
-        "POST", "/api/rules", json=rule_body("Uses 2001", ad_accounts=["act_1001", "act_2001"])
+        "POST", "/api/rules", json=rule_body("Uses 1004", ad_accounts=["act_1001", "act_1004"])
     )
     assert status == 201, rule
     await insert_batch(
         db,
-        batch_id="b-2001",
+        batch_id="b-1004",
         rule_id=rule["id"],
-        rule_name="Uses 2001",
-        account="act_2001",
+        rule_name="Uses 1004",
+        account="act_1004",
         started_at=NOW,
         status="DONE",
     )
-    used = await listed(call, "act_2001")
+    used = await listed(call, "act_1004")
     assert used is not None
-    assert used["rules"] == [{"id": rule["id"], "name": "Uses 2001", "status": "ACTIVE"}]
+    assert used["rules"] == [{"id": rule["id"], "name": "Uses 1004", "status": "ACTIVE"}]
     last = used["last_batch"]
-    assert (last["id"], last["status"], last["rule_name"]) == ("b-2001", "DONE", "Uses 2001")
+    assert (last["id"], last["status"], last["rule_name"]) == ("b-1004", "DONE", "Uses 1004")
     assert last["started_at"] == "2026-12-01T10:00:00Z"
 
     # Meta refused the token; rotating it clears the state and keeps the details.
     store = CredentialStore(db, load_key(web_settings))
     refused = TokenState(
-        status="expired", code=190, subcode=463, at=NOW, token_fingerprint=fingerprint(NEW_TOKEN)
+        status="expired", code=190, subcode=463, at=NOW, token_fingerprint=fingerprint(first)
     )
-    assert await store.mark_token("act_2001", refused)
-    status, rotated = await call("PUT", "/api/accounts/act_2001/token", json={"token": ROTATED})
+    assert await store.mark_token("act_1004", refused)
+    status, rotated_entry = await call(
+        "PUT", "/api/accounts/act_1004/token", json={"token": rotated}
+    )
     assert status == 200
-    assert (rotated["token_fingerprint"], rotated["token_state"]) == (fingerprint(ROTATED), None)
-    assert (rotated["name"], rotated["currency"]) == ("Shop", "EUR")
+    assert rotated_entry["token_fingerprint"] == fingerprint(rotated)
+    assert rotated_entry["token_state"] is None
+    assert (rotated_entry["name"], rotated_entry["currency"]) == ("Shop", "JPY")
     # Registering the same id again replaces the token and only the details given.
-    status, again = await call("POST", "/api/accounts", json={"id": "act_2001", "token": ROTATED})
+    status, again = await call("POST", "/api/accounts", json={"id": "act_1004", "token": rotated})
     assert status == 201
-    assert (again["name"], again["currency"], again["timezone"]) == ("Shop", "EUR", "UTC")
-    status, moved = await call(
-        "POST", "/api/accounts", json={"id": "act_2001", "token": ROTATED, "timezone": "Asia/Tokyo"}
+    assert (again["name"], again["currency"], again["timezone"]) == ("Shop", "JPY", "Asia/Tokyo")
+    status, same = await call(
+        "POST",
+        "/api/accounts",
+        json={"id": "act_1004", "token": rotated, "timezone": "Asia/Tokyo", "currency": "jpy"},
     )
-    assert (moved["currency"], moved["timezone"]) == ("EUR", "Asia/Tokyo")
-    assert await store.token("account:act_2001") == ROTATED
-    status, missing = await call("PUT", "/api/accounts/act_9999/token", json={"token": ROTATED})
+    assert (status, same["currency"], same["timezone"]) == (201, "JPY", "Asia/Tokyo")
+    assert await store.token("account:act_1004") == rotated
+    status, missing = await call("PUT", "/api/accounts/act_9999/token", json={"token": rotated})
     assert status == 404 and "act_9999" in missing["error"]
 
     # Removal is refused while an active rule uses it, with the rules named.
-    status, conflict = await call("DELETE", "/api/accounts/act_2001")
+    status, conflict = await call("DELETE", "/api/accounts/act_1004")
     assert status == 409
-    assert conflict["rules"] == [{"id": rule["id"], "name": "Uses 2001", "status": "ACTIVE"}]
-    assert "Uses 2001" in conflict["error"]
-    assert await db[c.ACCOUNTS].count_documents({"_id": "act_2001"}) == 1
+    assert conflict["rules"] == [{"id": rule["id"], "name": "Uses 1004", "status": "ACTIVE"}]
+    assert "Uses 1004" in conflict["error"]
+    assert await db[c.ACCOUNTS].count_documents({"_id": "act_1004"}) == 1
     assert (await call("POST", f"/api/rules/{rule['id']}/pause"))[0] == 200
-    assert (await call("DELETE", "/api/accounts/act_2001"))[0] == 204
-    assert await listed(call, "act_2001") is None
-    assert (await call("DELETE", "/api/accounts/act_2001"))[0] == 404
+    assert (await call("DELETE", "/api/accounts/act_1004"))[0] == 204
+    assert await listed(call, "act_1004") is None
+    assert (await call("DELETE", "/api/accounts/act_1004"))[0] == 404
 
     for text in call.texts:
-        assert NEW_TOKEN not in text and ROTATED not in text
+        assert first not in text and rotated not in text
     logged = "\n".join(r.getMessage() for r in caplog.records)
-    assert NEW_TOKEN not in logged and ROTATED not in logged
+    assert first not in logged and rotated not in logged
+
+
+async def test_what_meta_contradicts_is_refused_naming_the_field_and_nothing_is_stored(
+    client: Client, db: Database, sandbox: SandboxAdmin
+) -> None:
+    call = Calls(client)
+    token = str((await sandbox.issue_token(accounts=["act_1004"]))["token"])
+    before = await db[c.ACCOUNTS].find_one({"_id": "act_1004"})
+    cases = [
+        ({"id": "act_1004", "token": token, "currency": "USD"}, "currency", "JPY"),
+        ({"id": "act_1004", "token": token, "timezone": "UTC"}, "timezone", "Asia/Tokyo"),
+        ({"id": "act_9876", "token": SANDBOX_TOKEN}, "token", "not let this token read act_9876"),
+        ({"id": "act_1001", "token": token}, "token", "not let this token read act_1001"),
+        ({"id": "act_1004", "token": "EAAGneverIssued42"}, "token", "Meta refused the token"),
+    ]
+    for body, path, said in cases:
+        status, answer = await call("POST", "/api/accounts", json=body)
+        assert status == 422, answer
+        (error,) = answer["errors"]
+        assert error["path"] == path and said in error["message"]
+    # Meta's "no such object" (100/33) is about the id.
+    gone = {"path_contains": "act_1003", "method": "GET", "code": 100, "subcode": 33, "times": 1}
+    await sandbox.set_faults(rules=[gone])
+    body = {"id": "act_1003", "token": SANDBOX_TOKEN}
+    status, answer = await call("POST", "/api/accounts", json=body)
+    assert (status, [e["path"] for e in answer["errors"]]) == (422, ["id"])
+    assert "Meta shows no ad account act_1003" in answer["errors"][0]["message"]
+    assert await db[c.ACCOUNTS].find_one({"_id": "act_1004"}) == before
+    assert await db[c.ACCOUNTS].find_one({"_id": "act_9876"}) is None
+    assert (await db[c.ACCOUNTS].find_one({"_id": "act_1001"}) or {}).get(
+        "token_fingerprint"
+    ) == fingerprint(SANDBOX_TOKEN)
+    assert all(token not in text for text in call.texts)
+
+
+async def test_without_meta_an_account_needs_both_values_and_is_registered_unchecked(
+    web_settings: Settings, db: Database, redis: Any, accounts: list[str]
+) -> None:
+    nobody = web_settings.model_copy(update={"graph_url": f"http://127.0.0.1:{free_port()}"})
+    client = await start_client(nobody)
+    try:
+        call = Calls(client)
+        body = {"id": "act_1004", "token": "EAAGsomeToken123", "currency": "JPY"}
+        status, answer = await call("POST", "/api/accounts", json=body)
+        assert status == 502, answer
+        assert "could not read act_1004 from Meta" in answer["error"]
+        assert "send both currency and timezone" in answer["error"]
+        assert (await db[c.ACCOUNTS].find_one({"_id": "act_1004"}) or {}).get(
+            "token_fingerprint"
+        ) != fingerprint("EAAGsomeToken123")
+        status, added = await call("POST", "/api/accounts", json=body | {"timezone": "Asia/Tokyo"})
+        assert status == 201, added
+        assert (added["currency"], added["timezone"]) == ("JPY", "Asia/Tokyo")
+        assert "could not read act_1004 from Meta" in added["unchecked"]
+    finally:
+        await client.close()
+
+
+async def test_refresh_registers_metas_currency_and_timezone_and_clears_the_state(
+    client: Client, db: Database, web_settings: Settings
+) -> None:
+    store = CredentialStore(db, load_key(web_settings))
+    wrong = await store.add("act_1004", SANDBOX_TOKEN, now=NOW, currency="usd", timezone="UTC")
+    state = wrong.disagreement(currency="JPY", timezone="Asia/Tokyo", now=NOW)
+    assert state is not None and await store.mark_currency("act_1004", state)
+    call = Calls(client)
+    assert (await client.post("/api/accounts/act_1004/refresh")).status == 401
+    status, refreshed = await call("POST", "/api/accounts/act_1004/refresh")
+    assert status == 200, refreshed
+    assert (refreshed["currency"], refreshed["timezone"]) == ("JPY", "Asia/Tokyo")
+    assert refreshed["changed"] == ["currency USD → JPY", "timezone UTC → Asia/Tokyo"]
+    assert refreshed["currency_state"] is None
+    status, again = await call("POST", "/api/accounts/act_1004/refresh")
+    assert (status, again["changed"]) == (200, [])
+    assert (await call("POST", "/api/accounts/act_9999/refresh"))[0] == 404
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import SecretStr
 from web_helpers import AUTH, Client, insert_batch, rule_body, run_batch, start_client
 
+from graph_sandbox.admin import SandboxAdmin
 from ruleengine.errors import ErrorReport
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
@@ -77,7 +78,7 @@ async def test_patch_error_validates_status_and_needs_the_token(
 
 
 async def test_accounts_are_listed_and_added_without_tokens(
-    client: Client, db: Database, web_settings: Settings
+    client: Client, db: Database, web_settings: Settings, sandbox: SandboxAdmin
 ) -> None:
     listing = await (await client.get("/api/accounts")).json()
     assert [a["id"] for a in listing["items"]] == ["act_1001", "act_1002", "act_1003", "act_1004"]
@@ -91,30 +92,25 @@ async def test_accounts_are_listed_and_added_without_tokens(
         "updated_at",
         "updated_by",
         "token_state",
+        "currency_state",
         "rules",
         "last_batch",
     }
     assert listing["items"][0]["token_state"] is None
-    token = "EAAB" + "q7Zr2Xw9Lk4Tn8Vb3Hs6Jd1Fg5Pm0Cy" * 2
-    body = {
-        "id": "act_2001",
-        "token": token,
-        "name": "Shop",
-        "timezone": "Asia/Jakarta",
-        "currency": "idr",
-    }
+    token = str((await sandbox.issue_token(accounts=["act_1003"]))["token"])
+    body = {"id": "act_1003", "token": token, "name": "Shop", "timezone": "Asia/Jakarta"}
     assert (await client.post("/api/accounts", json=body)).status == 401
     response = await client.post("/api/accounts", json=body, headers=AUTH)
     assert response.status == 201
     added = await response.json()
     assert (added["id"], added["currency"], added["timezone"]) == (
-        "act_2001",
-        "IDR",
+        "act_1003",
+        "USD",  # Meta's
         "Asia/Jakarta",
     )
     assert token not in await response.text()
     stored = CredentialStore(db, load_key(web_settings))
-    assert await stored.token("account:act_2001") == token
+    assert await stored.token("account:act_1003") == token
     bad = await client.post(
         "/api/accounts", json={"id": "2001", "token": " ", "timezone": "Nowhere"}, headers=AUTH
     )

@@ -17,6 +17,7 @@ from ruleengine.store.db import Database
 from ruleengine.store.errorlog import ErrorLog
 from ruleengine.web.app import create_app
 from ruleengine.web.auth import ROUTE_ROLES, WRITE_METHODS, bearer_token
+from support import SANDBOX_TOKEN
 
 
 async def token(db: Database, name: str, role: str) -> dict[str, str]:
@@ -76,7 +77,7 @@ async def test_an_editor_cannot_manage_accounts_and_an_admin_can(
 ) -> None:
     editor = await token(db, "alice", "editor")
     admin = await token(db, "ops", "admin")
-    body = {"id": "act_2001", "token": "EAAB" + "q7Zr2Xw9Lk4Tn8Vb3Hs6Jd1Fg5Pm0Cy" * 2}
+    body = {"id": "act_1004", "token": SANDBOX_TOKEN}
     refused = await client.post("/api/accounts", json=body, headers=editor)
     assert refused.status == 403
     assert "needs the admin role" in await error_message(refused)
@@ -87,7 +88,7 @@ async def test_an_editor_cannot_manage_accounts_and_an_admin_can(
 
 
 async def test_the_configured_token_is_still_the_admin_named_api(client: Client) -> None:
-    body = {"id": "act_2001", "token": "EAAB" + "q7Zr2Xw9Lk4Tn8Vb3Hs6Jd1Fg5Pm0Cy" * 2}
+    body = {"id": "act_1004", "token": SANDBOX_TOKEN}
     added = await client.post("/api/accounts", json=body, headers=AUTH)
     assert added.status == 201, await added.text()
     assert (await added.json())["updated_by"] == "api"

@@ -21,6 +21,7 @@ from graph_sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, TokenState, fingerprint, load_key
 from ruleengine.store.db import Database
+from support import SANDBOX_TOKEN
 
 pytestmark = pytest.mark.browser
 
@@ -88,3 +89,30 @@ async def test_a_sandbox_account_is_registered_and_its_token_shown_only_as_set(
     assert "Pause spenders" in await flash.inner_text()  # refused: the active rule is named
     assert await stored.get("act_1001")
     assert len(console.errors) == 1 and "409" in console.errors[0]  # the browser's own line
+
+
+async def test_a_currency_not_metas_is_shown_and_re_read_from_meta(
+    page: Any,  # noqa: F811
+    client: Client,
+    web_settings: Settings,
+    db: Database,
+) -> None:
+    stored = CredentialStore(db, load_key(web_settings))
+    wrong = await stored.add("act_1004", SANDBOX_TOKEN, now=datetime.now(UTC), currency="USD")
+    state = wrong.disagreement(currency="JPY", timezone="Asia/Tokyo", now=datetime.now(UTC))
+    assert state is not None and await stored.mark_currency("act_1004", state)
+    base = str(client.make_url("")).rstrip("/")
+    console = await _open(page, f"{base}/accounts#token={API_TOKEN}")
+    row = page.locator('#accounts-table tr[data-account-id="act_1004"]')
+    cell = row.locator('[data-mismatch="currency"]')
+    await cell.wait_for()
+    assert "USD" in await cell.inner_text() and "Meta's: JPY" in await cell.inner_text()
+    note = await row.locator("[data-currency-state]").inner_text()
+    assert "no budget or bid change" in note
+    assert await row.locator('[data-mismatch="timezone"]').count() == 0  # Tokyo is Meta's
+
+    await row.locator('button[data-action="refresh"]').click()
+    await page.locator('tr[data-account-id="act_1004"]:not(:has([data-currency-state]))').wait_for()
+    assert "currency USD → JPY" in await page.inner_text("#flash")
+    assert (await stored.get("act_1004")).currency_state is None
+    assert console.errors == [], console.errors

@@ -22,6 +22,7 @@ from web_helpers import API_TOKEN, AUTH, Client, rule_body
 from flow import run_at
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
+from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
 from support import SANDBOX_NOW
 
@@ -353,10 +354,14 @@ async def test_an_invalid_rule_is_refused_with_its_json_paths(page: Any, seeded:
     assert all("status of 422" in e for e in console.errors), console.errors
 
 
-async def test_a_failed_backtest_shows_its_error(page: Any, seeded: Seeded, client: Client) -> None:
-    # registered, so the rule is valid, but Graph refuses its token: nothing to backtest
-    account = {"id": "act_4242", "token": "EAAGnotarealtoken4242424242"}
-    assert (await client.post("/api/accounts", json=account, headers=AUTH)).status == 201
+async def test_a_failed_backtest_shows_its_error(
+    page: Any, seeded: Seeded, client: Client, db: Database, web_settings: Settings
+) -> None:
+    # registered (in the store: the API would ask Meta first), so the rule is valid, but
+    # Graph refuses its token: nothing to backtest
+    await CredentialStore(db, load_key(web_settings)).add(
+        "act_4242", "EAAGnotarealtoken4242424242", now=SANDBOX_NOW
+    )
     console, _ = await _open_panel(page, seeded.base, seeded.rule_id)
     await page.evaluate(
         """() => {

@@ -47,6 +47,7 @@ async def test_ready_is_200_when_everything_is_healthy(
         "queue",
         "followups",
         "tokens",
+        "currencies",
         "approvals",
     }
     assert all(check["ok"] for check in answer["checks"].values())

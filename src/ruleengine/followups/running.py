@@ -37,7 +37,7 @@ from ruleengine.meta.http import Cost
 from ruleengine.meta.writer import GraphWriter
 from ruleengine.notify import MessageContext, render, send_once
 from ruleengine.rules.action_types import SetBudgetAction
-from ruleengine.rules.entity import Entity, currency_offset
+from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule
 from ruleengine.rules.plan import Plan, plan_budget
 from ruleengine.store.credentials import token_ref
@@ -92,13 +92,7 @@ async def _act(engine: Engine, doc: FollowupDoc, *, now: datetime) -> ActResult:
     token = await engine.credentials.usable_token(token_ref(doc.account))
     account = await engine.credentials.get(doc.account)
     reader, _batch, writer = engine.graph(Cost())
-    facts = AccountFacts(
-        reader,
-        account=doc.account,
-        token=token,
-        now=now,
-        currency_offset=currency_offset(account.currency),
-    )
+    facts = AccountFacts(reader, account=account, token=token, now=now)
     run = JobRun(
         batch_id=followup_batch(doc.id, doc.generation),
         rule_id=doc.rule_id,

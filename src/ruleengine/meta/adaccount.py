@@ -1,5 +1,5 @@
-"""What the ad account itself says: its minimum daily budget and the budget changes in its
-activity log (GET only).
+"""What the ad account itself says: its minimum daily budget, currency and timezone, and the
+budget changes in its activity log (GET only).
 
 Meta logs every change to an ad account's objects, whoever made it — this engine,
 another tool, a person in Ads Manager — in the account's ``activities`` edge. A budget
@@ -12,6 +12,7 @@ defensively and leaves it out when it cannot tell.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,6 +25,10 @@ from ruleengine.meta.reader import GraphReader, next_cursor
 from ruleengine.rules.entity import parse_meta_time
 
 BUDGET_EVENTS: Final = frozenset({"update_ad_set_budget", "update_campaign_budget"})
+#: What the engine reads of the ad account itself, in one GET.
+ACCOUNT_FIELDS: Final = ("id", "min_daily_budget", "currency", "timezone_name")
+_CURRENCY: Final = re.compile(r"[A-Za-z]{3}")
+_MAX_TIMEZONE_CHARS: Final = 64
 ACTIVITY_FIELDS: Final = ("event_time", "event_type", "object_id", "object_type", "extra_data")
 ACTIVITY_PAGE_SIZE: Final = 500
 
@@ -137,12 +142,49 @@ async def read_budget_events(
             return events
 
 
-async def read_min_daily_budget(reader: GraphReader, account_id: str, *, token: str) -> int | None:
-    """The account's ``min_daily_budget`` (minor units), or ``None`` when Meta sent none."""
-    body = await reader.get_object(
-        account_id, token=token, fields=["id", "min_daily_budget"], account_id=account_id
+@dataclass(frozen=True)
+class AdAccount:
+    """The ad account as Meta holds it; ``None`` where Meta sent nothing usable.
+
+    Attributes:
+        min_daily_budget: the least daily budget Meta accepts, in the currency's minor units.
+        currency: the ISO 4217 code, upper case (``JPY``).
+        timezone: Meta's ``timezone_name`` (``Asia/Tokyo``).
+    """
+
+    min_daily_budget: int | None = None
+    currency: str | None = None
+    timezone: str | None = None
+
+
+def parse_ad_account(body: Any) -> AdAccount:
+    """The fields of :data:`ACCOUNT_FIELDS` in Meta's answer; never raises (a field Meta
+    sent in a shape it does not document is ``None``: no word from Meta on it)."""
+    if not isinstance(body, dict):
+        return AdAccount()
+    minimum = _number(body.get("min_daily_budget"))
+    if minimum is None or minimum < 0 or minimum != minimum.to_integral_value():
+        minimum = None
+    currency = body.get("currency")
+    timezone = body.get("timezone_name")
+    return AdAccount(
+        min_daily_budget=None if minimum is None else int(minimum),
+        currency=(
+            currency.upper()
+            if isinstance(currency, str) and _CURRENCY.fullmatch(currency)
+            else None
+        ),
+        timezone=(
+            timezone
+            if isinstance(timezone, str) and 0 < len(timezone) <= _MAX_TIMEZONE_CHARS
+            else None
+        ),
     )
-    value = _number(body.get("min_daily_budget"))
-    if value is None or value < 0 or value != value.to_integral_value():
-        return None
-    return int(value)
+
+
+async def read_ad_account(reader: GraphReader, account_id: str, *, token: str) -> AdAccount:
+    """The account's minimum daily budget, currency and timezone: one GET."""
+    body = await reader.get_object(
+        account_id, token=token, fields=list(ACCOUNT_FIELDS), account_id=account_id
+    )
+    return parse_ad_account(body)

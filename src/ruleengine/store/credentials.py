@@ -10,6 +10,13 @@ missing) the dispatcher or the worker records it on the account as its
 the token out, so no listing, job or write uses it, until the token is replaced
 (:meth:`CredentialStore.add`, which clears the state — also when it is the same
 token again, once its permission is restored).
+
+An account's currency and timezone are Meta's (:mod:`ruleengine.account_check` reads them
+when the account is registered). When a job finds Meta holding others than the registered
+ones, it records that as the account's ``currency_state``
+(:meth:`CredentialStore.mark_currency`): budget and bid changes on the account stop until
+the registered values are Meta's again (:meth:`CredentialStore.set_currency`, or
+:meth:`CredentialStore.add` with a currency or timezone, clear it).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import hashlib
 import re
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from cryptography.fernet import Fernet, InvalidToken
 from pydantic import BaseModel, ConfigDict
@@ -45,8 +52,9 @@ def is_currency(value: str) -> bool:
     return _CURRENCY.fullmatch(value) is not None
 
 
-def _check_account(account_id: str, timezone: str | None, currency: str | None) -> None:
-    """The same checks as the API's, for callers that are not the API (the CLI)."""
+def check_account(account_id: str, timezone: str | None, currency: str | None) -> None:
+    """The same checks as the API's, for callers that are not the API (the CLI); raises
+    CredentialsError."""
     if not is_account_id(account_id):
         raise CredentialsError(f"'{account_id[:40]}' is not an ad account id like 'act_123'")
     problem = timezone and timezone_problem(timezone)
@@ -127,6 +135,58 @@ class TokenState(BaseModel):
         return f"{self.status.replace('_', ' ')}{code} since {self.at.isoformat()}"
 
 
+#: Record reasons of a change whose amount is in the account's currency, not made.
+CURRENCY_MISMATCH: Final = "account_currency_mismatch"
+TIMEZONE_MISMATCH: Final = "account_timezone_mismatch"
+
+
+class CurrencyState(BaseModel):
+    """The registered currency or timezone of an ad account is not Meta's.
+
+    Attributes:
+        currency: the registered currency.
+        timezone: the registered timezone.
+        meta_currency: Meta's (``None``: Meta did not say).
+        meta_timezone: Meta's ``timezone_name`` (``None``: Meta did not say).
+        at: when a job first found them apart.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    currency: str
+    timezone: str
+    meta_currency: str | None = None
+    meta_timezone: str | None = None
+    at: datetime
+
+    @property
+    def currency_differs(self) -> bool:
+        """True when Meta's currency is known and not the registered one."""
+        return self.meta_currency is not None and self.meta_currency != self.currency
+
+    @property
+    def reason(self) -> str:
+        """The record reason of a change this state stops."""
+        return CURRENCY_MISMATCH if self.currency_differs else TIMEZONE_MISMATCH
+
+    def describe(self) -> str:
+        """One line for logs, errors and the CLI: which registered value is not Meta's."""
+        parts = []
+        if self.currency_differs:
+            parts.append(f"currency {self.currency} is registered, Meta's is {self.meta_currency}")
+        if self.meta_timezone is not None and self.meta_timezone != self.timezone:
+            parts.append(f"timezone {self.timezone} is registered, Meta's is {self.meta_timezone}")
+        return "; ".join(parts) + f" (since {self.at.isoformat()})"
+
+    def explain(self, account_id: str) -> str:
+        """What the state stops and how to end it, for records, the error log and the API."""
+        return (
+            f"{account_id}: {self.describe()}; no budget or bid change is made on it until the"
+            f" registered values are Meta's (ruleengine accounts refresh {account_id}, or"
+            f" POST /api/accounts/{account_id}/refresh)"
+        )
+
+
 class Account(BaseModel):
     """A registered ad account, without its token."""
 
@@ -142,6 +202,25 @@ class Account(BaseModel):
     #: who registered the account or rotated its token last (an API token's name)
     updated_by: str | None = None
     token_state: TokenState | None = None
+    currency_state: CurrencyState | None = None
+
+    def disagreement(
+        self, *, currency: str | None, timezone: str | None, now: datetime
+    ) -> CurrencyState | None:
+        """The state Meta's ``currency`` and ``timezone`` put the account in: ``None`` when
+        they are the registered ones (a value Meta did not give is no disagreement)."""
+        currency = currency.upper() if currency else None
+        if currency in (None, self.currency) and timezone in (None, self.timezone):
+            return None
+        if self.currency_state is not None:
+            now = self.currency_state.at  # the first time it was seen stays
+        return CurrencyState(
+            currency=self.currency,
+            timezone=self.timezone,
+            meta_currency=currency,
+            meta_timezone=timezone,
+            at=now,
+        )
 
     @classmethod
     def from_mongo(cls, doc: Document) -> Account:
@@ -170,15 +249,20 @@ class CredentialStore:
     ) -> Account:
         """Register an account, or rotate its token (what is not given is kept).
 
-        A new account without ``timezone``/``currency`` gets UTC/USD. Giving a token clears
-        the account's ``token_state``: the engine uses the account again. ``by`` is who
-        did (``updated_by``).
+        A new account without ``timezone``/``currency`` gets UTC/USD — this is the store:
+        the CLI and the API give Meta's (:func:`ruleengine.account_check.register`). Giving a
+        token clears the account's ``token_state``: the engine uses the account again; giving
+        a currency or timezone clears its ``currency_state`` (a job checks them again before
+        its next budget or bid change). ``by`` is who did (``updated_by``).
         """
         secret = self._token_fields(token, now=now) | {"updated_by": by}
-        _check_account(account_id, timezone, currency)
+        check_account(account_id, timezone, currency)
         given = {"name": name, "timezone": timezone, "currency": currency and currency.upper()}
         changes = {k: v for k, v in given.items() if v}
         defaults = {"name": account_id, "timezone": "UTC", "currency": "USD"}
+        cleared = {"token_state": ""}
+        if timezone or currency:
+            cleared["currency_state"] = ""
         doc = await self._accounts.find_one_and_update(
             {"_id": account_id},
             {
@@ -187,7 +271,7 @@ class CredentialStore:
                     "created_at": now,
                     **{k: v for k, v in defaults.items() if k not in changes},
                 },
-                "$unset": {"token_state": ""},
+                "$unset": cleared,
             },
             upsert=True,
             return_document=ReturnDocument.AFTER,
@@ -222,6 +306,33 @@ class CredentialStore:
             {
                 "$set": secret,
                 "$unset": {"token_state": ""},
+            },
+            return_document=ReturnDocument.AFTER,
+        )
+        if doc is None:
+            raise NotFoundError(f"ad account '{account_id}' is not registered")
+        return Account.from_mongo(doc)
+
+    async def set_currency(
+        self, account_id: str, *, currency: str, timezone: str, now: datetime, by: str | None = None
+    ) -> Account:
+        """Register Meta's currency and timezone for an account, clearing its ``currency_state``.
+
+        Raises:
+            CredentialsError: not a currency code or not a timezone.
+            NotFoundError: the account is not registered.
+        """
+        check_account(account_id, timezone, currency)
+        doc = await self._accounts.find_one_and_update(
+            {"_id": account_id},
+            {
+                "$set": {
+                    "currency": currency.upper(),
+                    "timezone": timezone,
+                    "updated_at": now,
+                    "updated_by": by,
+                },
+                "$unset": {"currency_state": ""},
             },
             return_document=ReturnDocument.AFTER,
         )
@@ -266,6 +377,42 @@ class CredentialStore:
             {"$set": {"token_state": state.model_dump()}},
         )
         return result.modified_count == 1
+
+    async def mark_currency(self, account_id: str, state: CurrencyState) -> bool:
+        """Record that Meta holds another currency or timezone; True when this call recorded it.
+
+        Compare-and-set on the registered values ``state`` was found against (a fix made
+        meanwhile is not marked by a late report), and only once: the first time stays.
+        """
+        result = await self._accounts.update_one(
+            {
+                "_id": account_id,
+                "currency": state.currency,
+                "timezone": state.timezone,
+                "currency_state": None,
+            },
+            {"$set": {"currency_state": state.model_dump()}},
+        )
+        return result.modified_count == 1
+
+    async def clear_currency(self, account_id: str, *, currency: str, timezone: str) -> bool:
+        """Forget the ``currency_state`` of an account Meta agrees with again (its registered
+        ``currency`` and ``timezone`` still these); True when this call cleared it."""
+        result = await self._accounts.update_one(
+            {
+                "_id": account_id,
+                "currency": currency,
+                "timezone": timezone,
+                "currency_state": {"$ne": None},
+            },
+            {"$unset": {"currency_state": ""}},
+        )
+        return result.modified_count == 1
+
+    async def mismatched(self) -> list[Account]:
+        """The accounts whose registered currency or timezone Meta disagrees with, by id."""
+        found = self._accounts.find({"currency_state": {"$ne": None}}).sort("_id")
+        return [Account.from_mongo(d) async for d in found]
 
     async def unusable(self) -> list[Account]:
         """The accounts whose token Meta refused, by id."""

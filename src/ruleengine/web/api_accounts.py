@@ -1,8 +1,10 @@
-"""REST API for ad accounts (``/api/accounts``): list, register, rotate a token, remove.
+"""REST API for ad accounts (``/api/accounts``): list, register, rotate a token, re-read
+Meta's currency and timezone, remove.
 
 An account's token is accepted on registration or rotation and never answered back:
 responses carry only its fingerprint. It is registered with the redactor at once, so
-this process masks it in every later log line and response.
+this process masks it in every later log line and response. Registration reads the
+account's currency and timezone from Meta with that token (:mod:`ruleengine.account_check`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import aiohttp
 from aiohttp import web
 
 from ruleengine import constants as c
-from ruleengine.errors import FieldError
+from ruleengine.account_check import refresh, register
+from ruleengine.errors import AccountCheckError, FieldError, MetaUnreachable
+from ruleengine.meta.http import Cost
+from ruleengine.meta.reader import GraphReader
 from ruleengine.redact import REDACTOR
 from ruleengine.rules.basics import is_account_id, timezone_problem
 from ruleengine.store.credentials import Account, is_currency
@@ -121,24 +126,64 @@ def _zone_errors(timezone: Any) -> list[FieldError]:
     return [] if problem is None else [FieldError("timezone", problem)]
 
 
+def _graph_reader(svc: Services) -> GraphReader:
+    """A read-only Graph reader (the preview's session: no write can leave this process)."""
+    return svc.preview.readers(Cost()).reader
+
+
 async def add_account(request: web.Request) -> web.Response:
-    """``POST /api/accounts``: register (or update) an account and its token; 201 without it."""
+    """``POST /api/accounts``: register (or update) an account and its token with Meta's
+    currency and timezone; 201 without the token, 422 when Meta's answer stands against it,
+    502 when Meta cannot be asked (and the currency or timezone is not given)."""
     body = await read_object(request, what="account")
     errors = _account_errors(body)
     if errors:
         raise invalid("invalid account", errors)
     token = body["token"].strip()
     REDACTOR.register(token)  # masked in this process's logs and responses from now on
-    account = await services(request).credentials.add(
-        body["id"],
-        token,
-        now=datetime.now(UTC),
-        name=body.get("name"),
-        timezone=body.get("timezone"),  # not given: kept, or UTC/USD for a new account
-        currency=body.get("currency"),
-        by=actor(request),
-    )
-    return json_response(account_entry(account), status=201)
+    svc = services(request)
+    try:
+        registered = await register(
+            svc.credentials,
+            _graph_reader(svc),
+            body["id"],
+            token,
+            now=datetime.now(UTC),
+            name=body.get("name"),
+            timezone=body.get("timezone"),  # not given: Meta's
+            currency=body.get("currency"),
+            by=actor(request),
+        )
+    except AccountCheckError as exc:
+        raise invalid("invalid account", [FieldError(exc.field, str(exc))]) from None
+    except MetaUnreachable as exc:
+        raise ApiError(
+            502,
+            f"{exc}; nothing was registered. Try again, or send both currency and timezone"
+            " (the ad account's, as Ads Manager shows them) to register it without Meta's word",
+        ) from None
+    unchecked = {"unchecked": registered.unchecked} if registered.unchecked else {}
+    return json_response(account_entry(registered.account) | unchecked, status=201)
+
+
+async def refresh_account(request: web.Request) -> web.Response:
+    """``POST /api/accounts/{id}/refresh``: register Meta's currency and timezone, read with
+    the stored token (clears ``currency_state``); 200 with the account and ``changed``."""
+    svc = services(request)
+    try:
+        done = await refresh(
+            svc.credentials,
+            _graph_reader(svc),
+            request.match_info["id"],
+            now=datetime.now(UTC),
+            by=actor(request),
+        )
+    except AccountCheckError as exc:
+        raise ApiError(422, str(exc)) from None
+    except MetaUnreachable as exc:
+        raise ApiError(502, f"{exc}; nothing was changed. Try again") from None
+    log.info("ad account %s re-read from Meta by %s", done.account.id, actor(request))
+    return json_response(account_entry(done.account) | {"changed": done.changes()})
 
 
 async def rotate_token(request: web.Request) -> web.Response:
@@ -232,4 +277,5 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/accounts", add_account)
     r.add_get("/api/accounts/sandbox", sandbox_accounts)
     r.add_put("/api/accounts/{id}/token", rotate_token)
+    r.add_post("/api/accounts/{id}/refresh", refresh_account)
     r.add_delete("/api/accounts/{id}", remove_account)

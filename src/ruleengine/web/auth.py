@@ -74,6 +74,7 @@ ROUTE_ROLES: Final[dict[tuple[str, str], Role]] = {
     # ad accounts and their Meta tokens
     ("POST", "/api/accounts"): "admin",
     ("PUT", "/api/accounts/{id}/token"): "admin",
+    ("POST", "/api/accounts/{id}/refresh"): "admin",
     ("DELETE", "/api/accounts/{id}"): "admin",
 }
 

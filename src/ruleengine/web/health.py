@@ -16,7 +16,10 @@ The ``tokens`` check names every ad account whose token Meta refused (see
 :mod:`ruleengine.tokens`). It does not make readiness fail: the processes are fine
 and restarting them, or taking the web app out of a load balancer, fixes nothing —
 the operator replaces the token. The answer says ``"status": "degraded"`` and lists
-the check under ``degraded`` instead, with a 200.
+the check under ``degraded`` instead, with a 200. The ``currencies`` check does the same
+for every ad account whose registered currency or timezone a job found not to be Meta's
+(its ``currency_state``: budget and bid changes on it stop until it is re-read, see
+:mod:`ruleengine.account_check`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from ruleengine.web.state import Services, services, settings_of, uptime_s
 
 CHECK_TIMEOUT_S: Final = 1.5
 #: Checks that report a problem without making readiness fail (see the module docstring).
-NON_BLOCKING: Final = frozenset({"tokens"})
+NON_BLOCKING: Final = frozenset({"tokens", "currencies"})
 WORKER_FRESH_S: Final = 30.0
 WORKER_PREFIX: Final = "worker:"
 DISPATCHER: Final = "dispatcher"
@@ -141,6 +144,9 @@ def _probes(svc: Services, settings: Settings) -> dict[str, Callable[[], Awaitab
     async def tokens() -> Detail:
         return await tokens_check(svc)
 
+    async def currencies() -> Detail:
+        return await currencies_check(svc)
+
     async def approvals() -> Detail:
         return await approvals_check(svc)
 
@@ -152,6 +158,7 @@ def _probes(svc: Services, settings: Settings) -> dict[str, Callable[[], Awaitab
         "queue": queue,
         "followups": followups,
         "tokens": tokens,
+        "currencies": currencies,
         "approvals": approvals,
     }
 
@@ -175,6 +182,28 @@ async def tokens_check(svc: Services) -> Detail:
         detail["error"] = (
             f"Meta refused the token of {names}: their rules skip them until the token is"
             " replaced (ruleengine accounts add ACCOUNT --token-env NAME, or POST /api/accounts)"
+        )
+    return detail
+
+
+async def currencies_check(svc: Services) -> Detail:
+    """Ad accounts registered with another currency or timezone than Meta's: no budget or bid
+    change is made on them until they are re-read from Meta."""
+    found = await svc.credentials.mismatched()
+    detail: Detail = {
+        "ok": not found,
+        "mismatched": [
+            {"account": a.id, **a.currency_state.model_dump(mode="json")}
+            for a in found
+            if a.currency_state is not None
+        ],
+    }
+    if found:
+        names = ", ".join(a.id for a in found)
+        detail["error"] = (
+            f"the registered currency or timezone of {names} is not Meta's: no budget or bid"
+            " change is made on them until they are re-read (ruleengine accounts refresh"
+            " ACCOUNT, or POST /api/accounts/ACCOUNT/refresh)"
         )
     return detail
 

@@ -1,5 +1,6 @@
 /* Accounts screen: registered ad accounts, their token health, rules and last batch;
- * register one, rotate its token, remove it.
+ * register one (its currency and timezone are read from Meta), rotate its token, re-read
+ * its currency and timezone from Meta, remove it.
  *
  * A token is read from a password field, sent once and the field emptied; the API never
  * answers it back, so the page can only say "set" (with its fingerprint) or what Meta said.
@@ -43,6 +44,25 @@
       el("div", { class: "advice" }, ADVICE[state.status] || "replace the token"));
   }
 
+  /* The registered currency (or timezone) a job found not to be Meta's: budget and bid
+   * changes on the account stop until it is re-read from Meta. */
+  function settingCell(account, key, metaKey) {
+    const state = account.currency_state;
+    const meta = state ? state[metaKey] : null;
+    if (!meta || meta === account[key]) return el("td", {}, account[key]);
+    return el("td", { class: "currency-state", dataset: { mismatch: key } },
+      el("span", { class: "badge status-failed" }, account[key]),
+      el("div", { class: "muted" }, "Meta's: ", el("strong", {}, meta)));
+  }
+
+  function mismatchNote(account) {
+    const state = account.currency_state;
+    if (!state) return null;
+    return el("div", { class: "advice", dataset: { currencyState: "mismatch" } },
+      "Not Meta's since ", RE.fmtTime(state.at),
+      ": no budget or bid change is made on this account until it is re-read from Meta.");
+  }
+
   function rulesCell(rules) {
     if (!rules.length) return el("td", { class: "muted" }, "none");
     return el("td", {}, el("ul", { class: "account-rules" }, rules.map((r) =>
@@ -59,15 +79,19 @@
 
   function accountRow(account) {
     const row = el("tr", { dataset: { accountId: account.id } },
-      el("td", {}, el("div", { class: "strong" }, account.name), el("code", { class: "muted" }, account.id)),
-      el("td", {}, account.currency),
-      el("td", {}, account.timezone),
+      el("td", {}, el("div", { class: "strong" }, account.name), el("code", { class: "muted" }, account.id),
+        mismatchNote(account)),
+      settingCell(account, "currency", "meta_currency"),
+      settingCell(account, "timezone", "meta_timezone"),
       tokenCell(account),
       rulesCell(account.rules),
       batchCell(account.last_batch),
       el("td", { class: "actions" },
         el("button", { type: "button", class: "small secondary", dataset: { action: "rotate" },
           onclick: () => toggleRotate(row, account) }, "Rotate token"),
+        el("button", { type: "button", class: "small secondary", dataset: { action: "refresh" },
+          title: "read the currency and timezone from Meta again, with the stored token",
+          onclick: () => refresh(account) }, "Re-read from Meta"),
         el("button", { type: "button", class: "small ghost", dataset: { action: "remove" },
           onclick: () => remove(account) }, "Remove")));
     return row;
@@ -98,6 +122,18 @@
     });
     row.after(el("tr", { class: "detail-row" }, el("td", { colspan: 7 }, form)));
     input.focus();
+  }
+
+  async function refresh(account) {
+    try {
+      const updated = await api("POST", `/api/accounts/${encodeURIComponent(account.id)}/refresh`);
+      const changed = updated.changed.length ? updated.changed.join(", ") : "unchanged";
+      flash(`${updated.id}: ${changed} (Meta's)` +
+        (updated.currency !== account.currency ? `; its rules' amounts are now read in ${updated.currency}: check them` : ""));
+    } catch (err) {
+      failed(err, "could not re-read " + account.id + " from Meta");
+    }
+    load();
   }
 
   async function remove(account) {
@@ -134,7 +170,8 @@
       const added = await api("POST", "/api/accounts", body);
       showErrors([]);
       $("account-form").reset();
-      flash(`${added.id} registered (token fingerprint ${added.token_fingerprint})`);
+      flash(`${added.id} registered in ${added.currency}, ${added.timezone} (token fingerprint ${added.token_fingerprint})` +
+        (added.unchecked ? "; not checked with Meta, which could not be asked" : ""));
       load();
       offerSandbox();
     } catch (err) {
