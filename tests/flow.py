@@ -78,10 +78,11 @@ class DueBurstWorker(Worker):
             raise _Idle
 
 
-async def work(settings: Settings) -> Worker:
-    """Run an arq worker (the production settings) until no job is due."""
+async def work(settings: Settings, *, cron_jobs: list[Any] | None = None) -> Worker:
+    """Run an arq worker (the production settings) until no job is due, with ``cron_jobs``
+    only (none by default: the reaper is tested on its own)."""
     kwargs = worker_kwargs(settings) | {"poll_delay": 0.01, "handle_signals": False}
-    kwargs["cron_jobs"] = []  # the reaper is tested on its own
+    kwargs["cron_jobs"] = cron_jobs or []
     worker = DueBurstWorker(**kwargs)
     try:
         await worker.main()

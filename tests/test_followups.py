@@ -258,7 +258,7 @@ async def test_redis_down_while_scheduling_keeps_the_follow_up_pending_then_runs
     timer_redis = wired.model_copy(update={"redis_url": f"redis://127.0.0.1:{port}/0"})
     dead_timer = connect_queue(timer_redis)
     group.stop_all()  # Redis, as the timer, is gone
-    then = datetime.now(UTC) - timedelta(minutes=30)
+    then = datetime.now(UTC)
     async with engine_for(wired, db) as engine:
         engine.followups = FollowupScheduler(db, queue=dead_timer)
         reader = GraphReader.from_settings(engine.session)
@@ -280,6 +280,8 @@ async def test_redis_down_while_scheduling_keeps_the_follow_up_pending_then_runs
     assert (pending["status"], pending["reason"]) == ("pending", "redis_unavailable")
     (record,) = await records(db, batch_id="b-outage")
     assert record["followup"]["status"] == "pending"
+    # Redis stays down for half an hour: the follow-up (due by MongoDB's clock) falls due
+    await db[c.FOLLOWUPS].update_one({}, {"$set": {"due_at": then - timedelta(minutes=25)}})
     # Redis is back: the dispatcher's next tick re-arms it; it was due 25 minutes ago
     start_redis(group, port=port, data_dir=None)
     report = await dispatch(timer_redis, db)

@@ -295,7 +295,7 @@ class ActionExecutor:
         active = await self.intents.cooling(
             run.rule_id,
             [pair],
-            now=run.now,
+            now=run.cooldown_now,
             longest_minutes=key.cooldown_minutes,
             other_than=run.batch_id,
         )

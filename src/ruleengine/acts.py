@@ -16,12 +16,13 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from redis.exceptions import RedisError
 
+from ruleengine.clocks import offset as clock_offset
 from ruleengine.errors import AccountMismatch, LockLost, LockTimeout
 from ruleengine.meta.errors import GraphError, MalformedResponseError, TransientError
 from ruleengine.meta.reader import GraphReader
@@ -98,6 +99,19 @@ class JobRun:
     now: datetime
     reader: GraphReader
     facts: AccountFacts | None = None  # what Meta says about the account, read once if needed
+    #: the job's start by MongoDB's clock, which a step of this host's does not move: what
+    #: cooldowns are stamped and compared with (None: this host's ``now`` stands in)
+    db_now: datetime | None = None
+
+    @property
+    def cooldown_now(self) -> datetime:
+        """The time cooldowns are compared with: the job's start by MongoDB's clock."""
+        return self.now if self.db_now is None else self.db_now
+
+    @property
+    def offset(self) -> timedelta:
+        """How far this host's clock was ahead of MongoDB's at the job's start."""
+        return timedelta(0) if self.db_now is None else clock_offset(self.now, self.db_now)
 
 
 @dataclass(frozen=True)
@@ -449,6 +463,7 @@ def intent_doc(run: JobRun, entity: Entity, key: ActKey, plan: Plan) -> dict[str
         "requested": plan.requested,
         "clamped_by": plan.clamped_by,
         "cooldown_minutes": key.cooldown_minutes,
+        "cooling_from": run.db_now,  # a cooldown runs on MongoDB's clock
     }
 
 

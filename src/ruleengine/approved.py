@@ -274,6 +274,7 @@ async def _write(engine: Engine, doc: Document, batch: str, *, now: datetime) ->
         now=now,
         reader=reader,
         facts=facts,
+        db_now=await engine.intents.db_time(),
     )
     entity = Entity(id=doc["entity_id"], name=doc["entity_name"])
     # the task's own key: the written change starts its cooldown and counts towards its limit

@@ -4,10 +4,12 @@
 overlap and do not drift: the loop sleeps what remains of the tick after a
 sweep. The dispatcher cannot write to Meta: it imports only the read-only Graph
 client, whose session refuses every method but GET (a test walks the import
-graph to prove it). What it writes is two fields of each rule —
-``next_execute_at`` and ``last_execute_at`` — compare-and-set on the value it
-read, and only after the rule's jobs are enqueued: when Redis is down the rule
-stays due and goes out once Redis is back.
+graph to prove it). What it writes is three fields of each rule —
+``next_execute_at``, ``last_execute_at`` and ``last_scheduled_at`` — compare-and-set
+on the value it read, and only after the rule's jobs are enqueued: when Redis is down
+the rule stays due and goes out once Redis is back. When its clock steps back it
+re-anchors the rules left ahead of it, and moves follow-up timers back in line with
+MongoDB's clock (docs/operations.md, "When the clock steps").
 
 (Over 400 lines because it is also the process: the loop, the sweep and the
 entry point of ``python -m ruleengine.dispatch`` belong together; the listings
@@ -36,6 +38,8 @@ from pymongo.errors import PyMongoError
 from redis.exceptions import RedisError
 
 from ruleengine import constants as c
+from ruleengine.clocks import StepWatch
+from ruleengine.clocks import offset as clock_offset
 from ruleengine.errors import ErrorReport, RuleEngineError
 from ruleengine.followups.scheduling import FollowupScheduler
 from ruleengine.lease import Lease
@@ -51,7 +55,7 @@ from ruleengine.rules.model import Rule
 from ruleengine.rules.schedule import next_run
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
-from ruleengine.store.db import Database, create_client, database, ensure_indexes
+from ruleengine.store.db import Database, create_client, database, ensure_indexes, server_time
 from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.formats import migrate_rules
 from ruleengine.store.heartbeats import Heartbeats
@@ -63,6 +67,8 @@ log = logging.getLogger("ruleengine.dispatch")
 
 Clock = Callable[[], datetime]
 DISPATCHED_TTL_S = 2 * 24 * 3600
+# How often the leader looks for rules a clock stepped back left ahead of it.
+REANCHOR_EVERY_S = 30.0
 
 
 def utcnow() -> datetime:
@@ -136,6 +142,7 @@ class Dispatcher:
         self.reader = reader
         self.metrics = metrics or DispatcherMetrics()
         self.clock = clock
+        self.db = db
         self.rules = RuleStore(db)
         self.credentials = CredentialStore(db, load_key(settings))
         self.errors = ErrorLog(db)
@@ -152,6 +159,9 @@ class Dispatcher:
             limit=self._limit,
         )
         self.followups = FollowupScheduler(db, queue=queue)
+        self._reanchored_at: float | None = None  # time.monotonic() of the last re-anchoring
+        self._steps = StepWatch()
+        self._stepped = False  # this host's clock stepped since the last tick as leader
         self.packer = ListingPacker(
             ListingSnapshots(db), inline_max_bytes=settings.payload_inline_max_bytes
         )
@@ -182,6 +192,8 @@ class Dispatcher:
         """One tick: hold the lease, sweep, beat. None when on standby."""
         self.metrics.ticks.inc()
         now = self.clock()
+        # noticed on every tick, a standby's too: a step before it leads is still a step
+        self._stepped = self._steps.stepped(now) or self._stepped
         try:
             fence = await self.lease.acquire()
             self.metrics.redis_up.set(1)
@@ -198,7 +210,10 @@ class Dispatcher:
         try:
             async with self._keeping_lease(fence):
                 report = await self.sweep(now, fence)
+            await self._reanchor_rules(now, report)
             await self._rearm_followups(now, report)
+            if not report.degraded:
+                self._stepped = False  # rules and timers were looked at since the step
         except PyMongoError as exc:
             # keep ticking: MongoDB coming back is the next tick's business
             log.warning("MongoDB unreachable (%s): nothing dispatched this tick", exc)
@@ -233,14 +248,44 @@ class Dispatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
 
+    async def _reanchor_rules(self, now: datetime, report: SweepReport) -> None:
+        """Bring back rules a clock stepped back left ahead of it: at once when this host's
+        clock stepped, at the first tick as leader, and every :data:`REANCHOR_EVERY_S` (on the
+        monotonic clock, which no step moves) for a step this process did not see."""
+        checked = time.monotonic()
+        last = self._reanchored_at
+        if report.degraded or (
+            not self._stepped and last is not None and checked - last < REANCHOR_EVERY_S
+        ):
+            return
+        self._reanchored_at = checked
+        moved = await self.rules.reanchor(now)
+        if moved:
+            log.warning(
+                "%d rule(s) were more than one run ahead of the clock (did it step back?);"
+                " each is due again at its next instant after now",
+                moved,
+            )
+
     async def _rearm_followups(self, now: datetime, report: SweepReport) -> None:
-        """Re-arm follow-up timers that Redis lost (or never got) — only while Redis answers."""
+        """Re-arm follow-up timers that Redis lost (or never got), and move those a step of this
+        host's clock put out of line — only while Redis answers."""
         if report.degraded:
             return
         try:
-            self.metrics.followups_rearmed.inc(await self.followups.rearm(now=now))
+            armed = await self.followups.rearm(
+                now=now, offset=await self._clock_offset(), check_timers=self._stepped
+            )
+            self.metrics.followups_rearmed.inc(armed)
         except (RedisError, OSError) as exc:
             log.warning("follow-ups not re-armed this tick: %s", exc)
+
+    async def _clock_offset(self) -> timedelta:
+        """How far this host's clock is ahead of MongoDB's now (zero when they agree)."""
+        before = self.clock()
+        db_now = await server_time(self.db)
+        after = self.clock()
+        return clock_offset(before + (after - before) / 2, db_now)
 
     async def _beat(
         self, name: str, now: datetime, *, role: str, report: SweepReport | None

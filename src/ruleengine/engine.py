@@ -305,7 +305,11 @@ class JobEvaluation(Evaluation):
         )
         try:
             doc = await self.engine.followups.schedule(
-                origin, then, now=self.now, only_if_missing=result.reason == "already_applied"
+                origin,
+                then,
+                now=self.now,
+                offset=self.run_ctx.offset,
+                only_if_missing=result.reason == "already_applied",
             )
         except PyMongoError as exc:  # the action is done and recorded; say what was lost
             log.exception("could not store the follow-up of %s/%s", pair.task.id, pair.entity.id)

@@ -264,6 +264,7 @@ class Evaluation:
             now=self.now,
             reader=self.graph.reader,
             facts=facts,
+            db_now=await self.reading.intents.db_time(),
         )
 
     def _stage(self, name: str, seconds: float, pairs: list[Pair]) -> None:
@@ -277,7 +278,7 @@ class Evaluation:
         active = await self.reading.intents.cooling(
             self.job.rule_id,
             keyed,
-            now=self.now,
+            now=self.run_ctx.cooldown_now,
             longest_minutes=max((t.cooldown_minutes for t in self.rule.tasks), default=0),
             other_than=self.job.batch_id,
         )

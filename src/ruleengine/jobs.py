@@ -5,7 +5,8 @@ results are not kept (``keep_result=0``); the retry of a failed evaluation is
 the rule's next scheduled run. Jobs are serialised with orjson. Clients
 (MongoDB, Redis, the Graph session, Sheets, webhooks) are created in
 ``on_startup`` and closed in ``on_shutdown``; a reaper runs every minute to
-close batches whose worker died.
+close batches whose worker died (once a minute between all workers, whatever their clocks
+do: :mod:`ruleengine.periodic`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from arq import cron
 from arq.worker import func
 
 from ruleengine import constants as c
@@ -27,6 +27,7 @@ from ruleengine.engine import Engine, build_engine, close_engine, evaluate_accou
 from ruleengine.followups.running import run_followup
 from ruleengine.observability import WorkerMetrics, serve
 from ruleengine.payload import EvaluateJob, deserialize, serialize
+from ruleengine.periodic import every_minute
 from ruleengine.queue import connect_queue, redis_settings
 from ruleengine.reaper import Reaper
 from ruleengine.redact import setup_logging
@@ -173,8 +174,8 @@ def worker_kwargs(settings: Settings) -> dict[str, Any]:
             func(undo_batch_job, name=c.UNDO_JOB, max_tries=1),
         ],
         "cron_jobs": [
-            cron(reap_job, name="reap_abandoned_batches", second=30, run_at_startup=True),
-            cron(retention_job, name="retention", second=45, run_at_startup=True),
+            every_minute(reap_job, name="reap_abandoned_batches", second=30),
+            every_minute(retention_job, name="retention", second=45),
         ],
         "queue_name": c.QUEUE_NAME,
         "redis_settings": redis_settings(settings),

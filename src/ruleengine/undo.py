@@ -284,6 +284,7 @@ async def _run_of(engine: Engine, planned: _Planned, *, now: datetime) -> JobRun
         now=now,
         reader=reader,
         facts=AccountFacts(reader, account=credentials, token=token, now=now),
+        db_now=await engine.intents.db_time(),
     )
 
 

@@ -215,7 +215,7 @@ class _LockedRound:
         active = await self.intents.cooling(
             self.run.rule_id,
             [(c.key.task_id, c.entity.id) for c in cooling.values()],
-            now=self.run.now,
+            now=self.run.cooldown_now,
             longest_minutes=max(c.key.cooldown_minutes for c in cooling.values()),
             other_than=self.run.batch_id,
         )

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from ruleengine.rules.basics import WEEKDAYS
 from ruleengine.rules.schedule import (
+    REANCHOR_SLACK,
     DateRange,
     IntervalSchedule,
     TimetableSchedule,
@@ -19,6 +20,7 @@ from ruleengine.rules.schedule import (
     in_window,
     next_run,
     next_slot,
+    reanchor,
 )
 
 UTC_TZ = ZoneInfo("UTC")
@@ -161,6 +163,113 @@ def _is_shifted_gap_slot(local: datetime, schedule: TimetableSchedule, tz: ZoneI
             if naive.replace(tzinfo=tz).astimezone(UTC) == local.astimezone(UTC):
                 return True
     return False
+
+
+# ---------------------------------------------------------------- the clock steps
+
+
+def test_a_clock_stepped_back_brings_an_interval_rule_back_within_one_interval() -> None:
+    # every 3 minutes: it ran at 12:00 and is due at 12:03; then the clock steps back 20 minutes
+    ran, due = at("2026-12-01T12:00:00+00:00"), at("2026-12-01T12:03:00+00:00")
+    now = at("2026-12-01T11:43:30+00:00")
+    moved = reanchor(interval(3), next_at=due, now=now, tz=UTC_TZ, last_scheduled=ran)
+    # 11:45:00, its grid's next instant, may be one it ran before the step: one second on
+    assert moved == at("2026-12-01T11:45:01+00:00")
+    assert reanchor(interval(3), next_at=moved, now=now, tz=UTC_TZ, last_scheduled=ran) is None
+    assert next_run(interval(3), scheduled=moved, now=moved, tz=UTC_TZ) == at(
+        "2026-12-01T11:48:01+00:00"
+    )
+
+
+def test_an_interval_rule_at_most_one_interval_ahead_stands() -> None:
+    due = at("2026-12-01T12:03:00+00:00")
+    # a step back of under a minute just after the 12:00 run only delays 12:03 by the step
+    for now in ("11:59:00", "11:59:59", "12:00:00", "12:02:59", "12:03:00", "12:30:00"):
+        instant = at(f"2026-12-01T{now}+00:00")
+        assert reanchor(interval(3), next_at=due, now=instant, tz=UTC_TZ) is None, now
+
+
+def test_a_clock_set_right_after_running_ahead_goes_on_along_the_grid() -> None:
+    # three hours ahead, the clock caught 10:00 up at 13:00 and moved on to 13:03; set right at
+    # 10:01, the instants after 10:00 never ran: the grid goes on from 10:03
+    ran, due = at("2026-12-01T10:00:00+00:00"), at("2026-12-01T13:03:00+00:00")
+    now = at("2026-12-01T10:01:00+00:00")
+    assert reanchor(interval(3), next_at=due, now=now, tz=UTC_TZ, last_scheduled=ran) == at(
+        "2026-12-01T10:03:00+00:00"
+    )
+
+
+def test_a_timetable_slot_the_clock_passes_again_is_not_run_again() -> None:
+    weekly = TimetableSchedule(mode="timetable", slots={"tue": ["12:00"]})  # 2026-12-01: a Tue
+    ran, due = at("2026-12-01T12:00:00+00:00"), at("2026-12-08T12:00:00+00:00")
+    now = at("2026-12-01T11:40:00+00:00")
+    assert reanchor(weekly, next_at=due, now=now, tz=UTC_TZ, last_scheduled=ran) is None
+
+
+def test_a_timetable_slot_the_clock_skipped_runs_once_the_clock_is_set_right() -> None:
+    daily = TimetableSchedule(
+        mode="timetable", slots={d: ["10:00", "12:00", "14:00"] for d in WEEKDAYS}
+    )
+    # three hours ahead, the clock ran 10:00 at 13:00 and moved on to 14:00; set right at 10:30
+    ran, due = at("2026-12-01T10:00:00+00:00"), at("2026-12-01T14:00:00+00:00")
+    now = at("2026-12-01T10:30:00+00:00")
+    moved = reanchor(daily, next_at=due, now=now, tz=UTC_TZ, last_scheduled=ran)
+    assert moved == at("2026-12-01T12:00:00+00:00")
+
+
+# The dispatcher's ticks on a clock that steps: real seconds since the previous tick, and how
+# far the clock stepped meanwhile (mostly not at all).
+TICKS = st.lists(
+    st.tuples(
+        st.integers(1, 600),
+        st.one_of(st.just(0), st.just(0), st.just(0), st.integers(-6 * 3600, 6 * 3600)),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def _dispatched(
+    schedule: IntervalSchedule | TimetableSchedule,
+    tz: ZoneInfo,
+    start: datetime,
+    ticks: list[tuple[int, int]],
+) -> list[datetime]:
+    """The instants a dispatcher runs a rule at, re-anchoring it at every tick; after each
+    re-anchoring the rule is never more than one run ahead of the clock."""
+    now, last = start, None
+    next_at = first_run(schedule, now=now, tz=tz)
+    ran = []
+    for advance_s, step_s in ticks:
+        now += timedelta(seconds=advance_s + step_s)
+        next_at = (
+            reanchor(schedule, next_at=next_at, now=now, tz=tz, last_scheduled=last) or next_at
+        )
+        if isinstance(schedule, IntervalSchedule):
+            assert next_at - now <= timedelta(minutes=schedule.every_minutes) + REANCHOR_SLACK
+        else:
+            assert next_slot(schedule, after=max(now, last or now), tz=tz) >= next_at
+        if next_at <= now:
+            ran.append(next_at)
+            last = next_at
+            next_at = next_run(schedule, scheduled=next_at, now=now, tz=tz)
+    return ran
+
+
+@given(every=st.integers(1, 180), start=INSTANTS, ticks=TICKS)
+def test_an_interval_rule_on_a_stepping_clock_runs_no_instant_twice(
+    every: int, start: datetime, ticks: list[tuple[int, int]]
+) -> None:
+    ran = _dispatched(interval(every), UTC_TZ, start.replace(microsecond=0), ticks)
+    assert len(ran) == len(set(ran))
+
+
+@given(schedule=TIMETABLES, zone=ZONES, start=INSTANTS, ticks=TICKS)
+def test_a_timetable_on_a_stepping_clock_runs_no_slot_twice(
+    schedule: TimetableSchedule, zone: str, start: datetime, ticks: list[tuple[int, int]]
+) -> None:
+    ran = _dispatched(schedule, ZoneInfo(zone), start, ticks)
+    assert ran == sorted(set(ran))
 
 
 # ---------------------------------------------------------------- date range

@@ -30,6 +30,7 @@ from ruleengine.acts import (
     read_live,
 )
 from ruleengine.budget_limits import AccountFacts
+from ruleengine.clocks import offset as clock_offset
 from ruleengine.constants import STAGES
 from ruleengine.errors import RuleEngineError
 from ruleengine.meta.errors import GraphError
@@ -64,10 +65,12 @@ async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime
         status = "superseded" if superseded else "already_handled"
         log.info("follow-up %s generation %d: %s, nothing to do", key, generation, status)
         return {"key": key, "status": status}
-    late_s = max(0.0, (now - doc.due_at).total_seconds())
+    db_now = await engine.intents.db_time()
+    # due_at is by MongoDB's clock: how late is measured there too, whatever this host's says
+    late_s = max(0.0, (now - clock_offset(now, db_now) - doc.due_at).total_seconds())
     started = time.perf_counter()
     try:
-        result = await _act(engine, doc, now=now)
+        result = await _act(engine, doc, now=now, db_now=db_now)
     except RuleEngineError as exc:  # the rule version or the token cannot be found
         result = ActResult("failed", "cannot_run", error={"message": str(exc)})
     status = _STATUS.get(result.outcome, "failed")
@@ -86,7 +89,7 @@ async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime
     return {"key": key, "status": status, "reason": result.reason, "late_s": late_s}
 
 
-async def _act(engine: Engine, doc: FollowupDoc, *, now: datetime) -> ActResult:
+async def _act(engine: Engine, doc: FollowupDoc, *, now: datetime, db_now: datetime) -> ActResult:
     version = await engine.rules.version(doc.rule_id, doc.rule_version)
     rule = Rule.model_validate({**version.definition, "status": "ACTIVE"})
     token = await engine.credentials.usable_token(token_ref(doc.account))
@@ -103,6 +106,7 @@ async def _act(engine: Engine, doc: FollowupDoc, *, now: datetime) -> ActResult:
         now=now,
         reader=reader,
         facts=facts,
+        db_now=db_now,
     )
     entity = Entity(id=doc.entity_id, name=doc.entity_name)
     return await follow_up(engine.executor, run, writer, entity, doc)

@@ -6,18 +6,26 @@ dispatcher re-arms every pending follow-up (and any ``scheduled`` one whose
 timer vanished from Redis) once Redis answers again. A follow-up whose due time
 passed meanwhile runs late, once, and says how late.
 
+A follow-up is due by MongoDB's clock (``due_at``), which a step of a host's clock does not
+move; its timer is an arq job whose score is that time on the clock of the hosts that poll
+Redis — ``due_at`` plus how far their clock is ahead of MongoDB's (usually nothing). When a
+host's clock steps, the dispatcher finds the timers out of line and moves them, so a
+follow-up runs when it is due in real time, not a step early or late.
+
 This module never writes to Meta: the dispatcher imports it to re-arm timers.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from arq.connections import ArqRedis
 from arq.constants import job_key_prefix
+from arq.utils import to_unix_ms
 from redis.exceptions import RedisError
 
 from ruleengine import constants as c
@@ -25,12 +33,20 @@ from ruleengine.rules.action_types import FollowUp
 from ruleengine.rules.model import Rule
 from ruleengine.rules.schedule import next_local_time
 from ruleengine.store.db import Database
-from ruleengine.store.followups import FollowupDoc, FollowupStore, followup_job_id, followup_key
+from ruleengine.store.followups import (
+    FollowupDoc,
+    FollowupStore,
+    ScheduledTimer,
+    followup_job_id,
+    followup_key,
+)
 
 log = logging.getLogger(__name__)
 
 REARM_SCHEDULED_EVERY_S = 30.0
 REARM_CHUNK = 500  # scheduled follow-ups checked per Redis round trip
+# A timer this far from where it belongs is moved: a step of a host's clock, not a round trip.
+TIMER_TOLERANCE_MS = 2_000
 
 
 def due_time(then: FollowUp, *, now: datetime, rule: Rule) -> datetime:
@@ -65,31 +81,40 @@ class FollowupScheduler:
         self.store = FollowupStore(db)
         self._queue = queue
         self.on_result = on_result  # counts scheduled/pending/re-armed (metrics), optional
-        self._last_scheduled_check = 0.0
+        self._last_scheduled_check: float | None = None  # time.monotonic(): no step moves it
 
     def _count(self, result: str, amount: int = 1) -> None:
         if self.on_result is not None and amount:
             self.on_result(result, amount)
 
     async def schedule(
-        self, origin: Origin, then: FollowUp, *, now: datetime, only_if_missing: bool = False
+        self,
+        origin: Origin,
+        then: FollowUp,
+        *,
+        now: datetime,
+        offset: timedelta = timedelta(0),
+        only_if_missing: bool = False,
     ) -> FollowupDoc | None:
         """Record (or replace) the follow-up of an action and arm its timer.
 
-        With ``only_if_missing`` (a redelivered job whose action was already
-        applied), nothing changes when this batch already scheduled it.
+        ``now`` is the job's time on this host's clock, ``offset`` how far that clock is ahead
+        of MongoDB's (:func:`ruleengine.clocks.offset`): the follow-up is stored due by
+        MongoDB's clock, its timer armed on this host's. With ``only_if_missing`` (a
+        redelivered job whose action was already applied), nothing changes when this batch
+        already scheduled it.
         """
         key = followup_key(origin.rule_id, origin.task_id, origin.entity_id)
         if only_if_missing:
             existing = await self.store.get(key)
             if existing is not None and existing.batch_id == origin.batch_id:
                 return existing
-        doc = await self._store(key, origin, then, now=now)
-        await self._arm(doc, now=now)
+        doc = await self._store(key, origin, then, now=now, offset=offset)
+        await self._arm(doc, now=now, offset=offset)
         return await self.store.get(key)
 
     async def _store(
-        self, key: str, origin: Origin, then: FollowUp, *, now: datetime
+        self, key: str, origin: Origin, then: FollowUp, *, now: datetime, offset: timedelta
     ) -> FollowupDoc:
         fields = {
             "rule_id": origin.rule_id,
@@ -108,7 +133,7 @@ class FollowupScheduler:
             "field": origin.field,
             "set_value": origin.set_value,
             "previous": origin.previous,
-            "due_at": due_time(then, now=now, rule=origin.rule),
+            "due_at": due_time(then, now=now, rule=origin.rule) - offset,  # MongoDB's clock
             "status": "pending",
             "reason": "not_armed_yet",
             "updated_at": now,
@@ -127,16 +152,18 @@ class FollowupScheduler:
         except (RedisError, OSError):
             log.info("could not cancel replaced timer %s; it will find a newer generation", job_id)
 
-    async def _arm(self, doc: FollowupDoc, *, now: datetime) -> bool:
-        """Enqueue the timer; on Redis trouble leave the follow-up pending with the reason."""
+    async def _arm(self, doc: FollowupDoc, *, now: datetime, offset: timedelta) -> bool:
+        """Enqueue the timer (at ``due_at`` on this host's clock, ``offset`` ahead of MongoDB's);
+        on Redis trouble leave the follow-up pending with the reason."""
+        fires_at = doc.due_at + offset
         try:
             await self._queue.enqueue_job(
                 c.FOLLOWUP_JOB,
                 {"key": doc.id, "generation": doc.generation},
                 _job_id=doc.job_id,
                 _queue_name=c.QUEUE_NAME,
-                _defer_until=doc.due_at,
-                _expires=max(doc.due_at - now, timedelta(0)) + timedelta(days=7),
+                _defer_until=fires_at,
+                _expires=max(fires_at - now, timedelta(0)) + timedelta(days=7),
             )
         except (RedisError, OSError) as exc:
             log.warning("follow-up %s stays pending: Redis unavailable (%s)", doc.id, exc)
@@ -147,48 +174,85 @@ class FollowupScheduler:
         self._count("scheduled")
         return True
 
-    async def rearm(self, *, now: datetime) -> int:
-        """Arm pending follow-ups and scheduled ones whose timer Redis lost; returns how many."""
+    async def rearm(
+        self, *, now: datetime, offset: timedelta = timedelta(0), check_timers: bool = False
+    ) -> int:
+        """Arm pending follow-ups; every :data:`REARM_SCHEDULED_EVERY_S` (or at once with
+        ``check_timers``: this host's clock stepped), also scheduled ones whose timer Redis
+        lost, and move timers out of line with MongoDB's clock. Returns how many timers were
+        armed or moved.
+
+        ``offset`` is how far this host's clock is ahead of MongoDB's, measured now.
+        """
         armed = 0
         async for doc in self.store.pending():
-            armed += await self._arm(doc, now=now)
-        if now.timestamp() - self._last_scheduled_check >= REARM_SCHEDULED_EVERY_S:
-            self._last_scheduled_check = now.timestamp()
-            armed += await self._rearm_lost(now=now)
+            armed += await self._arm(doc, now=now, offset=offset)
+        checked = time.monotonic()
+        last = self._last_scheduled_check
+        if check_timers or last is None or checked - last >= REARM_SCHEDULED_EVERY_S:
+            self._last_scheduled_check = checked
+            armed += await self._check_timers(now=now, offset=offset)
         if armed:
             log.info("re-armed %d follow-up timer(s)", armed)
             self._count("rearmed", armed)
         return armed
 
-    async def _rearm_lost(self, *, now: datetime) -> int:
-        """Re-arm scheduled follow-ups whose timer is gone, checking Redis a chunk at a time.
+    async def _check_timers(self, *, now: datetime, offset: timedelta) -> int:
+        """Re-arm scheduled follow-ups whose timer is gone, and move those out of line, checking
+        Redis a chunk at a time.
 
         Thousands of scheduled follow-ups cost one round trip to Redis per chunk (a
-        pipeline of ``EXISTS``), not one each, and only their keys come from MongoDB.
+        pipeline of ``EXISTS`` and ``ZSCORE``), not one each, and only their keys and due
+        times come from MongoDB.
         """
         armed = 0
-        chunk: list[tuple[str, int]] = []
-        async for key, generation in self.store.scheduled_keys(batch_size=REARM_CHUNK):
-            chunk.append((key, generation))
+        chunk: list[ScheduledTimer] = []
+        async for timer in self.store.scheduled_timers(batch_size=REARM_CHUNK):
+            chunk.append(timer)
             if len(chunk) == REARM_CHUNK:
-                armed += await self._rearm_chunk(chunk, now=now)
+                armed += await self._check_chunk(chunk, now=now, offset=offset)
                 chunk = []
         if chunk:
-            armed += await self._rearm_chunk(chunk, now=now)
+            armed += await self._check_chunk(chunk, now=now, offset=offset)
         return armed
 
-    async def _rearm_chunk(self, chunk: list[tuple[str, int]], *, now: datetime) -> int:
+    async def _check_chunk(
+        self, chunk: list[ScheduledTimer], *, now: datetime, offset: timedelta
+    ) -> int:
         async with self._queue.pipeline(transaction=False) as pipe:
-            for key, generation in chunk:
-                pipe.exists(job_key_prefix + followup_job_id(key, generation))
-            present = await pipe.execute()
+            for timer in chunk:
+                pipe.exists(job_key_prefix + timer.job_id)
+                pipe.zscore(c.QUEUE_NAME, timer.job_id)
+            answers = await pipe.execute()
+        lost = [t for t, exists in zip(chunk, answers[0::2], strict=True) if not exists]
+        moved = {
+            timer.job_id: due_ms
+            for timer, score in zip(chunk, answers[1::2], strict=True)
+            if score is not None
+            and abs(score - (due_ms := to_unix_ms(timer.due_at + offset))) > TIMER_TOLERANCE_MS
+        }
+        return await self._rearm_lost(lost, now=now, offset=offset) + await self._move(moved)
+
+    async def _rearm_lost(
+        self, lost: list[ScheduledTimer], *, now: datetime, offset: timedelta
+    ) -> int:
         armed = 0
-        for (key, generation), exists in zip(chunk, present, strict=True):
-            if exists:
-                continue
-            doc = await self.store.get(key)
-            if doc is None or (doc.status, doc.generation) != ("scheduled", generation):
+        for timer in lost:
+            doc = await self.store.get(timer.key)
+            if doc is None or (doc.status, doc.generation) != ("scheduled", timer.generation):
                 continue  # it ran, or was replaced, since the chunk was read
             log.warning("timer of follow-up %s is missing from Redis; re-arming", doc.id)
-            armed += await self._arm(doc, now=now)
+            armed += await self._arm(doc, now=now, offset=offset)
         return armed
+
+    async def _move(self, moved: dict[str, int]) -> int:
+        """Put timers where they belong; ``XX``: one that fired meanwhile is not brought back."""
+        if not moved:
+            return 0
+        changed = int(await self._queue.zadd(c.QUEUE_NAME, moved, xx=True, ch=True))
+        log.warning(
+            "moved %d follow-up timer(s) out of line with MongoDB's clock (did this host's clock"
+            " step?) to when they are due",
+            changed,
+        )
+        return changed

@@ -6,7 +6,9 @@ missed while the dispatcher was behind are skipped, never burst. Timetable
 slots are local wall-clock times in the rule's timezone (zoneinfo, so DST is
 handled): a slot that falls into a spring-forward gap runs shifted by the gap
 (02:30 becomes 03:30 when clocks jump from 02:00 to 03:00), and a slot inside a
-fall-back hour runs once, at its first occurrence.
+fall-back hour runs once, at its first occurrence. A clock stepped forward runs a rule once
+to catch up (the skipped slots are skipped); one stepped back leaves a schedule ahead of the
+clock, which :func:`reanchor` brings back to the next instant after now.
 """
 
 from __future__ import annotations
@@ -113,6 +115,64 @@ def next_interval(scheduled: datetime, *, every: timedelta, now: datetime) -> da
     behind = now - scheduled
     steps = 1 if behind < every else behind // every + 1
     return (scheduled + steps * every).astimezone(UTC)
+
+
+#: How far a re-anchored interval grid is moved off the grid the schedule ran on: its instants
+#: (a batch is named by its instant, to the second) are then ones the rule never ran.
+REANCHOR_SHIFT = timedelta(seconds=1)
+#: An interval schedule up to this much more than one interval ahead stands: a step back that
+#: small only delays the next run by the step, where re-anchoring could run the rule again
+#: seconds after it last ran (the step came just after a run).
+REANCHOR_SLACK = timedelta(minutes=1)
+
+
+def reanchor(
+    schedule: Schedule,
+    *,
+    next_at: datetime,
+    now: datetime,
+    tz: ZoneInfo,
+    last_scheduled: datetime | None = None,
+) -> datetime | None:
+    """Where a schedule goes when the clock stepped back behind it; None when it stands.
+
+    A clock stepped back leaves ``next_at`` ahead of ``now`` by the step, and a schedule due
+    at ``next_at ≤ now`` would wait out the step. One more than one interval ahead (and
+    :data:`REANCHOR_SLACK`), or with a timetable slot before ``next_at`` it has not run, is
+    moved to the next instant after ``now`` — never onto an instant it ran:
+
+    * an interval schedule goes to the first instant after ``now`` of its grid, or — when
+      that instant is not after ``last_scheduled`` (unknown: assume so), so may have run —
+      of its grid shifted by :data:`REANCHOR_SHIFT`, whose instants never ran (while fewer
+      re-anchorings than the interval has seconds shift it: a grid comes back after that);
+    * a timetable goes to its first slot after both ``now`` and ``last_scheduled``: a slot
+      the clock passes again is not run again, one the clock skipped is.
+
+    Args:
+        schedule: the rule's schedule.
+        next_at: when the rule is due (``next_execute_at``).
+        now: the current time.
+        tz: the rule's timezone (used by timetables).
+        last_scheduled: the instant of the rule's last dispatched run, if known.
+    """
+    _require_aware(next_at, "next_at")
+    _require_aware(now, "now")
+    if isinstance(schedule, IntervalSchedule):
+        every = timedelta(minutes=schedule.every_minutes)
+        if next_at - now <= every + REANCHOR_SLACK:
+            return None
+        moved = _first_on_grid(next_at, every=every, after=now)
+        if last_scheduled is None or moved <= last_scheduled:
+            moved = _first_on_grid(next_at + REANCHOR_SHIFT, every=every, after=now)
+        return moved
+    floor = now if last_scheduled is None else max(now, last_scheduled)
+    slot = next_slot(schedule, after=floor, tz=tz)
+    return slot if slot < next_at else None
+
+
+def _first_on_grid(anchor: datetime, *, every: timedelta, after: datetime) -> datetime:
+    """``anchor + k × every`` for the smallest integer k (any sign) landing after ``after``."""
+    return (anchor + ((after - anchor) // every + 1) * every).astimezone(UTC)
 
 
 def _local_slot(day: date, slot: time, tz: ZoneInfo) -> datetime:

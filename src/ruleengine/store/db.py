@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
@@ -44,8 +44,9 @@ def database(client: AsyncMongoClient[Document], settings: Settings) -> Database
     return client[settings.mongodb_database]
 
 
-#: The index the execution-count query names as its hint (a task's ``execution_count_limit``):
-#: the embedded server's planner scans the collection for that query without it.
+#: The index the execution-count and cooldown queries name as their hint (a task's
+#: ``execution_count_limit``, its ``cooldown_minutes``): the embedded server's planner scans
+#: the collection for them without it.
 EXECUTION_COUNT_INDEX: Final = [
     ("rule_id", ASCENDING),
     ("task_id", ASCENDING),
@@ -96,9 +97,9 @@ _INDEXES: dict[str, list[IndexModel]] = {
         ),
         IndexModel([("entity_id", ASCENDING), ("field", ASCENDING), ("applied_at", DESCENDING)]),
         IndexModel([("status", ASCENDING), ("created_at", ASCENDING)]),
-        # cooldowns are derived from intents
+        # what cooldowns were first looked up by (the query now names the next one as its hint)
         IndexModel([("rule_id", ASCENDING), ("entity_id", ASCENDING), ("created_at", DESCENDING)]),
-        # execution counts (a task's execution_count_limit) are derived from intents too
+        # cooldowns and execution counts (a task's execution_count_limit) are derived from intents
         IndexModel(EXECUTION_COUNT_INDEX),
         # the reaper's look for settled intents whose batch's record was not corrected
         IndexModel([("record_unconfirmed", ASCENDING)]),
@@ -145,6 +146,13 @@ _INDEXES: dict[str, list[IndexModel]] = {
     # _id is the token's name; every authenticated request looks its token up by hash
     c.API_TOKENS: [IndexModel([("hash", ASCENDING)], unique=True)],
 }
+
+
+async def server_time(db: Database) -> datetime:
+    """MongoDB's clock now (``hello``'s ``localTime``), aware UTC; a host's step leaves it be."""
+    reply = await db.command("hello", codec_options=db.codec_options)
+    when: datetime = reply["localTime"]
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 async def ensure_indexes(db: Database) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, get_args
 
@@ -56,7 +57,7 @@ class FollowupDoc(BaseModel):
     field: str | None = None  # what the original action changed
     set_value: Any = None  # … the value it left
     previous: Any = None  # … and the value before
-    due_at: datetime
+    due_at: datetime  # by MongoDB's clock (its timer fires then, on the clock of the workers)
     generation: int
     status: FollowupStatus
     reason: str | None = None
@@ -73,6 +74,20 @@ class FollowupDoc(BaseModel):
     def job_id(self) -> str:
         """The arq job id of this generation's timer."""
         return followup_job_id(self.id, self.generation)
+
+
+@dataclass(frozen=True)
+class ScheduledTimer:
+    """What checking a scheduled follow-up's timer needs: its key, generation and due time."""
+
+    key: str
+    generation: int
+    due_at: datetime  # by MongoDB's clock
+
+    @property
+    def job_id(self) -> str:
+        """The arq job id of the timer."""
+        return followup_job_id(self.key, self.generation)
 
 
 def followup_key(rule_id: str, task_id: str, entity_id: str) -> str:
@@ -148,13 +163,13 @@ class FollowupStore:
         async for raw in self._followups.find({"status": "pending"}):
             yield FollowupDoc.from_mongo(raw)
 
-    async def scheduled_keys(self, *, batch_size: int) -> AsyncIterator[tuple[str, int]]:
-        """(key, generation) of every scheduled follow-up — only the keys cross the wire."""
+    async def scheduled_timers(self, *, batch_size: int) -> AsyncIterator[ScheduledTimer]:
+        """The timer of every scheduled follow-up — only keys and due times cross the wire."""
         cursor = self._followups.find(
-            {"status": "scheduled"}, {"generation": 1}, batch_size=batch_size
+            {"status": "scheduled"}, {"generation": 1, "due_at": 1}, batch_size=batch_size
         )
         async for raw in cursor:
-            yield raw["_id"], raw["generation"]
+            yield ScheduledTimer(raw["_id"], raw["generation"], raw["due_at"])
 
     async def release_stale(self, *, older_than: datetime, now: datetime) -> int:
         """Follow-ups left ``running`` by a dead worker go back to pending (to be re-armed).

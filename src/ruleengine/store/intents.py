@@ -12,8 +12,10 @@ version of the rule.
 **Cooldowns** are derived from intents, not written separately: a (rule, task,
 entity) cools down for the task's ``cooldown_minutes`` from the start of the job
 whose intent is ``done`` — or still ``pending``, because a pending write may
-have landed. Since the intent exists before the write is sent, a cooldown is in
-force from the moment the write lands, whatever happens to the worker after.
+have landed. Both ends are read on MongoDB's clock (``cooling_from``, the job's
+``db_now``), so a step of a worker's clock neither shortens nor stretches one.
+Since the intent exists before the write is sent, a cooldown is in force from
+the moment the write lands, whatever happens to the worker after.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import orjson
 from pymongo.errors import BulkWriteError
 
 from ruleengine import constants as c
-from ruleengine.store.db import EXECUTION_COUNT_INDEX, Database, Document
+from ruleengine.store.db import EXECUTION_COUNT_INDEX, Database, Document, server_time
 
 IntentStatus = Literal["pending", "done", "failed"]
 # Intents whose effect is (or may be) in place: they start a cooldown.
@@ -382,28 +384,43 @@ class IntentStore:
     ) -> dict[tuple[str, str], datetime]:
         """(task, entity) → until, for the pairs whose fired intents still cool them down.
 
-        Intents of the batch ``other_than`` are ignored: a redelivered batch meets its
-        own intents on the write path (``already_applied``), not as a cooldown.
+        ``now`` is by MongoDB's clock (the job's ``db_now``), as each intent's ``cooling_from``
+        is: a step of a worker's clock neither shortens nor stretches a cooldown. (An intent
+        recorded before intents had ``cooling_from`` cools down from its ``created_at``.)
+        Intents of the batch ``other_than`` are ignored: a redelivered batch meets its own
+        intents on the write path (``already_applied``), not as a cooldown. One query for
+        every pair, on the (rule, task, entity, status) index.
         """
         wanted = set(pairs)
         if not wanted or longest_minutes <= 0:
             return {}
+        since = now - timedelta(minutes=longest_minutes)
         query = {
             "rule_id": rule_id,
             "task_id": {"$in": sorted({task for task, _ in wanted})},
             "entity_id": {"$in": sorted({entity for _, entity in wanted})},
             "status": {"$in": list(FIRED)},
             "batch_id": {"$ne": other_than},
-            "created_at": {"$gt": now - timedelta(minutes=longest_minutes)},
+            "$or": [
+                {"cooling_from": {"$gt": since}},
+                {"cooling_from": None, "created_at": {"$gt": since}},
+            ],
         }
-        projection = {"task_id": 1, "entity_id": 1, "created_at": 1, "cooldown_minutes": 1}
+        projection = dict.fromkeys(
+            ("task_id", "entity_id", "created_at", "cooling_from", "cooldown_minutes"), 1
+        )
         active: dict[tuple[str, str], datetime] = {}
-        async for doc in self._intents.find(query, projection):
+        async for doc in self._intents.find(query, projection).hint(EXECUTION_COUNT_INDEX):
             key = (doc["task_id"], doc["entity_id"])
-            until = doc["created_at"] + timedelta(minutes=doc.get("cooldown_minutes") or 0)
+            started = doc.get("cooling_from") or doc["created_at"]
+            until = started + timedelta(minutes=doc.get("cooldown_minutes") or 0)
             if key in wanted and until > now and (key not in active or until > active[key]):
                 active[key] = until
         return active
+
+    async def db_time(self) -> datetime:
+        """MongoDB's clock now: what cooldowns are stamped (``cooling_from``) and compared with."""
+        return await server_time(self._intents.database)
 
     async def execution_counts(
         self, rule_id: str, pairs: Iterable[tuple[str, str]], *, other_than: str

@@ -24,8 +24,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
+from zoneinfo import ZoneInfo
 
 from bson import ObjectId
+from pydantic import TypeAdapter
 from pymongo import DESCENDING, DeleteMany, ReturnDocument, UpdateOne
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
@@ -34,7 +36,7 @@ from ruleengine.errors import ConflictError, NotFoundError
 from ruleengine.rules.basics import Status
 from ruleengine.rules.conflicts import Finding
 from ruleengine.rules.model import Rule, definition_checksum
-from ruleengine.rules.schedule import active_window, first_run
+from ruleengine.rules.schedule import Schedule, active_window, first_run, reanchor
 from ruleengine.store.db import Database, Document
 from ruleengine.store.ruledocs import (
     DueRules,
@@ -52,6 +54,10 @@ log = logging.getLogger(__name__)
 # the pointer does not account for is an orphan only once it is older than this: younger, it
 # may belong to a save still in flight in another process.
 ORPHAN_GRACE = timedelta(minutes=1)
+# No schedule is due less than a minute after its last run: only rules further ahead of the
+# clock than that may have been left ahead by a step back.
+SHORTEST_RUN_GAP = timedelta(minutes=1)
+_SCHEDULE: TypeAdapter[Schedule] = TypeAdapter(Schedule)
 T = TypeVar("T")
 
 
@@ -502,14 +508,15 @@ class RuleStore:
     async def advance(
         self, rule_id: str, *, expected_next: datetime, next_execute_at: datetime, now: datetime
     ) -> bool:
-        """Move the schedule on; only ``next_execute_at`` and ``last_execute_at`` are written.
+        """Move the schedule on; only ``next_execute_at``, ``last_execute_at`` and
+        ``last_scheduled_at`` (the instant dispatched, ``expected_next``) are written.
 
         Returns False (and writes nothing) when ``next_execute_at`` is no longer the
         value read, e.g. the rule was re-armed by an edit meanwhile.
         """
         result = await self._rules.update_one(
             {"_id": rule_id, "next_execute_at": expected_next},
-            {"$set": {"next_execute_at": next_execute_at, "last_execute_at": now}},
+            {"$set": _advanced(expected_next, next_execute_at, now)},
         )
         return result.modified_count == 1
 
@@ -525,9 +532,67 @@ class RuleStore:
         ops = [
             UpdateOne(
                 {"_id": rule_id, "next_execute_at": expected},
-                {"$set": {"next_execute_at": nxt, "last_execute_at": now}},
+                {"$set": _advanced(expected, nxt, now)},
             )
             for rule_id, expected, nxt in advances
         ]
         result = await self._rules.bulk_write(ops, ordered=False)
         return result.modified_count
+
+    async def reanchor(self, now: datetime) -> int:
+        """Bring back the schedules a clock stepped back left more than one run ahead of ``now``
+        (:func:`~ruleengine.rules.schedule.reanchor`); returns how many moved.
+
+        Only ``next_execute_at`` is written, compare-and-set on the value read: an edit or a
+        dispatch meanwhile wins. Interval rules no further ahead than their interval are left
+        out by the query itself; a rule whose schedule does not parse is left to the due query.
+        """
+        every_ms = {"$multiply": ["$definition.schedule.every_minutes", 60_000]}
+        query = {
+            "status": "ACTIVE",
+            "next_execute_at": {"$gt": now + SHORTEST_RUN_GAP},
+            "$or": [
+                {"definition.schedule.mode": {"$ne": "interval"}},
+                {"$expr": {"$gt": ["$next_execute_at", {"$add": [now, every_ms]}]}},
+            ],
+        }
+        fields = ["next_execute_at", "last_scheduled_at", "definition.schedule"]
+        fields.append("definition.timezone")
+        ops = [
+            UpdateOne(
+                {"_id": doc["_id"], "next_execute_at": doc["next_execute_at"]},
+                {"$set": {"next_execute_at": moved}},
+            )
+            async for doc in self._rules.find(query, dict.fromkeys(fields, 1))
+            if (moved := _reanchored(doc, now)) is not None
+        ]
+        if not ops:
+            return 0
+        return (await self._rules.bulk_write(ops, ordered=False)).modified_count
+
+
+def _advanced(scheduled: datetime, next_execute_at: datetime, now: datetime) -> dict[str, Any]:
+    """What a dispatch writes: the next run, when it ran, and the instant it ran for."""
+    return {
+        "next_execute_at": next_execute_at,
+        "last_execute_at": now,
+        "last_scheduled_at": scheduled,
+    }
+
+
+def _reanchored(doc: Document, now: datetime) -> datetime | None:
+    """Where a stored rule's schedule goes (see :meth:`RuleStore.reanchor`), if anywhere."""
+    definition = doc.get("definition") or {}
+    try:
+        schedule = _SCHEDULE.validate_python(definition.get("schedule"))
+        tz = ZoneInfo(definition.get("timezone", "UTC"))
+    except (KeyError, TypeError, ValueError):  # ValidationError and unknown zones are too
+        return None
+    last = doc.get("last_scheduled_at")
+    return reanchor(
+        schedule,
+        next_at=doc["next_execute_at"],
+        now=now,
+        tz=tz,
+        last_scheduled=last if isinstance(last, datetime) else None,
+    )
