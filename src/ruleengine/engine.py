@@ -78,7 +78,10 @@ def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = 
         intents=intents,
         settler=IntentSettler(intents, batches, orphan_after_s=settings.orphan_after_s),
         locks=AccountLocks(
-            redis, ttl_s=settings.write_lock_ttl_s, wait_s=settings.write_lock_wait_s
+            redis,
+            intents=intents,
+            ttl_s=settings.write_lock_ttl_s,
+            wait_s=settings.write_lock_wait_s,
         ),
         notifier=Notifier(settings, errors),
         guards=CrossRuleGuards(settings, intents=intents, holds=HoldStore(db), errors=errors),

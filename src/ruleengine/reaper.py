@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 
 from ruleengine.acts import UNVERIFIABLE, live_value
 from ruleengine.constants import STAGES
-from ruleengine.copies import settle_async_copy
+from ruleengine.copies import answered, settle_copy
 from ruleengine.errors import ErrorReport, RuleEngineError
 from ruleengine.meta.errors import GraphError, InvalidRequestError
 from ruleengine.meta.http import READ_ONLY
@@ -138,14 +138,14 @@ class Reaper:
         Returns the status it got, None when someone else settled it first.
         """
         field = intent["field"]
-        if field == "copies" and (intent.get("response") or {}).get("request_set_id"):
-            # A copy Meta makes in the background can be read back from its request set.
-            return await settle_async_copy(
-                self.intents, intent, reader=reader, token=token, now=now
-            )
+        if field == "copies" and answered(intent.get("response")):
+            # A copy Meta answered is settled from its answer (a copy made in the background
+            # is read back from its request set).
+            return await settle_copy(self.intents, intent, reader=reader, token=token, now=now)
         if field in UNVERIFIABLE:
             return await self.settler.settle(intent, None, now=now)
-        async with self.engine.executor.locks.hold(intent["account"]):
+        async with self.engine.executor.locks.hold(intent["account"]) as lock:
+            intents, settler = self.intents.under(lock.fence), self.settler.under(lock.fence)
             try:
                 raw = await reader.get_object(
                     intent["entity_id"],
@@ -156,7 +156,7 @@ class Reaper:
             except InvalidRequestError as exc:
                 if exc.code not in _GONE_CODES:
                     raise
-                resolved = await self.intents.resolve(
+                resolved = await intents.resolve(
                     intent["_id"],
                     status="failed",
                     now=now,
@@ -164,7 +164,7 @@ class Reaper:
                     error=exc.as_dict(),
                 )
                 return "failed" if resolved else None
-            return await self.settler.settle(intent, live_value(raw, field), now=now)
+            return await settler.settle(intent, live_value(raw, field), now=now)
 
     # ---------------------------------------------------------------- records
 
