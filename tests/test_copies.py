@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
+import pytest
 
-from flow import campaign_rule, dispatch, reap, records, run_rule, save_rule, work
+from flow import campaign_rule, dispatch, engine_for, reap, records, run_rule, save_rule, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
+from ruleengine.engine import evaluate_account
 from ruleengine.payload import EvaluateJob, deserialize, evaluate_job_id
 from ruleengine.queue import connect_queue
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from support import SANDBOX_TOKEN
+from test_faults import queued_jobs
 
 ALWAYS = {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
 DEEP = {"type": "duplicate", "deep_copy": True, "rename_suffix": " - Copy"}
@@ -128,3 +132,59 @@ async def test_a_background_copy_still_running_is_read_back_never_sent_again(
     assert settled["response"]["request_set_id"] == set_id
     assert len(settled["response"]["copied_ids"]) > 3
     assert [w["kind"] for w in await sandbox.writes()] == ["copies", "async_batch", "copies"]
+
+
+# ---------------------------------------------------------------- overlapping runs
+
+
+@pytest.mark.parametrize(
+    ("limit", "reason"),
+    [
+        ({"cooldown_minutes": 60}, "next_execute_not_reached"),
+        ({"execution_count_limit": 1}, "execution_count_limit"),
+    ],
+)
+async def test_two_overlapping_runs_of_a_duplicate_rule_copy_the_entity_once(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+    accounts: list[str],
+    limit: dict[str, int],
+    reason: str,
+) -> None:
+    # Both runs pass the cooldown stage before either has copied; the second acts only once
+    # the first has: under the account's write lock it must find the first run's copy.
+    campaign = await named(sandbox, "campaigns", "[AUTO] Prospecting US 1")
+    data = campaign_rule(
+        {"type": "duplicate"},
+        [ALWAYS],
+        filters=[{"field": "id", "operator": "EQUAL", "value": campaign}],
+        schedule={"mode": "interval", "every_minutes": 1},
+    )
+    data["tasks"][0] |= limit
+    await save_rule(db, data)
+    start = datetime.now(UTC).replace(microsecond=0)
+    await dispatch(settings, db, now=start)
+    await dispatch(settings, db, now=start + timedelta(minutes=1))
+    first, second = sorted(await queued_jobs(redis), key=lambda job: job.scheduled_at)
+    async with engine_for(settings, db) as late, engine_for(settings, db) as early:
+        at_act, first_done = asyncio.Event(), asyncio.Event()
+        act = late.executor.act  # a copy is one action at a time, never in a Batch API call
+
+        async def act_after_the_first(*args: Any) -> Any:
+            at_act.set()
+            await first_done.wait()
+            return await act(*args)
+
+        late.executor.act = act_after_the_first  # type: ignore[method-assign]
+        overlapping = asyncio.create_task(evaluate_account(late, second, now=datetime.now(UTC)))
+        await asyncio.wait_for(at_act.wait(), timeout=20)
+        copied = await evaluate_account(early, first, now=datetime.now(UTC))
+        first_done.set()
+        skipped = await overlapping
+    assert (copied.applied, skipped.applied) == (1, 0)
+    assert [(w["kind"], w["ok"]) for w in await sandbox.writes()] == [("copies", True)]
+    (record,) = await records(db, batch_id=second.batch_id)
+    assert (record["outcome"], record["reason"]) == ("skipped", reason)
+    assert await db[c.ACTION_INTENTS].count_documents({"batch_id": second.batch_id}) == 0

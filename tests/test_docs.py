@@ -175,3 +175,12 @@ def test_the_module_map_lists_every_module_of_the_product_and_nothing_else() -> 
     listed = _module_map()
     assert sorted(actual - listed) == [], "modules missing from the map"
     assert sorted(listed - actual) == [], "the map lists modules that do not exist"
+
+
+def test_no_text_file_keeps_a_merge_conflict_marker() -> None:
+    marker = re.compile(r"^(<{7}|>{7}) ", re.MULTILINE)
+    texts = [*(ROOT / "docs").glob("*.md"), README, ENV_EXAMPLE]
+    texts += [*(ROOT / "src").rglob("*.py"), *(ROOT / "src").rglob("*.js")]
+    texts += [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").glob("*.py")]
+    marked = [str(p.relative_to(ROOT)) for p in texts if marker.search(p.read_text("utf-8"))]
+    assert marked == []

@@ -169,6 +169,25 @@ async def test_a_settler_killed_before_correcting_the_record_is_made_good_by_the
     assert len(await writes_to(sandbox, entity_id)) == 1
 
 
+async def test_a_record_written_after_its_intent_was_settled_says_what_the_settler_found(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    """A worker paused past its lock writes its record late: by then another may have settled
+    the intent (and found no record to correct). The record is corrected as it is written."""
+    _, first = await raise_with_lost_answer(settings, db, redis, sandbox, answer="reset")
+    intent = await intent_of(db, first["batch_id"])
+    await IntentStore(db).resolve(
+        intent["_id"], status="done", now=datetime.now(UTC), changed=True, reconciled=True
+    )
+    async with engine_for(settings, db) as engine:
+        settlement = engine.executor.settler.settlement
+        unrelated = first | {"task_id": "other", "reason": "no_change", "outcome": "no_change"}
+        late = await settlement.settled_meanwhile(first["batch_id"], [dict(first), unrelated])
+    assert (late[0]["outcome"], late[0]["after"]) == ("applied", intent["target"])
+    assert late[0]["recovered_by"] == "settled_first"
+    assert late[1] == unrelated
+
+
 # ---------------------------------------------------------------- follow-ups
 
 

@@ -19,6 +19,7 @@ from graph_sandbox.admin_routes import add_admin_routes
 from graph_sandbox.batch import run_batch
 from graph_sandbox.errors import GraphError, invalid_param
 from graph_sandbox.extras import add_extras, seed_sheets
+from graph_sandbox.faults import is_write
 from graph_sandbox.limits import UseCase
 from graph_sandbox.protocol import (
     DEFAULT_VERSION,
@@ -109,7 +110,12 @@ async def _answer(request: web.Request) -> web.Response:
     batch_writes = path == "/" and _carries_writes(raw_params.get("batch"))
     delay_s = state.faults.delay_s(request.method, path, batch_writes=batch_writes)
     if delay_s:
-        await asyncio.sleep(delay_s)
+        stats, writes = state.stats, is_write(request.method, path, batch_writes=batch_writes)
+        stats.writes_in_flight += writes
+        try:
+            await asyncio.sleep(delay_s)
+        finally:
+            stats.writes_in_flight -= writes
     params, token = split_token(raw_params, request.headers.get("Authorization"))
     origin = f"{request.scheme}://{request.host}"
     if request.method == "POST" and path == "/":

@@ -68,6 +68,12 @@ class FaultChange(BaseModel):
     status: Literal["ACTIVE", "PAUSED"] = "PAUSED"
 
 
+def is_write(method: str, path: str, *, batch_writes: bool = False) -> bool:
+    """True for a write: a POST to an object, or a Batch API call carrying one
+    (``batch_writes``)."""
+    return method == "POST" and (path.strip("/") != "" or batch_writes)
+
+
 class FaultSettings(BaseModel):
     """Everything ``POST /_sandbox/faults`` can set."""
 
@@ -157,8 +163,8 @@ class Faults:
 
     def delay_s(self, method: str, path: str, *, batch_writes: bool = False) -> float:
         """The delay before handling a request: ``latency_ms``, plus ``write_latency_ms`` for
-        a write (a POST to an object, or a Batch API call carrying one: ``batch_writes``)."""
-        write = method == "POST" and (path.strip("/") != "" or batch_writes)
+        a write (:func:`is_write`)."""
+        write = is_write(method, path, batch_writes=batch_writes)
         return (self.settings.latency_ms + (self.settings.write_latency_ms if write else 0)) / 1000
 
     def token_revoked(self, token: str) -> bool:

@@ -24,6 +24,7 @@ class Stats:
         self.calls_by_account: Counter[str] = Counter()
         self.errors_by_code: Counter[str] = Counter()
         self.in_flight = 0  # Graph requests being answered now (a delayed write still lands)
+        self.writes_in_flight = 0  # writes received and still delayed: not landed yet
 
     def http(self, method: str) -> None:
         """One HTTP request to the Graph routes (a batch is one)."""
@@ -53,4 +54,5 @@ class Stats:
             "calls_by_account": dict(self.calls_by_account),
             "errors_by_code": dict(self.errors_by_code),
             "in_flight": self.in_flight,
+            "writes_in_flight": self.writes_in_flight,
         }

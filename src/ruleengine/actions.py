@@ -3,11 +3,14 @@
 Per ad account, writes are sequential across all workers: a fenced, renewed
 Redis lock (:mod:`ruleengine.locks`) is held around the write only (never around
 fetches, never while waiting out a rate limit). Inside it the action checks the
-task's cooldown again (another run of the rule may have fired since the job's
-cooldown stage), re-reads the live value, plans the absolute target (clamped),
-records an *intent* keyed by batch + task + entity, checks that the lock is
-still its own, writes through the instrumented writer, and marks the intent done
-with Meta's answer (compare-and-set). A redelivered job finds the done intent
+task's cooldown and ``execution_count_limit`` again (another run of the rule may have
+fired since the job's cooldown stage), re-reads the live value, plans the absolute
+target (clamped), records an *intent* keyed by batch + task + entity, checks that the
+lock and its fence are still its own, writes through the instrumented writer, and
+marks the intent done with Meta's answer (compare-and-set). Intents are recorded and
+moved under the lock's fence: a worker another has taken the account over from
+records nothing more (a write it had sent is ``write_unconfirmed``, left pending for
+the reaper). A redelivered job finds the done intent
 and writes nothing (``already_applied``); a pending intent of its own batch is
 reconciled against the live value before anything is written. A pending intent
 of *another* batch on the same field blocks the write until its owner is
@@ -33,10 +36,13 @@ from ruleengine.acts import (
     ACT_FAILURES,
     ActKey,
     ActResult,
+    FreshPair,
     JobRun,
     Target,
     applied,
     failure_result,
+    fired_elsewhere,
+    give_up_unsent,
     intent_doc,
     live_value,
     not_applied,
@@ -51,7 +57,7 @@ from ruleengine.acts import (
 from ruleengine.budget_limits import budget_check, budget_history, counts_toward_limit, refuse
 from ruleengine.copies import duplicate
 from ruleengine.guards import CrossRuleGuards, GuardRound, intent_fields
-from ruleengine.locks import AccountLocks, HeldLock, LockLost
+from ruleengine.locks import AccountLocks, Fenced, HeldLock, LockLost
 from ruleengine.meta.errors import GraphError, RateLimitError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
@@ -63,7 +69,7 @@ from ruleengine.rules.model import Task
 from ruleengine.rules.plan import Plan
 from ruleengine.settings import Settings
 from ruleengine.settling import IntentSettler
-from ruleengine.store.intents import EXECUTION_COUNT_LIMIT, WRITE_UNCONFIRMED, Intent, IntentStore
+from ruleengine.store.intents import WRITE_UNCONFIRMED, Intent, IntentStore
 from ruleengine.write_batches import BatchedWrites, FieldChange
 
 log = logging.getLogger(__name__)
@@ -243,19 +249,20 @@ class ActionExecutor:
 
     async def _apply_locked(self, step: _Step, lock: HeldLock) -> ActResult:
         run, entity, key, field_name = step.run, step.entity, step.key, step.target.field
-        intent = await self.intents.get(run.batch_id, key.task_id, entity.id)
+        intents = self.intents.under(lock.fence)  # recorded and settled under the lock's fence
+        intent = await intents.get(run.batch_id, key.task_id, entity.id)
         if intent is not None and intent.status != "pending":
             return settled(intent)
-        if intent is None and (until := await self._cooling(run, entity, key)) is not None:
-            return ActResult("skipped", "next_execute_not_reached", field=field_name, until=until)
-        if intent is None and await self._limited(run, entity, key):
-            return ActResult("skipped", EXECUTION_COUNT_LIMIT, field=field_name)
+        if intent is None:
+            fresh = {0: FreshPair(key, entity.id, field_name)}
+            if skipped := await fired_elsewhere(intents, run, fresh):
+                return skipped[0]
         live = await read_live(step.reader, run, entity, step.target.reads)
         if intent is not None:  # a crash left it pending: look before writing again
             return await self._reconcile(intent, live_value(live, field_name), step, lock)
-        others = await self.intents.pending_elsewhere([entity.id], other_than=run.batch_id)
+        others = await intents.pending_elsewhere([entity.id], other_than=run.batch_id)
         value = live_value(live, field_name)
-        blocked = await self.settler.blocking(
+        blocked = await self.settler.under(lock.fence).blocking(
             run, field_name, value, [d for d in others if d["field"] == field_name]
         )
         if blocked is not None:
@@ -271,47 +278,16 @@ class ActionExecutor:
         if isinstance(checked, ActResult):
             return checked
         plan = checked
-        history = await budget_history(self.intents, run, [(entity, plan)])
+        history = await budget_history(intents, run, [(entity, plan)])
         refused = await budget_check(history, run, entity, plan)
         if refused is not None:
             return refused
-        doc = intent_doc(run, entity, key, plan) | intent_fields(key) | {"lock_fence": lock.fence}
-        intent = await self.intents.begin(doc, now=run.now)
+        intent = await intents.begin(
+            intent_doc(run, entity, key, plan) | intent_fields(key), now=run.now
+        )
         if not intent.created:
             return settled(intent)
         return await self._write(intent, plan, step, lock, guard)
-
-    async def _cooling(self, run: JobRun, entity: Entity, key: ActKey) -> datetime | None:
-        """Until when another run of the rule keeps this (task, entity) cooling down, if it does.
-
-        The job's cooldown stage looked before its fetches; a run of the same rule that
-        overlaps this one (a job longer than the interval, a backlog) may have recorded
-        its intent since. Looking again under the account's write lock, where every
-        intent of the account is recorded, closes that gap.
-        """
-        if key.cooldown_minutes <= 0:
-            return None
-        pair = (key.task_id, entity.id)
-        active = await self.intents.cooling(
-            run.rule_id,
-            [pair],
-            now=run.cooldown_now,
-            longest_minutes=key.cooldown_minutes,
-            other_than=run.batch_id,
-        )
-        return active.get(pair)
-
-    async def _limited(self, run: JobRun, entity: Entity, key: ActKey) -> bool:
-        """True when the task changed the entity ``execution_count_limit`` times already.
-
-        Looked at again under the lock, as the cooldown: an overlapping run of the rule
-        may have changed the entity since the job's cooldown stage.
-        """
-        if key.execution_count_limit is None:
-            return False
-        pair = (key.task_id, entity.id)
-        counts = await self.intents.execution_counts(run.rule_id, [pair], other_than=run.batch_id)
-        return counts.get(pair, 0) >= key.execution_count_limit
 
     async def _write(
         self,
@@ -321,25 +297,39 @@ class ActionExecutor:
         lock: HeldLock,
         guard: GuardRound | None = None,
     ) -> ActResult:
-        run = step.run
+        intents = self.intents.under(lock.fence)
         try:
             await lock.check()
         except LockLost as exc:  # nothing was sent: the intent did not happen
-            await self.intents.resolve(intent.id, status="failed", now=run.now, reason="lock_lost")
+            await give_up_unsent(intents, [intent.id], "lock_lost", now=step.run.now)
             return not_applied(plan, "failed", "lock_lost", {"message": str(exc)})
+        try:
+            return await self._send(intents, intent, plan, step, guard)
+        except Fenced as exc:  # sent, but the account is a newer holder's: the reaper settles it
+            log.warning("intent %s fenced out after its write: %s", intent.id, exc)
+            return not_applied(plan, "failed", "write_unconfirmed", {"message": str(exc)})
+
+    async def _send(
+        self,
+        intents: IntentStore,
+        intent: Intent,
+        plan: Plan,
+        step: _Step,
+        guard: GuardRound | None,
+    ) -> ActResult:
+        """Write, and settle the intent from Meta's answer (under the lock's fence)."""
+        run = step.run
         try:
             response = await write_field(step.writer, run, step.entity, plan.field, plan.after)
         except GraphError as exc:
-            if unanswered(exc):
-                # No answer (timeout, broken connection, a 5xx without Meta's error body): the
-                # write may still land. The intent stays pending — its cooldown in force, the
-                # field blocked for other runs — until it is settled from the live value.
-                await self.intents.unconfirmed(intent.id, error=exc.as_dict())
-                reason = WRITE_UNCONFIRMED
-            else:
-                return await refuse(self.intents, intent, plan, run, exc, now=self.clock())
-            return not_applied(plan, "failed", reason, exc.as_dict())
-        if not await self.intents.resolve(
+            if not unanswered(exc):
+                return await refuse(intents, intent, plan, run, exc, now=self.clock())
+            # No answer (timeout, broken connection, a 5xx without Meta's error body): the
+            # write may still land. The intent stays pending — its cooldown in force, the
+            # field blocked for other runs — until it is settled from the live value.
+            await intents.unconfirmed(intent.id, error=exc.as_dict())
+            return not_applied(plan, "failed", WRITE_UNCONFIRMED, exc.as_dict())
+        if not await intents.resolve(
             intent.id, status="done", now=run.now, response=response, changed=True
         ):
             log.error(
@@ -351,7 +341,7 @@ class ActionExecutor:
         return result
 
     async def _reconcile(self, intent: Intent, live: Any, step: _Step, lock: HeldLock) -> ActResult:
-        result = await self.settler.settle_own(intent, live, now=step.run.now)
+        result = await self.settler.under(lock.fence).settle_own(intent, live, now=step.run.now)
         if result is not None:
             return result
         plan = Plan(intent.field, intent.before, intent.target)

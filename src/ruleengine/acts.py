@@ -12,9 +12,10 @@ ad account's minimum daily budget; a rule's currency amounts become minor units 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, Decimal
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from redis.exceptions import RedisError
 
 from ruleengine.clocks import offset as clock_offset
-from ruleengine.errors import AccountMismatch, LockLost, LockTimeout
+from ruleengine.errors import AccountMismatch, Fenced, LockLost, LockTimeout
 from ruleengine.meta.errors import GraphError, MalformedResponseError, TransientError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.action_types import (
@@ -41,7 +42,7 @@ from ruleengine.rules.model import Rule, Task, needs_approval
 from ruleengine.rules.money import amount_scale
 from ruleengine.rules.plan import Plan, percent_of, plan_budget, plan_name, plan_status
 from ruleengine.rules.scaling import plan_bid, plan_scale
-from ruleengine.store.intents import Intent, IntentStore
+from ruleengine.store.intents import EXECUTION_COUNT_LIMIT, Intent, IntentStore, Resolution
 
 if TYPE_CHECKING:  # budget_limits builds on this module
     from ruleengine.budget_limits import AccountFacts
@@ -467,6 +468,84 @@ def intent_doc(run: JobRun, entity: Entity, key: ActKey, plan: Plan) -> dict[str
     }
 
 
+@dataclass(frozen=True)
+class FreshPair:
+    """A (task, entity) the job is about to act on, with no intent of its batch yet, and the
+    field its action changes (``copies`` for a copy)."""
+
+    key: ActKey
+    entity_id: str
+    field: str
+
+
+async def fired_elsewhere(
+    intents: IntentStore, run: JobRun, pairs: Mapping[int, FreshPair]
+) -> dict[int, ActResult]:
+    """The ``pairs`` another run of the rule has acted on since this job's cooldown stage,
+    skipped: still cooling down (``next_execute_not_reached``, until when) or at the task's
+    ``execution_count_limit``.
+
+    The job's cooldown stage looked before its fetches; a run of the same rule that
+    overlaps this one (a job longer than the interval, a backlog) may have recorded its
+    intent since. Looked at again under the account's write lock, where every intent of
+    the account is recorded, the gap is closed. One query for the cooldowns, one for the
+    counts.
+    """
+    skipped = await _cooling(intents, run, pairs)
+    rest = {index: pair for index, pair in pairs.items() if index not in skipped}
+    return skipped | await _at_count_limit(intents, run, rest)
+
+
+async def _cooling(
+    intents: IntentStore, run: JobRun, pairs: Mapping[int, FreshPair]
+) -> dict[int, ActResult]:
+    cooling = {i: p for i, p in pairs.items() if p.key.cooldown_minutes > 0}
+    if not cooling:
+        return {}
+    active = await intents.cooling(
+        run.rule_id,
+        [(p.key.task_id, p.entity_id) for p in cooling.values()],
+        now=run.cooldown_now,
+        longest_minutes=max(p.key.cooldown_minutes for p in cooling.values()),
+        other_than=run.batch_id,
+    )
+    return {
+        index: ActResult("skipped", "next_execute_not_reached", field=pair.field, until=until)
+        for index, pair in cooling.items()
+        if (until := active.get((pair.key.task_id, pair.entity_id))) is not None
+    }
+
+
+async def _at_count_limit(
+    intents: IntentStore, run: JobRun, pairs: Mapping[int, FreshPair]
+) -> dict[int, ActResult]:
+    limited = {i: p for i, p in pairs.items() if p.key.execution_count_limit is not None}
+    if not limited:
+        return {}
+    counts = await intents.execution_counts(
+        run.rule_id,
+        [(p.key.task_id, p.entity_id) for p in limited.values()],
+        other_than=run.batch_id,
+    )
+    return {
+        index: ActResult("skipped", EXECUTION_COUNT_LIMIT, field=pair.field)
+        for index, pair in limited.items()
+        if counts.get((pair.key.task_id, pair.entity_id), 0)
+        >= (pair.key.execution_count_limit or 0)
+    }
+
+
+async def give_up_unsent(
+    intents: IntentStore, intent_ids: Sequence[Any], reason: str, *, now: datetime
+) -> None:
+    """Intents whose writes were never sent: ``failed`` with ``reason`` (``lock_lost``,
+    ``token_refused``). A holder fenced out leaves them pending instead: the account is a
+    newer holder's now, and the reaper settles them from the live values."""
+    resolutions = [Resolution(intent_id, "failed", {"reason": reason}) for intent_id in intent_ids]
+    with contextlib.suppress(Fenced):
+        await intents.resolve_many(resolutions, now=now)
+
+
 async def record_once(
     intents: IntentStore,
     run: JobRun,
@@ -476,12 +555,16 @@ async def record_once(
     field: str,
     before: Any,
     target: Any,
+    recheck: bool = False,
 ) -> Intent | ActResult:
     """An intent for an effect that cannot be verified afterwards (a copy, a message).
 
     Returns the new intent, or the result to record instead: a pending intent of this
     batch is given up (the copy or message may have gone out before a crash, and that
     cannot be checked — never risk it twice), a settled one is reported as settled.
+    ``recheck`` (a copy, under the account's write lock): the cooldown and the
+    ``execution_count_limit`` are looked at again first, as for a field write
+    (:func:`fired_elsewhere`).
     """
     intent = await intents.get(run.batch_id, key.task_id, entity.id)
     if intent is not None and intent.status == "pending":
@@ -489,6 +572,10 @@ async def record_once(
         return ActResult("skipped", "pending_intent_unverifiable", field=field)
     if intent is not None:
         return settled(intent)
+    if recheck and (
+        skipped := await fired_elsewhere(intents, run, {0: FreshPair(key, entity.id, field)})
+    ):
+        return skipped[0]
     doc = intent_doc(run, entity, key, Plan(field, before, target))
     intent = await intents.begin(doc, now=run.now)
     return intent if intent.created else settled(intent)

@@ -23,6 +23,7 @@ BACKTEST_LISTINGS: Final = "backtest_listings"
 BACKTESTS: Final = "backtests"
 API_TOKENS: Final = "api_tokens"  # named API tokens with roles (store/api_tokens.py)
 APPROVALS: Final = "approvals"  # planned changes waiting for a person (store/approvals.py)
+LOCK_FENCES: Final = "lock_fences"  # the write locks' fencing counters (store/fences.py)
 
 # Redis
 QUEUE_NAME: Final = "ruleengine:queue"
@@ -30,7 +31,6 @@ LEASE_KEY: Final = "ruleengine:dispatcher:lease"
 FENCE_KEY: Final = "ruleengine:dispatcher:fence"
 DISPATCHED_KEY_PREFIX: Final = "ruleengine:dispatched:"
 ACCOUNT_LOCK_PREFIX: Final = "ruleengine:lock:account:"
-ACCOUNT_FENCE_PREFIX: Final = "ruleengine:lock:fence:"
 
 # arq job function names
 EVALUATE_JOB: Final = "evaluate_account"

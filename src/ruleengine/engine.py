@@ -82,7 +82,10 @@ def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = 
         intents=intents,
         settler=IntentSettler(settlement, orphan_after_s=settings.orphan_after_s),
         locks=AccountLocks(
-            redis, ttl_s=settings.write_lock_ttl_s, wait_s=settings.write_lock_wait_s
+            redis,
+            intents=intents,
+            ttl_s=settings.write_lock_ttl_s,
+            wait_s=settings.write_lock_wait_s,
         ),
         notifier=Notifier(settings, errors),
         guards=CrossRuleGuards(settings, intents=intents, holds=HoldStore(db), errors=errors),
@@ -342,7 +345,10 @@ class JobEvaluation(Evaluation):
         """Write the records (merged with earlier deliveries') and count the batch from them."""
         await self._record_refusal(pairs)
         await self._keep_account_finding()
-        records = [self.record(p) for p in pairs]
+        settlement = self.engine.executor.settler.settlement
+        records = await settlement.settled_meanwhile(
+            self.job.batch_id, [self.record(p) for p in pairs]
+        )
         executions = self.engine.executions
         earlier = await executions.by_key(self.job.batch_id) if self.delivery > 1 else {}
         merged = [merge_record(earlier.get(r["key"]), r) for r in records]

@@ -53,6 +53,11 @@ class LockLost(RuleEngineError):
     """A write lock is no longer provably ours: nothing may be written under it."""
 
 
+class Fenced(LockLost):
+    """A newer holder took an ad account's write lock over (its fence is higher): the old
+    holder may neither send a write nor move an intent of the account any more."""
+
+
 class CredentialsError(RuleEngineError):
     """An ad account has no usable token (not registered, or it cannot be decrypted)."""
 

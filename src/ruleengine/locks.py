@@ -4,14 +4,24 @@ Writes to one ad account happen one at a time across every worker. The lock is
 a Redis key (``SET NX PX``) whose lifetime is derived from the real Graph
 timeouts (:attr:`~ruleengine.settings.Settings.account_lock_ttl_s`) and which a
 background task renews while it is held, so a slow Graph call never lets a
-second holder in. Each acquisition takes a new fencing token; the holder calls
-:meth:`HeldLock.check` right before every write, which fails (and the write is
-not sent) when the lock is no longer provably ours — renewal failed, Redis
-lost the key, or someone else holds it now.
+second holder in.
 
-Meta does not accept fencing tokens, so a write already sent when the lock is
-lost cannot be stopped; renewal every third of the lifetime makes that window
-as small as a stalled event loop or a Redis outage longer than the lifetime.
+Each acquisition takes a new **fence** from the account's counter in MongoDB
+(:mod:`ruleengine.store.fences`, which a Redis restart does not reset) and hands the
+account's pending intents to it. The holder records and settles intents through the
+intent store under its fence, which refuses a fence lower than the account's current
+one, and calls :meth:`HeldLock.check` right before every Graph write call, which fails
+(and the write is not sent) when the lock is no longer provably ours — renewal failed,
+Redis lost the key, someone else holds it now, or a newer holder took the fence
+(:class:`~ruleengine.errors.Fenced`). A holder paused past the lock's lifetime (a
+stopped process, a stalled event loop) therefore sends and records nothing once
+another worker has taken the account over.
+
+Meta does not accept fencing tokens, so a write already on its way when the lock is
+lost cannot be stopped; renewal every third of the lifetime makes that window as small
+as a stalled event loop or a Redis outage longer than the lifetime, and the fence
+keeps its outcome from being recorded by the stale holder (the reaper settles it from
+the live value).
 """
 
 from __future__ import annotations
@@ -23,22 +33,17 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from pymongo.errors import PyMongoError
 from redis.exceptions import RedisError
 
 from ruleengine import constants as c
-from ruleengine.errors import LockLost, LockTimeout
+from ruleengine.errors import Fenced, LockLost, LockTimeout
+from ruleengine.store.fences import Fence, FenceStore
+from ruleengine.store.intents import IntentStore
 
 log = logging.getLogger(__name__)
 
-# Take the lock with a new fencing token (value = token|fence), or answer 0 when it is held.
-_ACQUIRE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local fence = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. fence, 'PX', ARGV[2])
-return fence
-"""
-
-# Extend the lock when it is still ours (value = token|fence); 0 when it is not.
+# Extend the lock when it is still ours (value = the holder's token); 0 when it is not.
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -53,13 +58,16 @@ return 0
 
 
 class HeldLock:
-    """A lock being held: its fencing token, renewal, and the check before each write."""
+    """A lock being held: its fence, renewal, and the check before each write."""
 
-    def __init__(self, redis: Any, *, account: str, value: str, fence: int, ttl_ms: int) -> None:
+    def __init__(
+        self, redis: Any, fences: FenceStore, *, fence: Fence, value: str, ttl_ms: int
+    ) -> None:
         self._redis = redis
-        self.account = account
+        self._fences = fences
+        self.account = fence.account
         self.fence = fence
-        self._key = f"{c.ACCOUNT_LOCK_PREFIX}{account}"
+        self._key = f"{c.ACCOUNT_LOCK_PREFIX}{fence.account}"
         self._value = value
         self._ttl_ms = ttl_ms
         self._lost: str | None = None
@@ -84,10 +92,13 @@ class HeldLock:
             except (RedisError, OSError) as exc:
                 if loop.time() - self._renewed_at >= self._ttl_ms / 1000:
                     self._lost = f"could not renew the lock for its whole lifetime ({exc})"
-        log.warning("write lock of %s (fence %d) lost: %s", self.account, self.fence, self._lost)
+        log.warning(
+            "write lock of %s (fence %d) lost: %s", self.account, self.fence.value, self._lost
+        )
 
     async def check(self) -> None:
-        """Raise :class:`LockLost` unless the lock is still ours (renewing it on the way)."""
+        """Raise :class:`LockLost` unless the lock is still ours (renewing it on the way), and
+        :class:`Fenced` when a newer holder has taken the account's fence since."""
         if self._lost is None:
             try:
                 if not await self._renew():
@@ -95,32 +106,33 @@ class HeldLock:
             except (RedisError, OSError) as exc:
                 self._lost = f"Redis did not confirm the lock before a write ({exc})"
         if self._lost is not None:
-            raise LockLost(f"write lock of {self.account} (fence {self.fence}): {self._lost}")
+            raise LockLost(f"write lock of {self.account} (fence {self.fence.value}): {self._lost}")
+        try:
+            await self._fences.check(self.fence)  # Fenced: a newer holder took the account
+        except PyMongoError as exc:
+            raise LockLost(f"MongoDB did not confirm the fence of {self.account} ({exc})") from exc
 
     async def release(self) -> None:
         """Stop renewing and delete the key if it is still ours."""
         self._renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._renewer
-        try:
-            await self._redis.eval(_RELEASE, 1, self._key, self._value)
-        except (RedisError, OSError):
-            log.warning(
-                "could not release the write lock of %s; it expires by itself", self.account
-            )
+        await _release(self._redis, self._key, self._value, self.account)
 
 
 class AccountLocks:
-    """Per-ad-account Redis locks around writes.
+    """Per-ad-account Redis locks around writes, fenced through the intent store.
 
     Args:
         redis: a ``redis.asyncio`` client.
+        intents: the intent store, which takes each acquisition's fence.
         ttl_s: the lock's lifetime without renewal (longer than the longest locked section).
         wait_s: how long to wait for a busy lock before giving up with :class:`LockTimeout`.
     """
 
-    def __init__(self, redis: Any, *, ttl_s: float, wait_s: float) -> None:
+    def __init__(self, redis: Any, *, intents: IntentStore, ttl_s: float, wait_s: float) -> None:
         self._redis = redis
+        self._intents = intents
         self.ttl_ms = max(int(ttl_s * 1000), 300)
         self.wait_s = wait_s
 
@@ -128,25 +140,39 @@ class AccountLocks:
     async def hold(self, account: str) -> AsyncIterator[HeldLock]:
         """Hold the lock of ``account`` for the block; the block checks it before writing."""
         key = f"{c.ACCOUNT_LOCK_PREFIX}{account}"
-        fence_key = f"{c.ACCOUNT_FENCE_PREFIX}{account}"
         token = uuid.uuid4().hex
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.wait_s
-        delay = 0.005
-        while not (
-            fence := int(await self._redis.eval(_ACQUIRE, 2, key, fence_key, token, self.ttl_ms))
-        ):
-            if loop.time() > deadline:
-                raise LockTimeout(f"the write lock of {account} stayed busy for {self.wait_s:g}s")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.1)
+        await self._acquire(key, token, account)
+        try:
+            fence = await self._intents.take_fence(account)
+        except BaseException:
+            await _release(self._redis, key, token, account)
+            raise
         held = HeldLock(
-            self._redis, account=account, value=f"{token}|{fence}", fence=fence, ttl_ms=self.ttl_ms
+            self._redis, self._intents.fences, fence=fence, value=token, ttl_ms=self.ttl_ms
         )
         try:
             yield held
         finally:
             await held.release()
 
+    async def _acquire(self, key: str, token: str, account: str) -> None:
+        """Set the lock key to ``token`` once it is free; LockTimeout after ``wait_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait_s
+        delay = 0.005
+        while not await self._redis.set(key, token, nx=True, px=self.ttl_ms):
+            if loop.time() > deadline:
+                raise LockTimeout(f"the write lock of {account} stayed busy for {self.wait_s:g}s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
-__all__ = ["AccountLocks", "HeldLock", "LockLost", "LockTimeout"]
+
+async def _release(redis: Any, key: str, value: str, account: str) -> None:
+    """Delete the lock key if it still holds ``value``; it expires by itself otherwise."""
+    try:
+        await redis.eval(_RELEASE, 1, key, value)
+    except (RedisError, OSError):
+        log.warning("could not release the write lock of %s; it expires by itself", account)
+
+
+__all__ = ["AccountLocks", "Fenced", "HeldLock", "LockLost", "LockTimeout"]

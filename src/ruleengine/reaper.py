@@ -38,7 +38,7 @@ from redis.exceptions import RedisError
 from ruleengine.acts import UNVERIFIABLE, live_value
 from ruleengine.approved import write_settled
 from ruleengine.constants import STAGES
-from ruleengine.copies import settle_async_copy
+from ruleengine.copies import answered, settle_copy
 from ruleengine.errors import ErrorReport, RuleEngineError
 from ruleengine.meta.errors import GraphError, InvalidRequestError
 from ruleengine.meta.http import READ_ONLY
@@ -147,14 +147,14 @@ class Reaper:
         Returns the status it got, None when someone else settled it first.
         """
         field = intent["field"]
-        if field == "copies" and (intent.get("response") or {}).get("request_set_id"):
-            # A copy Meta makes in the background can be read back from its request set.
-            return await settle_async_copy(
-                self.intents, intent, reader=reader, token=token, now=now
-            )
+        if field == "copies" and answered(intent.get("response")):
+            # A copy Meta answered is settled from its answer (a copy made in the background
+            # is read back from its request set).
+            return await settle_copy(self.intents, intent, reader=reader, token=token, now=now)
         if field in UNVERIFIABLE:
             return await self.settler.settle(intent, None, now=now, by=REAPER)
-        async with self.engine.executor.locks.hold(intent["account"]):
+        async with self.engine.executor.locks.hold(intent["account"]) as lock:
+            settler = self.settler.under(lock.fence)
             try:
                 raw = await reader.get_object(
                     intent["entity_id"],
@@ -167,9 +167,9 @@ class Reaper:
                     raise
                 gone = Settled("failed", {"reason": "entity_gone", "error": exc.as_dict()})
                 pending = Intent.from_mongo(intent, created=False)
-                settled = await self.settler.settlement.settle(pending, gone, now=now, by=REAPER)
+                settled = await settler.settlement.settle(pending, gone, now=now, by=REAPER)
                 return "failed" if settled else None
-            return await self.settler.settle(intent, live_value(raw, field), now=now, by=REAPER)
+            return await settler.settle(intent, live_value(raw, field), now=now, by=REAPER)
 
     # ---------------------------------------------------------------- records
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from ruleengine.acts import UNVERIFIABLE, ActResult, JobRun, reconcile
 from ruleengine.store.db import Document
+from ruleengine.store.fences import Fence
 from ruleengine.store.followups import FollowupStore, followup_of_batch, followup_record_key
 from ruleengine.store.intents import WRITE_UNCONFIRMED, Intent, IntentStatus, IntentStore
 from ruleengine.store.records import BatchCounts, BatchStore, ExecutionStore, record_key
@@ -63,6 +64,8 @@ class SettledBy:
 
 REAPER = SettledBy("reaper")
 REDELIVERY = SettledBy("redelivery")
+# the intent was settled before its own batch wrote the record (its worker paused past its lock)
+SETTLED_FIRST = SettledBy("settled_first")
 
 
 def from_live(intent: Intent, live: Any) -> Settled:
@@ -113,6 +116,10 @@ class Settlement:
         self.executions = executions
         self.followups = followups
 
+    def under(self, fence: Fence) -> Settlement:
+        """This settlement moving intents under ``fence`` (a holder of the account's lock)."""
+        return Settlement(self.intents.under(fence), self.batches, self.executions, self.followups)
+
     async def settle(
         self, intent: Intent, settled: Settled, *, now: datetime, by: SettledBy
     ) -> bool:
@@ -155,6 +162,24 @@ class Settlement:
             )
         await self.intents.record_corrected(intent.id)
 
+    async def settled_meanwhile(self, batch_id: str, records: list[Document]) -> list[Document]:
+        """``records`` of one batch about to be written, those that say ``write_unconfirmed``
+        corrected when their intent was settled before they could be written (a worker paused
+        past its lock while another settled its write): a record is never written staler than
+        its intent."""
+        waiting = {
+            (r["task_id"], r["entity_id"]): i
+            for i, r in enumerate(records)
+            if r.get("reason") == WRITE_UNCONFIRMED
+        }
+        found = await self.intents.settled_of(batch_id, waiting)
+        for key, doc in found.items():
+            intent = Intent.from_mongo(doc, created=False)
+            settled = Settled(intent.status, {"reason": doc.get("reason")})
+            index = waiting[key]
+            records[index] = records[index] | corrected(intent, settled, SETTLED_FIRST)
+        return records
+
     async def repair(self, *, now: datetime) -> int:
         """Correct the records of settled intents whose settler stopped before it could (the
         reaper's pass); returns how many intents it looked at."""
@@ -181,6 +206,12 @@ class IntentSettler:
         self.intents = settlement.intents
         self.orphan_after_s = orphan_after_s
         self.clock = clock
+
+    def under(self, fence: Fence) -> IntentSettler:
+        """This settler moving intents under ``fence`` (a holder of the account's lock)."""
+        return IntentSettler(
+            self.settlement.under(fence), orphan_after_s=self.orphan_after_s, clock=self.clock
+        )
 
     async def owner_gone(self, intent: Document) -> bool:
         """True when the job that recorded ``intent`` can no longer be writing.

@@ -8,7 +8,8 @@ other batches' pending intents on the same fields are settled or block the chang
 every change is planned from its live value (clamps, the account's minimum daily
 budget, Meta's ad-set budget limit — one query over the intents for all of them);
 every intent is recorded in one insert; then the writes go out as Batch API calls of
-≤ ``write_batch_size`` POSTs, one call at a time, the lock checked before each, and
+≤ ``write_batch_size`` POSTs, one call at a time, the lock (and its fence) checked
+before each, and
 each intent is resolved from its own sub-response (a token error stops the sending
 after that call: the writes not sent are ``token_refused``). A ``null`` sub-response (Meta did
 not process it) is reconciled against the live value, never sent blindly again: sent
@@ -16,7 +17,11 @@ once more only when the live value shows it did not land.
 
 A crash between two calls leaves the later calls' intents pending: the next delivery
 of the batch reconciles its own, the reaper settles them once their owner is gone —
-from the live values in both cases, so nothing lands twice.
+from the live values in both cases, so nothing lands twice. Intents are recorded and
+settled under the lock's fence: a round that finds another worker has taken the
+account over (:class:`~ruleengine.errors.Fenced`) records and sends nothing more — its
+writes already sent are ``write_unconfirmed``, the others ``lock_lost``, and their
+intents stay pending for the reaper.
 
 When two tasks of the job change the same field of one entity, the second is planned
 in a later round, from the value the first left (as one write at a time would).
@@ -35,10 +40,13 @@ from ruleengine.acts import (
     ACT_FAILURES,
     ActKey,
     ActResult,
+    FreshPair,
     JobRun,
     Target,
     applied,
     failure_result,
+    fired_elsewhere,
+    give_up_unsent,
     intent_doc,
     live_value,
     not_applied,
@@ -49,13 +57,13 @@ from ruleengine.acts import (
 )
 from ruleengine.budget_limits import budget_check, budget_history, counts_toward_limit, refuse
 from ruleengine.guards import GuardRound, intent_fields
-from ruleengine.locks import HeldLock, LockLost
+from ruleengine.locks import Fenced, HeldLock, LockLost
 from ruleengine.meta.batch import BatchReader, SubRequest
 from ruleengine.meta.errors import GraphError, RateLimitError, token_status
 from ruleengine.meta.writer import FieldWrite, GraphWriter, WriteContext
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.plan import Plan
-from ruleengine.store.intents import EXECUTION_COUNT_LIMIT, WRITE_UNCONFIRMED, Intent, Resolution
+from ruleengine.store.intents import WRITE_UNCONFIRMED, Intent, Resolution
 
 if TYPE_CHECKING:  # the executor builds this module's writer
     from ruleengine.actions import ActionExecutor
@@ -172,8 +180,8 @@ class _LockedRound:
         lock: HeldLock,
     ) -> None:
         self.owner = owner
-        self.intents = owner.intents
-        self.settler = owner.executor.settler
+        self.intents = owner.intents.under(lock.fence)  # recorded and settled under the fence
+        self.settler = owner.executor.settler.under(lock.fence)
         self.run = run
         self.writer = writer
         self.reads = reads
@@ -181,8 +189,34 @@ class _LockedRound:
         self.results: dict[int, ActResult] = {}
         self.refused: GraphError | None = None  # a token error Meta answered a write with
         self.guard: GuardRound | None = None  # the change budget and holds of this round
+        self.sends: dict[int, _Send] = {}  # every write recorded to be sent, by position
+        self.sent: set[int] = set()  # positions whose write went out to Meta
 
     async def go(self, todo: dict[int, FieldChange]) -> dict[int, ActResult]:
+        try:
+            await self._go(todo)
+        except Fenced as exc:
+            self._fenced_out(todo, exc)
+        return self.results
+
+    def _fenced_out(self, todo: dict[int, FieldChange], exc: Fenced) -> None:
+        """A newer holder took the account's lock over: this round records and sends nothing
+        more. A write already sent is ``write_unconfirmed`` (the reaper settles its intent
+        from the live value and corrects the record), one not sent ``lock_lost``."""
+        log.warning("batch %s fenced out of %s: %s", self.run.batch_id, self.run.account, exc)
+        error = {"message": str(exc)}
+        for index in todo:
+            if index in self.results:
+                continue
+            send = self.sends.get(index)
+            if send is None:
+                self.results[index] = failure_result(exc)
+            elif index in self.sent:
+                self.results[index] = send.failed("write_unconfirmed", error)
+            else:
+                self.results[index] = send.failed("lock_lost", error)
+
+    async def _go(self, todo: dict[int, FieldChange]) -> None:
         run = self.run
         existing = await self.intents.get_many(
             run.batch_id, [(c.key.task_id, c.entity.id) for c in todo.values()]
@@ -197,54 +231,22 @@ class _LockedRound:
                 own[index] = intent
             else:
                 self.results[index] = settled(intent)
-        await self._skip_cooling(fresh)
-        await self._skip_limited(fresh)
+        await self._skip_fired_elsewhere(fresh)
         live = await self._live({**fresh, **{i: todo[i] for i in own}})
         sends = await self._reconcile_own(own, todo, live)
         sends += await self._record(await self._plan(fresh, live))
+        self.sends = {send.index: send for send in sends}
         await self._send(sends)
-        return self.results
 
     # ---------------------------------------------------------------- before recording
 
-    async def _skip_cooling(self, fresh: dict[int, FieldChange]) -> None:
+    async def _skip_fired_elsewhere(self, fresh: dict[int, FieldChange]) -> None:
         """Another run of the rule may have fired since the job's cooldown stage."""
-        cooling = {i: c for i, c in fresh.items() if c.key.cooldown_minutes > 0}
-        if not cooling:
-            return
-        active = await self.intents.cooling(
-            self.run.rule_id,
-            [(c.key.task_id, c.entity.id) for c in cooling.values()],
-            now=self.run.cooldown_now,
-            longest_minutes=max(c.key.cooldown_minutes for c in cooling.values()),
-            other_than=self.run.batch_id,
-        )
-        for index, change in cooling.items():
-            until = active.get((change.key.task_id, change.entity.id))
-            if until is not None:
-                field = change.target.field
-                self.results[index] = ActResult(
-                    "skipped", "next_execute_not_reached", field=field, until=until
-                )
-                del fresh[index]
-
-    async def _skip_limited(self, fresh: dict[int, FieldChange]) -> None:
-        """A task at its ``execution_count_limit``: another run may have reached it since the
-        job's cooldown stage (one query for the round)."""
-        limited = {i: c for i, c in fresh.items() if c.key.execution_count_limit is not None}
-        if not limited:
-            return
-        counts = await self.intents.execution_counts(
-            self.run.rule_id,
-            [(c.key.task_id, c.entity.id) for c in limited.values()],
-            other_than=self.run.batch_id,
-        )
-        for index, change in limited.items():
-            count = counts.get((change.key.task_id, change.entity.id), 0)
-            if count >= (change.key.execution_count_limit or 0):
-                field = change.target.field
-                self.results[index] = ActResult("skipped", EXECUTION_COUNT_LIMIT, field=field)
-                del fresh[index]
+        pairs = {i: FreshPair(c.key, c.entity.id, c.target.field) for i, c in fresh.items()}
+        skipped = await fired_elsewhere(self.intents, self.run, pairs)
+        for index, result in skipped.items():
+            self.results[index] = result
+            del fresh[index]
 
     async def _live(self, changes: dict[int, FieldChange]) -> dict[str, dict[str, Any]]:
         """Entity id → its live fields, through the Batch API; a change whose entity could
@@ -341,9 +343,7 @@ class _LockedRound:
     async def _record(self, plans: dict[int, tuple[FieldChange, Plan]]) -> list[_Send]:
         """Every intent of the round in one insert, before anything is sent."""
         docs = [
-            intent_doc(self.run, change.entity, change.key, plan)
-            | intent_fields(change.key)
-            | {"lock_fence": self.lock.fence}
+            intent_doc(self.run, change.entity, change.key, plan) | intent_fields(change.key)
             for change, plan in plans.values()
         ]
         intents = await self.intents.begin_many(docs, now=self.run.now)
@@ -373,14 +373,14 @@ class _LockedRound:
                 return
 
     async def _settle_unsent(self, unsent: list[_Send], reason: str, error: dict[str, Any]) -> None:
-        resolutions = [Resolution(s.intent.id, "failed", {"reason": reason}) for s in unsent]
-        await self.intents.resolve_many(resolutions, now=self.run.now)
+        await give_up_unsent(self.intents, [s.intent.id for s in unsent], reason, now=self.run.now)
         for send in unsent:
             self.results[send.index] = send.failed(reason, error)
 
     async def _send_chunk(self, chunk: list[_Send]) -> list[_Send]:
         """Send one call; resolve what it answered. Returns the writes to send again."""
         run = self.run
+        self.sent.update(send.index for send in chunk)
         try:
             answers = await self.writer.write_batch([s.write(run) for s in chunk], token=run.token)
         except GraphError as exc:

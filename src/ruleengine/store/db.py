@@ -54,6 +54,11 @@ EXECUTION_COUNT_INDEX: Final = [
     ("status", ASCENDING),
 ]
 
+#: The index of pending intents: the reaper's orphans, and the claim each acquisition of an
+#: account's write lock makes on the account's pending intents (which names it as its hint,
+#: so it never walks the collection, however many settled intents it holds).
+PENDING_INTENTS_INDEX: Final = [("status", ASCENDING), ("created_at", ASCENDING)]
+
 #: The index of the lag model's reading of an ad account's execution records over a time
 #: range (``lag_history.py`` names it as its hint).
 EXECUTIONS_BY_ACCOUNT_INDEX: Final = [("account", ASCENDING), ("created_at", DESCENDING)]
@@ -96,7 +101,7 @@ _INDEXES: dict[str, list[IndexModel]] = {
             unique=True,
         ),
         IndexModel([("entity_id", ASCENDING), ("field", ASCENDING), ("applied_at", DESCENDING)]),
-        IndexModel([("status", ASCENDING), ("created_at", ASCENDING)]),
+        IndexModel(PENDING_INTENTS_INDEX),
         # what cooldowns were first looked up by (the query now names the next one as its hint)
         IndexModel([("rule_id", ASCENDING), ("entity_id", ASCENDING), ("created_at", DESCENDING)]),
         # cooldowns and execution counts (a task's execution_count_limit) are derived from intents

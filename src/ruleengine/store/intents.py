@@ -16,12 +16,24 @@ have landed. Both ends are read on MongoDB's clock (``cooling_from``, the job's
 ``db_now``), so a step of a worker's clock neither shortens nor stretches one.
 Since the intent exists before the write is sent, a cooldown is in force from
 the moment the write lands, whatever happens to the worker after.
+
+**Fenced transitions.** Each acquisition of an ad account's write lock takes a new fence
+(:meth:`IntentStore.take_fence`) and hands every pending intent of the account to it
+(``holder_fence``). A store :meth:`~IntentStore.under` a fence records intents with it
+(``lock_fence``, ``holder_fence``) and moves only intents held by it, once the
+account's fence was seen to be still its own — so after a newer holder's acquisition a
+stale holder (a paused process, a Redis restart that lost its lock) records and settles
+nothing: it gets :class:`~ruleengine.errors.Fenced`. An intent it recorded after the
+takeover is caught by the check that follows the insert (it is never sent). Noting what
+Meta answered on a pending intent (:meth:`~IntentStore.note`) is not fenced: it is
+evidence of a write already sent, for whoever settles it.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -30,7 +42,14 @@ import orjson
 from pymongo.errors import BulkWriteError
 
 from ruleengine import constants as c
-from ruleengine.store.db import EXECUTION_COUNT_INDEX, Database, Document, server_time
+from ruleengine.store.db import (
+    EXECUTION_COUNT_INDEX,
+    PENDING_INTENTS_INDEX,
+    Database,
+    Document,
+    server_time,
+)
+from ruleengine.store.fences import Fence, FenceStore
 
 IntentStatus = Literal["pending", "done", "failed"]
 # Intents whose effect is (or may be) in place: they start a cooldown.
@@ -161,6 +180,30 @@ class IntentStore:
 
     def __init__(self, db: Database) -> None:
         self._intents = db[c.ACTION_INTENTS]
+        self.fences = FenceStore(db)
+        self.fence: Fence | None = None  # set on a store under a lock's fence
+
+    def under(self, fence: Fence) -> IntentStore:
+        """This store with its transitions fenced by ``fence`` (see the module): what a
+        holder of the account's write lock records and settles through."""
+        fenced = copy.copy(self)
+        fenced.fence = fence
+        return fenced
+
+    async def take_fence(self, account: str) -> Fence:
+        """A new fence for an acquisition of ``account``'s write lock; every pending intent
+        of the account is handed to it, so no older holder can move one any more."""
+        fence = await self.fences.take(account)
+        await self._intents.update_many(
+            {
+                "account": account,
+                "status": "pending",
+                "holder_fence": {"$not": {"$gte": fence.value}},
+            },
+            {"$set": {"holder_fence": fence.value}},
+            hint=PENDING_INTENTS_INDEX,
+        )
+        return fence
 
     async def begin(self, intent: Document, *, now: datetime) -> Intent:
         """Insert a pending intent; if one exists for the key, return it instead."""
@@ -168,10 +211,32 @@ class IntentStore:
 
     async def begin_many(self, intents: Sequence[Document], *, now: datetime) -> list[Intent]:
         """Insert pending intents in one command, in order; an existing one for a key is
-        returned instead (``created`` False) — another delivery of the batch recorded it."""
-        docs = [{**i, "status": "pending", "created_at": now, "applied_at": None} for i in intents]
+        returned instead (``created`` False) — another delivery of the batch recorded it.
+
+        Under a fence, the intents carry it, and the fence is checked before and after the
+        insert (:class:`~ruleengine.errors.Fenced`: nothing recorded may be sent)."""
+        fenced = {} if self.fence is None else self._fenced_fields(self.fence)
+        docs = [
+            {**i, **fenced, "status": "pending", "created_at": now, "applied_at": None}
+            for i in intents
+        ]
         if not docs:
             return []
+        await self._check_fence()
+        recorded = await self._insert(docs)
+        await self._check_fence()
+        return recorded
+
+    @staticmethod
+    def _fenced_fields(fence: Fence) -> dict[str, int]:
+        # lock_fence: the fence it was recorded under; holder_fence: the one that may move it
+        return {"lock_fence": fence.value, "holder_fence": fence.value}
+
+    async def _check_fence(self) -> None:
+        if self.fence is not None:
+            await self.fences.check(self.fence)
+
+    async def _insert(self, docs: list[Document]) -> list[Intent]:
         try:
             await self._intents.insert_many(docs, ordered=False)
             return [Intent.from_mongo(doc, created=True) for doc in docs]
@@ -214,6 +279,24 @@ class IntentStore:
                 found[key] = Intent.from_mongo(doc, created=False)
         return found
 
+    async def settled_of(
+        self, batch_id: str, keys: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], Document]:
+        """(task, entity) → the batch's intent for it, for those no longer pending."""
+        wanted = set(keys)
+        if not wanted:
+            return {}
+        query = {
+            "batch_id": batch_id,
+            "entity_id": {"$in": sorted({e for _, e in wanted})},
+            "status": {"$ne": "pending"},
+        }
+        found: dict[tuple[str, str], Document] = {}
+        async for doc in self._intents.find(query):
+            if (key := (doc["task_id"], doc["entity_id"])) in wanted:
+                found[key] = doc
+        return found
+
     async def resolve(
         self,
         intent_id: Any,
@@ -228,10 +311,22 @@ class IntentStore:
         ``done`` records when it was applied (Meta's answer goes in ``fields``),
         ``failed`` the error or reason.
         """
-        result = await self._intents.update_one(
-            {"_id": intent_id, "status": expected}, _resolution(status, now, fields)
-        )
-        return result.modified_count == 1
+        await self._check_fence()
+        query = {"_id": intent_id, "status": expected}
+        return await self._move(query, _resolution(status, now, fields), count=1) == 1
+
+    async def _move(self, query: Mapping[str, Any], update: Document, *, count: int) -> int:
+        """Apply ``update`` to the intents ``query`` finds; how many moved. Under a fence
+        (checked by the caller just before), only intents it holds move, and a shortfall
+        is looked into: a newer holder's acquisition took them (Fenced), or someone
+        settled them first."""
+        if self.fence is None:
+            return int((await self._intents.update_many(query, update)).modified_count)
+        held = {**query, "holder_fence": self.fence.value}
+        moved = int((await self._intents.update_many(held, update)).modified_count)
+        if moved < count:
+            await self._check_fence()
+        return moved
 
     async def resolve_many(self, resolutions: Sequence[Resolution], *, now: datetime) -> int:
         """Settle pending intents (each a compare-and-set on ``pending``); how many were still
@@ -246,18 +341,19 @@ class IntentStore:
             )
             alike[key].append(resolution)
         settled = 0
+        if alike:
+            await self._check_fence()
         for group in alike.values():
             first = group[0]
             ids = [r.intent_id for r in group]
-            result = await self._intents.update_many(
-                {"_id": {"$in": ids}, "status": "pending"},
-                _resolution(first.status, now, first.fields),
-            )
-            settled += result.modified_count
+            query = {"_id": {"$in": ids}, "status": "pending"}
+            update = _resolution(first.status, now, first.fields)
+            settled += await self._move(query, update, count=len(ids))
         return settled
 
     async def note(self, intent_id: Any, **fields: Any) -> None:
-        """Add ``fields`` to a pending intent without settling it (e.g. an unanswered write)."""
+        """Add ``fields`` to a pending intent without settling it (e.g. an unanswered write).
+        Never fenced: what Meta answered a write already sent is kept for whoever settles it."""
         await self._intents.update_one({"_id": intent_id, "status": "pending"}, {"$set": fields})
 
     async def unconfirmed(self, intent_id: Any, *, error: dict[str, Any]) -> None:

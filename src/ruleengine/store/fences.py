@@ -1,0 +1,61 @@
+"""Lock fences: each ad account's fencing counter for its write lock, kept in MongoDB.
+
+Every acquisition of an ad account's write lock (:mod:`ruleengine.locks`) takes the
+next value of the account's counter — one document per account in ``lock_fences``,
+``$inc`` upserted — so the values only grow. The counter lives in MongoDB, beside the
+intents it guards, and not in Redis: a Redis restart, which loses the lock keys, never
+starts it again at 1. A holder whose value is no longer the account's current one has
+been taken over and is fenced out (:class:`~ruleengine.errors.Fenced`); the intent
+store refuses its transitions (:meth:`~ruleengine.store.intents.IntentStore.under`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pymongo import ReturnDocument
+
+from ruleengine import constants as c
+from ruleengine.errors import Fenced
+from ruleengine.store.db import Database
+
+
+@dataclass(frozen=True)
+class Fence:
+    """One acquisition of an ad account's write lock: the account and its fencing value."""
+
+    account: str
+    value: int
+
+
+class FenceStore:
+    """The ``lock_fences`` collection: ``_id`` = the ad account, ``fence`` = its counter."""
+
+    def __init__(self, db: Database) -> None:
+        self._fences = db[c.LOCK_FENCES]
+
+    async def take(self, account: str) -> Fence:
+        """The next fence of ``account`` (the counter raised by one, created at 1)."""
+        doc = await self._fences.find_one_and_update(
+            {"_id": account},
+            {"$inc": {"fence": 1}, "$currentDate": {"taken_at": True}},
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        assert doc is not None, "an upsert returning the document after it always finds one"
+        return Fence(account, int(doc["fence"]))
+
+    async def current(self, account: str) -> int:
+        """The account's latest fence (0 before its lock was ever taken)."""
+        doc = await self._fences.find_one({"_id": account}, {"fence": 1})
+        return 0 if doc is None else int(doc["fence"])
+
+    async def check(self, fence: Fence) -> None:
+        """Raise :class:`~ruleengine.errors.Fenced` unless ``fence`` is still the account's
+        latest: a newer holder has taken the lock since."""
+        current = await self.current(fence.account)
+        if current != fence.value:
+            raise Fenced(
+                f"the write lock of {fence.account} was taken over "
+                f"(fence {current}, this holder's {fence.value})"
+            )
