@@ -39,6 +39,7 @@ from ruleengine.settings import Settings
 from ruleengine.store.api_tokens import ApiTokenStore
 from ruleengine.store.approvals import ApprovalStore
 from ruleengine.store.db import Database
+from ruleengine.store.intents import IntentStore
 
 HUMAN_TOKEN = "EAAGapproverHUMANtoken0123456789"
 SPENT = {"metric": "spend", "period": "today", "operator": ">", "value": 1}
@@ -406,7 +407,7 @@ async def test_an_approved_change_being_retried_shows_its_attempts_and_next_try(
     assert (first["attempts"], first["last_error"], first["retry_at"]) == (0, None, None)
     assert (await client.post(f"/api/approvals/{first['id']}/approve", headers=AUTH)).status == 200
     impatient = web_settings.model_copy(update={"account_lock_timeout_s": 0.3})
-    async with AccountLocks(redis, ttl_s=60, wait_s=1).hold("act_1001"):
+    async with AccountLocks(redis, intents=IntentStore(db), ttl_s=60, wait_s=1).hold("act_1001"):
         await work(impatient)
     retrying = await (await client.get(f"/api/approvals/{first['id']}")).json()
     assert (retrying["status"], retrying["attempts"]) == ("approved", 1)
