@@ -23,7 +23,7 @@ from ruleengine.account_check import keep_finding
 from ruleengine.actions import ActionExecutor, writes_a_field
 from ruleengine.approvals import announce, open_result, open_results, propose
 from ruleengine.evaluation import Evaluation, Pair, Reading, Summary, sheets_reader
-from ruleengine.followups.scheduling import FollowupScheduler, Origin
+from ruleengine.followups.scheduling import FollowupScheduler, LandedFollowups, Origin
 from ruleengine.guards import CrossRuleGuards
 from ruleengine.locks import AccountLocks
 from ruleengine.meta.batch import BatchReader
@@ -76,7 +76,14 @@ def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = 
     errors = ErrorLog(db)
     intents, batches, executions = IntentStore(db), BatchStore(db), ExecutionStore(db)
     followups = FollowupScheduler(db, queue=redis)
-    settlement = Settlement(intents, batches, executions, followups.store)
+    rules = RuleStore(db)
+    settlement = Settlement(
+        intents,
+        batches,
+        executions,
+        followups.store,
+        on_landed=LandedFollowups(followups, rules),
+    )
     executor = ActionExecutor(
         settings,
         intents=intents,
@@ -101,7 +108,7 @@ def build_engine(settings: Settings, *, db: Database, redis: Any, worker: str = 
         executions=executions,
         executor=executor,
         followups=followups,
-        rules=RuleStore(db),
+        rules=rules,
         snapshots=ListingSnapshots(db),
         approvals=ApprovalStore(db),
         worker=worker,

@@ -17,12 +17,16 @@ settled intent: the reaper's next pass corrects the record then (:meth:`Settleme
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pymongo.errors import PyMongoError
+from redis.exceptions import RedisError
+
 from ruleengine.acts import UNVERIFIABLE, ActResult, JobRun, reconcile
+from ruleengine.errors import RuleEngineError
 from ruleengine.store.db import Document
 from ruleengine.store.fences import Fence
 from ruleengine.store.followups import FollowupStore, followup_of_batch, followup_record_key
@@ -32,6 +36,8 @@ from ruleengine.store.records import BatchCounts, BatchStore, ExecutionStore, re
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+#: Called with the corrected record and its intent when a settled write is found to have landed.
+LandedHook = Callable[[Document, Intent], Awaitable[None]]
 
 
 def utcnow() -> datetime:
@@ -110,15 +116,24 @@ class Settlement:
         batches: BatchStore,
         executions: ExecutionStore,
         followups: FollowupStore,
+        *,
+        on_landed: LandedHook | None = None,
     ) -> None:
         self.intents = intents
         self.batches = batches
         self.executions = executions
         self.followups = followups
+        self.on_landed = on_landed  # schedules a landed write's ``then`` (the worker's engine)
 
     def under(self, fence: Fence) -> Settlement:
         """This settlement moving intents under ``fence`` (a holder of the account's lock)."""
-        return Settlement(self.intents.under(fence), self.batches, self.executions, self.followups)
+        return Settlement(
+            self.intents.under(fence),
+            self.batches,
+            self.executions,
+            self.followups,
+            on_landed=self.on_landed,
+        )
 
     async def settle(
         self, intent: Intent, settled: Settled, *, now: datetime, by: SettledBy
@@ -146,6 +161,7 @@ class Settlement:
         if record is not None and record.get("reason") == WRITE_UNCONFIRMED:
             await self.executions.correct(key, corrected(intent, settled, by))
             log.warning("write %s was unconfirmed; %s found it %s", key, by.kind, settled.status)
+            await self.landed(record, intent, settled)
         if record is not None and record.get("kind") != "followup":
             # also when the record was corrected already: a settler killed right after
             # correcting it left the counts as they were
@@ -178,7 +194,18 @@ class Settlement:
             settled = Settled(intent.status, {"reason": doc.get("reason")})
             index = waiting[key]
             records[index] = records[index] | corrected(intent, settled, SETTLED_FIRST)
+            await self.landed(records[index], intent, settled)
         return records
+
+    async def landed(self, record: Document, intent: Intent, settled: Settled) -> None:
+        """A write found to have landed gets what its action promised after it: its ``then``
+        follow-up. A failure to schedule it is logged; the correction stands."""
+        if settled.status != "done" or self.on_landed is None:
+            return
+        try:
+            await self.on_landed(record, intent)
+        except (PyMongoError, RedisError, RuleEngineError):
+            log.exception("could not schedule the follow-up of the landed write %s", intent.id)
 
     async def repair(self, *, now: datetime) -> int:
         """Correct the records of settled intents whose settler stopped before it could (the
