@@ -79,7 +79,7 @@ from _common import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.embedded import Child, ProcessGroup, free_port
+from ruleengine.devstack.embedded import Child, ProcessGroup, free_port
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings

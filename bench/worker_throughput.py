@@ -40,7 +40,7 @@ from _common import figures, open_database, percentile, say, stack, stack_settin
 from _through_arq import MongoTimes, build_job, run_through_arq
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.payload import EvaluateJob, evaluate_job_id
+from ruleengine.dispatching.payload import EvaluateJob, evaluate_job_id
 from ruleengine.queue import connect_queue
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database

@@ -19,19 +19,20 @@ from arq.utils import timestamp_ms
 from arq.worker import Worker
 
 from graph_sandbox.admin import SandboxAdmin
-from ruleengine.dispatch import Dispatcher
-from ruleengine.engine import Engine, build_engine, close_engine, evaluate_account
+from ruleengine.dispatching.payload import EvaluateJob
+from ruleengine.dispatching.sweep import Dispatcher
 from ruleengine.jobs import worker_kwargs
+from ruleengine.maintenance.reaper import Reaper
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob
 from ruleengine.queue import connect_queue
-from ruleengine.reaper import Reaper
 from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.ruledocs import RuleDoc
 from ruleengine.store.rules import RuleStore
+from ruleengine.worker.deps import Engine, build_engine, close_engine
+from ruleengine.worker.job import evaluate_account
 from support import SANDBOX_TOKEN
 
 

@@ -27,14 +27,14 @@ from flow import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.approved import apply_approval, next_step, retry_delay
-from ruleengine.deciding import decide, requeue_approved
-from ruleengine.locks import AccountLocks
+from ruleengine.approvals.applying import apply_approval, next_step, retry_delay
+from ruleengine.approvals.deciding import decide, requeue_approved
 from ruleengine.queue import connect_queue
 from ruleengine.settings import Settings
 from ruleengine.store.approvals import ApprovalStore, approval_of_batch, write_batch
 from ruleengine.store.db import Database
 from ruleengine.store.intents import IntentStore
+from ruleengine.writes.lock import AccountLocks
 
 IMPRESSIONS = {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
 

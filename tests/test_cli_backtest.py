@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from ruleengine.backtest import Progress
+from ruleengine.backtest.service import Progress
 from ruleengine.cli import ProgressLine, backtest_table
 from ruleengine.cli import main as cli_main
 from ruleengine.settings import Settings

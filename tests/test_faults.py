@@ -34,11 +34,11 @@ from flow import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.engine import evaluate_account
-from ruleengine.payload import EvaluateJob, deserialize, serialize
+from ruleengine.dispatching.payload import EvaluateJob, deserialize, serialize
 from ruleengine.queue import connect_queue
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.worker.job import evaluate_account
 
 ALWAYS = {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
 

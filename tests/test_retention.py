@@ -18,7 +18,7 @@ from flow import DueBurstWorker, records, run_rule
 from flow import _Idle as Idle
 from ruleengine import constants as c
 from ruleengine.jobs import worker_kwargs
-from ruleengine.retention import RetentionPolicy, apply_retention, retention_job
+from ruleengine.maintenance.retention import RetentionPolicy, apply_retention, retention_job
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database, TtlIndex, ensure_ttl_index
 from ruleengine.store.rollups import RollupStore, days_to_roll_up

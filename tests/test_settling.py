@@ -18,15 +18,15 @@ from hypothesis import strategies as st
 from flow import campaign_ids, campaign_rule, dispatch, engine_for, reap, records, save_rule, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.engine import evaluate_account
 from ruleengine.followups.running import run_followup
 from ruleengine.settings import Settings
-from ruleengine.settling import Settled, SettledBy, corrected, from_live, owning_record
 from ruleengine.store.db import Database
 from ruleengine.store.followups import followup_batch, followup_of_batch, followup_record_key
 from ruleengine.store.intents import Intent, IntentStore
 from ruleengine.store.records import record_key
-from ruleengine.undo import preview
+from ruleengine.undo.run import preview
+from ruleengine.worker.job import evaluate_account
+from ruleengine.writes.settling import Settled, SettledBy, corrected, from_live, owning_record
 from test_faults import ALWAYS, queued_job
 from test_followups import pause_then
 
@@ -136,7 +136,7 @@ async def test_the_next_run_that_settles_a_lost_answer_corrects_the_batch_that_w
 async def test_a_lost_answer_found_landed_gets_its_follow_up_due_from_the_write(
     settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
 ) -> None:
-    """"+50 % for 3 hours, then restore" whose answer was lost: once a later run finds the
+    """ "+50 % for 3 hours, then restore" whose answer was lost: once a later run finds the
     write landed, the restore is scheduled as if the answer had come: due 3 h after the write
     (which was 2 h ago), not 3 h after it was found."""
     action = {

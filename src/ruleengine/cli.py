@@ -18,14 +18,15 @@ import orjson
 from pydantic import ValidationError
 
 from ruleengine import __version__
-from ruleengine.conflicts import (
+from ruleengine.analysis.conflicts import (
     ConflictGate,
     ConflictingRuleError,
     add_live_entities,
     findings_json,
     stored_entries,
 )
-from ruleengine.deciding import decide
+from ruleengine.approvals.deciding import decide
+from ruleengine.devstack.supervise import MAX_RESTARTS, RESTART_WINDOW_S
 from ruleengine.errors import FieldError, MetaUnreachable, RuleEngineError, RuleValidationError
 from ruleengine.queue import connect_queue
 from ruleengine.rules.conflicts import Finding, RuleEntry, find_conflicts
@@ -44,7 +45,6 @@ from ruleengine.store.db import Database, create_client, database, ensure_indexe
 from ruleengine.store.formats import migrate_rules
 from ruleengine.store.ruledocs import Loaded, StoredRuleError
 from ruleengine.store.rules import RuleStore
-from ruleengine.supervise import MAX_RESTARTS, RESTART_WINDOW_S
 
 if TYPE_CHECKING:
     from ruleengine.meta.reader import GraphReader
@@ -491,7 +491,12 @@ class ProgressLine:
 
 
 async def _rules_backtest(args: argparse.Namespace, settings: Settings) -> int:
-    from ruleengine.backtest import BacktestDeps, BacktestRefused, BacktestRequest, run_backtest
+    from ruleengine.backtest.result import BacktestRequest
+    from ruleengine.backtest.service import (
+        BacktestDeps,
+        BacktestRefused,
+        run_backtest,
+    )
 
     async with _database(settings) as db:
         accounts = await _all_accounts(db, settings)
@@ -662,7 +667,7 @@ async def _import_context(
 
 
 async def _rules_import_meta(args: argparse.Namespace, settings: Settings) -> int:
-    from ruleengine import interop
+    from ruleengine.interop import meta_rules as interop
     from ruleengine.rules.meta_import import ImportOptions, import_document
 
     if not args.files and not args.account:
@@ -715,7 +720,7 @@ async def _apply_imported(
     credentials: CredentialStore | None,
     results: list[Any],
 ) -> dict[int, Any]:
-    from ruleengine import interop
+    from ruleengine.interop import meta_rules as interop
 
     if not args.apply:
         return {}
@@ -854,7 +859,7 @@ async def _graph_reader(settings: Settings) -> AsyncIterator[GraphReader]:
 
 
 async def _accounts_add(args: argparse.Namespace, settings: Settings) -> int:
-    from ruleengine.account_check import register
+    from ruleengine.accounts.currency import register
 
     check_account(args.account, args.timezone, args.currency)  # before the token is asked for
     token = _read_token(args)
@@ -891,7 +896,7 @@ async def _accounts_add(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _accounts_refresh(args: argparse.Namespace, settings: Settings) -> int:
-    from ruleengine.account_check import refresh
+    from ruleengine.accounts.currency import refresh
 
     async with _database(settings) as db, _graph_reader(settings) as reader:
         store = CredentialStore(db, load_key(settings, create=False))
@@ -990,7 +995,7 @@ async def _tokens_revoke(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     """Start everything on embedded defaults."""
-    from ruleengine.up import run_up
+    from ruleengine.devstack.up import run_up
 
     return run_up(settings, demo=not args.no_demo, workers=args.workers)
 
@@ -1465,9 +1470,9 @@ def _add_approvals(sub: Any) -> None:
 
 
 async def _batches_undo(args: argparse.Namespace, settings: Settings) -> int:
-    from ruleengine.engine import build_engine, close_engine
     from ruleengine.queue import connect_queue
-    from ruleengine.undo import preview, undo_batch
+    from ruleengine.undo.run import preview, undo_batch
+    from ruleengine.worker.deps import build_engine, close_engine
 
     who = args.by
     async with _database(settings) as db:

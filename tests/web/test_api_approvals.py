@@ -30,9 +30,8 @@ from flow import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
+from ruleengine.approvals.deciding import approval_job_id, requeue_approved
 from ruleengine.cli import main
-from ruleengine.deciding import approval_job_id, requeue_approved
-from ruleengine.locks import AccountLocks
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
@@ -40,6 +39,7 @@ from ruleengine.store.api_tokens import ApiTokenStore
 from ruleengine.store.approvals import ApprovalStore
 from ruleengine.store.db import Database
 from ruleengine.store.intents import IntentStore
+from ruleengine.writes.lock import AccountLocks
 
 HUMAN_TOKEN = "EAAGapproverHUMANtoken0123456789"
 SPENT = {"metric": "spend", "period": "today", "operator": ">", "value": 1}

@@ -24,13 +24,13 @@ from web_helpers import AUTH, Client, rule_body
 from flow import wait_for
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.backtest import BacktestRequest
+from ruleengine.backtest.result import BacktestRequest
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.backtests import RESTARTED, BacktestStore
 from ruleengine.store.db import Database
 from ruleengine.store.errorlog import ErrorLog
-from ruleengine.web.api_backtests import CLOCK, RUNNER, STOPPED, BacktestRunner
+from ruleengine.web.api.backtests import CLOCK, RUNNER, STOPPED, BacktestRunner
 from ruleengine.web.app import create_app
 from support import SANDBOX_NOW, SANDBOX_TOKEN
 

@@ -280,7 +280,7 @@ class LandedFollowups:
     """Schedules the ``then`` of a write found to have landed only when it was settled (its
     answer was lost): the action happened, so its follow-up is due as for any other —
     "+50 % for 2 hours, then restore" must not keep the raised budget because Meta's answer
-    was lost (:class:`ruleengine.settling.Settlement` calls it)."""
+    was lost (:class:`ruleengine.writes.settling.Settlement` calls it)."""
 
     scheduler: FollowupScheduler
     rules: RuleStore

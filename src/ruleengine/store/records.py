@@ -66,6 +66,21 @@ class BatchCounts:
         }
 
 
+def merge_record(earlier: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """The record of (batch, task, entity) after a delivery: what the *batch* did.
+
+    A change applied by an earlier delivery stays the record (a redelivery that
+    finds it done adds nothing); a redelivery that finds a done intent without
+    a record (its first delivery died before recording) records the change as
+    applied, recovered from the intent.
+    """
+    if earlier is not None and earlier.get("outcome") == "applied":
+        return earlier
+    if new["reason"] == "already_applied":
+        return new | {"outcome": "applied", "executed": True, "recovered_by": "redelivery"}
+    return new
+
+
 @dataclass(frozen=True)
 class BatchStart:
     """What is known when a job starts."""
