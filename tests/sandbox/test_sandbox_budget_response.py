@@ -21,6 +21,15 @@ from graph_sandbox.attribution_lag import DEFAULT_CURVE
 from graph_sandbox.delivery import ELASTICITY, Archetype, Profile, Totals, day_totals
 from graph_sandbox.insights import InsightsEngine
 from graph_sandbox.scenarios import WorldConfig, build_world, make_profile
+from graph_sandbox.timeline import (
+    BEGINNING,
+    END,
+    BudgetChange,
+    StatusChange,
+    budget_ratios,
+    multiply,
+    without_api_writes,
+)
 from graph_sandbox.world import ACTIVE, PAUSED, AdObject, World
 
 DAYS = st.integers(date(2026, 6, 1).toordinal(), date(2027, 6, 1).toordinal())
@@ -227,6 +236,35 @@ def test_a_budget_write_moves_every_full_day_after_it_and_the_day_it_was_made_in
     assert actual.spend_cents == pytest.approx(
         full_1.spend_cents * 10 / 24 + full_3.spend_cents * 14 / 24, abs=2
     )
+
+
+def test_the_budget_ratio_follows_the_log_and_the_last_write_of_an_instant_holds() -> None:
+    t1, t2 = T0, T0 + timedelta(hours=3)
+    log = [BudgetChange(t1, 100, 200), BudgetChange(t2, 200, 100), BudgetChange(t2, 100, 300)]
+    assert budget_ratios(log) == [((BEGINNING, t1), 1.0), ((t1, t2), 2.0), ((t2, END), 3.0)]
+    back = [BudgetChange(t1, 100, 50), BudgetChange(t2, 50, 100)]
+    assert budget_ratios(back) == [((BEGINNING, t1), 1.0), ((t1, t2), 0.5), ((t2, END), 1.0)]
+    assert budget_ratios([]) == [((BEGINNING, END), 1.0)]
+    # its own budget halved at t1 and restored at t2, the other doubled at t1: 1, then 2
+    assert multiply(budget_ratios(back), budget_ratios(log[:1])) == [
+        ((BEGINNING, t2), 1.0),
+        ((t2, END), 2.0),
+    ]
+
+
+def test_without_api_writes_a_log_keeps_its_instants_and_ads_manager_changes() -> None:
+    t1, t2, t3 = T0, T0 + timedelta(hours=1), T0 + timedelta(hours=2)
+    log = [
+        StatusChange(t1, ACTIVE, PAUSED),  # the API's
+        StatusChange(t2, PAUSED, ACTIVE, via_api=False),  # a person's, in Ads Manager
+        StatusChange(t3, ACTIVE, PAUSED, via_api=False),
+    ]
+    assert without_api_writes(log, None) == [
+        StatusChange(t1, ACTIVE, ACTIVE),
+        StatusChange(t2, ACTIVE, ACTIVE, via_api=False),
+        StatusChange(t3, ACTIVE, PAUSED, via_api=False),
+    ]
+    assert without_api_writes(log, t2) == log
 
 
 # --- a pause stops everything, at every level ---
