@@ -9,6 +9,11 @@ attribution lag, when a curve is given: a recent day's conversions are its
 matured ones times the curve's share at the day's age (:mod:`graph_sandbox.attribution_lag`),
 taken before the day is cut into hours so hourly rows stay consistent with daily ones. The
 24 hours of a day are computed in one pass (the hourly breakdown asks for all of them).
+
+A budget write cuts a day in parts delivered at different budget ratios: each part is its
+share of the full day at its ratio (cached per ratio too). An engine made by
+:meth:`InsightsEngine.without_writes` reads the logs without the Graph API's writes: what
+the same world would have delivered without them (the counterfactual).
 """
 
 from __future__ import annotations
@@ -24,12 +29,18 @@ from graph_sandbox.delivery import ZERO, Totals, add, day_totals, scale
 from graph_sandbox.periods import Period
 from graph_sandbox.timeline import (
     ALWAYS,
+    History,
+    RatioSpan,
     Span,
     StatusChange,
+    Unwritten,
     active_spans,
+    at_ratios,
+    budget_ratios,
     day_window,
     hour_window,
     intersect,
+    multiply,
     overlap,
 )
 from graph_sandbox.world import ACTIVE, AdObject, World
@@ -40,11 +51,21 @@ class InsightsEngine:
 
     Args:
         world: The world whose ad sets are measured; its seed drives the noise.
+        history: The status and budget logs to read (default: the world's own).
     """
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, *, history: History | None = None) -> None:
         self._world = world
-        self._days: dict[tuple[str, int], Totals] = {}
+        self._history: History = world if history is None else history
+        self._days: dict[tuple[str, int, float], Totals] = {}
+
+    def without_writes(self, since: datetime | None = None) -> InsightsEngine:
+        """An engine over the same world as it would have delivered had nothing been written
+        through the Graph API at or after ``since`` (``None``: ever); it shares the cache of
+        full days, which depend on no write."""
+        engine = InsightsEngine(self._world, history=Unwritten(self._history, since))
+        engine._days = self._days
+        return engine
 
     def totals(
         self,
@@ -75,11 +96,10 @@ class InsightsEngine:
         affected); days older than the curve's horizon are matured.
         """
         total, days = ZERO, 0
-        for ordinal, full, scope, partial in self._days_of(adset, period, now, lag):
-            if partial:
-                full = scale(full, _shares(scope, ordinal, [None])[0])
-            if full.impressions:
-                total, days = add(total, full), days + 1
+        for ordinal, parts, scope, partial in self._days_of(adset, period, now, lag):
+            day = _delivered(scope, ordinal, parts, [None])[0] if partial else parts[0][0]
+            if day.impressions:
+                total, days = add(total, day), days + 1
         return _deduplicated(total, days)
 
     def hourly_totals(
@@ -99,12 +119,11 @@ class InsightsEngine:
         """
         hours = [ZERO] * 24
         for adset in adsets:
-            for ordinal, full, scope, _ in self._days_of(adset, period, now, lag):
+            for ordinal, parts, scope, _ in self._days_of(adset, period, now, lag):
                 day = date.fromordinal(ordinal)
                 ends = [hour_window(day, hour, scope.tz)[1] for hour in range(23)]
                 before = ZERO  # what the day had delivered by the start of the hour
-                for hour, share in enumerate(_shares(scope, ordinal, [*ends, None])):
-                    by_end = scale(full, share)
+                for hour, by_end in enumerate(_delivered(scope, ordinal, parts, [*ends, None])):
                     sums = zip(hours[hour], by_end, before, strict=True)
                     hours[hour] = Totals(*(total + end - start for total, end, start in sums))
                     before = by_end
@@ -112,36 +131,51 @@ class InsightsEngine:
 
     def _days_of(
         self, adset: AdObject, period: Period, now: datetime, lag: Curve | None
-    ) -> Iterator[tuple[int, Totals, _Scope, bool]]:
-        """Each day of ``period`` the ad set existed by ``now``: its ordinal, its full totals
-        (conversions as seen at ``now`` with ``lag``), the ad set's scope, and whether only
-        part of the day counts (today, its creation day, or around a pause)."""
+    ) -> Iterator[tuple[int, list[_Part], _Scope, bool]]:
+        """Each day of ``period`` the ad set existed by ``now``: its ordinal, its parts (the
+        full totals at each budget ratio in force that day, conversions as seen at ``now``
+        with ``lag``, and the spans it was active at that ratio), the ad set's scope, and
+        whether only part of the day counts (today, its creation day, around a pause or a
+        budget change)."""
         if adset.profile is None or adset.profile.spend_cents <= 0:
             return
         tz = self._world.account_of(adset).tz
         today = now.astimezone(tz).date().toordinal()
         created = adset.created_time.astimezone(tz).date().toordinal()
-        scope = _Scope(adset, tz, now, self._active_spans(adset, now, tz))
+        scope = _Scope(adset, tz, now)
+        ratios = at_ratios(self._active_spans(adset, now, tz), self.budget_ratios(adset))
         # a day ending more than the horizon ago is matured (the extra day: DST, UTC offsets)
         maturing = today - math.ceil(lag[-1][0] / 24) - 1 if lag is not None else today + 1
         for ordinal in range(
             max(period[0].toordinal(), created), min(period[1].toordinal(), today) + 1
         ):
-            full = self._day(adset, ordinal)
-            if lag is not None and ordinal >= maturing:
-                age_h = day_age_h(date.fromordinal(ordinal), tz, now)
-                full = as_seen(full, seen_share(age_h, lag))
-            partial = scope.spans is not ALWAYS or ordinal in (today, created)
-            yield ordinal, full, scope, partial
+            parts = []
+            for ratio, spans in _touching(ratios, ordinal, tz):
+                full = self._day(adset, ordinal, ratio)
+                if lag is not None and ordinal >= maturing:
+                    age_h = day_age_h(date.fromordinal(ordinal), tz, now)
+                    full = as_seen(full, seen_share(age_h, lag))
+                parts.append((full, spans))
+            partial = len(parts) != 1 or parts[0][1] is not ALWAYS or ordinal in (today, created)
+            yield ordinal, parts, scope, partial
 
-    def _day(self, adset: AdObject, ordinal: int) -> Totals:
-        key = (adset.id, ordinal)
+    def _day(self, adset: AdObject, ordinal: int, ratio: float) -> Totals:
+        key = (adset.id, ordinal, ratio)
         cached = self._days.get(key)
         if cached is None:
             assert adset.profile is not None
-            cached = day_totals(adset.profile, self._world.seed, adset.id, ordinal)
+            cached = day_totals(adset.profile, self._world.seed, adset.id, ordinal, ratio)
             self._days[key] = cached
         return cached
+
+    def budget_ratios(self, adset: AdObject) -> list[RatioSpan]:
+        """The ad set's budget over time as a ratio to its first budget: its own budget's
+        times its campaign's (one of them is 1: a budget is the ad set's or the campaign's)."""
+        campaign = self._world.campaign_of(adset)
+        return multiply(
+            budget_ratios(self._history.budget_log(adset.id)),
+            budget_ratios(self._history.budget_log(campaign.id)),
+        )
 
     def _active_spans(self, adset: AdObject, now: datetime, tz: ZoneInfo) -> list[Span]:
         """When the ad set and its campaign were both active; ``ALWAYS`` for the common case."""
@@ -150,7 +184,7 @@ class InsightsEngine:
             return []
         spans = ALWAYS
         for obj in (adset, campaign):
-            log = self._world.status_log(obj.id)
+            log = self._history.status_log(obj.id)
             if not log and obj.status == ACTIVE:
                 continue
             own = active_spans(obj.status, log, settled_at=self._settled_at(obj, log, now, tz))
@@ -173,24 +207,55 @@ class InsightsEngine:
 
 
 class _Scope(NamedTuple):
-    """One ad set being measured: its account's timezone, the instant, its active spans."""
+    """One ad set being measured: its account's timezone and the instant."""
 
     adset: AdObject
     tz: ZoneInfo
     now: datetime
-    spans: list[Span]
 
 
-def _shares(scope: _Scope, ordinal: int, untils: Sequence[datetime | None]) -> list[float]:
-    """The share of day ``ordinal``'s full totals delivered before each of ``untils``
-    (None: the end of the day)."""
+#: A day's full totals at one budget ratio, and the spans the ad set was active at it.
+_Part = tuple[Totals, list[Span]]
+
+
+def _touching(
+    ratios: list[tuple[float, list[Span]]], ordinal: int, tz: ZoneInfo
+) -> list[tuple[float, list[Span]]]:
+    """The budget ratios in force on day ``ordinal`` (all of them when there is one: a day
+    with no delivery counts nothing whatever its ratio)."""
+    if len(ratios) == 1:
+        return ratios
+    window = day_window(date.fromordinal(ordinal), tz)
+    return [(ratio, spans) for ratio, spans in ratios if overlap(window, spans)]
+
+
+def _delivered(
+    scope: _Scope, ordinal: int, parts: list[_Part], untils: Sequence[datetime | None]
+) -> list[Totals]:
+    """What day ``ordinal`` had delivered by each of ``untils`` (None: the end of the day):
+    each part's share of its full totals, summed (each rounded down as a share is)."""
+    if len(parts) == 1:  # the common case: no budget change that day
+        full, spans = parts[0]
+        return [scale(full, share) for share in _shares(scope, ordinal, untils, spans)]
+    by_until = [ZERO] * len(untils)
+    for full, spans in parts:
+        for index, share in enumerate(_shares(scope, ordinal, untils, spans)):
+            by_until[index] = add(by_until[index], scale(full, share))
+    return by_until
+
+
+def _shares(
+    scope: _Scope, ordinal: int, untils: Sequence[datetime | None], spans: list[Span]
+) -> list[float]:
+    """The share of day ``ordinal``'s full totals delivered during ``spans`` before each of
+    ``untils`` (None: the end of the day)."""
     whole = day_window(date.fromordinal(ordinal), scope.tz)
     length = whole[1] - whole[0]
     start = max(whole[0], scope.adset.created_time)
     shares = []
     for until in untils:
         end = min(whole[1] if until is None else until, whole[1], scope.now)
-        delivered = overlap((start, end), scope.spans) / length if start < end else 0.0
+        delivered = overlap((start, end), spans) / length if start < end else 0.0
         shares.append(max(0.0, delivered))
     return shares
 
