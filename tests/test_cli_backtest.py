@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from ruleengine.backtest.service import Progress
-from ruleengine.cli import ProgressLine, backtest_table
+from ruleengine.cli.backtest import ProgressLine, backtest_table
 from ruleengine.cli import main as cli_main
 from ruleengine.settings import Settings
 

@@ -57,7 +57,11 @@ async def decide(
     by: str,
     now: datetime,
 ) -> Decision:
-    """Approve or reject ``approval`` as ``by``; NotFoundError if it does not exist."""
+    """Approve or reject ``approval`` as ``by``; NotFoundError if it does not exist.
+
+    ``queue`` None: Redis is known not to answer; an approved change's write is left to
+    :func:`requeue_approved` (its ``retry_at``).
+    """
     retry_at = now + REQUEUE_AFTER if status == "approved" else None
     doc = await store.decide(approval, status=status, by=by, now=now, retry_at=retry_at)
     if doc is None:
@@ -68,7 +72,7 @@ async def decide(
         )
         return Decision(current, changed=False, reason=reason)
     log.info("approval %s %s by %s", approval, status, by)
-    if status == "approved":
+    if status == "approved" and queue is not None:
         await enqueue_write(queue, approval)
     return Decision(doc, changed=True)
 
