@@ -41,7 +41,13 @@ from ruleengine.rules.lag import (
     observation_of,
     size_weights,
 )
-from ruleengine.store.db import EXECUTIONS_BY_ACCOUNT_INDEX, Database, Document
+from ruleengine.store.db import (
+    EVALUATIONS_BY_ACCOUNT_INDEX,
+    EXECUTIONS_BY_ACCOUNT_INDEX,
+    Database,
+    Document,
+)
+from ruleengine.store.evaluations import acted, decode
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +201,8 @@ async def _read_records(
 async def _read_range(
     db: Database, account_id: str, level: str, since: datetime, until: datetime, limit: int
 ) -> list[Document]:
+    """The newest ``limit`` evaluations of the range with a conversion condition: the
+    records (pairs that acted) and the rows of the batches' chunks (the others)."""
     query = {
         "account": account_id,
         "created_at": {"$gte": since, "$lt": until},
@@ -208,7 +216,45 @@ async def _read_range(
         .sort("created_at", DESCENDING)
         .limit(limit)
     )
-    return [d async for d in cursor]
+    records = [d async for d in cursor]
+    rows = await _chunk_rows(db, account_id, level, since, until, limit)
+    newest = sorted(records + rows, key=lambda d: d["created_at"], reverse=True)
+    return newest[:limit]
+
+
+async def _chunk_rows(
+    db: Database, account_id: str, level: str, since: datetime, until: datetime, limit: int
+) -> list[Document]:
+    """The rows of the range's chunks that did not act (those that did are records), newest
+    chunk first, until ``limit`` rows with a conversion condition are read."""
+    query = {
+        "account": account_id,
+        "created_at": {"$gte": since, "$lt": until},
+        "level": level,
+        "metrics": {"$regex": _CONVERSION_METRICS},
+    }
+    chunks = (
+        db[c.EVALUATIONS]
+        .find(query)
+        .hint(EVALUATIONS_BY_ACCOUNT_INDEX)
+        .sort("created_at", DESCENDING)
+    )
+    rows: list[Document] = []
+    async for chunk in chunks:
+        for row in decode(chunk):
+            if not acted(row) and _conversion_condition(row):
+                rows.append({k: row.get(k) for k in ("entity_id", "created_at", "conditions")})
+        if len(rows) >= limit:
+            break
+    return rows
+
+
+def _conversion_condition(row: Document) -> bool:
+    conditions = row.get("conditions")
+    return isinstance(conditions, list) and any(
+        isinstance(x, dict) and re.search(_CONVERSION_METRICS, str(x.get("metric"))) is not None
+        for x in conditions
+    )
 
 
 def _needs(records: Sequence[Document], tz: ZoneInfo) -> list[_Need]:

@@ -46,7 +46,7 @@ from ruleengine.rules.targets import live_value
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Document
 from ruleengine.store.intents import Intent
-from ruleengine.store.records import BatchCounts, record_key
+from ruleengine.store.records import record_key
 from ruleengine.writes.copies import answered, settle_copy
 from ruleengine.writes.settling import REAPER, Settled
 
@@ -196,13 +196,16 @@ class Reaper:
         intents = await self.intents.for_batch(batch["_id"])
         if any(i["status"] == "pending" for i in intents):
             return 0  # not all settled yet: a later pass records them
-        written = await self.engine.executions.insert_missing(
+        executions = self.engine.executions
+        # a worker killed between its chunks and its records: the chunks have every pair
+        written = await executions.insert_missing(
+            [r | {"recovered_by": "reaper"} for r in await executions.missing_records(batch["_id"])]
+        )
+        written += await executions.insert_missing(
             [recovered_record(batch, intent) for intent in intents]
         )
-        records = await self.engine.executions.by_key(batch["_id"])
-        await self.engine.batches.mark_recovered(
-            batch["_id"], BatchCounts.of(records.values()), now=now
-        )
+        counts = await executions.counts(batch["_id"])
+        await self.engine.batches.mark_recovered(batch["_id"], counts, now=now)
         if written:
             log.warning("batch %s: %d change(s) recovered into Rule Logs", batch["_id"], written)
         return written

@@ -62,6 +62,7 @@ class RetentionPolicy:
         markers = max(self.batches, self.rollups) + _MARKER_SLACK
         return [
             TtlIndex(c.EXECUTIONS, "created_at", _seconds(self.executions)),
+            TtlIndex(c.EVALUATIONS, "created_at", _seconds(self.executions)),
             TtlIndex(c.BATCHES, "finished_at", _seconds(self.batches)),  # RUNNING: never
             TtlIndex(c.ROLLUPS, "date", _seconds(self.rollups)),
             TtlIndex(c.ROLLUP_DAYS, "date", _seconds(markers)),

@@ -266,7 +266,8 @@ class JobEvaluation(Evaluation):
         await self.engine.batches.progress(self.job.batch_id, done=done, total=total)
 
     async def _keep(self, pairs: list[Pair], summary: Summary) -> None:
-        """Write the records (merged with earlier deliveries') and count the batch from them."""
+        """Keep the run — its chunks, and a record for each pair that acted (merged with
+        earlier deliveries') — and count the batch from every pair."""
         await self._record_refusal(pairs)
         await self._keep_account_finding()
         settlement = self.engine.executor.settler.settlement
@@ -276,15 +277,13 @@ class JobEvaluation(Evaluation):
         executions = self.engine.executions
         earlier = await executions.by_key(self.job.batch_id) if self.delivery > 1 else {}
         merged = [merge_record(earlier.get(r["key"]), r) for r in records]
-        await executions.upsert_many([r for r in merged if r is not earlier.get(r["key"])])
+        await executions.keep_run(merged, earlier=earlier)
         self.counts = BatchCounts.of(merged)
 
     async def _end(self, summary: Summary) -> None:
         counts = self.counts
         if counts is None:  # the records were not written: count what earlier deliveries did
-            counts = BatchCounts.of(
-                (await self.engine.executions.by_key(self.job.batch_id)).values()
-            )
+            counts = await self.engine.executions.counts(self.job.batch_id)
         await self.engine.batches.finish(
             self.job.batch_id,
             status="FAILED" if summary.status == "FAILED" else "DONE",

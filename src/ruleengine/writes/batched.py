@@ -29,6 +29,8 @@ in a later round, from the value the first left (as one write at a time would).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import logging
 from collections import defaultdict
@@ -168,10 +170,13 @@ class BatchedWrites:
             policy=policy.without_rate_limit_waits(),
             concurrency=self.executor.settings.graph_concurrency,
         )
+        results: dict[int, ActResult] = {}  # kept across a restart: what is done stays done
         for attempt in itertools.count(1):
+            remaining = {i: c for i, c in todo.items() if i not in results}
             try:
                 async with self.executor.locks.hold(run.account) as lock:
-                    return await _LockedRound(self, run, writer, reads, lock).go(todo)
+                    await _LockedRound(self, run, writer, reads, lock, results).go(remaining)
+                    return results
             except RateLimitError as exc:
                 wait = policy.rate_limit_wait(exc, attempt=attempt)
                 if wait is None:
@@ -193,6 +198,7 @@ class _LockedRound:
         writer: GraphWriter,
         reads: BatchReader,
         lock: HeldLock,
+        results: dict[int, ActResult],
     ) -> None:
         self.owner = owner
         self.intents = owner.intents.under(lock.fence)  # recorded and settled under the fence
@@ -201,11 +207,12 @@ class _LockedRound:
         self.writer = writer
         self.reads = reads
         self.lock = lock
-        self.results: dict[int, ActResult] = {}
+        self.results = results
         self.refused: GraphError | None = None  # a token error Meta answered a write with
         self.guard: GuardRound | None = None  # the change budget and holds of this round
         self.sends: dict[int, _Send] = {}  # every write recorded to be sent, by position
         self.sent: set[int] = set()  # positions whose write went out to Meta
+        self.stop: tuple[str, dict[str, Any]] | None = None  # why the round stopped early
 
     async def go(self, todo: dict[int, FieldChange]) -> dict[int, ActResult]:
         try:
@@ -232,6 +239,11 @@ class _LockedRound:
                 self.results[index] = send.failed("lock_lost", error)
 
     async def _go(self, todo: dict[int, FieldChange]) -> None:
+        """Look up the round's own intents and re-check cooldowns once; then, slice by slice
+        of ≤ ``size`` changes, read the live values, plan, record the intents and send one
+        Batch API call — the next slice's live values read while this slice's call is in
+        flight, so each write is planned from a value read at most one round trip before it
+        is sent, and the account's writes stay one call at a time."""
         run = self.run
         existing = await self.intents.get_many(
             run.batch_id, [(c.key.task_id, c.entity.id) for c in todo.values()]
@@ -247,11 +259,50 @@ class _LockedRound:
             else:
                 self.results[index] = settled(intent)
         await self._skip_fired_elsewhere(fresh)
-        live = await self._live({**fresh, **{i: todo[i] for i in own}})
-        sends = await self._reconcile_own(own, todo, live)
-        sends += await self._record(await self._plan(fresh, live))
-        self.sends = {send.index: send for send in sends}
-        await self._send(sends)
+        ordered = [i for i in todo if i in fresh or i in own]
+        size = self.owner.size
+        slices = [ordered[n : n + size] for n in range(0, len(ordered), size)]
+        others = await self._pending_elsewhere(fresh)
+        await self._look_guards(fresh)
+        await self._pipeline(slices, todo, fresh, own, others)
+
+    async def _pipeline(
+        self,
+        slices: list[list[int]],
+        todo: dict[int, FieldChange],
+        fresh: dict[int, FieldChange],
+        own: dict[int, Intent],
+        others: dict[tuple[str, str], list[dict[str, Any]]],
+    ) -> None:
+        def read(part: list[int]) -> asyncio.Task[dict[str, dict[str, Any]]]:
+            return asyncio.create_task(self._live({i: todo[i] for i in part}))
+
+        reading = read(slices[0]) if slices else None
+        try:
+            for number, part in enumerate(slices):
+                assert reading is not None
+                live = await reading
+                reading = read(slices[number + 1]) if number + 1 < len(slices) else None
+                mine = {i: own[i] for i in part if i in own}
+                sends = await self._reconcile_own(mine, todo, live)
+                planned = await self._plan({i: fresh[i] for i in part if i in fresh}, live, others)
+                sends += await self._record(planned)
+                self.sends |= {send.index: send for send in sends}
+                if not await self._send(sends):  # stopped: the later slices are not written
+                    self._stopped([i for later in slices[number + 1 :] for i in later])
+                    return
+        finally:
+            if reading is not None:
+                reading.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reading
+
+    def _stopped(self, unsent: list[int]) -> None:
+        """Changes of later slices, neither recorded nor sent, once the round had to stop."""
+        reason, error = self.stop or ("lock_lost", {"message": "the round stopped"})
+        for index in unsent:
+            if index not in self.results:
+                self.results[index] = ActResult("failed", reason, error=error)
 
     # ---------------------------------------------------------------- before recording
 
@@ -306,18 +357,28 @@ class _LockedRound:
                 self.results[index] = result
         return sends
 
+    async def _pending_elsewhere(
+        self, fresh: dict[int, FieldChange]
+    ) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        """Other batches' pending intents on the round's entities, by (entity, field): one
+        query for the round (under the lock, no other writer records any meanwhile)."""
+        others: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        ids = sorted({c.entity.id for c in fresh.values()})
+        for doc in (
+            await self.intents.pending_elsewhere(ids, other_than=self.run.batch_id) if ids else []
+        ):
+            others[(doc["entity_id"], doc["field"])].append(doc)
+        return others
+
     async def _plan(
-        self, fresh: dict[int, FieldChange], live: dict[str, dict[str, Any]]
+        self,
+        fresh: dict[int, FieldChange],
+        live: dict[str, dict[str, Any]],
+        others: dict[tuple[str, str], list[dict[str, Any]]],
     ) -> dict[int, tuple[FieldChange, Plan]]:
         """Plans that change something and that nothing (another batch, Meta's limits) stops."""
         run = self.run
         readable = {i: c for i, c in fresh.items() if c.entity.id in live}
-        others: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-        ids = sorted({c.entity.id for c in readable.values()})
-        for doc in (
-            await self.intents.pending_elsewhere(ids, other_than=run.batch_id) if ids else []
-        ):
-            others[(doc["entity_id"], doc["field"])].append(doc)
         plans: dict[int, tuple[FieldChange, Plan]] = {}
         for index, change in readable.items():
             entity, field = change.entity, change.target.field
@@ -341,12 +402,18 @@ class _LockedRound:
                 del plans[index]
         return plans
 
-    async def _guard(self, plans: dict[int, tuple[FieldChange, Plan]]) -> None:
-        """The change budget and oscillation holds, over every rule's changes (one query)."""
+    async def _look_guards(self, fresh: dict[int, FieldChange]) -> None:
+        """The change budget and oscillation holds of the round's entities, over every rule's
+        changes (one query for the round)."""
         guards = self.owner.executor.guards
-        if guards is None or not plans:
+        if guards is not None and fresh:
+            entity_ids = list(dict.fromkeys(c.entity.id for c in fresh.values()))
+            self.guard = await guards.look(self.run, entity_ids)
+
+    async def _guard(self, plans: dict[int, tuple[FieldChange, Plan]]) -> None:
+        """Hold each plan to the change budget and the oscillation holds."""
+        if self.guard is None or not plans:
             return
-        self.guard = await guards.look(self.run, [c.entity.id for c, _ in plans.values()])
         for index, (change, plan) in list(plans.items()):
             checked = self.guard.check(change.entity, plan)
             if isinstance(checked, ActResult):
@@ -372,20 +439,25 @@ class _LockedRound:
 
     # ---------------------------------------------------------------- sending
 
-    async def _send(self, queue: list[_Send]) -> None:
-        """One Batch API call at a time, the lock checked before each."""
+    async def _send(self, queue: list[_Send]) -> bool:
+        """One Batch API call at a time, the lock checked before each; False when the round
+        must stop (the lock lost, the token refused: every later call would fail alike)."""
         size = self.owner.size
         while queue:
             chunk, queue = queue[:size], queue[size:]
             try:
                 await self.lock.check()
             except LockLost as exc:  # nothing of these was sent: they did not happen
-                await self._settle_unsent([*chunk, *queue], "lock_lost", {"message": str(exc)})
-                return
+                self.stop = ("lock_lost", {"message": str(exc)})
+                await self._settle_unsent([*chunk, *queue], *self.stop)
+                return False
             queue += await self._send_chunk(chunk)
             if self.refused is not None and queue:  # every call with this token would fail
                 await self._settle_unsent(queue, "token_refused", self.refused.as_dict())
-                return
+        if self.refused is not None:
+            self.stop = ("token_refused", self.refused.as_dict())
+            return False
+        return True
 
     async def _settle_unsent(self, unsent: list[_Send], reason: str, error: dict[str, Any]) -> None:
         await give_up_unsent(self.intents, [s.intent.id for s in unsent], reason, now=self.run.now)

@@ -31,7 +31,7 @@ from ruleengine.store.db import Document
 from ruleengine.store.fences import Fence
 from ruleengine.store.followups import FollowupStore, followup_of_batch, followup_record_key
 from ruleengine.store.intents import WRITE_UNCONFIRMED, Intent, IntentStatus, IntentStore
-from ruleengine.store.records import BatchCounts, BatchStore, ExecutionStore, record_key
+from ruleengine.store.records import BatchStore, ExecutionStore, record_key
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +165,8 @@ class Settlement:
         if record is not None and record.get("kind") != "followup":
             # also when the record was corrected already: a settler killed right after
             # correcting it left the counts as they were
-            records = await self.executions.by_key(record["batch_id"])
-            await self.batches.recount(record["batch_id"], BatchCounts.of(records.values()))
+            counts = await self.executions.counts(record["batch_id"])
+            await self.batches.recount(record["batch_id"], counts)
         followup = followup_of_batch(intent.batch_id)
         if followup is not None:
             done = settled.status == "done"

@@ -129,7 +129,7 @@ def _execution(record: Document) -> dict[str, Any]:
     keys = ("batch_id", "rule_id", "rule_name", "rule_version", "task_id", "outcome", "reason")
     more = ("field", "before", "after", "created_at")
     return {
-        "id": str(record["_id"]),
+        "id": str(record["_id"]) if "_id" in record else str(record.get("key")),
         "kind": record.get("kind") or "evaluation",
         **{k: record.get(k) for k in keys + more},
     }

@@ -15,6 +15,9 @@ from ruleengine.web.state import services
 
 BATCH_STATUSES: Final[tuple[str, ...]] = get_args(BatchStatus)
 MAX_PAGE: Final = 500
+#: Rows of a batch's executions per page, by default and at most.
+EXECUTIONS_PAGE: Final = 1000
+MAX_EXECUTIONS_PAGE: Final = 5000
 MAX_SINCE_HOURS: Final = 24 * 90
 MAX_DAYS: Final = 3660
 
@@ -26,8 +29,10 @@ def batch_row(doc: Document) -> dict[str, Any]:
 
 
 def execution_row(doc: Document) -> dict[str, Any]:
-    """An execution record for the API (its ObjectId as a string ``id``)."""
-    return {"id": str(doc["_id"]), **{k: v for k, v in doc.items() if k != "_id"}}
+    """An execution for the API: a record's ObjectId as a string ``id``; a pair assembled
+    from its batch's chunk has no document of its own, and its ``key`` is its ``id``."""
+    identity = str(doc["_id"]) if "_id" in doc else str(doc.get("key"))
+    return {"id": identity, **{k: v for k, v in doc.items() if k != "_id"}}
 
 
 async def list_batches(request: web.Request) -> web.Response:
@@ -58,12 +63,26 @@ async def get_batch(request: web.Request) -> web.Response:
 
 
 async def batch_executions(request: web.Request) -> web.Response:
-    """``GET /api/batches/{batch_id}/executions``: one record per (entity, task)."""
+    """``GET /api/batches/{batch_id}/executions?limit=&offset=&acted=``: one row per (entity,
+    task) in evaluation order — its execution record where something happened or was
+    attempted, assembled from the batch's chunks otherwise (the same JSON either way); with
+    ``acted=1`` only the pairs with a record (and the follow-ups' records)."""
     svc = services(request)
     batch_id = request.match_info["batch_id"]
+    limit = int_param(request, "limit", default=EXECUTIONS_PAGE, low=1, high=MAX_EXECUTIONS_PAGE)
+    offset = int_param(request, "offset", default=0, low=0, high=10_000_000)
+    acted_only = choice_param(request, "acted", ("0", "1", "true", "false")) in ("1", "true")
     await svc.batches.get(batch_id)  # 404 for an unknown batch, not an empty list
-    records = await svc.executions.for_batch(batch_id)
-    return json_response({"batch_id": batch_id, "items": [execution_row(d) for d in records]})
+    page = await svc.executions.page(batch_id, limit=limit, offset=offset, acted_only=acted_only)
+    return json_response(
+        {
+            "batch_id": batch_id,
+            "items": [execution_row(d) for d in page.items],
+            "total": page.total,
+            "limit": limit,
+            "offset": offset,
+        }
+    )
 
 
 async def slow_rule_report(request: web.Request) -> web.Response:
