@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from ruleengine.backtest.service import Progress
-from ruleengine.cli.backtest import ProgressLine, backtest_table
 from ruleengine.cli import main as cli_main
+from ruleengine.cli.backtest import ProgressLine, backtest_table
 from ruleengine.settings import Settings
 
 RESULT_KEYS = {

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import socket
 import subprocess
@@ -256,8 +257,8 @@ def shell(port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def call(argv: list[str]) -> tuple[int, str]:
-    """``main(argv)`` in this process: its exit status and stderr. An exception out of it (but
-    argparse's exit) is the traceback a user would see, and fails the test."""
+    """``main(argv)`` in this process: its exit status and what it printed. An exception out
+    of it (but argparse's exit) is the traceback a user would see, and fails the test."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -265,7 +266,7 @@ def call(argv: list[str]) -> tuple[int, str]:
         except SystemExit as exc:  # argparse: usage and exit 2 (--help: 0)
             code = exc.code if isinstance(exc.code, int) else 1
     assert "Traceback" not in err.getvalue(), err.getvalue()
-    return code, err.getvalue()
+    return code, err.getvalue() + out.getvalue()  # `rules validate` reports on stdout
 
 
 GARBAGE = [
@@ -349,8 +350,8 @@ def test_files_of_any_content_never_end_in_a_traceback(
         tmp_path / "meta.json",
         tmp_path / "raw",
     )
-    rule_file.write_bytes(orjson.dumps(rule))
-    meta_file.write_bytes(orjson.dumps(meta))
+    rule_file.write_text(json.dumps(rule))  # json: numbers beyond 64 bits too
+    meta_file.write_text(json.dumps(meta))
     raw_file.write_bytes(raw)
     for argv in (
         ["rules", "validate", str(rule_file), str(raw_file), "--currency", currency],

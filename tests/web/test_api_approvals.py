@@ -361,7 +361,9 @@ async def test_a_worker_killed_while_writing_an_approved_change_leaves_it_landed
 
     async def write_on_its_way() -> bool:
         query = {"status": "pending", "entity_id": entity}
-        return await db[c.ACTION_INTENTS].count_documents(query) > 0
+        if not await db[c.ACTION_INTENTS].count_documents(query):
+            return False
+        return bool((await sandbox.stats())["writes_in_flight"])  # at Meta, not landed yet
 
     try:  # the intent is recorded and the 4 s write is on its way: the worst moment
         await wait_for(write_on_its_way, timeout_s=60)

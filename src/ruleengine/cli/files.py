@@ -42,7 +42,12 @@ def file_error(message: str) -> FieldError:
 
 def is_file(source: str) -> bool:
     """A FILE_OR_ID names a file when one exists there, or when it looks like a path."""
-    return Path(source).exists() or source.endswith(".json") or "/" in source or os.sep in source
+    if source.endswith(".json") or "/" in source or os.sep in source:
+        return True
+    try:
+        return Path(source).exists()
+    except OSError:  # a name too long for the file system, or not one it can hold
+        return False
 
 
 def validate_files(
