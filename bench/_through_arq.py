@@ -46,6 +46,8 @@ class MongoTimes(monitoring.CommandListener):
         self.active = False
         self.seconds: dict[str, float] = defaultdict(float)
         self._pending: dict[int, str] = {}
+        self._commands: dict[int, str] = {}
+        self.calls: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if self.active:
@@ -53,6 +55,7 @@ class MongoTimes(monitoring.CommandListener):
             if event.command_name == "getMore":
                 target = event.command.get("collection")
             self._pending[event.request_id] = str(target)
+            self._commands[event.request_id] = f"{target}.{event.command_name}"
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         self._done(event.request_id, event.duration_micros)
@@ -62,8 +65,17 @@ class MongoTimes(monitoring.CommandListener):
 
     def _done(self, request_id: int, micros: int) -> None:
         target = self._pending.pop(request_id, None)
+        command = self._commands.pop(request_id, None)
         if target is not None:
             self.seconds[target] += micros / 1e6
+        if command is not None:
+            self.calls[command][0] += 1
+            self.calls[command][1] += micros / 1e6
+
+    def by_command(self) -> dict[str, list[float]]:
+        """(calls, seconds) by collection and command, largest first."""
+        ordered = sorted(self.calls.items(), key=lambda kv: -kv[1][1])
+        return {name: [int(n), round(s, 3)] for name, (n, s) in ordered if s >= 0.0005}
 
     def by_collection(self) -> dict[str, float]:
         """The totals, largest first, rounded to ms."""

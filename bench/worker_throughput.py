@@ -173,6 +173,7 @@ async def main(campaigns: int, latency_ms: float) -> None:
             f" (enqueue → arq done) at {latency_ms:g} ms Graph latency"
         )
         say(f"time in MongoDB by collection: {mongo_times.by_collection()}")
+        say(f"MongoDB commands (calls, seconds): {mongo_times.by_command()}")
         figures(
             {
                 "campaigns": job.entity_count,

@@ -44,6 +44,9 @@ def database(client: AsyncMongoClient[Document], settings: Settings) -> Database
     return client[settings.mongodb_database]
 
 
+#: MongoDB's error code for a write that would duplicate a unique key.
+DUPLICATE_KEY: Final = 11000
+
 #: The index the execution-count and cooldown queries name as their hint (a task's
 #: ``execution_count_limit``, its ``cooldown_minutes``): the embedded server's planner scans
 #: the collection for them without it.
@@ -53,6 +56,11 @@ EXECUTION_COUNT_INDEX: Final = [
     ("entity_id", ASCENDING),
     ("status", ASCENDING),
 ]
+
+#: The index of an entity's budget changes (the write path's look at Meta's hourly limit and
+#: minimum budgets names it as its hint: the embedded server's planner scans the collection for
+#: an ``$or`` without it).
+BUDGET_HISTORY_INDEX: Final = [("entity_id", ASCENDING), ("field", ASCENDING), ("applied_at", DESCENDING)]
 
 #: The index of pending intents: the reaper's orphans, and the claim each acquisition of an
 #: account's write lock makes on the account's pending intents (which names it as its hint,
@@ -110,7 +118,7 @@ _INDEXES: dict[str, list[IndexModel]] = {
             [("batch_id", ASCENDING), ("task_id", ASCENDING), ("entity_id", ASCENDING)],
             unique=True,
         ),
-        IndexModel([("entity_id", ASCENDING), ("field", ASCENDING), ("applied_at", DESCENDING)]),
+        IndexModel(BUDGET_HISTORY_INDEX),
         IndexModel(PENDING_INTENTS_INDEX),
         # what cooldowns were first looked up by (the query now names the next one as its hint)
         IndexModel([("rule_id", ASCENDING), ("entity_id", ASCENDING), ("created_at", DESCENDING)]),

@@ -43,6 +43,8 @@ from pymongo.errors import BulkWriteError
 
 from ruleengine import constants as c
 from ruleengine.store.db import (
+    BUDGET_HISTORY_INDEX,
+    DUPLICATE_KEY,
     EXECUTION_COUNT_INDEX,
     PENDING_INTENTS_INDEX,
     Database,
@@ -242,7 +244,7 @@ class IntentStore:
             return [Intent.from_mongo(doc, created=True) for doc in docs]
         except BulkWriteError as exc:
             errors = exc.details.get("writeErrors", [])
-            if any(error.get("code") != 11000 for error in errors):
+            if any(error.get("code") != DUPLICATE_KEY for error in errors):
                 raise
             taken = {int(error["index"]) for error in errors}
         keys = [_key(docs[i]) for i in taken]
@@ -422,7 +424,8 @@ class IntentStore:
         }
         projection = {"entity_id": 1, "field": 1, "status": 1, "reason": 1, "target": 1}
         history = BudgetHistory(changes=defaultdict(list))
-        async for doc in self._intents.find(query, projection | {"applied_at": 1, "allowed_at": 1}):
+        fields = projection | {"applied_at": 1, "allowed_at": 1}
+        async for doc in self._intents.find(query, fields).hint(BUDGET_HISTORY_INDEX):
             entity = doc["entity_id"]
             if doc["status"] == "done":
                 history.changes[entity].append(AppliedChange(doc["applied_at"], doc.get("target")))

@@ -17,11 +17,12 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pymongo import DESCENDING, ReturnDocument, UpdateOne
+from pymongo.errors import BulkWriteError
 
 from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
 from ruleengine.store.batchstats import RuleDurations, rule_durations
-from ruleengine.store.db import Database, Document, Page
+from ruleengine.store.db import DUPLICATE_KEY, Database, Document, Page
 from ruleengine.store.evaluations import EvaluationStore, acted, overlay
 
 BatchStatus = Literal["RUNNING", "DONE", "FAILED", "ABANDONED"]
@@ -256,9 +257,23 @@ class ExecutionStore:
         record for each pair that acted (``earlier``: what former deliveries recorded, kept).
         A worker killed between the two leaves chunks the reaper writes the records from."""
         await self.evaluations.write(records)
-        await self.upsert_many(
-            [r for r in records if acted(r) and r is not earlier.get(str(r["key"]))]
-        )
+        mine = [r for r in records if acted(r) and r is not earlier.get(str(r["key"]))]
+        await self.upsert_many([r for r in mine if str(r["key"]) in earlier])
+        await self._insert_or_replace([r for r in mine if str(r["key"]) not in earlier])
+
+    async def _insert_or_replace(self, records: Sequence[Document]) -> None:
+        """Insert records no former delivery wrote (the embedded server inserts several times
+        faster than it upserts); one that appeared meanwhile (the reaper completing the batch)
+        is replaced as :meth:`upsert_many` would."""
+        if not records:
+            return
+        try:
+            await self._executions.insert_many([dict(r) for r in records], ordered=False)
+        except BulkWriteError as exc:
+            errors = exc.details.get("writeErrors", [])
+            if any(error.get("code") != DUPLICATE_KEY for error in errors):
+                raise
+            await self.upsert_many([records[error["index"]] for error in errors])
 
     async def rows(self, batch_id: str) -> list[Document]:
         """Every pair of a batch: its record where it has one, its chunk row otherwise (a batch
