@@ -118,12 +118,13 @@ def day_totals(profile: Profile, seed: int, entity_id: str, day_ordinal: int) ->
 
 
 def scale(totals: Totals, fraction: float) -> Totals:
-    """The part of a day's totals delivered in ``fraction`` of it (counts rounded down).
+    """The part of a day's totals delivered in ``fraction`` of it (counts rounded down); above
+    1 when a raised budget made the day deliver more than its profile.
 
     Purchase value follows the purchase count, so a partial day never shows
     value without purchases.
     """
-    if fraction >= 1.0:
+    if fraction == 1.0:
         return totals
     if fraction <= 0.0:
         return ZERO

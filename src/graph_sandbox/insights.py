@@ -21,7 +21,7 @@ no such instant, is shared once and cached like the ad set's.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import date, datetime
 from typing import NamedTuple
 from zoneinfo import ZoneInfo
@@ -35,14 +35,17 @@ from graph_sandbox.split import Weights, split
 from graph_sandbox.timeline import (
     ALWAYS,
     END,
+    Rates,
     Span,
     StatusChange,
     active_spans,
+    budget_rates,
     covers,
     day_window,
     hour_window,
     intersect,
     overlap,
+    paced,
     union,
 )
 from graph_sandbox.world import ACTIVE, AdObject, World
@@ -53,10 +56,14 @@ class InsightsEngine:
 
     Args:
         world: The world whose ad sets are measured; its seed drives the noise.
+        follow_budgets: Whether delivery follows budget changes now (an Insights setting):
+            after a change an ad set delivers at its budget over the budget it was built
+            with, times its profile.
     """
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, follow_budgets: Callable[[], bool] = lambda: False) -> None:
         self._world = world
+        self._follow_budgets = follow_budgets
         self._days: dict[tuple[str, int], Totals] = {}
         #: A whole day of an ad set shared among its ads: (what was shared, weights, parts).
         self._ad_days: dict[tuple[str, int], tuple[Totals, Weights, list[Totals]]] = {}
@@ -263,7 +270,7 @@ class InsightsEngine:
         tz = self._world.account_of(adset).tz
         today = now.astimezone(tz).date().toordinal()
         created = adset.created_time.astimezone(tz).date().toordinal()
-        scope = _Scope(adset, tz, now, *self._active_spans(adset, now, tz))
+        scope = _Scope(adset, tz, now, *self._active_spans(adset, now, tz), self._rates(adset))
         # a day ending more than the horizon ago is matured (the extra day: DST, UTC offsets)
         maturing = today - math.ceil(lag[-1][0] / 24) - 1 if lag is not None else today + 1
         for ordinal in range(
@@ -273,7 +280,7 @@ class InsightsEngine:
             if lag is not None and ordinal >= maturing:
                 age_h = day_age_h(date.fromordinal(ordinal), tz, now)
                 full = as_seen(full, seen_share(age_h, lag))
-            partial = scope.spans is not ALWAYS or ordinal in (today, created)
+            partial = scope.spans is not ALWAYS or bool(scope.rates) or ordinal in (today, created)
             yield ordinal, full, scope, partial
 
     def _day(self, adset: AdObject, ordinal: int) -> Totals:
@@ -304,6 +311,17 @@ class InsightsEngine:
         if not ads or not all(own is ALWAYS for own in ads):
             spans = intersect(spans, union(ads))
         return spans, ads
+
+    def _rates(self, adset: AdObject) -> Rates | None:
+        """How fast the ad set delivers after each change of the budget it spends (its own or
+        its campaign's), when delivery follows budgets; None for its profile's pace."""
+        if not self._follow_budgets():
+            return None
+        owner = adset
+        if adset.daily_budget is None and adset.lifetime_budget is None:
+            owner = self._world.campaign_of(adset)
+        log = self._world.budget_log(owner.id)
+        return budget_rates(log) if log else None
 
     def _ad_spans(self, ad: AdObject, now: datetime, tz: ZoneInfo) -> list[Span]:
         """When an ad was active: a scenario's ad since its ad set was made, a copy since its
@@ -340,6 +358,7 @@ class _Scope(NamedTuple):
     now: datetime
     spans: list[Span]
     ad_spans: list[list[Span]]
+    rates: Rates | None
 
 
 def _shares(scope: _Scope, ordinal: int, untils: Sequence[datetime | None]) -> list[float]:
@@ -351,7 +370,12 @@ def _shares(scope: _Scope, ordinal: int, untils: Sequence[datetime | None]) -> l
     shares = []
     for until in untils:
         end = min(whole[1] if until is None else until, whole[1], scope.now)
-        delivered = overlap((start, end), scope.spans) / length if start < end else 0.0
+        if start >= end:
+            delivered = 0.0
+        elif scope.rates is None:
+            delivered = overlap((start, end), scope.spans) / length
+        else:
+            delivered = paced((start, end), scope.spans, scope.rates) / length.total_seconds()
         shares.append(max(0.0, delivered))
     return shares
 

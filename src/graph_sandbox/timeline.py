@@ -118,3 +118,37 @@ def union(groups: Sequence[Sequence[Span]]) -> list[Span]:
 def covers(spans: Sequence[Span], instant: datetime) -> bool:
     """True when ``instant`` lies in one of the spans."""
     return any(start <= instant < end for start, end in spans)
+
+
+class BudgetChange(NamedTuple):
+    """One logged budget write: at ``at`` the budget went from ``before`` to ``after``."""
+
+    at: datetime
+    before: int
+    after: int
+
+
+#: ``(from this instant, rate)`` steps, in time order: how fast an ad set delivers
+#: relative to its profile.
+Rates = list[tuple[datetime, float]]
+
+
+def budget_rates(changes: Sequence[BudgetChange]) -> Rates:
+    """How fast delivery runs after each budget change: the budget over the first budget
+    logged (the one the scenario built); 1 before the first change."""
+    ordered = sorted(changes, key=lambda change: change.at)
+    base = ordered[0].before
+    return [(BEGINNING, 1.0), *((change.at, change.after / base) for change in ordered)]
+
+
+def paced(window: Span, spans: Sequence[Span], rates: Rates) -> float:
+    """Seconds of ``window`` the spans cover, each second weighted by the rate then."""
+    total = 0.0
+    ends = [*(start for start, _ in rates[1:]), END]
+    for start, end in spans:
+        lo, hi = max(window[0], start), min(window[1], end)
+        for (step, rate), step_end in zip(rates, ends, strict=True):
+            a, b = max(lo, step), min(hi, step_end)
+            if a < b:
+                total += (b - a).total_seconds() * rate
+    return total

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 from graph_sandbox.adrule_library import AdRuleLibrary
 from graph_sandbox.ads import AdFactors, seeded_factors
 from graph_sandbox.delivery import Profile
-from graph_sandbox.timeline import StatusChange
+from graph_sandbox.timeline import BudgetChange, StatusChange
 
 Kind = Literal["campaign", "adset", "ad"]
 
@@ -111,6 +111,7 @@ class World:
         self._ads_of: dict[str, list[AdObject]] = {}
         self._serial: dict[Kind, int] = {"campaign": 0, "adset": 0, "ad": 0}
         self._status_log: dict[str, list[StatusChange]] = {}
+        self._budget_log: dict[str, list[BudgetChange]] = {}
         #: Significant edits of ad sets (Meta's learning phase restarts at each), by ad set.
         self._significant_edits: dict[str, list[datetime]] = {}
         #: Ad sets the scenario says were edited ``n`` account-local days before "now",
@@ -235,6 +236,14 @@ class World:
         if status != obj.status:
             self._status_log.setdefault(obj.id, []).append(StatusChange(at, obj.status, status))
             obj.status = status
+
+    def log_budget(self, obj: AdObject, at: datetime, before: int, after: int) -> None:
+        """Log a budget change of a campaign or ad set (delivery may follow it)."""
+        self._budget_log.setdefault(obj.id, []).append(BudgetChange(at, before, after))
+
+    def budget_log(self, object_id: str) -> list[BudgetChange]:
+        """Every budget change of an object, in the order they were made."""
+        return self._budget_log.get(object_id, [])
 
     def status_log(self, object_id: str) -> list[StatusChange]:
         """Every status change of an object, in the order they were made."""

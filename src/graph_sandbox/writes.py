@@ -93,6 +93,8 @@ def apply_changes(
             state.world.set_status(obj, value, now)
         else:
             setattr(obj, name, value)
+        if name in ("daily_budget", "lifetime_budget") and old != value:
+            state.world.log_budget(obj, now, old, value)  # delivery may follow from now on
         if old != value:
             state.activity.record(state, obj, name, old, value, actor=actor)
     obj.updated_time = now
