@@ -1,14 +1,15 @@
-"""The Insights routes: ``GET /act_{id}/insights`` and ``GET /{campaign_or_adset_id}/insights``,
+"""The Insights routes: ``GET /act_{id}/insights`` and ``GET /{campaign_adset_or_ad_id}/insights``,
 and the async report runs (``POST …/insights``, ``GET /{report_run_id}``, its ``insights``).
 
-Rows are built from the ad sets under the requested node: ``filtering`` picks
-ad sets (``campaign.id`` reads each ad set's campaign), ``level`` groups them
-into account, campaign or ad set rows, and a group with no impressions in the
-period has no row at all. With ``attribution_lag`` on (``POST /_sandbox/insights``), the
-conversions of recent days are those seen at the sandbox clock's time
-(:mod:`graph_sandbox.attribution_lag`). A synchronous request over more than ``sync_max_cells``
-(ad sets × days) times out (:mod:`graph_sandbox.report_runs`); a report run answers
-the same parameters without that limit.
+Rows are built from the ad sets under the requested node (and their ads): ``filtering``
+picks ad sets (``campaign.id`` reads each ad set's campaign) or, at level ``ad``, ads;
+``level`` groups them into account, campaign, ad set or ad rows
+(:mod:`graph_sandbox.insights_rows`), and a group with no impressions in the period has
+no row at all. With ``attribution_lag`` on (``POST /_sandbox/insights``), the conversions
+of recent days are those seen at the sandbox clock's time
+(:mod:`graph_sandbox.attribution_lag`). A synchronous request over more than
+``sync_max_cells`` (ad sets, or ads, × days) times out (:mod:`graph_sandbox.report_runs`);
+a report run answers the same parameters without that limit.
 """
 
 from __future__ import annotations
