@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 from graph_sandbox.attribution_lag import Curve
 from graph_sandbox.breakdowns import NO_BREAKDOWNS, CellBreakdown
@@ -63,7 +64,7 @@ class Row:
     parts: list[Part]
     extra: dict[str, str] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def totals(self) -> Totals:
         """The row's delivery over every goal."""
         total = ZERO

@@ -82,7 +82,9 @@ INSIGHTS_FIELDS = METRIC_FIELDS | IDENTITY_FIELDS | ROW_FIELDS
 ACTION_LIST_FIELDS = frozenset({"actions", "action_values", "cost_per_action_type"})
 DEFAULT_FIELDS = ("spend", "impressions")
 DEFAULT_PRESET = "last_30d"
-_FILTER_FIELDS = filter_fields("ad") | filter_fields("adset") | filter_fields("campaign")
+#: ``filtering`` fields of rows above ads (bare names: the row's own object), and of ads.
+_FILTER_FIELDS = filter_fields("adset") | filter_fields("campaign")
+_AD_FILTER_FIELDS = filter_fields("ad")
 
 
 def insights(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
@@ -148,9 +150,10 @@ def _query(
     only_ad: AdObject | None,
 ) -> Query:
     """The ad sets (and at level ``ad`` the ads) that pass ``filtering``."""
-    filters = parse_filtering(req.param("filtering"), _FILTER_FIELDS)
-    on_ads = [f for f in filters if f.field.startswith("ad.")]
-    if on_ads and level != "ad":
+    allowed = _AD_FILTER_FIELDS if level == "ad" else _FILTER_FIELDS | _AD_FILTER_FIELDS
+    filters = parse_filtering(req.param("filtering"), allowed)
+    on_ads = [f for f in filters if f.field not in _FILTER_FIELDS and level != "ad"]
+    if on_ads:
         raise invalid_param(
             f"filtering on {on_ads[0].field} at level {level} is not supported by the sandbox;"
             " filter ads at level ad"

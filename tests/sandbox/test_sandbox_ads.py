@@ -50,11 +50,18 @@ def by_key(
 
 
 async def rows_of(box: Sandbox, path: str, **params: Any) -> list[dict[str, Any]]:
-    """Every row of an Insights request (one page of 5000), unified attribution."""
-    reply = await box.get(path, limit="5000", use_unified_attribution_setting="true", **params)
-    assert reply.status == 200, reply.body
-    assert "next" not in reply.body.get("paging", {})
-    return list(reply.body["data"])
+    """Every row of an Insights request (page after page), unified attribution."""
+    rows: list[dict[str, Any]] = []
+    after: dict[str, str] = {}
+    while True:
+        reply = await box.get(
+            path, limit="5000", use_unified_attribution_setting="true", **params, **after
+        )
+        assert reply.status == 200, reply.body
+        rows += reply.body["data"]
+        if "next" not in reply.body.get("paging", {}):
+            return rows
+        after = {"after": reply.body["paging"]["cursors"]["after"]}
 
 
 async def _ads(box: Sandbox, node: str = "act_1001", **params: Any) -> list[dict[str, Any]]:

@@ -144,3 +144,88 @@ async def test_combinations_meta_refuses_get_metas_error(sandbox: Sandbox) -> No
     assert "(action_type, gender, publisher_platform)" in explicit.error["message"]
     unsupported = await sandbox.get("/act_1001/insights", breakdowns=["country"])
     assert "not supported by the sandbox" in unsupported.error["message"]
+
+
+_FILTER_FIELDS = st.sampled_from(
+    [
+        "id",
+        "ad.id",
+        "adset.id",
+        "campaign.id",
+        "adset_id",
+        "objective",
+        "campaign.objective",
+        "ad.effective_status",
+        "effective_status",
+        "name",
+        "colour",
+    ]
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    level=st.sampled_from(["account", "campaign", "adset", "ad", "delivery_ad", "creative"]),
+    node=st.sampled_from(["act_1001", "campaign", "adset", "ad"]),
+    breakdowns=st.lists(
+        st.sampled_from(
+            [
+                "age",
+                "gender",
+                "publisher_platform",
+                "platform_position",
+                "country",
+                "hourly_stats_aggregated_by_advertiser_time_zone",
+                "colour",
+            ]
+        ),
+        max_size=3,
+    ),
+    fields=st.lists(
+        st.sampled_from(
+            [
+                "spend",
+                "actions",
+                "results",
+                "cost_per_result",
+                "quality_ranking",
+                "ad_id",
+                "optimization_goal",
+                "age",
+                "ad_name{x}",
+            ]
+        ),
+        max_size=4,
+    ),
+    filters=st.lists(
+        st.tuples(_FILTER_FIELDS, st.sampled_from(["IN", "EQUAL", "CONTAIN", "NOPE"])),
+        max_size=2,
+    ),
+)
+async def test_any_insights_request_is_rows_or_graphs_error_100(
+    sandbox: Sandbox,
+    level: str,
+    node: str,
+    breakdowns: list[str],
+    fields: list[str],
+    filters: list[tuple[str, str]],
+) -> None:
+    if node != "act_1001":
+        ads = await sandbox.get("/act_1001/ads", fields="id,adset_id,campaign_id", limit="1")
+        (ad,) = ads.body["data"]
+        node = {"campaign": ad["campaign_id"], "adset": ad["adset_id"], "ad": ad["id"]}[node]
+    filtering = [{"field": f, "operator": op, "value": ["1"]} for f, op in filters]
+    reply = await sandbox.get(
+        f"/{node}/insights",
+        level=level,
+        breakdowns=breakdowns,
+        fields=fields,
+        filtering=filtering,
+        date_preset="last_3d",
+    )
+    if reply.status == 200:
+        assert isinstance(reply.body["data"], list)
+    else:
+        assert (reply.status, reply.error["code"]) == (400, 100), reply.body
