@@ -50,6 +50,10 @@ from graph_sandbox.timeline import (
 )
 from graph_sandbox.world import ACTIVE, AdObject, World
 
+#: Cached breakdown days (an ad's day in a breakdown's cells) kept at most: some 18
+#: totals each, so a breakdown of a big world over months stays within memory.
+CELL_CACHE_LIMIT = 100_000
+
 
 class InsightsEngine:
     """Computes what ad sets delivered, for one world.
@@ -93,7 +97,8 @@ class InsightsEngine:
         """What one ad set delivered in ``period``, up to ``now``.
 
         Days before the ad set was created deliver nothing; a day counts the part of
-        it during which the ad set and its campaign were both active (before ``now``),
+        it during which the ad set, its campaign and one of its ads were active (before
+        ``now``),
         so what was delivered before a pause stays and nothing accrues after it. With
         ``lag``, each day's conversions are those seen at ``now`` (spend and clicks are not
         affected); days older than the curve's horizon are matured.
@@ -250,6 +255,8 @@ class InsightsEngine:
                 key = (ad.id, ordinal, family[0])
                 cached = self._cell_days.get(key)
                 if cached is None or cached[0] != part:
+                    if len(self._cell_days) >= CELL_CACHE_LIMIT:
+                        self._cell_days.clear()  # a breakdown of a big world over months
                     cached = self._cell_days[key] = (part, split(part, weights))
                 for cell, value in enumerate(cached[1]):
                     sums[index][cell] = add(sums[index][cell], value)
