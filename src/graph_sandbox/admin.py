@@ -203,9 +203,10 @@ class SandboxAdmin:
 
     async def set_ad_factors(self, ad_id: str, **factors: Any) -> dict[str, Any]:
         """Set an ad's weights in its ad set's delivery: ``delivery`` (40–160, its share of
-        spend and impressions), ``clicks`` (70–130, its click-through rate; 100 is its ad
-        set's), ``conversions`` (60–140, its conversion rate), ``quality`` (a percentile,
-        0 to below 1); those not named stay. Its rankings follow. Returns the ad's factors."""
+        spend and impressions), ``clicks`` (70–130, its click-through rate against its
+        siblings'), ``conversions`` (60–140, its conversion rate against theirs), ``quality``
+        (a percentile, 0 to below 1); those not named stay. Its rankings follow; its ad
+        set's numbers do not change. Returns the ad's factors."""
         result: dict[str, Any] = await self._call("POST", f"ads/{ad_id}/factors", factors)
         return result
 
