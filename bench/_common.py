@@ -15,8 +15,8 @@ import orjson
 from cryptography.fernet import Fernet
 from pymongo import AsyncMongoClient
 
-from ruleengine.account_check import register
-from ruleengine.embedded import (
+from ruleengine.accounts.currency import register
+from ruleengine.devstack.embedded import (
     Child,
     ProcessGroup,
     free_port,

@@ -20,10 +20,16 @@ from pymongo import monitoring
 
 from _common import TOKEN, register_accounts, say
 from ruleengine import constants as c
+from ruleengine.dispatching.payload import (
+    EvaluateJob,
+    ListingPacker,
+    Packed,
+    batch_id_for,
+    evaluate_job_id,
+)
 from ruleengine.jobs import worker_kwargs
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob, ListingPacker, Packed, batch_id_for, evaluate_job_id
 from ruleengine.queue import connect_queue
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import parse_rule

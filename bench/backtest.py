@@ -21,7 +21,8 @@ from typing import Any
 
 from _common import figures, open_database, register_accounts, say, stack, stack_settings
 from graph_sandbox.admin import SandboxAdmin
-from ruleengine.backtest import BacktestDeps, BacktestRequest, run_backtest
+from ruleengine.backtest.result import BacktestRequest
+from ruleengine.backtest.service import BacktestDeps, run_backtest
 from ruleengine.rules.model import parse_rule
 
 ACCOUNT = "act_2001"  # America/New_York

@@ -82,17 +82,17 @@ from _common import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.dispatch import Dispatcher
-from ruleengine.embedded import Child, ProcessGroup, free_port, start_mongodb, start_redis
-from ruleengine.engine import build_engine, close_engine
+from ruleengine.devstack.embedded import Child, ProcessGroup, free_port, start_mongodb, start_redis
+from ruleengine.dispatching.sweep import Dispatcher
+from ruleengine.maintenance.reaper import GRACE_S, Reaper
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.queue import connect_queue
-from ruleengine.reaper import GRACE_S, Reaper
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleStore
+from ruleengine.worker.deps import build_engine, close_engine
 
 # The sandbox's clock is frozen here, so Insights (and the rules' verdicts) never depend
 # on when the script runs.

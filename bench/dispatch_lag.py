@@ -34,10 +34,10 @@ from _common import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.dispatch import Dispatcher
+from ruleengine.dispatching.payload import deserialize
+from ruleengine.dispatching.sweep import Dispatcher
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import deserialize
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings

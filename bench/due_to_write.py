@@ -33,7 +33,7 @@ from _common import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.embedded import ProcessGroup
+from ruleengine.devstack.embedded import ProcessGroup
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.model import parse_rule

@@ -79,7 +79,7 @@ from _common import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.embedded import Child, ProcessGroup, free_port
+from ruleengine.devstack.embedded import Child, ProcessGroup, free_port
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
@@ -295,6 +295,15 @@ class Minute:
     lag_p99_s: float = 0.0
     after_tick_p99_s: float = 0.0
     lags: list[float] = dataclasses.field(default_factory=list)
+
+
+async def collection_sizes(db: Database) -> dict[str, tuple[int, int]]:
+    """Documents and bytes of data of each collection (``collStats``)."""
+    sizes = {}
+    for name in await db.list_collection_names():
+        stats = await db.command({"collStats": name})
+        sizes[name] = (int(stats.get("count", 0)), int(stats.get("size", 0)))
+    return sizes
 
 
 def verdict(minutes: list[Minute], *, tick_s: float, dropped: int) -> tuple[bool, str]:
@@ -524,6 +533,7 @@ class FleetRun:
             redis = connect_queue(settings)
             try:
                 before = await db.command({"dbStats": 1})
+                sizes_before = await collection_sizes(db)
                 started_at = datetime.now(UTC)
                 await self._spread_schedules(db, rules, started_at)
                 cpu_before = {ch.name: cpu_s(ch.pid) for ch in group.children}
@@ -534,6 +544,7 @@ class FleetRun:
                 stats = await admin.stats()
                 writes = [w for w in await admin.writes() if w["ok"]]
                 after = await db.command({"dbStats": 1})
+                sizes_after = await collection_sizes(db)
                 rss = by_kind(group.children, vm_hwm_mb)
                 cpu = {
                     kind: round(v, 1)
@@ -579,6 +590,17 @@ class FleetRun:
             "graph_calls_per_account_hour": round(stats["counted_calls"] / shape.accounts / hours),
             "mongo_docs_per_hour": round((after["objects"] - before["objects"]) / hours),
             "mongo_bytes_per_hour": round((after["dataSize"] - before["dataSize"]) / hours),
+            "mongo_mb_per_account_hour": round(
+                (after["dataSize"] - before["dataSize"]) / hours / shape.accounts / 1e6, 3
+            ),
+            "mongo_by_collection_per_hour": {
+                name: {
+                    "docs": round((count - sizes_before.get(name, (0, 0))[0]) / hours),
+                    "bytes": round((size - sizes_before.get(name, (0, 0))[1]) / hours),
+                }
+                for name, (count, size) in sizes_after.items()
+                if (count, size) != sizes_before.get(name, (0, 0))
+            },
             "max_rss_mb": rss,
             "cpu_s": cpu,
         }

@@ -37,7 +37,7 @@ from typing import Any
 from _common import TOKEN, figures, open_database, say, stack, stack_settings
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.history import HistoryRequest, InsightsHistory
+from ruleengine.backtest.history import HistoryRequest, InsightsHistory
 from ruleengine.meta.http import READ_AND_BATCH, GraphSession
 from ruleengine.rules.history import DayRange
 from ruleengine.store.insights_history import InsightsHistoryStore

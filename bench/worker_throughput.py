@@ -22,8 +22,12 @@ rule on an account of 5,000 ad sets (1,000 campaigns × 5): the job's bytes in
 Redis with the entities inline and as the dispatcher enqueues it.
 
 Prints evaluations (entity × task) per second, writes Meta received, Graph
-cost, the time each stage took, the time spent in MongoDB by collection and the
-p50/p95 of each trace stage. Last line: one JSON object.
+cost, the time each stage took, the time spent in MongoDB by collection, the
+p50/p95 of each trace stage, and what the job added to MongoDB
+(``mongo_docs_written``, ``mongo_bytes_written``: ``dbStats`` objects and data size
+before and after the job). ``no_fire`` is the same job with conditions that match
+nothing — every pair evaluated, nothing attempted: what a run costs when it only looks.
+Last line: one JSON object.
 """
 
 from __future__ import annotations
@@ -40,10 +44,11 @@ from _common import figures, open_database, percentile, say, stack, stack_settin
 from _through_arq import MongoTimes, build_job, run_through_arq
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.payload import EvaluateJob, evaluate_job_id
+from ruleengine.dispatching.payload import EvaluateJob, evaluate_job_id
 from ruleengine.queue import connect_queue
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.store.records import ExecutionStore
 
 ACCOUNT = "act_2001"
 #: The sandbox's frozen clock: noon in New York on a Tuesday, a day of full delivery.
@@ -93,6 +98,40 @@ RULE = {
 }
 
 
+#: The same tasks with thresholds no campaign reaches: every pair is evaluated, none acts.
+NO_FIRE = RULE | {
+    "name": "throughput, matching nothing",
+    "tasks": [
+        task
+        | {
+            "conditions": [
+                {"metric": "spend", "period": "today", "operator": "<", "value": -1},
+                *task["conditions"],
+            ]
+        }
+        for task in RULE["tasks"]
+    ],
+}
+
+
+async def stored(db: Database) -> tuple[int, int]:
+    """Documents and bytes of data the database holds (``dbStats``)."""
+    stats = await db.command({"dbStats": 1})
+    return int(stats["objects"]), int(stats["dataSize"])
+
+
+async def measured_job(
+    settings: Settings, db: Database, rule: dict[str, Any], mongo_times: MongoTimes
+) -> tuple[Any, dict[str, int]]:
+    """Build ``rule``'s job, run it through arq; the result and what it added to MongoDB."""
+    built = await build_job(settings, db, rule, ACCOUNT)
+    docs, size = await stored(db)
+    result = await run_through_arq(settings, built.job, mongo_times)
+    docs_after, size_after = await stored(db)
+    written = {"mongo_docs_written": docs_after - docs, "mongo_bytes_written": size_after - size}
+    return (built, result), written
+
+
 def stages(records: list[dict[str, Any]]) -> dict[str, float]:
     """p50/p95 of each trace stage over the execution records (act: records that acted)."""
     out: dict[str, float] = {}
@@ -116,12 +155,12 @@ async def main(campaigns: int, latency_ms: float) -> None:
             await sandbox.set_faults(latency_ms=latency_ms)
             client, db = await open_database(settings)
             try:
-                built = await build_job(settings, db, RULE, ACCOUNT)
+                (built, result), written = await measured_job(settings, db, RULE, mongo_times)
                 job, inline = built.job, built.inline
-                result = await run_through_arq(settings, job, mongo_times)
                 writes = [w for w in await sandbox.writes() if w["ok"]]
-                records = [r async for r in db[c.EXECUTIONS].find({"batch_id": job.batch_id})]
+                records = await ExecutionStore(db).rows(job.batch_id)
                 inline_bytes = await enqueued_bytes(settings, inline, "inline")
+                no_fire = await quiet_job(settings, db, MongoTimes())
                 adsets = await adset_payloads(settings, db, sandbox)
             finally:
                 await client.close()
@@ -153,9 +192,28 @@ async def main(campaigns: int, latency_ms: float) -> None:
                 "graph_http_requests": batch["graph"]["http_requests"],
                 **{f"{stage}_s": round(s, 3) for stage, s in batch["trace"].items()},
                 "mongo_s": mongo_times.by_collection(),
+                **written,
                 **stages(records),
+                "no_fire": no_fire,
             }
         )
+
+
+async def quiet_job(settings: Settings, db: Database, times: MongoTimes) -> dict[str, Any]:
+    """``NO_FIRE``'s job: every pair evaluated, nothing attempted."""
+    (_built, result), written = await measured_job(settings, db, NO_FIRE, times)
+    evaluations = int(result.batch["evaluated_count"])
+    figures_of = {
+        "evaluations": evaluations,
+        "applied": result.batch["applied_count"],
+        "job_s": round(result.job_s, 3),
+        "evals_per_s": round(evaluations / result.job_s, 1),
+        **written,
+        "docs_per_evaluation": round(written["mongo_docs_written"] / max(1, evaluations), 4),
+        **{f"{stage}_s": round(s, 3) for stage, s in result.batch["trace"].items()},
+    }
+    say(f"no_fire: {figures_of}")
+    return figures_of
 
 
 async def enqueued_bytes(settings: Settings, job: EvaluateJob, suffix: str) -> int:

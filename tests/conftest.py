@@ -21,7 +21,7 @@ from cryptography.fernet import Fernet
 from hypothesis import settings as hypothesis_settings
 
 from graph_sandbox.admin import SandboxAdmin
-from ruleengine.embedded import (
+from ruleengine.devstack.embedded import (
     ProcessGroup,
     free_port,
     port_answers,

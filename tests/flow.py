@@ -19,19 +19,22 @@ from arq.utils import timestamp_ms
 from arq.worker import Worker
 
 from graph_sandbox.admin import SandboxAdmin
-from ruleengine.dispatch import Dispatcher
-from ruleengine.engine import Engine, build_engine, close_engine, evaluate_account
+from ruleengine import constants as c
+from ruleengine.dispatching.payload import EvaluateJob
+from ruleengine.dispatching.sweep import Dispatcher
 from ruleengine.jobs import worker_kwargs
+from ruleengine.maintenance.reaper import Reaper
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob
 from ruleengine.queue import connect_queue
-from ruleengine.reaper import Reaper
 from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.store.records import ExecutionStore
 from ruleengine.store.ruledocs import RuleDoc
 from ruleengine.store.rules import RuleStore
+from ruleengine.worker.deps import Engine, build_engine, close_engine
+from ruleengine.worker.job import evaluate_account
 from support import SANDBOX_TOKEN
 
 
@@ -114,8 +117,26 @@ async def run_rule(settings: Settings, db: Database, data: dict[str, Any]) -> Ru
 
 
 async def records(db: Database, **query: Any) -> list[dict[str, Any]]:
-    """Execution records matching ``query``, oldest first."""
-    return [d async for d in db["executions"].find(query).sort("_id")]
+    """What Rule Logs show of every (batch, task, entity) matching ``query`` (equality on each
+    field), oldest batch first: the pair's execution record where it has one, the row of its
+    batch's chunk of evaluations otherwise (:meth:`ExecutionStore.rows`)."""
+    store = ExecutionStore(db)
+    batches: list[str] = []
+    async for doc in db[c.EVALUATIONS].find({}, {"batch_id": 1}).sort([("created_at", 1)]):
+        if doc["batch_id"] not in batches:
+            batches.append(doc["batch_id"])
+    async for doc in db[c.EXECUTIONS].find({}, {"batch_id": 1}).sort("_id"):
+        if doc["batch_id"] not in batches:
+            batches.append(doc["batch_id"])
+    rows = [row for batch_id in batches for row in await store.rows(batch_id)]
+    return [r for r in rows if all(_matches(r.get(k), v) for k, v in query.items())]
+
+
+def _matches(value: Any, wanted: Any) -> bool:
+    """MongoDB's equality: a list matches a scalar it holds."""
+    if isinstance(value, list) and not isinstance(wanted, list):
+        return wanted in value
+    return bool(value == wanted)
 
 
 def process_env(settings: Settings, **extra: str) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ruleengine.account_check import settle
+from ruleengine.accounts.currency import settle
 from ruleengine.errors import AccountCheckError
 from ruleengine.meta.adaccount import AdAccount
 

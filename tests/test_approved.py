@@ -27,13 +27,14 @@ from flow import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.approved import apply_approval, next_step, retry_delay
-from ruleengine.deciding import decide, requeue_approved
-from ruleengine.locks import AccountLocks
+from ruleengine.approvals.applying import apply_approval, next_step, retry_delay
+from ruleengine.approvals.deciding import decide, requeue_approved
 from ruleengine.queue import connect_queue
 from ruleengine.settings import Settings
 from ruleengine.store.approvals import ApprovalStore, approval_of_batch, write_batch
 from ruleengine.store.db import Database
+from ruleengine.store.intents import IntentStore
+from ruleengine.writes.lock import AccountLocks
 
 IMPRESSIONS = {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
 
@@ -191,7 +192,7 @@ async def test_an_approved_change_that_meets_a_busy_lock_lands_once_later(
     entity = (await campaign_ids(sandbox))["[AUTO] Prospecting US 1"]
     before = await budget_of(sandbox, entity)
     approval_id = await propose_and_approve(wired, db, approved_raise())
-    locks = AccountLocks(redis, ttl_s=60, wait_s=1)
+    locks = AccountLocks(redis, intents=IntentStore(db), ttl_s=60, wait_s=1)
     async with locks.hold("act_1001"):  # another writer holds the account
         await work(wired)
     waiting = await approval(db, approval_id)
@@ -315,7 +316,7 @@ async def test_retrying_an_approved_change_stops_at_its_expiry(
 ) -> None:
     entity = (await campaign_ids(sandbox))["[AUTO] Prospecting US 1"]
     approval_id = await propose_and_approve(wired, db, approved_raise(expires_after_minutes=1))
-    async with AccountLocks(redis, ttl_s=60, wait_s=1).hold("act_1001"):
+    async with AccountLocks(redis, intents=IntentStore(db), ttl_s=60, wait_s=1).hold("act_1001"):
         await work(wired)
     waiting = await approval(db, approval_id)
     assert waiting["status"] == "approved"

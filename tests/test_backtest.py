@@ -17,7 +17,8 @@ import pytest
 
 from flow import campaign_ids, campaign_rule, run_at
 from graph_sandbox.admin import SandboxAdmin
-from ruleengine.backtest import CAVEATS, BacktestDeps, BacktestRequest, run_backtest
+from ruleengine.backtest.result import CAVEATS, BacktestRequest
+from ruleengine.backtest.service import BacktestDeps, run_backtest
 from ruleengine.meta.http import READ_AND_BATCH, GraphSession
 from ruleengine.meta.insights import BASE_PARAMS
 from ruleengine.rules.model import parse_rule

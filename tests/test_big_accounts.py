@@ -7,13 +7,13 @@ from typing import Any
 from flow import WINNER, campaign_rule, engine_for, records, save_rule
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.engine import evaluate_account
+from ruleengine.dispatching.payload import EvaluateJob
 from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob
-from ruleengine.preview import open_preview, preview_rule
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.worker.job import evaluate_account
+from ruleengine.worker.preview import open_preview, preview_rule
 from support import SANDBOX_NOW, SANDBOX_TOKEN
 
 SPENT = {"metric": "spend", "period": "today", "operator": ">", "value": 1_000_000}

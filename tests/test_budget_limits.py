@@ -8,7 +8,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ruleengine.budget_limits import ChangeCount, count_changes, same_value
+from ruleengine.accounts.facts import ChangeCount, count_changes, same_value
 from ruleengine.meta.adaccount import BudgetEvent
 from ruleengine.store.intents import AppliedChange
 

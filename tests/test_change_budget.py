@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flow import campaign_rule
-from ruleengine.acts import ActResult
-from ruleengine.change_budget import ChangeLimits, budget_left, limit_change
+from ruleengine.acting.results import ActResult
 from ruleengine.errors import RuleValidationError
-from ruleengine.oscillation import detect, swings
+from ruleengine.guards.change_budget import ChangeLimits, budget_left, limit_change
+from ruleengine.guards.oscillation import detect, swings
 from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.rules.plan import Plan
 from ruleengine.settings import Settings

@@ -10,7 +10,7 @@ import orjson
 
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.embedded import free_port
+from ruleengine.devstack.embedded import free_port
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 

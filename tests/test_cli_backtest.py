@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 import pytest
 
-from ruleengine.backtest import Progress
-from ruleengine.cli import ProgressLine, backtest_table
+from ruleengine.backtest.service import Progress
 from ruleengine.cli import main as cli_main
+from ruleengine.cli.backtest import ProgressLine, backtest_table
 from ruleengine.settings import Settings
 
 RESULT_KEYS = {

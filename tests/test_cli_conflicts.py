@@ -9,13 +9,13 @@ from typing import Any
 
 import orjson
 
-from ruleengine.conflicts import stored_entries
+from ruleengine.analysis.conflicts import stored_entries
+from ruleengine.devstack.up import _load_rules
 from ruleengine.rules.conflicts import find_conflicts
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleStore
-from ruleengine.up import _load_rules
 
 ROOT = Path(__file__).parents[1]
 FIGHT = [

@@ -31,19 +31,19 @@ from flow import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.dispatch import Dispatcher
-from ruleengine.engine import evaluate_account
-from ruleengine.evaluation import Summary
+from ruleengine.dispatching.payload import EvaluateJob, deserialize
+from ruleengine.dispatching.sweep import Dispatcher
 from ruleengine.jobs import worker_kwargs
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob, deserialize
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.followups import followup_job_id
 from ruleengine.store.ruledocs import RuleDoc
+from ruleengine.worker.job import evaluate_account
+from ruleengine.worker.stages import Summary
 from support import SANDBOX_TOKEN
 
 STEP_BACK = timedelta(minutes=20)

@@ -13,11 +13,11 @@ import pytest
 from flow import campaign_rule, dispatch, engine_for, reap, records, run_rule, save_rule, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.engine import evaluate_account
-from ruleengine.payload import EvaluateJob, deserialize, evaluate_job_id
+from ruleengine.dispatching.payload import EvaluateJob, deserialize, evaluate_job_id
 from ruleengine.queue import connect_queue
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.worker.job import evaluate_account
 from support import SANDBOX_TOKEN
 from test_faults import queued_jobs
 

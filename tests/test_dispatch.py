@@ -19,11 +19,11 @@ import pytest
 from flow import process_env, wait_for
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.dispatch import Dispatcher
-from ruleengine.embedded import ProcessGroup, free_port, start_redis
+from ruleengine.devstack.embedded import ProcessGroup, free_port, start_redis
+from ruleengine.dispatching.payload import EvaluateJob, deserialize
+from ruleengine.dispatching.sweep import Dispatcher
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob, deserialize
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
@@ -413,7 +413,7 @@ def test_dispatch_once_runs_a_single_sweep(settings: Settings, tmp_path: Path) -
 
 def test_payload_round_trips_through_the_orjson_serializer() -> None:
     payload = {"batch_id": "b", "when": T0.isoformat(), "n": 1}
-    from ruleengine.payload import serialize
+    from ruleengine.dispatching.payload import serialize
 
     assert deserialize(serialize(payload)) == payload
     assert orjson.loads(serialize({"x": 1})) == {"x": 1}
@@ -422,7 +422,7 @@ def test_payload_round_trips_through_the_orjson_serializer() -> None:
 async def test_a_mongodb_outage_does_not_stop_the_dispatcher(
     settings: Settings, redis: Any, tmp_path: Path
 ) -> None:
-    from ruleengine.embedded import start_mongodb
+    from ruleengine.devstack.embedded import start_mongodb
     from ruleengine.store.db import create_client, database, ensure_indexes
 
     with ProcessGroup(log_dir=tmp_path) as group:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ruleengine import constants as c
-from ruleengine.dispatch import Dispatcher
+from ruleengine.dispatching.sweep import Dispatcher
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.queue import connect_queue

@@ -34,11 +34,11 @@ from flow import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.engine import evaluate_account
-from ruleengine.payload import EvaluateJob, deserialize, serialize
+from ruleengine.dispatching.payload import EvaluateJob, deserialize, serialize
 from ruleengine.queue import connect_queue
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.worker.job import evaluate_account
 
 ALWAYS = {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
 
@@ -379,10 +379,10 @@ async def test_changes_of_a_job_that_failed_after_writing_are_recovered_into_rul
     job = await queued_job(redis)
     async with engine_for(settings, db) as engine:
 
-        async def outage(records: Any) -> None:
+        async def outage(records: Any, **_: Any) -> None:
             raise AutoReconnect("127.0.0.1: connection closed")
 
-        engine.executions.upsert_many = outage  # type: ignore[method-assign]
+        engine.executions.keep_run = outage  # type: ignore[method-assign]
         summary = await evaluate_account(engine, job, now=datetime.now(UTC))
     assert summary.status == "FAILED"
     assert len(await successful_writes(sandbox)) == 2

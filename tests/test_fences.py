@@ -34,13 +34,13 @@ from flow import (
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine import errors
-from ruleengine.embedded import ProcessGroup, start_redis
-from ruleengine.engine import evaluate_account
-from ruleengine.locks import AccountLocks
-from ruleengine.payload import EvaluateJob, deserialize
+from ruleengine.devstack.embedded import ProcessGroup, start_redis
+from ruleengine.dispatching.payload import EvaluateJob, deserialize
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.intents import IntentStore
+from ruleengine.worker.job import evaluate_account
+from ruleengine.writes.lock import AccountLocks
 from test_faults import ALWAYS, queued_jobs
 from test_write_batches import HAS_BUDGET, big_account, budget_rule, each_write_recorded_once
 

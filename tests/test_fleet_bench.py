@@ -26,7 +26,7 @@ from fleet import (
     summarise_profile,
     verdict,
 )
-from ruleengine.payload import batch_id_for
+from ruleengine.dispatching.payload import batch_id_for
 from ruleengine.rules.model import parse_rule
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "fleet.py"

@@ -18,12 +18,11 @@ from redis.asyncio import ConnectionPool
 from flow import LOSER, campaign_rule, dispatch, engine_for, records, run_rule, save_rule, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.embedded import ProcessGroup, start_redis
-from ruleengine.engine import evaluate_account
+from ruleengine.devstack.embedded import ProcessGroup, start_redis
+from ruleengine.dispatching.payload import EvaluateJob
 from ruleengine.followups.running import run_followup
 from ruleengine.followups.scheduling import FollowupScheduler, due_time
 from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob
 from ruleengine.queue import connect_queue
 from ruleengine.rules.action_types import FollowUp
 from ruleengine.rules.model import parse_rule
@@ -31,6 +30,7 @@ from ruleengine.rules.schedule import next_local_time
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.followups import followup_job_id
+from ruleengine.worker.job import evaluate_account
 from support import SANDBOX_TOKEN
 
 HUMAN_TOKEN = "EAAGhumanTOKEN0123456789abcdef"

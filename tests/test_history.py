@@ -15,7 +15,7 @@ import pytest
 
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.history import HistoryRequest, HistoryResult, InsightsHistory
+from ruleengine.backtest.history import HistoryRequest, HistoryResult, InsightsHistory
 from ruleengine.meta.http import READ_AND_BATCH, GraphSession
 from ruleengine.meta.insights import BASE_PARAMS
 from ruleengine.rules.history import DayRange

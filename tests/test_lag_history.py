@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from flow import run_at
 from graph_sandbox.admin import SandboxAdmin
 from graph_sandbox.attribution_lag import DEFAULT_CURVE, seen_share
-from ruleengine.history import InsightsHistory
-from ruleengine.lag_history import LagLearning, _needs, learn_lag
+from ruleengine.backtest.history import InsightsHistory
+from ruleengine.backtest.lag_fit import LagLearning, _needs, learn_lag
 from ruleengine.meta.http import READ_AND_BATCH, GraphSession
 from ruleengine.rules.lag import KNOTS_H, share
 from ruleengine.settings import Settings

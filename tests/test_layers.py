@@ -26,6 +26,7 @@ SANDBOX_SRC = SRC.parent / "graph_sandbox"
 BASICS = frozenset(
     {
         "ruleengine",
+        "ruleengine.clocks",
         "ruleengine.constants",
         "ruleengine.errors",
         "ruleengine.redact",
@@ -107,6 +108,14 @@ def _foreign(modules: set[str], *, layers: set[str], basics: frozenset[str]) -> 
         ("rules", {"rules"}, frozenset({"ruleengine", "ruleengine.errors"})),
         ("store", {"store", "rules"}, BASICS),
         ("meta", {"meta", "rules"}, BASICS),
+        ("accounts", {"accounts", "store", "meta", "rules"}, BASICS),
+        ("acting", {"acting", "accounts", "store", "meta", "rules"}, BASICS),
+        ("guards", {"guards", "acting", "store", "rules"}, BASICS),
+        ("analysis", {"analysis", "store", "meta", "rules"}, BASICS),
+        ("backtest", {"backtest", "store", "meta", "rules"}, BASICS),
+        ("interop", {"interop", "analysis", "store", "meta", "rules"}, BASICS),
+        ("devstack", {"devstack", "store", "rules"}, BASICS),
+        ("writes", {"writes", "acting", "guards", "accounts", "store", "meta", "rules"}, BASICS),
     ],
 )
 def test_each_layer_imports_only_what_lies_below_it(
@@ -122,14 +131,16 @@ def test_no_import_path_from_the_dispatcher_reaches_code_that_writes_to_meta() -
     forbidden = {
         "ruleengine.meta.writer",
         "ruleengine.meta.batch",
-        "ruleengine.actions",
-        "ruleengine.write_batches",
-        "ruleengine.engine",
-        "ruleengine.locks",
-        "ruleengine.reaper",
+        "ruleengine.writes.executor",
+        "ruleengine.writes.batched",
+        "ruleengine.worker.job",
+        "ruleengine.writes.lock",
+        "ruleengine.maintenance.reaper",
         "ruleengine.followups.running",
+        "ruleengine.worker.deps",
     }
     assert reachable.isdisjoint(forbidden), reachable & forbidden
+    assert not _under(reachable, "ruleengine.writes")  # the write path, all of it
 
 
 def test_importing_the_dispatcher_loads_no_code_that_writes_to_meta() -> None:
@@ -143,37 +154,39 @@ def test_importing_the_dispatcher_loads_no_code_that_writes_to_meta() -> None:
     forbidden = {
         "ruleengine.meta.writer",
         "ruleengine.meta.batch",
-        "ruleengine.actions",
-        "ruleengine.engine",
-        "ruleengine.reaper",
+        "ruleengine.writes.executor",
+        "ruleengine.worker.job",
+        "ruleengine.maintenance.reaper",
     }
     assert loaded.isdisjoint(forbidden), loaded & forbidden
+    assert not _under(loaded, "ruleengine.writes")
 
 
 # Modules that write to Meta, or build the worker that does.
 WRITING = frozenset(
     {
         "ruleengine.meta.writer",
-        "ruleengine.actions",
-        "ruleengine.write_batches",
-        "ruleengine.copies",
-        "ruleengine.engine",
-        "ruleengine.locks",
-        "ruleengine.reaper",
+        "ruleengine.writes.executor",
+        "ruleengine.writes.batched",
+        "ruleengine.writes.copies",
+        "ruleengine.worker.job",
+        "ruleengine.writes.lock",
+        "ruleengine.maintenance.reaper",
         "ruleengine.followups.running",
     }
 )
 
 
-@pytest.mark.parametrize("module", ["ruleengine.preview", "ruleengine.web.app"])
+@pytest.mark.parametrize("module", ["ruleengine.worker.preview", "ruleengine.web.app"])
 def test_the_preview_and_the_web_app_reach_no_code_that_writes_to_meta(module: str) -> None:
     reachable = reachable_from(module)
-    assert "ruleengine.evaluation" in reachable or module != "ruleengine.preview"
+    assert "ruleengine.worker.stages" in reachable or module != "ruleengine.worker.preview"
     assert reachable.isdisjoint(WRITING), reachable & WRITING
 
 
 def test_the_web_app_takes_the_stage_names_from_constants() -> None:
-    from ruleengine import constants, evaluation
+    from ruleengine import constants
+    from ruleengine.worker import stages as evaluation
 
     assert evaluation.STAGES is constants.STAGES == ("cooldown", "fetch", "evaluate", "act")
 
@@ -234,7 +247,7 @@ def test_no_product_module_imports_the_simulator_but_up_inside_a_function() -> N
             continue  # the alias ``python -m ruleengine.sandbox``, kept for one release
         eager, lazy = _imported_modules(path)
         simulator = ("graph_sandbox", "ruleengine.sandbox")
-        if relative == "up.py":
+        if relative == "devstack/up.py":
             up_lazy = _under(lazy, *simulator)
             lazy = set()
         if imports := _under(eager | lazy, *simulator):
@@ -257,3 +270,111 @@ def test_the_simulator_enforces_the_meta_limits_the_product_plans_for() -> None:
     # Two copies on purpose (the simulator stands on its own); they describe one Meta.
     assert sandbox_batch.BATCH_MAX_ITEMS == constants.BATCH_MAX_ITEMS
     assert sandbox_limits.ADSET_BUDGET_CHANGES_PER_HOUR == constants.ADSET_BUDGET_CHANGES_PER_HOUR
+
+
+# ---------------------------------------------------------------- the house
+
+
+def _product_modules() -> dict[str, Path]:
+    modules = {}
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    return modules
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module → the product modules it imports: at import time, under ``TYPE_CHECKING`` or
+    inside a function alike (a cycle of types is a cycle of concepts)."""
+    modules = _product_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        eager, lazy = _imported_modules(path)
+        graph[name] = {m for m in eager | lazy if m in modules and m != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_between_product_modules() -> None:
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle_of_types() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from x.y import Z\n"
+    assert "x.y" in _imported_modules_of(source)[0]
+
+
+def _imported_modules_of(source: str) -> tuple[set[str], set[str]]:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
+        handle.write(source)
+    return _imported_modules(Path(handle.name))
+
+
+def test_at_most_twelve_modules_at_the_top_of_the_product() -> None:
+    top = sorted(p.name for p in SRC.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert len(top) <= 12, top
+
+
+def test_every_package_says_what_it_owns_and_what_it_may_import() -> None:
+    missing = []
+    for init in sorted(SRC.rglob("__init__.py")):
+        package = init.parent.relative_to(SRC).as_posix()
+        if package in (".", "sandbox"):
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        if "May import" not in doc and "may import" not in doc.lower():
+            missing.append(package)
+    assert missing == []
+
+
+#: a module may be longer than this when its docstring says why ("(Over N lines: …)")
+MAX_MODULE_LINES = 800
+
+
+def test_no_product_module_is_over_800_lines_without_a_reason() -> None:
+    long = []
+    for path in sorted(SRC.rglob("*.py")):
+        lines = path.read_text().count("\n")
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if lines > MAX_MODULE_LINES and "(Over " not in doc:
+            long.append(f"{path.relative_to(SRC)}: {lines}")
+    assert long == []

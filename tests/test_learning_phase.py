@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from flow import campaign_rule, records, run_rule
 from graph_sandbox.admin import SandboxAdmin
-from ruleengine.backtest import BacktestDeps, BacktestRequest, run_backtest
+from ruleengine.backtest.result import BacktestRequest
+from ruleengine.backtest.service import BacktestDeps, run_backtest
 from ruleengine.errors import RuleValidationError
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from flow import dispatch, save_rule
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
+from ruleengine.dispatching.listings import ListingKey, SweepListings, plan_listings
+from ruleengine.dispatching.payload import EvaluateJob, deserialize
 from ruleengine.errors import RuleValidationError
-from ruleengine.listings import ListingKey, SweepListings, plan_listings
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob, deserialize
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.filtering import EVERY_STATUS
 from ruleengine.rules.model import (

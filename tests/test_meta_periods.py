@@ -22,12 +22,12 @@ from aiohttp import web
 
 from flow import campaign_rule, engine_for, records
 from graph_sandbox.admin import SandboxAdmin
-from ruleengine.engine import evaluate_account
+from ruleengine.dispatching.payload import EvaluateJob
 from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.worker.job import evaluate_account
 from support import SANDBOX_NOW, SANDBOX_TOKEN
 
 # At 18:00 UTC on 1 December it is already 2 December in Tokyo (act_1004, yen) and still

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from flow import LOSER, campaign_rule, dispatch, records, save_rule, successful_writes, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
+from ruleengine.dispatching.payload import EvaluateJob, deserialize, serialize
 from ruleengine.errors import ListingExpired
-from ruleengine.payload import EvaluateJob, deserialize, serialize
 from ruleengine.rules.entity import Entity
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key

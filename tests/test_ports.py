@@ -6,10 +6,10 @@ import socket
 
 import pytest
 
-from ruleengine.embedded import port_free
-from ruleengine.ports import PortsUnavailable, check_ports, plan_problems, planned_ports
+from ruleengine.devstack.embedded import port_free
+from ruleengine.devstack.ports import PortsUnavailable, check_ports, plan_problems, planned_ports
+from ruleengine.devstack.supervise import restart_delay_s
 from ruleengine.settings import PORT_LAYOUT, Settings
-from ruleengine.supervise import restart_delay_s
 
 
 def test_defaults_are_todays_ports_and_urls() -> None:

@@ -18,7 +18,7 @@ from flow import DueBurstWorker, records, run_rule
 from flow import _Idle as Idle
 from ruleengine import constants as c
 from ruleengine.jobs import worker_kwargs
-from ruleengine.retention import RetentionPolicy, apply_retention, retention_job
+from ruleengine.maintenance.retention import RetentionPolicy, apply_retention, retention_job
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database, TtlIndex, ensure_ttl_index
 from ruleengine.store.rollups import RollupStore, days_to_roll_up
@@ -44,6 +44,7 @@ async def test_ttl_indexes_follow_the_settings_and_a_changed_setting_changes_the
     first = await apply_retention(db, policy, now=NOW)
     assert set(first.ttl.values()) == {"created"}
     assert await _ttl_of(db, c.EXECUTIONS) == {"created_at": 30 * 86400}
+    assert await _ttl_of(db, c.EVALUATIONS) == {"created_at": 30 * 86400}  # the chunks too
     assert await _ttl_of(db, c.BATCHES) == {"finished_at": 90 * 86400}
     assert await _ttl_of(db, c.ROLLUPS) == {"date": 400 * 86400}
     assert await _ttl_of(db, c.ROLLUP_DAYS) == {"date": 402 * 86400}
@@ -55,12 +56,14 @@ async def test_ttl_indexes_follow_the_settings_and_a_changed_setting_changes_the
     second = await apply_retention(db, RetentionPolicy.from_settings(shorter), now=NOW)
     assert second.ttl == {
         c.EXECUTIONS: "updated",
+        c.EVALUATIONS: "updated",
         c.BATCHES: "updated",
         c.ROLLUPS: "unchanged",
         c.ROLLUP_DAYS: "unchanged",
         c.INSIGHTS_HISTORY: "unchanged",
     }
     assert await _ttl_of(db, c.EXECUTIONS) == {"created_at": 7 * 86400}
+    assert await _ttl_of(db, c.EVALUATIONS) == {"created_at": 7 * 86400}
     assert await _ttl_of(db, c.BATCHES) == {"finished_at": 14 * 86400}
     names = [i["name"] async for i in await db[c.BATCHES].list_indexes()]
     assert names.count("finished_at_ttl") == 1  # changed in place, not duplicated

@@ -172,7 +172,9 @@ async def test_a_worker_killed_between_its_intents_and_their_answers_never_passe
     async def next_write_on_its_way() -> bool:
         written = [w["id"] for w in await successful_writes(sandbox)]
         query = {"status": "pending", "entity_id": {"$nin": written}}
-        return bool(written) and await db[c.ACTION_INTENTS].count_documents(query) > 0
+        if not written or not await db[c.ACTION_INTENTS].count_documents(query):
+            return False
+        return bool((await sandbox.stats())["writes_in_flight"])  # at Meta, not landed yet
 
     try:  # the first write landed; the next one's intent is recorded, its write 4 s long
         await wait_for(next_write_on_its_way, timeout_s=60)

@@ -18,15 +18,15 @@ from hypothesis import strategies as st
 from flow import campaign_ids, campaign_rule, dispatch, engine_for, reap, records, save_rule, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.engine import evaluate_account
 from ruleengine.followups.running import run_followup
 from ruleengine.settings import Settings
-from ruleengine.settling import Settled, SettledBy, corrected, from_live, owning_record
 from ruleengine.store.db import Database
 from ruleengine.store.followups import followup_batch, followup_of_batch, followup_record_key
 from ruleengine.store.intents import Intent, IntentStore
 from ruleengine.store.records import record_key
-from ruleengine.undo import preview
+from ruleengine.undo.run import preview
+from ruleengine.worker.job import evaluate_account
+from ruleengine.writes.settling import Settled, SettledBy, corrected, from_live, owning_record
 from test_faults import ALWAYS, queued_job
 from test_followups import pause_then
 
@@ -51,7 +51,13 @@ async def intent_of(db: Database, batch_id: str) -> dict[str, Any]:
 
 
 async def raise_with_lost_answer(
-    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, *, answer: str
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+    *,
+    answer: str,
+    action: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """A run two hours ago raised Prospecting US 1's budget by 10 %; Meta applied it and the
     answer was lost. The entity's id, and the run's record."""
@@ -60,7 +66,7 @@ async def raise_with_lost_answer(
     past = datetime.now(UTC) - timedelta(hours=2)  # its job is provably over by now
     rule = await save_rule(
         db,
-        campaign_rule({"type": "increase_budget", "percent": 10}, [ALWAYS], filters=only),
+        campaign_rule(action or {"type": "increase_budget", "percent": 10}, [ALWAYS], filters=only),
         now=past,
     )
     await dispatch(settings, db, now=past)
@@ -125,6 +131,31 @@ async def test_the_next_run_that_settles_a_lost_answer_corrects_the_batch_that_w
         target,
         True,
     )
+
+
+async def test_a_lost_answer_found_landed_gets_its_follow_up_due_from_the_write(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    """ "+50 % for 3 hours, then restore" whose answer was lost: once a later run finds the
+    write landed, the restore is scheduled as if the answer had come: due 3 h after the write
+    (which was 2 h ago), not 3 h after it was found."""
+    action = {
+        "type": "increase_budget",
+        "percent": 50,
+        "then": {"after_minutes": 180, "do": "restore_budget"},
+    }
+    entity_id, first = await raise_with_lost_answer(
+        settings, db, redis, sandbox, answer="bad_gateway", action=action
+    )
+    assert await db[c.FOLLOWUPS].count_documents({}) == 0  # nothing fired, as far as it knew
+    await dispatch(settings, db)
+    await work(settings)
+    followup = await db[c.FOLLOWUPS].find_one({"entity_id": entity_id})
+    assert followup is not None
+    assert (followup["batch_id"], followup["do"]) == (first["batch_id"], "restore_budget")
+    assert followup["previous"] == first["before"]
+    written_at = (await intent_of(db, first["batch_id"]))["created_at"]
+    assert abs(followup["due_at"] - (written_at + timedelta(minutes=180))) < timedelta(seconds=5)
 
 
 async def test_a_lost_answer_whose_write_did_not_land_stays_failed_with_the_reason(

@@ -29,8 +29,13 @@ from graph_sandbox.sheets_api import (
     split_sheet_name,
 )
 from ruleengine.errors import RuleEngineError
-from ruleengine.metric_table import CustomMetricTable, SheetsError, normalise_name, parse_number
-from ruleengine.sheets import SheetsReader
+from ruleengine.rules.metric_table import (
+    CustomMetricTable,
+    SheetsError,
+    normalise_name,
+    parse_number,
+)
+from ruleengine.worker.sheets import SheetsReader
 
 ACCOUNT_EMAIL = "ruleengine-bot@demo-project.iam.gserviceaccount.com"
 

@@ -30,8 +30,8 @@ from flow import (
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
-from ruleengine.undo import preview, undo_batch
-from ruleengine.undo_plan import revert_state, undo_batch_id
+from ruleengine.undo.plan import revert_state, undo_batch_id
+from ruleengine.undo.run import preview, undo_batch
 from undo_helpers import (
     DELIVERING,
     RAISED,

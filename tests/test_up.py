@@ -25,8 +25,8 @@ import orjson
 import pytest
 from pymongo import MongoClient
 
-from ruleengine.embedded import mongodb_url, port_answers
-from ruleengine.up import SANDBOX_TOKEN as UP_SANDBOX_TOKEN
+from ruleengine.devstack.embedded import mongodb_url, port_answers
+from ruleengine.devstack.up import SANDBOX_TOKEN as UP_SANDBOX_TOKEN
 
 ROOT = Path(__file__).parents[1]
 EXAMPLE = ROOT / "examples" / "rules" / "01-pause-losers.json"

@@ -32,8 +32,8 @@ from flow import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
+from ruleengine.dispatching.payload import EvaluateJob, deserialize, evaluate_job_id
 from ruleengine.jobs import WorkerSettings, worker_kwargs
-from ruleengine.payload import EvaluateJob, deserialize, evaluate_job_id
 from ruleengine.queue import connect_queue
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database

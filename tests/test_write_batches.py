@@ -29,11 +29,11 @@ from flow import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.acts import ActKey, Target
+from ruleengine.acting.results import ActKey, Target
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
-from ruleengine.write_batches import FieldChange, rounds
+from ruleengine.writes.batched import FieldChange, rounds
 from support import BENCH_ZONE, SANDBOX_NOW, SANDBOX_TOKEN
 from test_meta_budget_limits import ADSET, adset_id, adset_rule
 

@@ -10,7 +10,7 @@ Usage::
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from types import TracebackType
 from typing import Any
 
@@ -54,11 +54,18 @@ class SandboxAdmin:
             await self._session.close()
             self._session = None
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        params: dict[str, str] | None = None,
+    ) -> Any:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         url = f"{self.base_url}/_sandbox/{path}"
-        async with self._session.request(method, url, json=body) as response:
+        async with self._session.request(method, url, json=body, params=params) as response:
             payload = await response.json(content_type=None)
             if response.status >= 400:
                 raise SandboxAdminError(f"{method} {url} answered {response.status}: {payload}")
@@ -215,4 +222,41 @@ class SandboxAdmin:
         ``exception_code``, ``exception_message``); the entry as ``/{rule_id}/history`` shows it."""
         body = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in run.items()}
         result: dict[str, Any] = await self._call("POST", f"adrules/{rule_id}/history", body)
+        return result
+
+    async def quality(self, object_id: str) -> dict[str, Any]:
+        """The hidden quality of an ad account, campaign or ad set: ``archetype``,
+        ``typical_spend_cents``, ``true_roas`` (at the budget it was built with),
+        ``true_roas_now`` (at the budget in force), ``elasticity``, and each ad set's in
+        ``adsets`` (with its ``budget_ratio``). Graph never shows these."""
+        result: dict[str, Any] = await self._call("GET", f"quality/{object_id}")
+        return result
+
+    async def counterfactual(
+        self,
+        object_id: str,
+        *,
+        since: datetime | None = None,
+        date_start: date | None = None,
+        date_stop: date | None = None,
+        increment: str = "all",
+    ) -> dict[str, Any]:
+        """What an ad account, campaign or ad set delivered, what it would have delivered
+        with no Graph API write at or after ``since`` (``None``: ever; naive means UTC), and
+        the difference: ``{"rows": [{"date_start", "date_stop", "hour"?, "actual",
+        "counterfactual", "effect"}], …}``, each a dict of totals (money in minor units).
+
+        ``date_start``/``date_stop`` are account-local days (default: the day of ``since``,
+        or of the oldest ad set's creation, to today); ``increment`` is ``"all"`` (one row),
+        ``"day"`` or ``"hour"`` (24 rows a day)."""
+        query = {"increment": increment}
+        if since is not None:
+            query["since"] = (since if since.tzinfo else since.replace(tzinfo=UTC)).isoformat()
+        if date_start is not None:
+            query["date_start"] = date_start.isoformat()
+        if date_stop is not None:
+            query["date_stop"] = date_stop.isoformat()
+        result: dict[str, Any] = await self._call(
+            "GET", f"counterfactual/{object_id}", params=query
+        )
         return result

@@ -1,6 +1,7 @@
 """Admin routes under ``/_sandbox``: stats, reset, faults, write log, raw objects, clock, limits,
 the size and report-run settings of Insights, changes "made in Ads Manager", an ad's weights
-in its ad set's delivery, tokens, and runs of ad rules (their history).
+in its ad set's delivery, tokens, runs of ad rules (their history), and the truth Graph never
+shows (quality, counterfactual).
 
 For tests and benchmarks only: they need no token and are never counted.
 Bad input answers 400 with ``{"error": "<what was wrong>"}``.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 import orjson
@@ -21,9 +22,12 @@ from graph_sandbox.activities import ADS_MANAGER
 from graph_sandbox.adrule_specs import HISTORY_ACTIONS, HISTORY_OBJECT_TYPES
 from graph_sandbox.adrules import HISTORY_FIELDS, render_run
 from graph_sandbox.errors import GraphError
+from graph_sandbox.periods import MAX_HISTORY_DAYS
 from graph_sandbox.state import STATE, SandboxState
 from graph_sandbox.stats import Stats
 from graph_sandbox.tokens import INVALIDATIONS, PERMISSIONS, Grant
+from graph_sandbox.truth import Increment, counterfactual, default_period, members, quality
+from graph_sandbox.world import Account, AdObject
 from graph_sandbox.writes import apply_changes
 
 M = TypeVar("M", bound=BaseModel)
@@ -117,6 +121,17 @@ class _Run(BaseModel):
     exception_message: str | None = None
 
 
+class _Counterfactual(BaseModel):
+    """The query of ``GET /_sandbox/counterfactual/{id}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    since: datetime | None = None
+    date_start: date | None = None
+    date_stop: date | None = None
+    increment: Increment = "all"
+
+
 def add_admin_routes(app: web.Application) -> None:
     """Register the ``/_sandbox`` routes on ``app`` (before the Graph catch-all)."""
     app.router.add_get("/_sandbox/stats", _guarded(_stats))
@@ -140,6 +155,8 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_post("/_sandbox/tokens", _guarded(_issue_token))
     app.router.add_post("/_sandbox/tokens/update", _guarded(_update_token))
     app.router.add_post("/_sandbox/adrules/{id}/history", _guarded(_add_rule_run))
+    app.router.add_get("/_sandbox/quality/{id}", _guarded(_quality))
+    app.router.add_get("/_sandbox/counterfactual/{id}", _guarded(_counterfactual))
 
 
 def _json(value: Any, status: int = 200) -> web.Response:
@@ -148,6 +165,10 @@ def _json(value: Any, status: int = 200) -> web.Response:
 
 class _BadInput(Exception):
     """Admin input that cannot be used; answered with 400 and the message."""
+
+
+class _NotFound(Exception):
+    """An admin route named an object the world does not hold; answered with 404."""
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -159,6 +180,8 @@ def _guarded(handler: Handler) -> Handler:
             return await handler(request)
         except _BadInput as exc:
             return _json({"error": str(exc)}, status=400)
+        except _NotFound as exc:
+            return _json({"error": str(exc)}, status=404)
 
     return guarded
 
@@ -401,3 +424,54 @@ async def _add_rule_run(request: web.Request) -> web.Response:
         else None,
     )
     return _json(render_run(entry, HISTORY_FIELDS), status=201)
+
+
+def _members(state: SandboxState, node_id: str) -> tuple[Account, list[AdObject]]:
+    found = members(state.world, node_id)
+    if found is not None:
+        return found
+    if state.world.get(node_id) is not None:
+        raise _BadInput(f"{node_id} is an ad: ask its ad set, whose delivery it is")
+    raise _NotFound(f"no ad account, campaign or ad set {node_id} in this world")
+
+
+async def _quality(request: web.Request) -> web.Response:
+    """The hidden quality of an ad account, campaign or ad set (tests only; never in Graph)."""
+    state = request.app[STATE]
+    node_id = request.match_info["id"]
+    _, adsets = _members(state, node_id)
+    return _json(quality(state.insights, node_id, adsets, state.now()))
+
+
+async def _counterfactual(request: web.Request) -> web.Response:
+    """What a node delivered, what it would have without the Graph API's writes since
+    ``since``, and the difference (tests only)."""
+    state = request.app[STATE]
+    node_id = request.match_info["id"]
+    account, adsets = _members(state, node_id)
+    query = _validated(_Counterfactual, dict(request.query))
+    now = state.now()
+    since = query.since
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)  # a naive instant is UTC, as the clock route takes it
+    first, last = default_period(account, adsets, since, now)
+    period = (query.date_start or first, query.date_stop or last)
+    if period[0] > period[1]:
+        raise _BadInput("date_start must not be after date_stop")
+    if (period[1] - period[0]).days >= MAX_HISTORY_DAYS:
+        raise _BadInput(f"the period may hold at most {MAX_HISTORY_DAYS} days")
+    rows = counterfactual(
+        state.insights, adsets, since=since, period=period, increment=query.increment, now=now
+    )
+    return _json(
+        {
+            "id": node_id,
+            "account_id": account.id,
+            "currency": account.currency,
+            "timezone": account.timezone_name,
+            "now": now.isoformat(),
+            "since": since.isoformat() if since is not None else None,
+            "increment": query.increment,
+            "rows": rows,
+        }
+    )

@@ -4,6 +4,12 @@ Each ad set has a :class:`Profile` (its typical day); :func:`day_totals` turns
 the profile, the seed, the ad set id and a date into full-day totals with a
 little deterministic noise, so the same seed always gives the same numbers and
 no two days are quite alike. Everything is in integers (money in cents).
+
+A budget change answers with diminishing returns: at ``budget_ratio`` times the
+budget the profile was built for, spend, impressions and clicks are ``ratio`` times
+the typical day's and conversions ``ratio ** ELASTICITY`` times (the profile's ROAS
+is the ad set's quality at its typical budget). The noise of a day is the same at
+every ratio, so a change moves a day's numbers by the model's factors and nothing else.
 """
 
 from __future__ import annotations
@@ -74,6 +80,10 @@ class Totals(NamedTuple):
 
 ZERO = Totals()
 
+#: Conversions grow as ``spend ** ELASTICITY`` when a budget moves spend: below 1, each
+#: extra unit of spend buys fewer conversions than the one before (diminishing returns).
+ELASTICITY = 0.7
+
 
 def noise(seed: int, entity_id: str, day_ordinal: int) -> tuple[float, float, float, float]:
     """Four deterministic numbers in [0, 1) for one entity on one day."""
@@ -87,20 +97,30 @@ def noise(seed: int, entity_id: str, day_ordinal: int) -> tuple[float, float, fl
     )
 
 
-def day_totals(profile: Profile, seed: int, entity_id: str, day_ordinal: int) -> Totals:
-    """What the ad set delivers over the whole day ``day_ordinal`` (``date.toordinal()``)."""
+def day_totals(
+    profile: Profile, seed: int, entity_id: str, day_ordinal: int, budget_ratio: float = 1.0
+) -> Totals:
+    """What the ad set delivers over the whole day ``day_ordinal`` (``date.toordinal()``)
+    at ``budget_ratio`` times the budget its profile was built for.
+
+    Spend (and with it impressions, reach and clicks) is proportional to the ratio;
+    conversions per unit of spend (and per click) are ``ratio ** (ELASTICITY - 1)`` times
+    the profile's, so conversions and purchase value grow as ``ratio ** ELASTICITY``. At a
+    ratio of 1 every factor is exactly 1.0: the numbers are the profile's own.
+    """
     if profile.spend_cents <= 0:
         return ZERO
     n0, n1, n2, n3 = noise(seed, entity_id, day_ordinal)
-    spend = round(profile.spend_cents * (0.85 + 0.3 * n0))
+    per_spend = budget_ratio ** (ELASTICITY - 1)  # conversions per unit of spend, relative
+    spend = round(profile.spend_cents * (0.85 + 0.3 * n0) * budget_ratio)
     impressions = max(1, round(spend * 1000 / (profile.cpm_cents * (0.9 + 0.2 * n1))))
     clicks = round(impressions * profile.ctr * (0.9 + 0.2 * n2))
     link_clicks = round(clicks * profile.link_share)
     purchases = 0
     if profile.roas > 0:
-        purchases = round(spend * profile.roas * (0.9 + 0.2 * n3) / profile.aov_cents)
+        purchases = round(spend * profile.roas * (0.9 + 0.2 * n3) / profile.aov_cents * per_spend)
     order_value = round(profile.aov_cents * (0.95 + 0.1 * n0))
-    add_to_cart = max(round(link_clicks * profile.cart_rate), purchases * 3)
+    add_to_cart = max(round(link_clicks * profile.cart_rate * per_spend), purchases * 3)
     return Totals(
         spend_cents=spend,
         impressions=impressions,
@@ -113,18 +133,17 @@ def day_totals(profile: Profile, seed: int, entity_id: str, day_ordinal: int) ->
         initiate_checkout=purchases + round((add_to_cart - purchases) * 0.4),
         purchases=purchases,
         purchase_value_cents=purchases * order_value,
-        leads=round(link_clicks * profile.lead_rate * (0.9 + 0.2 * n3)),
+        leads=round(link_clicks * profile.lead_rate * (0.9 + 0.2 * n3) * per_spend),
     )
 
 
 def scale(totals: Totals, fraction: float) -> Totals:
-    """The part of a day's totals delivered in ``fraction`` of it (counts rounded down); above
-    1 when a raised budget made the day deliver more than its profile.
+    """The part of a day's totals delivered in ``fraction`` of it (counts rounded down).
 
     Purchase value follows the purchase count, so a partial day never shows
     value without purchases.
     """
-    if fraction == 1.0:
+    if fraction >= 1.0:
         return totals
     if fraction <= 0.0:
         return ZERO

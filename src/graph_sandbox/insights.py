@@ -1,7 +1,7 @@
 """Delivery totals of ad sets and their ads over periods, computed lazily and cached per day.
 
 Full-day totals never change once computed (they depend only on the seed, the
-ad set and the date), so they are cached; the part of a day that counts
+ad set, the date and the budget ratio), so they are cached; the part of a day that counts
 (today so far, the day an ad set was created, the hours it was active around a
 pause) is applied on every request, which is what makes today's numbers grow
 as the clock moves and stop, but stay, when an ad set is paused. So is the
@@ -16,12 +16,19 @@ day is cut at every instant an ad was paused, activated or made, and each piece 
 among the ads active during it, so a paused ad stops growing at the instant of its pause
 and the ads of a day, or of an hour, add up exactly to the ad set. The common day, with
 no such instant, is shared once and cached like the ad set's.
+
+A budget write cuts a day in parts delivered at different budget ratios: each part is its
+share of the full day at its ratio (cached per ratio too). The ads share whatever the ad
+set delivered, so after a budget write they add up to the new delivery too. An engine made
+by :meth:`InsightsEngine.without_writes` reads the logs (the ad set's, its campaign's and
+its ads') without the Graph API's writes: what the same world would have delivered without
+them (the counterfactual).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import date, datetime
 from typing import NamedTuple
 from zoneinfo import ZoneInfo
@@ -35,17 +42,20 @@ from graph_sandbox.split import Weights, split
 from graph_sandbox.timeline import (
     ALWAYS,
     END,
-    Rates,
+    History,
+    RatioSpan,
     Span,
     StatusChange,
+    Unwritten,
     active_spans,
-    budget_rates,
+    at_ratios,
+    budget_ratios,
     covers,
     day_window,
     hour_window,
     intersect,
+    multiply,
     overlap,
-    paced,
     union,
 )
 from graph_sandbox.world import ACTIVE, AdObject, World
@@ -60,19 +70,25 @@ class InsightsEngine:
 
     Args:
         world: The world whose ad sets are measured; its seed drives the noise.
-        follow_budgets: Whether delivery follows budget changes now (an Insights setting):
-            after a change an ad set delivers at its budget over the budget it was built
-            with, times its profile.
+        history: The status and budget logs to read (default: the world's own).
     """
 
-    def __init__(self, world: World, follow_budgets: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, world: World, *, history: History | None = None) -> None:
         self._world = world
-        self._follow_budgets = follow_budgets
-        self._days: dict[tuple[str, int], Totals] = {}
+        self._history: History = world if history is None else history
+        self._days: dict[tuple[str, int, float], Totals] = {}
         #: A whole day of an ad set shared among its ads: (what was shared, weights, parts).
         self._ad_days: dict[tuple[str, int], tuple[Totals, Weights, list[Totals]]] = {}
         #: An ad's day shared among a breakdown's cells: (what was shared, parts).
         self._cell_days: dict[tuple[str, int, str], tuple[Totals, list[Totals]]] = {}
+
+    def without_writes(self, since: datetime | None = None) -> InsightsEngine:
+        """An engine over the same world as it would have delivered had nothing been written
+        through the Graph API at or after ``since`` (``None``: ever); it shares the cache of
+        full days, which depend on no write."""
+        engine = InsightsEngine(self._world, history=Unwritten(self._history, since))
+        engine._days = self._days
+        return engine
 
     def totals(
         self,
@@ -104,11 +120,10 @@ class InsightsEngine:
         affected); days older than the curve's horizon are matured.
         """
         total, days = ZERO, 0
-        for ordinal, full, scope, partial in self._days_of(adset, period, now, lag):
-            if partial:
-                full = scale(full, _shares(scope, ordinal, [None])[0])
-            if full.impressions:
-                total, days = add(total, full), days + 1
+        for ordinal, parts, scope, partial in self._days_of(adset, period, now, lag):
+            day = _delivered(scope, ordinal, parts, [None])[0] if partial else parts[0][0]
+            if day.impressions:
+                total, days = add(total, day), days + 1
         return _deduplicated(total, days)
 
     def hourly_totals(
@@ -128,12 +143,11 @@ class InsightsEngine:
         """
         hours = [ZERO] * 24
         for adset in adsets:
-            for ordinal, full, scope, _ in self._days_of(adset, period, now, lag):
+            for ordinal, parts, scope, _ in self._days_of(adset, period, now, lag):
                 day = date.fromordinal(ordinal)
                 ends = [hour_window(day, hour, scope.tz)[1] for hour in range(23)]
                 before = ZERO  # what the day had delivered by the start of the hour
-                for hour, share in enumerate(_shares(scope, ordinal, [*ends, None])):
-                    by_end = scale(full, share)
+                for hour, by_end in enumerate(_delivered(scope, ordinal, parts, [*ends, None])):
                     sums = zip(hours[hour], by_end, before, strict=True)
                     hours[hour] = Totals(*(total + end - start for total, end, start in sums))
                     before = by_end
@@ -157,10 +171,10 @@ class InsightsEngine:
     ) -> Iterator[tuple[int, list[Totals]]]:
         """Each day of ``period`` the ad set has delivered impressions on, with each ad's
         part of the day (ads in creation order); the days :meth:`adset_totals` counts."""
-        for ordinal, full, scope, partial in self._days_of(adset, period, now, lag):
-            day = scale(full, _shares(scope, ordinal, [None])[0]) if partial else full
+        for ordinal, parts, scope, partial in self._days_of(adset, period, now, lag):
+            day = _delivered(scope, ordinal, parts, [None])[0] if partial else parts[0][0]
             if day.impressions:
-                yield ordinal, self._by_ad(scope, ordinal, full, [None])[0]
+                yield ordinal, self._by_ad(scope, ordinal, parts, [None])[0]
 
     def ad_hourly_totals(
         self, adset: AdObject, period: Period, now: datetime, *, lag: Curve | None = None
@@ -169,66 +183,61 @@ class InsightsEngine:
         ``period``'s days: ``[hour][ad]``; each hour's ads add up to the ad set's hour."""
         ads = self._world.ads_of(adset.id)
         hours = [[ZERO] * len(ads) for _ in range(24)]
-        for ordinal, full, scope, _ in self._days_of(adset, period, now, lag):
+        for ordinal, parts, scope, _ in self._days_of(adset, period, now, lag):
             day = date.fromordinal(ordinal)
             ends: list[datetime | None] = [hour_window(day, h, scope.tz)[1] for h in range(23)]
             before = [ZERO] * len(ads)
-            for hour, by_end in enumerate(self._by_ad(scope, ordinal, full, [*ends, None])):
+            for hour, by_end in enumerate(self._by_ad(scope, ordinal, parts, [*ends, None])):
                 for index, (end, start) in enumerate(zip(by_end, before, strict=True)):
                     hours[hour][index] = add(hours[hour][index], _minus(end, start))
                 before = by_end
         return hours
 
     def _by_ad(
-        self, scope: _Scope, ordinal: int, full: Totals, untils: Sequence[datetime | None]
+        self, scope: _Scope, ordinal: int, parts: list[_Part], untils: Sequence[datetime | None]
     ) -> list[list[Totals]]:
         """What each ad had delivered of day ``ordinal`` by each of ``untils`` (increasing;
         None: the day's end).
 
         The day is cut at every instant an ad's status changed; each piece (what the ad set
-        delivered during it) is shared among the ads active during it.
+        delivered during it, at whatever budget was in force) is shared among the ads active
+        during it.
         """
         start, end = day_window(date.fromordinal(ordinal), scope.tz)
         cuts = sorted({e for spans in scope.ad_spans for span in spans for e in span})
         cuts = [cut for cut in cuts if start < cut < end]
         weights = ad_weights([self._world.factors(ad) for ad in self._ads(scope)])
         if not cuts and untils == [None]:
-            return [self._whole_day(scope, ordinal, full, weights)]
+            return [self._whole_day(scope, ordinal, parts, weights)]
         out: list[list[Totals]] = []
         done = [ZERO] * len(weights)
         piece_start, piece_from = start, ZERO
         events = sorted([(cut, 1) for cut in cuts] + [(until or end, 0) for until in untils])
         for instant, is_cut in events:
-            by_then = self._delivered_by(scope, ordinal, full, instant)
+            by_then = _delivered(scope, ordinal, parts, [instant])[0]
             shared = weights.only([covers(spans, piece_start) for spans in scope.ad_spans])
-            parts = split(_minus(by_then, piece_from), shared)
+            shares = split(_minus(by_then, piece_from), shared)
             if is_cut:
-                done = [add(a, b) for a, b in zip(done, parts, strict=True)]
+                done = [add(a, b) for a, b in zip(done, shares, strict=True)]
                 piece_start, piece_from = instant, by_then
             else:
-                out.append([add(a, b) for a, b in zip(done, parts, strict=True)])
+                out.append([add(a, b) for a, b in zip(done, shares, strict=True)])
         return out
 
     def _whole_day(
-        self, scope: _Scope, ordinal: int, full: Totals, weights: Weights
+        self, scope: _Scope, ordinal: int, parts: list[_Part], weights: Weights
     ) -> list[Totals]:
         """A day without status changes shared among its ads (those active all day)."""
-        delivered = self._delivered_by(scope, ordinal, full, None)
+        delivered = _delivered(scope, ordinal, parts, [None])[0]
         start = day_window(date.fromordinal(ordinal), scope.tz)[0]
         shared = weights.only([covers(spans, start) for spans in scope.ad_spans])
         key = (scope.adset.id, ordinal)
         cached = self._ad_days.get(key)
         if cached is not None and cached[0] == delivered and cached[1] == shared:
             return cached[2]
-        parts = split(delivered, shared)
-        self._ad_days[key] = (delivered, shared, parts)
-        return parts
-
-    def _delivered_by(
-        self, scope: _Scope, ordinal: int, full: Totals, until: datetime | None
-    ) -> Totals:
-        """What the ad set had delivered of day ``ordinal`` by ``until`` (None: its end)."""
-        return scale(full, _shares(scope, ordinal, [until])[0])
+        by_ad = split(delivered, shared)
+        self._ad_days[key] = (delivered, shared, by_ad)
+        return by_ad
 
     def _ads(self, scope: _Scope) -> list[AdObject]:
         return self._world.ads_of(scope.adset.id)
@@ -268,36 +277,52 @@ class InsightsEngine:
 
     def _days_of(
         self, adset: AdObject, period: Period, now: datetime, lag: Curve | None
-    ) -> Iterator[tuple[int, Totals, _Scope, bool]]:
-        """Each day of ``period`` the ad set existed by ``now``: its ordinal, its full totals
-        (conversions as seen at ``now`` with ``lag``), the ad set's scope, and whether only
-        part of the day counts (today, its creation day, or around a pause)."""
+    ) -> Iterator[tuple[int, list[_Part], _Scope, bool]]:
+        """Each day of ``period`` the ad set existed by ``now``: its ordinal, its parts (the
+        full totals at each budget ratio in force that day, conversions as seen at ``now``
+        with ``lag``, and the spans it was active at that ratio), the ad set's scope, and
+        whether only part of the day counts (today, its creation day, around a pause or a
+        budget change)."""
         if adset.profile is None or adset.profile.spend_cents <= 0:
             return
         tz = self._world.account_of(adset).tz
         today = now.astimezone(tz).date().toordinal()
         created = adset.created_time.astimezone(tz).date().toordinal()
-        scope = _Scope(adset, tz, now, *self._active_spans(adset, now, tz), self._rates(adset))
+        active, ad_spans = self._active_spans(adset, now, tz)
+        scope = _Scope(adset, tz, now, ad_spans)
+        ratios = at_ratios(active, self.budget_ratios(adset))
         # a day ending more than the horizon ago is matured (the extra day: DST, UTC offsets)
         maturing = today - math.ceil(lag[-1][0] / 24) - 1 if lag is not None else today + 1
         for ordinal in range(
             max(period[0].toordinal(), created), min(period[1].toordinal(), today) + 1
         ):
-            full = self._day(adset, ordinal)
-            if lag is not None and ordinal >= maturing:
-                age_h = day_age_h(date.fromordinal(ordinal), tz, now)
-                full = as_seen(full, seen_share(age_h, lag))
-            partial = scope.spans is not ALWAYS or bool(scope.rates) or ordinal in (today, created)
-            yield ordinal, full, scope, partial
+            parts = []
+            for ratio, spans in _touching(ratios, ordinal, tz):
+                full = self._day(adset, ordinal, ratio)
+                if lag is not None and ordinal >= maturing:
+                    age_h = day_age_h(date.fromordinal(ordinal), tz, now)
+                    full = as_seen(full, seen_share(age_h, lag))
+                parts.append((full, spans))
+            partial = len(parts) != 1 or parts[0][1] is not ALWAYS or ordinal in (today, created)
+            yield ordinal, parts, scope, partial
 
-    def _day(self, adset: AdObject, ordinal: int) -> Totals:
-        key = (adset.id, ordinal)
+    def _day(self, adset: AdObject, ordinal: int, ratio: float) -> Totals:
+        key = (adset.id, ordinal, ratio)
         cached = self._days.get(key)
         if cached is None:
             assert adset.profile is not None
-            cached = day_totals(adset.profile, self._world.seed, adset.id, ordinal)
+            cached = day_totals(adset.profile, self._world.seed, adset.id, ordinal, ratio)
             self._days[key] = cached
         return cached
+
+    def budget_ratios(self, adset: AdObject) -> list[RatioSpan]:
+        """The ad set's budget over time as a ratio to its first budget: its own budget's
+        times its campaign's (one of them is 1: a budget is the ad set's or the campaign's)."""
+        campaign = self._world.campaign_of(adset)
+        return multiply(
+            budget_ratios(self._history.budget_log(adset.id)),
+            budget_ratios(self._history.budget_log(campaign.id)),
+        )
 
     def _active_spans(
         self, adset: AdObject, now: datetime, tz: ZoneInfo
@@ -310,7 +335,7 @@ class InsightsEngine:
             return [], ads
         spans = ALWAYS
         for obj in (adset, campaign):
-            log = self._world.status_log(obj.id)
+            log = self._history.status_log(obj.id)
             if not log and obj.status == ACTIVE:
                 continue
             own = active_spans(obj.status, log, settled_at=self._settled_at(obj, log, now, tz))
@@ -319,21 +344,10 @@ class InsightsEngine:
             spans = intersect(spans, union(ads))
         return spans, ads
 
-    def _rates(self, adset: AdObject) -> Rates | None:
-        """How fast the ad set delivers after each change of the budget it spends (its own or
-        its campaign's), when delivery follows budgets; None for its profile's pace."""
-        if not self._follow_budgets():
-            return None
-        owner = adset
-        if adset.daily_budget is None and adset.lifetime_budget is None:
-            owner = self._world.campaign_of(adset)
-        log = self._world.budget_log(owner.id)
-        return budget_rates(log) if log else None
-
     def _ad_spans(self, ad: AdObject, now: datetime, tz: ZoneInfo) -> list[Span]:
         """When an ad was active: a scenario's ad since its ad set was made, a copy since its
         own creation, each as its status log says."""
-        log = self._world.status_log(ad.id)
+        log = self._history.status_log(ad.id)
         if not log and ad.status == ACTIVE and ad.source_id is None:
             return ALWAYS
         own = active_spans(ad.status, log, settled_at=self._settled_at(ad, log, now, tz))
@@ -363,26 +377,51 @@ class _Scope(NamedTuple):
     adset: AdObject
     tz: ZoneInfo
     now: datetime
-    spans: list[Span]
     ad_spans: list[list[Span]]
-    rates: Rates | None
 
 
-def _shares(scope: _Scope, ordinal: int, untils: Sequence[datetime | None]) -> list[float]:
-    """The share of day ``ordinal``'s full totals delivered before each of ``untils``
-    (None: the end of the day)."""
+#: A day's full totals at one budget ratio, and the spans the ad set was active at it.
+_Part = tuple[Totals, list[Span]]
+
+
+def _touching(
+    ratios: list[tuple[float, list[Span]]], ordinal: int, tz: ZoneInfo
+) -> list[tuple[float, list[Span]]]:
+    """The budget ratios in force on day ``ordinal`` (all of them when there is one: a day
+    with no delivery counts nothing whatever its ratio)."""
+    if len(ratios) == 1:
+        return ratios
+    window = day_window(date.fromordinal(ordinal), tz)
+    return [(ratio, spans) for ratio, spans in ratios if overlap(window, spans)]
+
+
+def _delivered(
+    scope: _Scope, ordinal: int, parts: list[_Part], untils: Sequence[datetime | None]
+) -> list[Totals]:
+    """What day ``ordinal`` had delivered by each of ``untils`` (None: the end of the day):
+    each part's share of its full totals, summed (each rounded down as a share is)."""
+    if len(parts) == 1:  # the common case: no budget change that day
+        full, spans = parts[0]
+        return [scale(full, share) for share in _shares(scope, ordinal, untils, spans)]
+    by_until = [ZERO] * len(untils)
+    for full, spans in parts:
+        for index, share in enumerate(_shares(scope, ordinal, untils, spans)):
+            by_until[index] = add(by_until[index], scale(full, share))
+    return by_until
+
+
+def _shares(
+    scope: _Scope, ordinal: int, untils: Sequence[datetime | None], spans: list[Span]
+) -> list[float]:
+    """The share of day ``ordinal``'s full totals delivered during ``spans`` before each of
+    ``untils`` (None: the end of the day)."""
     whole = day_window(date.fromordinal(ordinal), scope.tz)
     length = whole[1] - whole[0]
     start = max(whole[0], scope.adset.created_time)
     shares = []
     for until in untils:
         end = min(whole[1] if until is None else until, whole[1], scope.now)
-        if start >= end:
-            delivered = 0.0
-        elif scope.rates is None:
-            delivered = overlap((start, end), scope.spans) / length
-        else:
-            delivered = paced((start, end), scope.spans, scope.rates) / length.total_seconds()
+        delivered = overlap((start, end), spans) / length if start < end else 0.0
         shares.append(max(0.0, delivered))
     return shares
 

@@ -63,9 +63,6 @@ class InsightsSettings(BaseModel):
     page_max_rows: int | None = Field(default=None, ge=1)
     #: Conversions that mature after the day they belong to (off: a past day never changes).
     attribution_lag: AttributionLag = Field(default_factory=AttributionLag)
-    #: Delivery follows budget changes from the instant they are made (off: an ad set
-    #: delivers its profile whatever its budget).
-    spend_follows_budget: bool = False
 
 
 def sync_timeout(subcode: int) -> GraphError:

@@ -1,6 +1,6 @@
 """A local simulator of the Google Sheets v4 API and Google's OAuth token endpoint.
 
-It serves exactly what :class:`ruleengine.sheets.SheetsReader` (through gspread,
+It serves exactly what :class:`ruleengine.worker.sheets.SheetsReader` (through gspread,
 gspread-asyncio and google-auth) calls, over real HTTP, so the real client code
 runs against it unchanged. Mount it on any aiohttp app with
 :func:`add_sheets_routes` (the all-in-one demo puts it on the Graph sandbox under

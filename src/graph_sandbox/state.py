@@ -86,15 +86,13 @@ class SandboxState:
         world = build_world(config)
         self.config = config
         self.world = world
-        self.report_runs = ReportRuns()
-        self.insights = InsightsEngine(
-            world, lambda: self.report_runs.settings.spend_follows_budget
-        )
+        self.insights = InsightsEngine(world)
         self.usage = UsageModel()
         self.faults = Faults(config.seed)
         self.stats = Stats()
         self.writes = []
         self.budget_changes = BudgetChangeLimiter()
+        self.report_runs = ReportRuns()
         self.activity = ActivityLog()
         self.tokens = Tokens(world.accounts, seed=config.seed, operator_tokens=self.operator_tokens)
         self.async_batches = AsyncBatches(config.seed)

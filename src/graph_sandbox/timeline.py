@@ -1,8 +1,12 @@
-"""When an ad set could deliver: the spans during which it and its campaign were both ACTIVE.
+"""When an ad set could deliver, and at what budget: spans of time from the status and budget logs.
 
 Every status write is logged with its time (:meth:`World.set_status`), so a pause stops
 delivery from that instant on and an activation starts it again; what was delivered before
-a pause stays delivered. Pure date maths on the log, no I/O.
+a pause stays delivered. Every budget write is logged too (:meth:`World.log_budget`): from
+its instant on the ad set delivers at the new budget's ratio to the budget before the first
+change (:func:`budget_ratios`). :class:`Unwritten` reads the logs as they would be had
+nothing been written through the Graph API since some instant: the counterfactual.
+Pure date maths on the logs, no I/O.
 
 The scenarios build objects without a history. An object built ``PAUSED`` (or archived)
 counts as having been so since the start of the account-local day of its first logged
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, date, datetime, time, timedelta
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 #: A half-open interval ``[start, end)`` of instants.
@@ -26,11 +30,39 @@ ALWAYS: list[Span] = [(BEGINNING, END)]
 
 
 class StatusChange(NamedTuple):
-    """One logged status write: at ``at`` the status went from ``before`` to ``after``."""
+    """One logged status write: at ``at`` the status went from ``before`` to ``after``
+    (``via_api``: through the Graph API, as the write log has it; else in Ads Manager)."""
 
     at: datetime
     before: str
     after: str
+    via_api: bool = True
+
+
+class BudgetChange(NamedTuple):
+    """One logged budget write: at ``at`` the budget went from ``before`` to ``after``
+    (minor units; the daily or the lifetime budget, whichever the object has)."""
+
+    at: datetime
+    before: int
+    after: int
+    via_api: bool = True
+
+
+class History(Protocol):
+    """The logged changes delivery depends on (a :class:`World`, or a view of one)."""
+
+    def status_log(self, object_id: str) -> list[StatusChange]:
+        """Every status change of an object, in the order they were made."""
+        ...
+
+    def budget_log(self, object_id: str) -> list[BudgetChange]:
+        """Every budget change of an object, in the order they were made."""
+        ...
+
+
+#: A budget ratio in force during a span.
+RatioSpan = tuple[Span, float]
 
 
 def day_window(day: date, tz: ZoneInfo) -> Span:
@@ -120,35 +152,113 @@ def covers(spans: Sequence[Span], instant: datetime) -> bool:
     return any(start <= instant < end for start, end in spans)
 
 
-class BudgetChange(NamedTuple):
-    """One logged budget write: at ``at`` the budget went from ``before`` to ``after``."""
+def budget_ratios(changes: Sequence[BudgetChange]) -> list[RatioSpan]:
+    """The budget in force over time, as a ratio to the budget before the first change.
 
-    at: datetime
-    before: int
-    after: int
-
-
-#: ``(from this instant, rate)`` steps, in time order: how fast an ad set delivers
-#: relative to its profile.
-Rates = list[tuple[datetime, float]]
-
-
-def budget_rates(changes: Sequence[BudgetChange]) -> Rates:
-    """How fast delivery runs after each budget change: the budget over the first budget
-    logged (the one the scenario built); 1 before the first change."""
+    The spans cover all time, in order; consecutive spans never have the same ratio (a
+    change back to the first budget is a ratio of 1 again). With no change: one span, 1.
+    """
     ordered = sorted(changes, key=lambda change: change.at)
-    base = ordered[0].before
-    return [(BEGINNING, 1.0), *((change.at, change.after / base) for change in ordered)]
+    reference = ordered[0].before if ordered else 0
+    steps = [(BEGINNING, 1.0)]
+    for change in ordered:
+        ratio = change.after / reference if reference > 0 else 1.0
+        if change.at == steps[-1][0]:
+            steps[-1] = (change.at, ratio)  # two writes at one instant: the last one holds
+        elif ratio != steps[-1][1]:
+            steps.append((change.at, ratio))
+    ends = [start for start, _ in steps[1:]] + [END]
+    return _merged([((start, end), ratio) for (start, ratio), end in zip(steps, ends, strict=True)])
 
 
-def paced(window: Span, spans: Sequence[Span], rates: Rates) -> float:
-    """Seconds of ``window`` the spans cover, each second weighted by the rate then."""
-    total = 0.0
-    ends = [*(start for start, _ in rates[1:]), END]
-    for start, end in spans:
-        lo, hi = max(window[0], start), min(window[1], end)
-        for (step, rate), step_end in zip(rates, ends, strict=True):
-            a, b = max(lo, step), min(hi, step_end)
-            if a < b:
-                total += (b - a).total_seconds() * rate
-    return total
+def multiply(left: Sequence[RatioSpan], right: Sequence[RatioSpan]) -> list[RatioSpan]:
+    """The product of two budget ratios over time (an ad set's own budget and its campaign's:
+    both move its delivery); both cover all time, and so does the product."""
+    if len(right) == 1 and right[0][1] == 1.0:
+        return list(left)
+    if len(left) == 1 and left[0][1] == 1.0:
+        return list(right)
+    product = []
+    for (l_start, l_end), l_ratio in left:
+        for (r_start, r_end), r_ratio in right:
+            start, end = max(l_start, r_start), min(l_end, r_end)
+            if start < end:
+                product.append(((start, end), l_ratio * r_ratio))
+    return _merged(product)
+
+
+def _merged(spans: list[RatioSpan]) -> list[RatioSpan]:
+    """Adjacent spans with the same ratio joined into one."""
+    out: list[RatioSpan] = []
+    for (start, end), ratio in spans:
+        if out and out[-1][1] == ratio and out[-1][0][1] == start:
+            out[-1] = ((out[-1][0][0], end), ratio)
+        else:
+            out.append(((start, end), ratio))
+    return out
+
+
+def at_ratios(active: list[Span], ratios: Sequence[RatioSpan]) -> list[tuple[float, list[Span]]]:
+    """The active spans cut by budget ratio: each ratio with the active spans it held over.
+
+    With no budget change this is ``[(1.0, active)]``, the very list given (``ALWAYS``
+    stays ``ALWAYS``, which tells the engine that whole days count).
+    """
+    if len(ratios) == 1:
+        return [(ratios[0][1], active)]
+    pieces = [(ratio, intersect(active, [span])) for span, ratio in ratios]
+    return [(ratio, spans) for ratio, spans in pieces if spans]
+
+
+def ratio_at(ratios: Sequence[RatioSpan], at: datetime) -> float:
+    """The budget ratio in force at ``at``."""
+    return next((ratio for (start, end), ratio in ratios if start <= at < end), 1.0)
+
+
+_Change = TypeVar("_Change", StatusChange, BudgetChange)
+
+
+def without_api_writes(changes: Sequence[_Change], since: datetime | None) -> list[_Change]:
+    """A log as it would read had nothing been written through the Graph API at or after
+    ``since`` (``None``: ever).
+
+    Each such write stays in the log as a change to what was already in force: the log
+    keeps its length and instants, so whatever is anchored on its first change (since when
+    a scenario's paused object was paused, the reference budget) is the same, and so is
+    everything before ``since``. Changes made in Ads Manager stay; each starts from what
+    was in force without the API's writes.
+    """
+    if not changes:
+        return []
+    order = sorted(range(len(changes)), key=lambda index: changes[index].at)
+    out = list(changes)
+    current = changes[order[0]].before
+    for index in order:
+        change = changes[index]
+        dropped = change.via_api and (since is None or change.at >= since)
+        after = current if dropped else change.after
+        out[index] = change._replace(before=current, after=after)
+        current = after
+    return out
+
+
+class Unwritten:
+    """A history as it would be had nothing been written through the Graph API at or after
+    ``since`` (``None``: ever): the counterfactual the sandbox's delivery is compared with.
+
+    Args:
+        history: The real history (the world).
+        since: The first instant whose API writes are left out.
+    """
+
+    def __init__(self, history: History, since: datetime | None) -> None:
+        self._history = history
+        self._since = since
+
+    def status_log(self, object_id: str) -> list[StatusChange]:
+        """The object's status changes, the API's since ``since`` made no-ops."""
+        return without_api_writes(self._history.status_log(object_id), self._since)
+
+    def budget_log(self, object_id: str) -> list[BudgetChange]:
+        """The object's budget changes, the API's since ``since`` made no-ops."""
+        return without_api_writes(self._history.budget_log(object_id), self._since)

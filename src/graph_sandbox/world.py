@@ -231,23 +231,29 @@ class World:
             return obj.held_as
         return obj.status
 
-    def set_status(self, obj: AdObject, status: str, at: datetime) -> None:
-        """Change an object's status at ``at``, keeping the change in its status log."""
+    def set_status(self, obj: AdObject, status: str, at: datetime, *, via_api: bool = True) -> None:
+        """Change an object's status at ``at``, keeping the change in its status log
+        (``via_api``: written through the Graph API, not in Ads Manager)."""
         if status != obj.status:
-            self._status_log.setdefault(obj.id, []).append(StatusChange(at, obj.status, status))
+            change = StatusChange(at, obj.status, status, via_api)
+            self._status_log.setdefault(obj.id, []).append(change)
             obj.status = status
-
-    def log_budget(self, obj: AdObject, at: datetime, before: int, after: int) -> None:
-        """Log a budget change of a campaign or ad set (delivery may follow it)."""
-        self._budget_log.setdefault(obj.id, []).append(BudgetChange(at, before, after))
-
-    def budget_log(self, object_id: str) -> list[BudgetChange]:
-        """Every budget change of an object, in the order they were made."""
-        return self._budget_log.get(object_id, [])
 
     def status_log(self, object_id: str) -> list[StatusChange]:
         """Every status change of an object, in the order they were made."""
         return self._status_log.get(object_id, [])
+
+    def log_budget(
+        self, obj: AdObject, before: int, after: int, at: datetime, *, via_api: bool = True
+    ) -> None:
+        """Log a change of an object's budget at ``at``: its delivery follows the new budget
+        from that instant (:mod:`graph_sandbox.timeline`)."""
+        if after != before:
+            self._budget_log.setdefault(obj.id, []).append(BudgetChange(at, before, after, via_api))
+
+    def budget_log(self, object_id: str) -> list[BudgetChange]:
+        """Every budget change of an object, in the order they were made."""
+        return self._budget_log.get(object_id, [])
 
     def significant_edit(self, adset_id: str, at: datetime) -> None:
         """Log a significant edit of an ad set at ``at``: its learning phase starts again."""

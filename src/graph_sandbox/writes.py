@@ -38,6 +38,7 @@ _UPDATABLE = frozenset(
 )
 #: What an ad takes: its budget, bid and goal are its ad set's (or campaign's).
 _AD_UPDATABLE = frozenset({"status", "name"})
+_BUDGETS = frozenset({"daily_budget", "lifetime_budget"})
 #: Bid strategies under which an ad set takes a ``bid_amount`` (a cap Meta bids within).
 BID_STRATEGIES = frozenset({"LOWEST_COST_WITH_BID_CAP", "COST_CAP"})
 #: The largest ``bid_amount`` Graph takes: the field is an int32.
@@ -85,16 +86,18 @@ def apply_changes(
     )
     if budget_change:
         state.budget_changes.check(obj.id, now)
+    via_api = actor == GRAPH_API
     for name, value in changes.items():
         old = getattr(obj, name)
         _restart_learning(state, obj, name, old, value)
         if name == "status":
             # Logged with its time: delivery stops (or starts) at this instant, not at midnight.
-            state.world.set_status(obj, value, now)
+            state.world.set_status(obj, value, now, via_api=via_api)
         else:
+            if name in _BUDGETS:
+                # Logged with its time too: delivery follows the new budget from this instant.
+                state.world.log_budget(obj, old, value, now, via_api=via_api)
             setattr(obj, name, value)
-        if name in ("daily_budget", "lifetime_budget") and old != value:
-            state.world.log_budget(obj, now, old, value)  # delivery may follow from now on
         if old != value:
             state.activity.record(state, obj, name, old, value, actor=actor)
     obj.updated_time = now

@@ -10,6 +10,7 @@ RULE_VERSIONS: Final = "rule_versions"
 ACCOUNTS: Final = "accounts"
 BATCHES: Final = "batches"
 EXECUTIONS: Final = "executions"
+EVALUATIONS: Final = "evaluations"  # a batch's evaluations in chunks (store/evaluations.py)
 ACTION_INTENTS: Final = "action_intents"
 ERROR_LOG: Final = "error_log"
 FOLLOWUPS: Final = "followups"

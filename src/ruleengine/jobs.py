@@ -1,4 +1,9 @@
-"""arq worker: ``arq ruleengine.jobs.WorkerSettings``.
+"""arq worker: ``arq ruleengine.jobs.WorkerSettings`` — the job functions and the settings.
+
+A thin entry point: each job hands its payload to the package that owns the work
+(:mod:`ruleengine.worker`, :mod:`ruleengine.followups`, :mod:`ruleengine.approvals`,
+:mod:`ruleengine.undo`, :mod:`ruleengine.maintenance.reaper`, :mod:`ruleengine.maintenance`);
+the process's clients are built by :mod:`ruleengine.worker.process`.
 
 Jobs run once: retries are disabled (``max_tries=1``, ``retry_jobs=False``) and
 results are not kept (``keep_result=0``); the retry of a failed evaluation is
@@ -6,95 +11,39 @@ the rule's next scheduled run. Jobs are serialised with orjson. Clients
 (MongoDB, Redis, the Graph session, Sheets, webhooks) are created in
 ``on_startup`` and closed in ``on_shutdown``; a reaper runs every minute to
 close batches whose worker died (once a minute between all workers, whatever their clocks
-do: :mod:`ruleengine.periodic`).
+do: :mod:`ruleengine.maintenance.periodic`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
-import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from arq.worker import func
 
 from ruleengine import constants as c
-from ruleengine.approved import apply_approval
-from ruleengine.deciding import requeue_approved
-from ruleengine.engine import Engine, build_engine, close_engine, evaluate_account
+from ruleengine.approvals.applying import apply_approval
+from ruleengine.approvals.deciding import requeue_approved
+from ruleengine.dispatching.payload import EvaluateJob, deserialize, serialize
 from ruleengine.followups.running import run_followup
-from ruleengine.observability import WorkerMetrics, serve
-from ruleengine.payload import EvaluateJob, deserialize, serialize
-from ruleengine.periodic import every_minute
-from ruleengine.queue import connect_queue, redis_settings
-from ruleengine.reaper import Reaper
+from ruleengine.maintenance.periodic import every_minute
+from ruleengine.maintenance.reaper import Reaper
+from ruleengine.maintenance.retention import retention_job
+from ruleengine.observability import WorkerMetrics
+from ruleengine.queue import redis_settings
 from ruleengine.redact import setup_logging
-from ruleengine.retention import retention_job
 from ruleengine.settings import Settings
-from ruleengine.store.db import create_client, database, ensure_indexes
-from ruleengine.store.heartbeats import Heartbeats
-from ruleengine.undo import undo_batch
+from ruleengine.undo.run import undo_batch
+from ruleengine.worker.deps import Engine
+from ruleengine.worker.job import evaluate_account
+from ruleengine.worker.process import shutdown, startup
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_EVERY_S = 5.0
-
-
-def _worker_name() -> str:
-    return f"worker:{socket.gethostname()}:{os.getpid()}"
-
-
-async def startup(ctx: dict[str, Any]) -> None:
-    """Create the process's clients and the engine; start the heartbeat."""
-    settings: Settings = ctx.setdefault("settings", Settings())
-    client = create_client(settings)
-    db = database(client, settings)
-    await ensure_indexes(db)
-    queue = connect_queue(settings)
-    metrics = WorkerMetrics()
-    serve(metrics.registry, settings.worker_metrics_port, what="worker", host=settings.metrics_host)
-    engine = build_engine(settings, db=db, redis=queue, worker=_worker_name())
-    if engine.executor.guards is not None:
-        engine.executor.guards.on_oscillation = lambda field: metrics.oscillations.labels(
-            field=field
-        ).inc()
-    if engine.followups is not None:
-        engine.followups.on_result = lambda result, n: metrics.followups.labels(result=result).inc(
-            n
-        )
-    ctx.update(mongo=client, db=db, queue=queue, engine=engine, metrics=metrics, jobs_done=0)
-    ctx["heartbeat"] = asyncio.create_task(_heartbeat(ctx, Heartbeats(db), engine.worker))
-    log.info("%s ready (max %d jobs at once)", engine.worker, settings.worker_max_jobs)
-
-
-async def _heartbeat(ctx: dict[str, Any], beats: Heartbeats, name: str) -> None:
-    while True:
-        try:
-            await beats.beat(name, now=datetime.now(UTC), jobs_done=ctx.get("jobs_done", 0))
-        except Exception:
-            log.exception("worker heartbeat failed")
-        await asyncio.sleep(HEARTBEAT_EVERY_S)
-
-
-async def shutdown(ctx: dict[str, Any]) -> None:
-    """Stop the heartbeat and close every client."""
-    beat: asyncio.Task[None] | None = ctx.get("heartbeat")
-    if beat is not None:
-        beat.cancel()
-    engine: Engine | None = ctx.get("engine")
-    if engine is not None:
-        await close_engine(engine)
-        await Heartbeats(ctx["db"]).remove(engine.worker)
-    if "queue" in ctx:
-        await ctx["queue"].aclose()
-    if "mongo" in ctx:
-        await ctx["mongo"].close()
-
 
 async def evaluate_account_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
-    """arq job: evaluate one rule on one ad account (see :mod:`ruleengine.engine`)."""
+    """arq job: evaluate one rule on one ad account (see :mod:`ruleengine.worker.job`)."""
     engine: Engine = ctx["engine"]
     metrics: WorkerMetrics = ctx["metrics"]
     job = EvaluateJob.model_validate(payload)
@@ -132,7 +81,7 @@ async def run_followup_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict
 
 
 async def apply_approval_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
-    """arq job: one attempt at writing an approved change (see :mod:`ruleengine.approved`)."""
+    """arq job: one attempt at writing an approved change (:mod:`ruleengine.approvals`)."""
     return await apply_approval(ctx["engine"], str(payload["approval"]), now=datetime.now(UTC))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from arq.connections import ArqRedis, RedisSettings
 
 from ruleengine.constants import QUEUE_NAME
-from ruleengine.payload import deserialize, serialize
+from ruleengine.dispatching.payload import deserialize, serialize
 from ruleengine.settings import Settings
 
 

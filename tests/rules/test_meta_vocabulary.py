@@ -15,7 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ruleengine.errors import FieldError, RuleValidationError
-from ruleengine.notify import describe_conditions
 from ruleengine.rules.basics import Period
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import EvalContext, evaluate_condition
@@ -27,6 +26,7 @@ from ruleengine.rules.periods import (
     insights_period,
     preset_range,
 )
+from ruleengine.writes.notify import describe_conditions
 
 NOW = datetime(2026, 12, 1, 18, 0, tzinfo=UTC)  # the tests' sandbox clock
 TOKYO, NEW_YORK = ZoneInfo("Asia/Tokyo"), ZoneInfo("America/New_York")

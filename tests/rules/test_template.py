@@ -7,10 +7,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ruleengine.notify import MessageContext, render
 from ruleengine.rules.action_types import RenameAction
 from ruleengine.rules.plan import plan_name
 from ruleengine.rules.template import render_template
+from ruleengine.writes.notify import MessageContext, render
 
 VALUES = {"name": "Summer sale", "date": "2026-12-01", "rule": "Tag"}
 

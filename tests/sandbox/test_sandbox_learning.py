@@ -102,8 +102,9 @@ async def test_a_campaign_budget_change_restarts_its_ad_sets_which_exit_after_50
     assert (await sandbox.post(f"/{campaign}", daily_budget=str(budget // 2))).status == 200
     for adset in adsets:
         assert (await _stage(sandbox, adset["id"]))["status"] == "LEARNING"
-    # an awareness ad set optimises for reach: 50 people come within the hour
-    await sandbox.admin.advance_clock(3600)
+    # an awareness ad set optimises for reach: at half its budget 50 people come within
+    # two hours
+    await sandbox.admin.advance_clock(2 * 3600)
     for adset in adsets:
         stage = await _stage(sandbox, adset["id"])
         assert stage["status"] == "SUCCESS"

@@ -50,9 +50,12 @@ async def test_budget_moved_back_and_forth_between_ad_sets_lands_every_write(
     assert (await sandbox.post(f"/{second['id']}", daily_budget=9000)).body == {"success": True}
 
 
-async def test_spend_follows_budget_changes_only_when_turned_on(sandbox: Sandbox) -> None:
+async def test_spend_follows_budget_changes_from_the_instant_they_are_written(
+    sandbox: Sandbox,
+) -> None:
     await sandbox.admin.set_clock(MORNING)
     first, second = (await _adsets(sandbox, "Creative Test US 1"))[:2]
+    yesterday = await sandbox.get(f"/{first['id']}/insights", date_preset="yesterday")
     morning = {a["id"]: await _spend_cents(sandbox, a["id"]) for a in (first, second)}
     await sandbox.admin.advance_clock(6 * 3600)  # 16:00, budgets as built
     as_built = {a["id"]: await _spend_cents(sandbox, a["id"]) for a in (first, second)}
@@ -63,19 +66,12 @@ async def test_spend_follows_budget_changes_only_when_turned_on(sandbox: Sandbox
     await sandbox.post(f"/{first['id']}", daily_budget=double)
     await sandbox.post(f"/{second['id']}", daily_budget=half)
     await sandbox.admin.advance_clock(6 * 3600)
-    off = {a["id"]: await _spend_cents(sandbox, a["id"]) for a in (first, second)}
-    assert off == as_built  # off by default: an ad set delivers its profile
-
-    settings = await sandbox.admin.set_insights(spend_follows_budget=True)
-    assert settings["spend_follows_budget"] is True
-    on = {a["id"]: await _spend_cents(sandbox, a["id"]) for a in (first, second)}
+    paced = {a["id"]: await _spend_cents(sandbox, a["id"]) for a in (first, second)}
     for adset, rate in ((first, 2.0), (second, half / int(second["daily_budget"]))):
         gained = as_built[adset["id"]] - morning[adset["id"]]
         expected = morning[adset["id"]] + gained * rate
-        assert on[adset["id"]] == pytest.approx(expected, abs=3)  # cents lost to rounding
+        assert paced[adset["id"]] == pytest.approx(expected, abs=3)  # cents lost to rounding
     # what was spent before the change stays: yesterday is as it was
-    yesterday = await sandbox.get(f"/{first['id']}/insights", date_preset="yesterday")
-    await sandbox.admin.set_insights(spend_follows_budget=False)
     assert (await sandbox.get(f"/{first['id']}/insights", date_preset="yesterday")).body == (
         yesterday.body
     )
@@ -84,7 +80,6 @@ async def test_spend_follows_budget_changes_only_when_turned_on(sandbox: Sandbox
 async def test_a_campaign_budget_change_paces_every_ad_set_of_the_campaign(
     sandbox: Sandbox,
 ) -> None:
-    await sandbox.admin.set_insights(spend_follows_budget=True)
     await sandbox.admin.set_clock(MORNING)
     campaigns = await sandbox.get("/act_1001/campaigns", fields="id,name,daily_budget")
     cbo = next(c for c in campaigns.body["data"] if "Prospecting US 1" in c["name"])

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ruleengine import constants as c
-from ruleengine.retention import RetentionPolicy, apply_retention
+from ruleengine.maintenance.retention import RetentionPolicy, apply_retention
 from ruleengine.rules.history import DayRange, Granularity
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database

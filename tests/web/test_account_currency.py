@@ -16,7 +16,7 @@ from web_helpers import AUTH, Client
 from flow import campaign_ids, campaign_rule, dispatch, records, save_rule, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.budget_limits import AccountFacts
+from ruleengine.accounts.facts import AccountFacts
 from ruleengine.cli import main
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader

@@ -11,7 +11,7 @@ from web_helpers import AUTH, Client
 from flow import campaign_rule, dispatch, records, save_rule, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.payload import deserialize
+from ruleengine.dispatching.payload import deserialize
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database

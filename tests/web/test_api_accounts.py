@@ -14,7 +14,7 @@ from web_helpers import AUTH, Client, insert_batch, rule_body, start_client
 
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.embedded import free_port
+from ruleengine.devstack.embedded import free_port
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, TokenState, fingerprint, load_key
 from ruleengine.store.db import Database

@@ -15,7 +15,7 @@ from graph_sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.api_tokens import ApiTokenStore
 from ruleengine.store.db import Database
-from ruleengine.web.api_undo import parse_request
+from ruleengine.web.api.undo import parse_request
 from ruleengine.web.jsonio import ApiError
 from undo_helpers import BUDGETED, adset_budgets, limit_used_up, misfire, state
 

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ruleengine.web.api_entities import build_timeline
+from ruleengine.web.api.entities import build_timeline
 
 START = datetime(2026, 11, 20, tzinfo=UTC)
 # Each step: (the live budget someone outside set first, or None; the engine's new budget)

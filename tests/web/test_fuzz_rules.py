@@ -25,7 +25,7 @@ from pydantic import SecretStr
 from web_helpers import AUTH, Client, rule_body, start_client
 
 from ruleengine import constants as c
-from ruleengine.cli import problem_line, validate_files
+from ruleengine.cli.files import problem_line, validate_files
 from ruleengine.errors import FieldError
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database

@@ -11,10 +11,9 @@ from arq.utils import timestamp_ms
 
 from flow import records, run_rule, work
 from ruleengine import constants as c
-from ruleengine.engine import build_engine, close_engine, evaluate_account
+from ruleengine.dispatching.payload import EvaluateJob, batch_id_for, evaluate_job_id
 from ruleengine.meta.http import READ_ONLY
 from ruleengine.meta.reader import GraphReader
-from ruleengine.payload import EvaluateJob, batch_id_for, evaluate_job_id
 from ruleengine.rules.model import Rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import token_ref
@@ -23,6 +22,8 @@ from ruleengine.store.followups import followup_job_id
 from ruleengine.store.records import BatchStart, BatchStore
 from ruleengine.store.ruledocs import RuleDoc
 from ruleengine.web.app import create_app
+from ruleengine.worker.deps import build_engine, close_engine
+from ruleengine.worker.job import evaluate_account
 
 API_TOKEN = "web-test-api-token-7f3a9c2e41b8d6"
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}

@@ -14,7 +14,11 @@ fires finds a newer generation and does nothing — never two follow-ups for one
 * :mod:`ruleengine.followups.running` runs a due follow-up on a worker: claim the
   generation, re-check the live state, act through the write path, record.
 
-The web app's HTTP handlers are in :mod:`ruleengine.web.api_followups`. This
+The web app's HTTP handlers are in :mod:`ruleengine.web.api.followups`. This
 package imports neither submodule, so importing the scheduler never loads the
 write path.
+
+May import: ``scheduling`` — ``store``, ``rules`` and the basics; ``running`` — also
+``writes``, ``acting``, ``accounts``, ``meta`` and :mod:`ruleengine.worker.deps` (the
+worker's services it runs with).
 """

@@ -3,7 +3,7 @@
 The timer fired: claim the follow-up for this generation (a replaced or
 already-handled one does nothing), re-check the live state and act through the
 same intent + instrumented-writer path as every action
-(:meth:`~ruleengine.actions.ActionExecutor.apply`), then record an execution
+(:meth:`~ruleengine.writes.executor.ActionExecutor.apply`), then record an execution
 record linked to the batch of the original action, with how late it ran.
 
 The re-check: a follow-up skips with ``changed_by_someone_else`` when the field
@@ -18,34 +18,34 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ruleengine.actions import ActionExecutor
-from ruleengine.acts import (
+from ruleengine.accounts.facts import AccountFacts
+from ruleengine.acting.results import (
     ACT_FAILURES,
     ActKey,
     ActResult,
     JobRun,
     Target,
     failure_result,
-    live_value,
     read_live,
+    refused,
 )
-from ruleengine.budget_limits import AccountFacts
 from ruleengine.clocks import offset as clock_offset
 from ruleengine.constants import STAGES
 from ruleengine.errors import RuleEngineError
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.http import Cost
 from ruleengine.meta.writer import GraphWriter
-from ruleengine.notify import MessageContext, render, send_once
-from ruleengine.rules.action_types import SetBudgetAction
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule
-from ruleengine.rules.plan import Plan, plan_budget
+from ruleengine.rules.plan import Plan
+from ruleengine.rules.targets import Refused, follow_up_target, live_value, plan_follow_up
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.followups import FollowupDoc, followup_batch, followup_record_key
+from ruleengine.writes.executor import ActionExecutor
+from ruleengine.writes.notify import MessageContext, render, send_once
 
 if TYPE_CHECKING:
-    from ruleengine.engine import Engine
+    from ruleengine.worker.deps import Engine
 
 log = logging.getLogger(__name__)
 
@@ -129,26 +129,24 @@ async def follow_up(
 
 
 def _target(doc: FollowupDoc, *, max_change_pct: float) -> Target:
-    """What the follow-up writes, planned so that a change made meanwhile is left alone."""
-    if doc.do in ("activate", "pause"):
-        field, reads, value = "status", ["status"], "ACTIVE" if doc.do == "activate" else "PAUSED"
-    elif doc.do == "restore_budget":
-        field, reads, value = "daily_budget", ["daily_budget", "lifetime_budget"], doc.previous
-    else:
-        field, reads, value = "name", ["name"], doc.previous
+    """What the follow-up writes, planned so that a change made meanwhile is left alone
+    (:func:`ruleengine.rules.targets.plan_follow_up`, as the backtest's replay plans it)."""
+    target = follow_up_target(doc.do, previous=doc.previous)
 
     def plan(live: dict[str, Any]) -> Plan | ActResult:
-        current = live_value(live, field)
-        if doc.field == field and current != doc.set_value:
-            # someone (or something) changed what the rule set: leave their change alone
-            return ActResult("skipped", "changed_by_someone_else", field, current, current)
-        if field == "daily_budget":
-            restore = SetBudgetAction(type="set_budget", amount=int(value))
-            return plan_budget(restore, live=int(current), max_change_pct=max_change_pct)
-        reason = None if current != value else f"already_{str(value).lower()}"
-        return Plan(field, current, value, reason=reason if field == "status" else None)
+        planned = plan_follow_up(
+            doc.do,
+            live,
+            action_field=doc.field,
+            action_left=doc.set_value,
+            previous=doc.previous,
+            max_change_pct=max_change_pct,
+        )
+        if isinstance(planned, Refused):
+            return refused(planned, current=live_value(live, target.field))
+        return planned
 
-    return Target(field, reads, plan)
+    return Target(target.field, target.reads, plan)
 
 
 async def _notify(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from arq.connections import ArqRedis
@@ -32,7 +32,7 @@ from ruleengine import constants as c
 from ruleengine.rules.action_types import FollowUp
 from ruleengine.rules.model import Rule
 from ruleengine.rules.schedule import next_local_time
-from ruleengine.store.db import Database
+from ruleengine.store.db import Database, Document
 from ruleengine.store.followups import (
     FollowupDoc,
     FollowupStore,
@@ -40,6 +40,8 @@ from ruleengine.store.followups import (
     followup_job_id,
     followup_key,
 )
+from ruleengine.store.intents import Intent
+from ruleengine.store.rules import RuleStore
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,21 @@ class FollowupScheduler:
         doc = await self._store(key, origin, then, now=now, offset=offset)
         await self._arm(doc, now=now, offset=offset)
         return await self.store.get(key)
+
+    async def schedule_late(
+        self, origin: Origin, then: FollowUp, *, written_at: datetime
+    ) -> FollowupDoc | None:
+        """The follow-up of a write found to have landed only later (its answer was lost, then
+        someone settled it): due as if scheduled when it was written — at once when that is
+        past. None when a later action of the task on the entity has scheduled its own, which
+        stands."""
+        key = followup_key(origin.rule_id, origin.task_id, origin.entity_id)
+        existing = await self.store.get(key)
+        if existing is not None and (
+            existing.batch_id == origin.batch_id or existing.created_at >= written_at
+        ):
+            return None
+        return await self.schedule(origin, then, now=written_at)
 
     async def _store(
         self, key: str, origin: Origin, then: FollowUp, *, now: datetime, offset: timedelta
@@ -256,3 +273,37 @@ class FollowupScheduler:
             changed,
         )
         return changed
+
+
+@dataclass
+class LandedFollowups:
+    """Schedules the ``then`` of a write found to have landed only when it was settled (its
+    answer was lost): the action happened, so its follow-up is due as for any other —
+    "+50 % for 2 hours, then restore" must not keep the raised budget because Meta's answer
+    was lost (:class:`ruleengine.writes.settling.Settlement` calls it)."""
+
+    scheduler: FollowupScheduler
+    rules: RuleStore
+
+    async def __call__(self, record: Document, intent: Intent) -> None:
+        then = (record.get("action") or {}).get("then")
+        if not then or record.get("kind") in ("followup", "approval", "undo"):
+            return
+        version = await self.rules.version(str(record["rule_id"]), int(record["rule_version"]))
+        origin = Origin(
+            batch_id=str(record["batch_id"]),
+            rule_id=str(record["rule_id"]),
+            rule_version=int(record["rule_version"]),
+            rule=Rule.model_validate({**version.definition, "status": "ACTIVE"}),
+            task_id=intent.task_id,
+            account=str(record["account"]),
+            entity_id=intent.entity_id,
+            entity_name=str(record.get("entity_name") or ""),
+            field=intent.field,
+            set_value=intent.target,
+            previous=intent.before,
+        )
+        written_at = intent.created_at or datetime.now(UTC)
+        await self.scheduler.schedule_late(
+            origin, FollowUp.model_validate(then), written_at=written_at
+        )

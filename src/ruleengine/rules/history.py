@@ -1,6 +1,6 @@
 """Insights history, the pure part: day ranges, cache keys, freshness, and what to fetch.
 
-The history a backtest reads (:mod:`ruleengine.history`) is cached per (ad account,
+The history a backtest reads (:mod:`ruleengine.backtest.history`) is cached per (ad account,
 level, entity, day, granularity), each field with the instant it was fetched. This
 module decides, without I/O:
 

@@ -16,7 +16,7 @@ curve (shares between 0 and 1, never decreasing, 1 at the last knot).
 
 This module also says which conditions can be observations (:func:`lag_metric`,
 :func:`lag_window`) and how one is built from a record and matured numbers
-(:func:`observation_of`). No I/O: :mod:`ruleengine.lag_history` reads the records and
+(:func:`observation_of`). No I/O: :mod:`ruleengine.backtest.lag_fit` reads the records and
 the history.
 """
 

@@ -20,6 +20,7 @@ sets a status, so two branches passing do what one does. A ``then`` that re-acti
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, ROUND_FLOOR
 from typing import Any, Final
 
 from ruleengine.rules.action_types import (
@@ -47,9 +48,9 @@ from ruleengine.rules.meta_vocab import (
     is_money,
     meta_field_of,
     tidy,
-    to_minor,
 )
 from ruleengine.rules.model import Condition, Filter, Rule, Task
+from ruleengine.rules.money import to_minor
 from ruleengine.rules.schedule import IntervalSchedule, Schedule
 
 #: Our always-true condition (what a Meta rule without conditions imports as).
@@ -400,7 +401,7 @@ class _Exporter(Report):
         }
         if bound is not None:
             spec["limit"] = to_minor(
-                bound, self.account.offset, rounding="down" if increase else "up"
+                bound, self.account.offset, rounding=ROUND_FLOOR if increase else ROUND_CEILING
             )
         return spec
 
@@ -431,8 +432,8 @@ class _Exporter(Report):
         }
         if action.min_budget is not None and action.max_budget is not None:
             spec["limit"] = [
-                to_minor(action.min_budget, offset, rounding="up"),
-                to_minor(action.max_budget, offset, rounding="down"),
+                to_minor(action.min_budget, offset, rounding=ROUND_CEILING),
+                to_minor(action.max_budget, offset, rounding=ROUND_FLOOR),
             ]
         return spec
 

@@ -32,18 +32,13 @@ from typing import Any, Final
 from ruleengine.errors import RuleValidationError
 from ruleengine.rules.basics import WEEKDAYS
 from ruleengine.rules.catalog import resolve_metric, scaling_direction
+from ruleengine.rules.meta_filters import MetaFilters, list_at, object_at
 from ruleengine.rules.meta_vocab import (
     BID_EXECUTION,
     BUDGET_EXECUTIONS,
     CHANGE_EXECUTIONS,
     ENTITY_TYPES,
     EXECUTION_COUNT_LIMIT,
-    FILTER_FIELDS,
-    FILTER_OPERATORS,
-    ID_FIELDS,
-    IMPLICIT_STATUS,
-    METRIC_OPERATORS,
-    PRESETS,
     UNMAPPED_METRICS,
     MetaAccount,
     Problem,
@@ -57,8 +52,7 @@ from ruleengine.rules.meta_vocab import (
     shown,
     tidy,
 )
-from ruleengine.rules.model import EFFECTIVE_STATUSES, parse_rule
-from ruleengine.rules.model import FILTER_FIELDS as LEVEL_FILTER_FIELDS
+from ruleengine.rules.model import parse_rule
 
 TASK_ID: Final = "meta"
 #: The condition of a Meta rule without one (every matched object): always true.
@@ -208,15 +202,15 @@ class _Converter(Report):
 
     def convert(self) -> dict[str, Any] | None:
         self._try(self._account_of_rule)
-        evaluation = self._try(_object, self.raw.get("evaluation_spec"), "evaluation_spec")
-        execution = self._try(_object, self.raw.get("execution_spec"), "execution_spec")
+        evaluation = self._try(object_at, self.raw.get("evaluation_spec"), "evaluation_spec")
+        execution = self._try(object_at, self.raw.get("execution_spec"), "execution_spec")
         if evaluation is None or execution is None:
             return None
         trigger = self._try(self._evaluation_type, evaluation) is None and self._errors()
-        filters = self._try(_list, evaluation.get("filters"), "evaluation_spec.filters") or []
+        filters = self._try(list_at, evaluation.get("filters"), "evaluation_spec.filters") or []
         execution_type = self._try(self._execution_type, execution)
         level = self._try(self._level, filters, execution_type)
-        parts = _Filters(self, level).read(filters, execution_type)
+        parts = MetaFilters(self, level, account=self.account).read(filters, execution_type)
         action, options = self._action(execution, execution_type, level, parts.preset)
         # a trigger rule has no schedule_spec: its absence is not another problem
         schedule = None if trigger else self._try(self._schedule)
@@ -330,7 +324,7 @@ class _Converter(Report):
     ) -> tuple[dict[str, Any] | None, dict[str, int]]:
         """The action, and the task's options (``cooldown_minutes``, ``execution_count_limit``)."""
         options = self._try(
-            _list, execution.get("execution_options", []), "execution_spec.execution_options"
+            list_at, execution.get("execution_options", []), "execution_spec.execution_options"
         )
         change: tuple[str, dict[str, Any]] | None = None
         task: dict[str, int] = {}
@@ -359,7 +353,7 @@ class _Converter(Report):
         return {"type": "pause" if kind == "PAUSE" else "activate"}, task
 
     def _option(self, raw: Any, path: str, kind: str | None) -> tuple[str, Any] | None:
-        entry = _object(raw, path)
+        entry = object_at(raw, path)
         name, value = entry.get("field"), entry.get("value")
         if name == "user_ids":
             self.warn(path, value, self._user_ids_reason(kind))
@@ -404,7 +398,7 @@ class _Converter(Report):
         if change is None:
             raise fail("execution_spec.execution_options", kind, f"{kind} needs a change_spec")
         path, raw = change
-        spec = _object(raw, path)
+        spec = object_at(raw, path)
         if "target_field" in spec:
             return self._scale(spec, path, preset)
         if spec.get("unit") == "ACCOUNT_CURRENCY":
@@ -436,7 +430,7 @@ class _Converter(Report):
                 "execution_spec.execution_options", BID_EXECUTION, "CHANGE_BID needs a change_spec"
             )
         path, raw = change
-        spec = _object(raw, path)
+        spec = object_at(raw, path)
         if "target_field" in spec:
             raise fail(
                 f"{path}.target_field",
@@ -540,7 +534,7 @@ class _Converter(Report):
                 "absent",
                 "the rule came without its schedule_spec (ask for fields=…,schedule_spec)",
             )
-        spec = _object(self.raw["schedule_spec"], "schedule_spec")
+        spec = object_at(self.raw["schedule_spec"], "schedule_spec")
         kind = spec.get("schedule_type")
         if kind == "HOURLY":
             return {"mode": "interval", "every_minutes": 60}
@@ -552,7 +546,7 @@ class _Converter(Report):
             raise fail(
                 "schedule_spec.schedule_type", kind, "not DAILY, HOURLY, SEMI_HOURLY or CUSTOM"
             )
-        entries = _list(spec.get("schedule"), "schedule_spec.schedule")
+        entries = list_at(spec.get("schedule"), "schedule_spec.schedule")
         if not entries:
             raise fail("schedule_spec.schedule", entries, "a CUSTOM schedule needs entries")
         slots: dict[str, set[str]] = {}
@@ -575,7 +569,7 @@ class _Converter(Report):
 
 def _entry_slots(raw: Any, path: str) -> Iterator[tuple[str, str]]:
     """The (weekday, HH:MM) slots of one CUSTOM entry: every half hour of its range."""
-    entry = _object(raw, path)
+    entry = object_at(raw, path)
     unknown = sorted(set(entry) - {"start_minute", "end_minute", "days"})
     if unknown:
         raise fail(f"{path}.{unknown[0]}", entry[unknown[0]], "not a schedule field")
@@ -591,7 +585,7 @@ def _entry_slots(raw: Any, path: str) -> Iterator[tuple[str, str]]:
     if start >= _MINUTES_PER_DAY or end <= start:
         raise fail(path, entry, "no run time: start_minute must be before end_minute and 1440")
     days = entry.get("days", list(range(7)))
-    for index, raw_day in enumerate(_list(days, f"{path}.days") or [None]):
+    for index, raw_day in enumerate(list_at(days, f"{path}.days") or [None]):
         day = _DAYS[integer(raw_day, f"{path}.days[{index}]", low=0, high=6)]
         for minute in range(start, min(end, _MINUTES_PER_DAY), _STEP):
             yield day, f"{minute // 60:02d}:{minute % 60:02d}"
@@ -611,193 +605,3 @@ def _minute(raw: Any, path: str) -> int:
     if minute % _STEP:
         raise fail(path, raw, "Meta's schedule minutes are multiples of 30")
     return minute
-
-
-@dataclass
-class _Parts:
-    filters: list[dict[str, Any]] = field(default_factory=list)
-    conditions: list[dict[str, Any]] = field(default_factory=list)
-    #: the rule's time_preset as our period (None without one)
-    preset: str | None = None
-
-
-class _Filters:
-    """Meta's filters split into our filters and conditions."""
-
-    def __init__(self, converter: _Converter, level: str | None) -> None:
-        self.c = converter
-        self.level = level
-        self.preset: str | None = None
-        self.parts = _Parts()
-        self.needs_preset: list[str] = []
-
-    def read(self, filters: list[Any], execution_type: str | None) -> _Parts:
-        entries = []
-        for index, raw in enumerate(filters):
-            path = f"evaluation_spec.filters[{index}]"
-            entry = self.c._try(_filter_entry, raw, path)
-            if entry is not None:
-                entries.append((path, entry))
-        for path, entry in entries:
-            if entry[0] == "time_preset":
-                self.c._try(self._time_preset, entry, path)
-        for path, entry in entries:
-            self.c._try(self._one, entry, path)
-        if self.needs_preset and self.preset is None:
-            self.c.problems.append(
-                Problem(
-                    self.needs_preset[0],
-                    "Insights filter",
-                    "no time_preset: Meta needs one for Insights filters",
-                )
-            )
-        if not any(f["field"] == "effective_status" for f in self.parts.filters):
-            self._implicit_status(execution_type)
-        self.parts.preset = self.preset
-        return self.parts
-
-    def _time_preset(self, entry: tuple[str, str, Any], path: str) -> None:
-        _, operator, value = entry
-        if operator != "EQUAL" or not isinstance(value, str) or value not in PRESETS:
-            raise fail(f"{path}.value", value, "not one of Meta's time presets")
-        self.preset = PRESETS[value]
-
-    def _implicit_status(self, execution_type: str | None) -> None:
-        operator, values = IMPLICIT_STATUS.get(execution_type or "", IMPLICIT_STATUS["*"])
-        self.parts.filters.append(
-            {"field": "effective_status", "operator": operator, "value": list(values)}
-        )
-
-    def _one(self, entry: tuple[str, str, Any], path: str) -> None:
-        name, operator, value = entry
-        if name in ("entity_type", "time_preset"):
-            return
-        if name == "attribution_window":
-            if value != "ACCOUNT_DEFAULT":
-                self.c.warn(
-                    path,
-                    value,
-                    "ruleengine reads Insights with the ad account's attribution setting"
-                    " (use_unified_attribution_setting): conversions and ROAS may differ",
-                )
-            return
-        if name == "budget_reset_period":
-            self.parts.conditions.append(_budget_kind(operator, value, path))
-            return
-        if name in FILTER_FIELDS:
-            self.parts.filters.append(self._filter(name, operator, value, path))
-            return
-        self.parts.conditions.append(self._condition(name, operator, value, path))
-
-    def _filter(self, name: str, operator: str, value: Any, path: str) -> dict[str, Any]:
-        if self.level is not None and name not in LEVEL_FILTER_FIELDS[self.level]:
-            raise fail(f"{path}.field", name, f"{self.level}s cannot be filtered on {name}")
-        if operator not in FILTER_OPERATORS:
-            raise fail(f"{path}.operator", operator, f"{name} cannot be filtered with {operator}")
-        wants_list = operator in ("IN", "NOT_IN")
-        if wants_list != isinstance(value, list) or (wants_list and not value):
-            kind = "a non-empty list" if wants_list else "one value"
-            raise fail(f"{path}.value", value, f"{operator} takes {kind}")
-        values = value if isinstance(value, list) else [value]
-        cleaned = [_filter_value(name, item, f"{path}.value") for item in values]
-        return {"field": name, "operator": operator, "value": cleaned if wants_list else cleaned[0]}
-
-    def _condition(self, name: str, operator: str, value: Any, path: str) -> dict[str, Any]:
-        if name in UNMAPPED_METRICS:
-            raise fail(f"{path}.field", name, UNMAPPED_METRICS[name])
-        try:
-            metric, period = metric_of(name)
-        except KeyError:
-            raise fail(
-                f"{path}.field", name, "no metric of ruleengine's catalogue means this"
-            ) from None
-        if operator not in METRIC_OPERATORS:
-            raise fail(f"{path}.operator", operator, f"a metric cannot be compared with {operator}")
-        if name == "estimated_budget_spending_percentage":
-            self.c.warn(
-                path,
-                name,
-                "ours extrapolates today's spend of a daily budget in a straight line; Meta's"
-                " comes from its own model (docs/rules.md)",
-            )
-        offset = self.c.account.offset if is_money(metric) else 1
-        condition: dict[str, Any] = {"metric": metric}
-        if resolve_period := period or (self.preset if _needs_period(metric) else None):
-            condition["period"] = resolve_period
-        elif _needs_period(metric):
-            self.needs_preset.append(path)
-        condition["operator"] = METRIC_OPERATORS[operator]
-        condition["value"] = _metric_value(operator, value, offset, f"{path}.value")
-        return condition
-
-
-def _needs_period(metric: str) -> bool:
-    return resolve_metric(metric).needs_period
-
-
-def _metric_value(operator: str, raw: Any, offset: int, path: str) -> Any:
-    if operator in ("IN_RANGE", "NOT_IN_RANGE"):
-        if not isinstance(raw, list) or len(raw) != 2:
-            raise fail(path, raw, f"{operator} takes [low, high]")
-        low, high = (number(raw[i], f"{path}[{i}]") for i in (0, 1))
-        if low > high:
-            raise fail(path, raw, "low is above high")
-        return [from_minor(low, offset), from_minor(high, offset)]
-    return from_minor(number(raw, path), offset)
-
-
-def _budget_kind(operator: str, value: Any, path: str) -> dict[str, Any]:
-    """``budget_reset_period IN [LIFETIME]`` → ``lifetime_budget > 0`` (DAY: daily)."""
-    values = value if isinstance(value, list) else [value]
-    if operator not in ("EQUAL", "IN") or len(values) != 1 or values[0] not in ("DAY", "LIFETIME"):
-        raise fail(
-            path,
-            {"operator": operator, "value": value},
-            "only one budget kind (DAY or LIFETIME) maps: it becomes daily_budget > 0 or"
-            " lifetime_budget > 0",
-        )
-    metric = "daily_budget" if values[0] == "DAY" else "lifetime_budget"
-    return {"metric": metric, "operator": ">", "value": 0}
-
-
-def _filter_value(name: str, raw: Any, path: str) -> str | float:
-    if name in ID_FIELDS:
-        if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-            raise fail(path, raw, "an id is a number")
-        text = (
-            str(int(raw)) if isinstance(raw, int | float) and float(raw).is_integer() else str(raw)
-        )
-        if not text.isascii() or not text.isdigit():
-            raise fail(path, raw, "an id is a number")
-        return text
-    if name == "effective_status":
-        if not isinstance(raw, str) or raw not in EFFECTIVE_STATUSES:
-            raise fail(path, raw, "not one of Meta's effective_status values")
-        return str(raw)
-    if isinstance(raw, str):
-        return raw
-    return tidy(number(raw, path))
-
-
-def _filter_entry(raw: Any, path: str) -> tuple[str, str, Any]:
-    entry = _object(raw, path)
-    name, operator = entry.get("field"), entry.get("operator")
-    if not isinstance(name, str) or not name:
-        raise fail(f"{path}.field", name, "a filter needs a field")
-    if not isinstance(operator, str):
-        raise fail(f"{path}.operator", operator, "a filter needs an operator")
-    if "value" not in entry:
-        raise fail(f"{path}.value", "absent", "a filter needs a value")
-    return name, operator, entry["value"]
-
-
-def _object(raw: Any, path: str) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise fail(path, raw, "missing or not a JSON object")
-    return raw
-
-
-def _list(raw: Any, path: str) -> list[Any]:
-    if not isinstance(raw, list):
-        raise fail(path, raw, "missing or not a list")
-    return raw

@@ -323,16 +323,6 @@ def from_minor(value: float, offset: int) -> float | int:
     return tidy(value / offset)
 
 
-def to_minor(value: float, offset: int, *, rounding: Literal["nearest", "down", "up"]) -> int:
-    """Currency units → whole minor units: a max rounds down, a min up, an amount to nearest."""
-    exact = round(value * offset, _DECIMALS)
-    if rounding == "down":
-        return math.floor(exact)
-    if rounding == "up":
-        return math.ceil(exact)
-    return round(exact)
-
-
 def tidy(value: float) -> float | int:
     """``500.0`` → ``500``; other numbers as they are (rounded to 10⁻⁶ of a unit)."""
     rounded = round(value, _DECIMALS)

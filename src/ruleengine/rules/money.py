@@ -37,10 +37,13 @@ MIGRATE_HINT: Final = "convert it with 'ruleengine rules migrate FILE --write'"
 
 
 def to_minor(amount: float, offset: int, *, rounding: str) -> int:
-    """``amount`` currency units in minor units (at least 1), rounded as ``rounding`` says."""
+    """``amount`` currency units in whole minor units, rounded as ``rounding`` says — a
+    :mod:`decimal` rounding mode: ``ROUND_FLOOR`` for a maximum, ``ROUND_CEILING`` for a
+    minimum, ``ROUND_HALF_UP`` for an amount. The one conversion every rule amount, bound,
+    bid, target and Meta export goes through (exact: no float arithmetic)."""
     # str() gives the shortest decimal that reads back as the same float: 123.45 → "123.45"
     exact = Decimal(str(amount)) * offset
-    return max(1, int(exact.quantize(Decimal(1), rounding=rounding)))
+    return int(exact.quantize(Decimal(1), rounding=rounding))
 
 
 def to_currency(minor: int, offset: int) -> int | float:
@@ -72,7 +75,7 @@ def budget_in_minor_units(
     cross; the maximum wins, so a budget never passes ``max_budget``.
     """
     minor = {
-        name: to_minor(value, scale, rounding=_ROUNDING[name])
+        name: max(1, to_minor(value, scale, rounding=_ROUNDING[name]))
         for name in MONEY_FIELDS[action.type]
         if (value := getattr(action, name)) is not None
     }

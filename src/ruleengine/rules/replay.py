@@ -1,6 +1,6 @@
 """Replay, pure: what a rule would have done on one ad account over instants of the past.
 
-A backtest (:mod:`ruleengine.backtest`) hands in the rule, the account's entities as
+A backtest (:mod:`ruleengine.backtest.service`) hands in the rule, the account's entities as
 listed today, their history (:mod:`ruleengine.rules.replay_rows`) and the instants the
 rule would have run (:func:`run_instants`). :func:`replay` then does what the worker
 does at each instant, with the engine's own pure pieces: conditions are evaluated by
@@ -54,16 +54,23 @@ from ruleengine.rules.evaluate import EvalContext, TaskVerdict, evaluate_task
 from ruleengine.rules.filtering import LocalFilter, wire
 from ruleengine.rules.model import Rule, Task
 from ruleengine.rules.money import amount_scale
-from ruleengine.rules.plan import Plan, plan_budget, plan_name, plan_status
+from ruleengine.rules.plan import Plan
 from ruleengine.rules.replay_masks import MaskBuilder
 from ruleengine.rules.replay_rows import RawHistory, RowBuilder, Share
-from ruleengine.rules.scaling import plan_bid, plan_scale
 from ruleengine.rules.schedule import (
     IntervalSchedule,
     active_window,
     in_window,
     next_local_time,
     next_slot,
+)
+from ruleengine.rules.targets import (
+    PlanContext,
+    Refused,
+    budget_refusal,
+    follow_up_target,
+    plan_change,
+    plan_follow_up,
 )
 
 #: Fields a simulated action changes: filters on them are re-checked after each change.
@@ -339,53 +346,30 @@ class Replay:
         self, state: _State, action: Any, verdict: TaskVerdict | None, at: datetime
     ) -> Plan | str | None:
         """The plan from the simulated state; None for an action that changes no field
-        (notify, duplicate); a reason text when the action could not run. ``verdict`` is
-        read by ``scale_to_target`` only (its metric)."""
+        (notify, duplicate); a reason text when the action could not run. Planned by
+        :func:`~ruleengine.rules.targets.plan_change`, as the live write path plans it;
+        ``verdict`` is read by ``scale_to_target`` only (its metric)."""
         if isinstance(action, NotifyAction | DuplicateAction):
             return None
-        item = state.item
-        if isinstance(action, StatusAction):
-            return plan_status(action, live=str(item.get("status")))
-        if isinstance(action, RenameAction | NameTextAction):
-            today = at.astimezone(self.rule.zone()).date()
-            name = str(item.get("name", ""))
-            return plan_name(action, live=name, rule_name=self.rule.name, today=today)
-        if isinstance(action, ChangeBidAction):
-            bid = item.get("bid_amount")
-            if bid in (None, "", 0, "0"):
-                return "no_bid"
-            return plan_bid(action, live=int(bid), offset=self.account.currency_offset)
-        budget = item.get("daily_budget")
-        if budget in (None, "", 0, "0"):
-            return "no_daily_budget"
-        if self.budget_limited(state, at):
+        budgets = isinstance(action, PercentBudgetAction | SetBudgetAction | ScaleToTargetAction)
+        plannable = budgets and budget_refusal(self.rule.level, state.item) is None
+        if plannable and self.budget_limited(state, at):
             return "meta_budget_change_limit"
-        if isinstance(action, ScaleToTargetAction):
-            metric = verdict.action_metric.actual if verdict and verdict.action_metric else None
-            if metric is None:
-                return "no_data"
-            if metric <= 0:
-                return "metric_zero"
-            return self._beyond_any_budget(
-                plan_scale(
-                    action,
-                    live=int(budget),
-                    metric=metric,
-                    offset=self.account.currency_offset,
-                    max_change_pct=self.options.max_budget_change_pct,
-                    account_minimum=self.account.min_daily_budget,
-                )
-            )
-        assert isinstance(action, PercentBudgetAction | SetBudgetAction)
-        return self._beyond_any_budget(
-            plan_budget(
-                action,
-                live=int(budget),
-                max_change_pct=self.options.max_budget_change_pct,
-                account_minimum=self.account.min_daily_budget,
-                scale=self.scale,
-            )
+        reading = verdict.action_metric if verdict is not None else None
+        ctx = PlanContext(
+            level=self.rule.level,
+            rule_name=self.rule.name,
+            today=at.astimezone(self.rule.zone()).date(),
+            offset=self.account.currency_offset,
+            scale=self.scale,
+            max_change_pct=self.options.max_budget_change_pct,
+            account_minimum=self.account.min_daily_budget,
+            metric=reading.actual if reading is not None else None,
         )
+        planned = plan_change(action, state.item, ctx)
+        if isinstance(planned, Refused):
+            return planned.reason
+        return self._beyond_any_budget(planned) if budgets else planned
 
     def _beyond_any_budget(self, planned: Plan | str | None) -> Plan | str | None:
         """A target past the largest budget a rule may name is one Meta would refuse: the
@@ -432,26 +416,22 @@ class Replay:
         if then.do == "notify":
             self._fire_followup(entity_id, state, task_id, then.do, at, None, None, None)
             return
-        value: Any
-        if then.do in ("activate", "pause"):
-            field_name, value = "status", "ACTIVE" if then.do == "activate" else "PAUSED"
-        elif then.do == "restore_budget":
-            field_name, value = "daily_budget", pending.previous
-        else:
-            field_name, value = "name", pending.previous
+        target = follow_up_target(then.do, previous=pending.previous)
+        field_name = target.field
         current = state.item.get(field_name)
-        if value is None or (pending.field == field_name and current != pending.left):
-            return  # what the action left was changed since (by the rule itself, here)
-        if field_name == "daily_budget":
-            if current in (None, "", 0, "0") or self.budget_limited(state, at):
-                return
-            restore = SetBudgetAction(type="set_budget", amount=int(value))
-            planned = plan_budget(
-                restore, live=int(current), max_change_pct=self.options.max_budget_change_pct
-            )
-            value = planned.after
-        if current == value:
+        if field_name == "daily_budget" and self.budget_limited(state, at):
             return
+        planned = plan_follow_up(
+            then.do,
+            state.item,
+            action_field=pending.field,
+            action_left=pending.left,
+            previous=pending.previous,
+            max_change_pct=self.options.max_budget_change_pct,
+        )
+        if isinstance(planned, Refused) or not planned.changes:
+            return  # what the action left was changed since, or nothing is left to do
+        value = planned.after
         self.change(state, field_name, value, at)
         self._fire_followup(entity_id, state, task_id, then.do, at, field_name, current, value)
 

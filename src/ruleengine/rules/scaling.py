@@ -19,17 +19,13 @@ from decimal import ROUND_CEILING, ROUND_DOWN, ROUND_FLOOR, ROUND_HALF_UP, Decim
 
 from ruleengine.rules.action_types import ChangeBidAction, ScaleToTargetAction
 from ruleengine.rules.catalog import resolve_metric, scaling_direction
+from ruleengine.rules.money import to_minor
 from ruleengine.rules.plan import Plan, percent_of
 
 
 def _decimal(value: float) -> Decimal:
     # str() gives the shortest decimal that reads back as the same float: 2.51 → "2.51"
     return Decimal(str(value))
-
-
-def to_minor(amount: float, offset: int, *, rounding: str) -> int:
-    """``amount`` currency units in whole minor units, rounded as ``rounding`` says."""
-    return int((_decimal(amount) * offset).quantize(Decimal(1), rounding=rounding))
 
 
 def upper_bound(amount: float | None, offset: int) -> int | None:

@@ -5,7 +5,7 @@ rule format (:mod:`ruleengine.rules.model`): the metrics in groups (concrete dot
 the common action types, and one ``pattern`` entry per list field for any other), the
 periods, the condition and filter operators, the filter fields per level, the effective
 statuses, the action kinds, the follow-ups and the timezones. ``GET /api/rules/vocabulary``
-answers it (:mod:`ruleengine.web.api_vocabulary`); the browser form builds its menus from it.
+answers it (:mod:`ruleengine.web.api.vocabulary`); the browser form builds its menus from it.
 
 Descriptions speak as Ads Manager's column help does. Every name :func:`known_names` lists
 has one in :data:`METRIC_TEXTS` (a test keeps it so).

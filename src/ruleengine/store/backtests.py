@@ -1,6 +1,6 @@
 """The ``backtests`` collection: one document per backtest asked of the web app, kept a week.
 
-A backtest runs as a background task of the web process (:mod:`ruleengine.web.api_backtests`);
+A backtest runs as a background task of the web process (:mod:`ruleengine.web.api.backtests`);
 its document is how a client follows it: ``queued`` → ``running`` (with progress) → ``done``
 with the result, or ``failed`` with a message. The stored request holds the rule document
 that was replayed (a draft is not saved anywhere else), never a token.

@@ -11,7 +11,7 @@ the token out, so no listing, job or write uses it, until the token is replaced
 (:meth:`CredentialStore.add`, which clears the state — also when it is the same
 token again, once its permission is restored).
 
-An account's currency and timezone are Meta's (:mod:`ruleengine.account_check` reads them
+An account's currency and timezone are Meta's (:mod:`ruleengine.accounts.currency` reads them
 when the account is registered). When a job finds Meta holding others than the registered
 ones, it records that as the account's ``currency_state``
 (:meth:`CredentialStore.mark_currency`): budget and bid changes on the account stop until
@@ -250,7 +250,7 @@ class CredentialStore:
         """Register an account, or rotate its token (what is not given is kept).
 
         A new account without ``timezone``/``currency`` gets UTC/USD — this is the store:
-        the CLI and the API give Meta's (:func:`ruleengine.account_check.register`). Giving a
+        the CLI and the API give Meta's (:func:`ruleengine.accounts.currency.register`). Giving a
         token clears the account's ``token_state``: the engine uses the account again; giving
         a currency or timezone clears its ``currency_state`` (a job checks them again before
         its next budget or bid change). ``by`` is who did (``updated_by``).

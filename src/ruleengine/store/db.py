@@ -62,6 +62,11 @@ PENDING_INTENTS_INDEX: Final = [("status", ASCENDING), ("created_at", ASCENDING)
 #: The index of the lag model's reading of an ad account's execution records over a time
 #: range (``lag_history.py`` names it as its hint).
 EXECUTIONS_BY_ACCOUNT_INDEX: Final = [("account", ASCENDING), ("created_at", DESCENDING)]
+#: An entity's evaluations: the chunks holding it (``entity_ids`` is an array: a multikey
+#: index, one entry per entity of the chunk), newest first.
+EVALUATIONS_BY_ENTITY_INDEX: Final = [("entity_ids", ASCENDING), ("created_at", DESCENDING)]
+#: An account's evaluations over a time range (the lag learner's reading).
+EVALUATIONS_BY_ACCOUNT_INDEX: Final = [("account", ASCENDING), ("created_at", DESCENDING)]
 
 #: The index of the history cache's one query: an account's buckets at a level and
 #: granularity over a range of months (``store/insights_history.py`` names it as its hint:
@@ -94,6 +99,11 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("rule_id", ASCENDING), ("created_at", DESCENDING)]),
         IndexModel([("entity_id", ASCENDING), ("created_at", DESCENDING)]),
         IndexModel(EXECUTIONS_BY_ACCOUNT_INDEX),
+    ],
+    c.EVALUATIONS: [
+        IndexModel([("batch_id", ASCENDING), ("chunk", ASCENDING)]),
+        IndexModel(EVALUATIONS_BY_ENTITY_INDEX),
+        IndexModel(EVALUATIONS_BY_ACCOUNT_INDEX),
     ],
     c.ACTION_INTENTS: [
         IndexModel(

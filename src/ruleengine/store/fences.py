@@ -1,6 +1,6 @@
 """Lock fences: each ad account's fencing counter for its write lock, kept in MongoDB.
 
-Every acquisition of an ad account's write lock (:mod:`ruleengine.locks`) takes the
+Every acquisition of an ad account's write lock (:mod:`ruleengine.writes.lock`) takes the
 next value of the account's counter — one document per account in ``lock_fences``,
 ``$inc`` upserted — so the values only grow. The counter lives in MongoDB, beside the
 intents it guards, and not in Redis: a Redis restart, which loses the lock keys, never

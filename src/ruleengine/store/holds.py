@@ -2,7 +2,7 @@
 
 One document per (entity, field), ``_id`` = ``<entity id>:<field>``: placed (``active``)
 by the write path when the field oscillates and a task involved says
-``"on_oscillation": "hold"`` (:mod:`ruleengine.oscillation`), cleared (``cleared``,
+``"on_oscillation": "hold"`` (:mod:`ruleengine.guards.oscillation`), cleared (``cleared``,
 ``cleared_at``) through ``DELETE /api/holds/{id}``. Changes before ``cleared_at`` no longer
 count towards an oscillation, so a cleared field is not held again by its old swings.
 """

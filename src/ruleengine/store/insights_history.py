@@ -5,7 +5,7 @@ account's days, at one granularity (``day`` or ``hour``). Its ``_id`` is
 ``act_…|campaign|<id>|2026-11|day`` (:func:`bucket_id`); it repeats ``account``,
 ``level``, ``entity``, ``granularity`` and ``month`` (``YYYY-MM``) for the one query,
 has ``month_end`` (the instant after the month, UTC midnight, which the retention TTL
-index counts from: :mod:`ruleengine.retention`), and holds ``days``: per day
+index counts from: :mod:`ruleengine.maintenance.retention`), and holds ``days``: per day
 (``YYYY-MM-DD``, the account's date) per Insights field ``{"value": …, "fetched_at": …}``
 — Graph's value as it came (a string of digits; ``null`` when Meta returned no value:
 no delivery that day, or a ratio without denominator) — or, for a list or an object

@@ -11,7 +11,7 @@ Action intents and the cooldowns derived from them are in :mod:`ruleengine.store
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -22,6 +22,7 @@ from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
 from ruleengine.store.batchstats import RuleDurations, rule_durations
 from ruleengine.store.db import Database, Document, Page
+from ruleengine.store.evaluations import EvaluationStore, acted, overlay
 
 BatchStatus = Literal["RUNNING", "DONE", "FAILED", "ABANDONED"]
 # Batches whose job ended without writing (all) its records: the reaper recovers them.
@@ -64,6 +65,21 @@ class BatchCounts:
             "failed_count": self.failed,
             "change_budget_count": self.change_budget,
         }
+
+
+def merge_record(earlier: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """The record of (batch, task, entity) after a delivery: what the *batch* did.
+
+    A change applied by an earlier delivery stays the record (a redelivery that
+    finds it done adds nothing); a redelivery that finds a done intent without
+    a record (its first delivery died before recording) records the change as
+    applied, recovered from the intent.
+    """
+    if earlier is not None and earlier.get("outcome") == "applied":
+        return earlier
+    if new["reason"] == "already_applied":
+        return new | {"outcome": "applied", "executed": True, "recovered_by": "redelivery"}
+    return new
 
 
 @dataclass(frozen=True)
@@ -226,10 +242,52 @@ class BatchStore:
 
 
 class ExecutionStore:
-    """Execution records, one per (entity, task) evaluation."""
+    """What a batch evaluated: its chunks of evaluations (:mod:`ruleengine.store.evaluations`)
+    and an execution record per (entity, task) where something happened or was attempted."""
 
     def __init__(self, db: Database) -> None:
         self._executions = db[c.EXECUTIONS]
+        self.evaluations = EvaluationStore(db)
+
+    async def keep_run(
+        self, records: Sequence[Document], *, earlier: Mapping[str, Document]
+    ) -> None:
+        """Store a run's records (every pair): its chunks first — the whole run — then a
+        record for each pair that acted (``earlier``: what former deliveries recorded, kept).
+        A worker killed between the two leaves chunks the reaper writes the records from."""
+        await self.evaluations.write(records)
+        await self.upsert_many(
+            [r for r in records if acted(r) and r is not earlier.get(str(r["key"]))]
+        )
+
+    async def rows(self, batch_id: str) -> list[Document]:
+        """Every pair of a batch: its record where it has one, its chunk row otherwise (a batch
+        of the older layout: its records), in evaluation order."""
+        records = await self.for_batch(batch_id, limit=0)
+        evaluations = await self.evaluations.of_batch(batch_id)
+        return overlay(evaluations, records) if evaluations else records
+
+    async def counts(self, batch_id: str) -> BatchCounts:
+        """The batch's counts, over every pair it evaluated (see :meth:`rows`)."""
+        return BatchCounts.of(await self.rows(batch_id))
+
+    async def page(
+        self, batch_id: str, *, limit: int, offset: int, acted_only: bool = False
+    ) -> Page:
+        """A page of the batch's rows (all pairs, or those with a record of their own)."""
+        rows = await self.rows(batch_id)
+        if acted_only:
+            rows = [r for r in rows if acted(r) or r.get("kind") == "followup"]
+        return Page(items=rows[offset : offset + limit], total=len(rows))
+
+    async def missing_records(self, batch_id: str) -> list[Document]:
+        """The rows of a batch's chunks that acted but have no record (its worker died between
+        writing its chunks and its records)."""
+        evaluations = await self.evaluations.of_batch(batch_id)
+        if not evaluations:
+            return []
+        keys = set(await self.by_key(batch_id))
+        return [r for r in evaluations if acted(r) and str(r["key"]) not in keys]
 
     async def upsert_many(self, records: Sequence[Document]) -> None:
         """Write records in bulk, replacing the fields of the record with the same ``key``."""
@@ -258,14 +316,23 @@ class ExecutionStore:
         return {d["key"]: d async for d in cursor}
 
     async def for_batch(self, batch_id: str, *, limit: int = 5000) -> list[Document]:
-        """Every record of a batch, in evaluation order."""
+        """Every record of a batch (``limit`` 0: all), in evaluation order."""
         cursor = self._executions.find({"batch_id": batch_id}).sort("_id").limit(limit)
         return [d async for d in cursor]
 
     async def for_entity(
         self, entity_id: str, *, since: datetime, limit: int = 2000
     ) -> list[Document]:
-        """The entity's records since ``since``, newest first (index ``entity_id, created_at``)."""
+        """The entity's evaluations since ``since``, newest first: its records (index
+        ``entity_id, created_at``) and the rows of the chunks that hold it (index
+        ``entity_ids, created_at``) where it did not act."""
         query = {"entity_id": entity_id, "created_at": {"$gte": since}}
         cursor = self._executions.find(query).sort("created_at", DESCENDING).limit(limit)
-        return [d async for d in cursor]
+        records = [d async for d in cursor]
+        quiet = [
+            r
+            for r in await self.evaluations.for_entity(entity_id, since=since, limit=limit)
+            if not acted(r)
+        ]
+        both = sorted(records + quiet, key=lambda r: r["created_at"], reverse=True)
+        return both[:limit]

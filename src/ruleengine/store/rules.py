@@ -7,7 +7,7 @@ read. Saving an identical definition writes nothing. Rollback and activation
 move the same pointer the same way, so two concurrent rollbacks cannot both win.
 
 A store made with an ``admit`` check (the web app's and the CLI's:
-:class:`ruleengine.conflicts.ConflictGate`) runs it before every save, activation and
+:class:`ruleengine.analysis.conflicts.ConflictGate`) runs it before every save, activation and
 rollback, whatever path asked for it: it answers the conflicts the rule would have as
 the change's ``warnings``, or refuses the change before anything is written.
 

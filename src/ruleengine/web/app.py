@@ -15,7 +15,7 @@ from pymongo.errors import ConnectionFailure
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ruleengine.conflicts import ConflictingRuleError, findings_json
+from ruleengine.analysis.conflicts import ConflictingRuleError, findings_json
 from ruleengine.errors import (
     ConflictError,
     CredentialsError,
@@ -25,7 +25,8 @@ from ruleengine.errors import (
 )
 from ruleengine.settings import Settings
 from ruleengine.store.ruledocs import StoredRuleError
-from ruleengine.web import api, api_backtests, health, views
+from ruleengine.web import api, health, views
+from ruleengine.web.api import backtests as api_backtests
 from ruleengine.web.auth import auth_middleware
 from ruleengine.web.jsonio import ApiError, error_response
 from ruleengine.web.prometheus import setup_metrics

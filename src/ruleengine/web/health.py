@@ -13,13 +13,13 @@ The ``approvals`` check shows how many planned changes wait for a person and how
 oldest is; waiting is never a failure (the check is always ok), it is there to be seen.
 
 The ``tokens`` check names every ad account whose token Meta refused (see
-:mod:`ruleengine.tokens`). It does not make readiness fail: the processes are fine
+:mod:`ruleengine.accounts.token_state`). It does not make readiness fail: the processes are fine
 and restarting them, or taking the web app out of a load balancer, fixes nothing —
 the operator replaces the token. The answer says ``"status": "degraded"`` and lists
 the check under ``degraded`` instead, with a 200. The ``currencies`` check does the same
 for every ad account whose registered currency or timezone a job found not to be Meta's
 (its ``currency_state``: budget and bid changes on it stop until it is re-read, see
-:mod:`ruleengine.account_check`).
+:mod:`ruleengine.accounts.currency`).
 """
 
 from __future__ import annotations

@@ -18,9 +18,7 @@ from arq.connections import ArqRedis
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
-from ruleengine.conflicts import ConflictGate, StoredAnalysis
-from ruleengine.evaluation import Reading
-from ruleengine.preview import open_preview
+from ruleengine.analysis.conflicts import ConflictGate, StoredAnalysis
 from ruleengine.queue import connect_queue
 from ruleengine.redact import REDACTOR
 from ruleengine.settings import Settings
@@ -33,6 +31,8 @@ from ruleengine.store.heartbeats import Heartbeats
 from ruleengine.store.records import BatchStore, ExecutionStore
 from ruleengine.store.rollups import RollupStore
 from ruleengine.store.rules import RuleStore
+from ruleengine.worker.preview import open_preview
+from ruleengine.worker.stages import Reading
 
 log = logging.getLogger(__name__)
 

@@ -131,9 +131,14 @@
     try {
       const batchId = row.dataset.batchId;
       const path = `/api/batches/${encodeURIComponent(batchId)}`;
-      const [batch, data] = await Promise.all([api("GET", path), api("GET", path + "/executions")]);
-      const live = data.items.some((r) => r.followup && r.followup.key) ? await liveFollowups(batchId) : new Map();
-      cell.replaceChildren(undoBlock(batch, data.items), executionsTable(data.items, live));
+      const [batch, acted, data] = await Promise.all([
+        api("GET", path),
+        api("GET", path + "/executions?acted=1&limit=5000"),
+        api("GET", path + "/executions?limit=" + PAGE),
+      ]);
+      const live = acted.items.some((r) => r.followup && r.followup.key) ? await liveFollowups(batchId) : new Map();
+      cell.replaceChildren(undoBlock(batch, acted.items), executionsTable(data.items, live),
+        moreButton(path, data, live));
     } catch (err) {
       cell.replaceChildren(el("span", { class: "error-line" }, err.message));
     }
@@ -147,6 +152,30 @@
     } catch (_err) {
       return null;  // the rows say the status shown is the one recorded
     }
+  }
+
+  /* Rows per page of a batch's evaluations: a big batch (thousands of entities) comes in pages. */
+  const PAGE = 200;
+
+  /* "Show more" under a page of a batch's evaluations, while the batch has more. */
+  function moreButton(path, data, live) {
+    const shown = data.offset + data.items.length;
+    if (shown >= data.total) return null;
+    const button = el("button", { type: "button", class: "more-executions" },
+      `Show ${Math.min(PAGE, data.total - shown)} more (${shown} of ${data.total} shown)`);
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      try {
+        const next = await api("GET", `${path}/executions?limit=${PAGE}&offset=${shown}`);
+        const table = executionsTable(next.items, live);
+        const body = button.parentElement.querySelector("table.executions tbody");
+        if (body && table.tBodies && table.tBodies[0]) body.append(...table.tBodies[0].children);
+        button.replaceWith(moreButton(path, next, live) || "");
+      } catch (err) {
+        button.replaceWith(el("span", { class: "error-line" }, err.message));
+      }
+    });
+    return button;
   }
 
   function executionsTable(items, live) {

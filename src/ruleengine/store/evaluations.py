@@ -1,0 +1,291 @@
+"""Evaluations stored compactly: one document per (batch, chunk of ≤ 1,000 entities).
+
+A run evaluates every (entity, task) of its listing; most of them do nothing (not matched,
+no data, still cooling down). Those are not worth a document each: a batch keeps what every
+pair saw in its **chunks** — one ``evaluations`` document per ≤ :data:`CHUNK_ENTITIES`
+entities, holding the entity ids (uncompressed and indexed, for the entity timeline) and the
+rows, one per pair, BSON-encoded and zlib-compressed, with what every row of the run shares
+(batch, rule, account, scheduled and evaluated times, each task's action and match, the
+stages every pair waited for) factored out. An execution record — one document per pair,
+with its trace, before → after, Meta's answer, intent and follow-up — is kept as before, in
+``executions``, for the pairs where something happened or was attempted
+(:func:`acted`); a chunk holds those pairs' rows too, so a batch whose records were never
+written (its worker died between the two writes) is still whole, and the reaper writes the
+records from it.
+
+:func:`encode` and :func:`decode` are pure and exact: decoding a batch's chunks gives back
+every record its run built, field for field (tests/store/test_evaluations.py).
+
+(Over 300 lines: the format, its reader for every question the product asks of it — a batch
+page, an entity's evaluations, an account's conditions for the lag learner — and the store.)
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import bson
+from bson.codec_options import CodecOptions
+from pymongo import DESCENDING, UpdateOne
+
+from ruleengine import constants as c
+from ruleengine.store.db import EVALUATIONS_BY_ENTITY_INDEX, Database, Document
+
+#: Entities per chunk: a chunk stays far below MongoDB's 16 MiB with room for wide rows.
+CHUNK_ENTITIES: Final = 1000
+#: The layout of ``rows_z`` (bumped if it ever changes; readers know every one they meet).
+FORMAT: Final = 1
+#: Fields every record of a run holds alike (factored out of the rows).
+RUN_FIELDS: Final = (
+    "batch_id",
+    "delivery",
+    "rule_id",
+    "rule_name",
+    "rule_version",
+    "account",
+    "level",
+    "scheduled_at",
+    "created_at",
+)
+#: Fields of each task alike for every entity (kept once per task).
+TASK_FIELDS: Final = ("action", "match")
+#: A row leaves out a field that holds its usual value (restored on decoding).
+DEFAULTS: Final[dict[str, Any]] = {
+    "field": None,
+    "before": None,
+    "after": None,
+    "requested": None,
+    "clamped_by": [],
+    "oscillation": None,
+    "action_metric": None,
+    "next_execute_at": None,
+    "error": None,
+    "response": None,
+    "followup": None,
+    "approval_id": None,
+}
+#: Fields a row never keeps: they follow from the others.
+DERIVED: Final = ("key", "executed", "duration_s", "task_id")
+#: Pre-fetch skips: nothing was attempted for these (a chunk row is the whole story).
+QUIET_REASONS: Final = frozenset({"next_execute_not_reached", "execution_count_limit"})
+_CODEC: Final[CodecOptions[Document]] = CodecOptions(tz_aware=True, tzinfo=UTC)
+
+
+def acted(record: Document) -> bool:
+    """True when something happened or was attempted for this (entity, task): it keeps an
+    execution record of its own. Not matched (also for lack of data) and the pre-fetch skips
+    (cooling down, at the count limit) live in the batch's chunks only."""
+    outcome = record.get("outcome")
+    if outcome == "not_matched":
+        return False
+    return not (outcome == "skipped" and record.get("reason") in QUIET_REASONS)
+
+
+def record_key_of(batch_id: str, task_id: str, entity_id: str) -> str:
+    """The unique key of the record of (batch, task, entity) (as :func:`records.record_key`)."""
+    return f"{batch_id}|{task_id}|{entity_id}"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk as stored: its number, entity ids, and the document."""
+
+    number: int
+    entity_ids: list[str]
+    doc: Document
+
+
+def encode(records: Sequence[Document], *, expires_field: str = "created_at") -> list[Chunk]:
+    """A run's records (every pair, in evaluation order) as chunk documents.
+
+    Records of one entity stay in one chunk; ``records`` must be of one batch and one run
+    (they share :data:`RUN_FIELDS`).
+    """
+    if not records:
+        return []
+    first = records[0]
+    run = {name: first.get(name) for name in RUN_FIELDS}
+    tasks: dict[str, dict[str, Any]] = {}
+    shared = _shared_trace(records)
+    groups = _entity_groups(records)
+    chunks: list[Chunk] = []
+    for number, start in enumerate(range(0, len(groups), CHUNK_ENTITIES)):
+        part = groups[start : start + CHUNK_ENTITIES]
+        rows = [_row(r, run, tasks, shared) for group in part for r in group]
+        entity_ids = [group[0]["entity_id"] for group in part]
+        metrics = sorted({str(c.get("metric")) for g in part for r in g for c in _conds(r)})
+        doc = {
+            "_id": f"{run['batch_id']}|{number}",
+            "format": FORMAT,
+            "chunk": number,
+            **run,
+            "tasks": tasks,
+            "trace": shared,
+            "entity_ids": entity_ids,
+            "metrics": metrics,
+            "rows": len(rows),
+            "evaluated": sum(r.get("passed") is not None for g in part for r in g),
+            "rows_z": bson.Binary(zlib.compress(bson.encode({"r": rows}), 6)),
+        }
+        chunks.append(Chunk(number, entity_ids, doc))
+    for chunk in chunks:  # every task seen anywhere is described in every chunk
+        chunk.doc["tasks"] = tasks
+    return chunks
+
+
+def decode(doc: Document, *, entity_id: str | None = None) -> list[Document]:
+    """The records a chunk holds (those of ``entity_id`` only, when given), exactly as the
+    run built them."""
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"evaluation chunk {doc.get('_id')!r} has an unknown format")
+    rows = bson.decode(zlib.decompress(doc["rows_z"]), codec_options=_CODEC)["r"]
+    run = {name: doc.get(name) for name in RUN_FIELDS}
+    tasks: dict[str, Any] = doc.get("tasks") or {}
+    out = []
+    for row in rows:
+        if entity_id is not None and (row.get("!") or row).get("entity_id") != entity_id:
+            continue
+        out.append(_record(row, run, tasks, doc.get("trace") or {}))
+    return out
+
+
+def _entity_groups(records: Sequence[Document]) -> list[list[Document]]:
+    """Records grouped by entity, in the order entities first appear."""
+    groups: dict[str, list[Document]] = {}
+    for record in records:
+        groups.setdefault(str(record["entity_id"]), []).append(record)
+    return list(groups.values())
+
+
+def _shared_trace(records: Sequence[Document]) -> dict[str, float]:
+    """Stage times every record holds alike (the shared stages, cooldown and fetch)."""
+    traces = [r.get("trace") or {} for r in records]
+    first = traces[0]
+    return {k: v for k, v in first.items() if all(t.get(k) == v for t in traces)}
+
+
+def _conds(record: Document) -> list[dict[str, Any]]:
+    conditions = record.get("conditions")
+    return [x for x in conditions if isinstance(x, dict)] if isinstance(conditions, list) else []
+
+
+def _row(
+    record: Document,
+    run: dict[str, Any],
+    tasks: dict[str, dict[str, Any]],
+    shared: dict[str, float],
+) -> Document:
+    """The row of one record: what differs from the run, its task and the usual values — or,
+    should that not decode back to the very record, the record itself (``!``)."""
+    task_id = str(record.get("task_id"))
+    described = tasks.setdefault(task_id, {k: record.get(k) for k in TASK_FIELDS})
+    row: Document = {"t": task_id}
+    for name, value in record.items():
+        if name in DERIVED or name == "_id":
+            continue
+        if name in RUN_FIELDS and value == run[name]:
+            continue
+        if name in TASK_FIELDS and value == described.get(name):
+            continue
+        if name in DEFAULTS and value == DEFAULTS[name]:
+            continue
+        row[name] = value
+    trace = record.get("trace")
+    if isinstance(trace, dict):
+        row["trace"] = {k: v for k, v in trace.items() if shared.get(k) != v}
+    kept = {k: v for k, v in record.items() if k != "_id"}
+    if _record(row, run, tasks, shared) != kept:
+        return {"t": task_id, "!": kept}
+    return row
+
+
+def _derived(name: str, record: Document, task_id: str) -> Any:
+    if name == "key":
+        return record_key_of(str(record.get("batch_id")), task_id, str(record.get("entity_id")))
+    if name == "executed":
+        return record.get("outcome") == "applied"
+    if name == "duration_s":
+        trace = record.get("trace")
+        return round(sum(trace.values()), 6) if isinstance(trace, dict) else None
+    return task_id
+
+
+def _record(
+    row: Document, run: dict[str, Any], tasks: dict[str, Any], shared: dict[str, float]
+) -> Document:
+    if "!" in row:  # kept whole
+        return dict(row["!"])
+    task_id = str(row["t"])
+    record: Document = dict(run)
+    record |= {k: v for k, v in (tasks.get(task_id) or {}).items()}
+    record |= {k: (list(v) if isinstance(v, list) else v) for k, v in DEFAULTS.items()}
+    for name, value in row.items():
+        if name != "t":
+            record[name] = value
+    if "trace" in row:
+        record["trace"] = {**shared, **row["trace"]}
+    record["task_id"] = task_id
+    for name in DERIVED:
+        record[name] = _derived(name, record, task_id)
+    return record
+
+
+class EvaluationStore:
+    """The ``evaluations`` collection: chunks of a batch's evaluations."""
+
+    def __init__(self, db: Database) -> None:
+        self._chunks = db[c.EVALUATIONS]
+
+    async def write(self, records: Sequence[Document]) -> int:
+        """Store a run's records as its chunks (replacing a former delivery's); how many."""
+        chunks = encode(records)
+        if not chunks:
+            return 0
+        ops = [UpdateOne({"_id": ch.doc["_id"]}, {"$set": ch.doc}, upsert=True) for ch in chunks]
+        await self._chunks.bulk_write(ops, ordered=False)
+        batch_id = str(records[0]["batch_id"])
+        # a former delivery with more chunks (more entities listed then) leaves none behind
+        await self._chunks.delete_many({"batch_id": batch_id, "chunk": {"$gte": len(chunks)}})
+        return len(chunks)
+
+    async def of_batch(self, batch_id: str) -> list[Document]:
+        """Every record the batch's chunks hold, in evaluation order."""
+        cursor = self._chunks.find({"batch_id": batch_id}).sort("chunk", 1)
+        return [r async for doc in cursor for r in decode(doc)]
+
+    async def has_batch(self, batch_id: str) -> bool:
+        """True when the batch stored its evaluations in chunks."""
+        return await self._chunks.count_documents({"batch_id": batch_id}, limit=1) > 0
+
+    async def for_entity(self, entity_id: str, *, since: datetime, limit: int) -> list[Document]:
+        """An entity's evaluations since ``since``, newest first (by the entity-id index: only
+        the chunks that hold the entity are read)."""
+        query = {"entity_ids": entity_id, "created_at": {"$gte": since}}
+        cursor = (
+            self._chunks.find(query)
+            .hint(EVALUATIONS_BY_ENTITY_INDEX)
+            .sort("created_at", DESCENDING)
+            .limit(limit)
+        )
+        return [r async for doc in cursor for r in decode(doc, entity_id=entity_id)]
+
+    async def for_account(self, query: Document, *, hint: Any, limit: int) -> list[Document]:
+        """The evaluations of the chunks ``query`` selects (account, level, time, metrics),
+        newest first; at most ``limit`` chunks are read."""
+        cursor = self._chunks.find(query).hint(hint).sort("created_at", DESCENDING).limit(limit)
+        return [r async for doc in cursor for r in decode(doc)]
+
+
+def overlay(evaluations: Iterable[Document], records: Iterable[Document]) -> list[Document]:
+    """A batch's rows: each pair's execution record where it has one, its chunk row
+    otherwise, in evaluation order (records the chunks do not know — an older layout, a
+    follow-up's record — come after, in their own order)."""
+    by_key = {str(r["key"]): r for r in records}
+    rows = []
+    for row in evaluations:
+        rows.append(by_key.pop(str(row["key"]), row))
+    return rows + list(by_key.values())

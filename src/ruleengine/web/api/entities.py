@@ -1,0 +1,174 @@
+"""``GET /api/entities/{id}/timeline``: one entity's budget and status over the last days.
+
+Built from the entity's execution records alone (one indexed, bounded query: ``entity_id,
+created_at``). Every record saw the live entity — its ``before`` when it acted, its
+listing snapshot otherwise — so the timeline tells the authors of a change apart:
+
+* a rule (``rule``: name and version), a follow-up (``followup``), an undo (``undo``: of
+  which rule version, by whom) or an approved change (``approval``: by whom it was
+  approved): a record applied it;
+* ``outside``: what a record saw differs from the value the previous engine change (or
+  the previous record) left — someone changed the live value without us, and the step is
+  placed at the record that first saw it.
+
+Action intents need not be read: a write whose job died before recording it becomes a
+record when the reaper recovers the batch from its intents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from aiohttp import web
+
+from ruleengine.store.db import Document
+from ruleengine.web.jsonio import int_param, json_response
+from ruleengine.web.state import services
+
+FIELDS: Final = ("daily_budget", "lifetime_budget", "status")
+MAX_DAYS: Final = 90
+MAX_RECORDS: Final = 2000  # the newest records of the window; older ones are left out
+MAX_EXECUTIONS: Final = 200  # rows of the execution list
+SPEND: Final = ("spend", "today")  # the condition whose "seen" value is the day's spend
+
+
+@dataclass
+class _Field:
+    """The steps of one field, and the value the timeline last knew."""
+
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    last: Any = None
+    changed_at: datetime | None = None
+
+    def see(self, at: datetime, value: Any, by: dict[str, Any], *, before: Any = None) -> None:
+        """A value at ``at``: the first sets the start; a different one is a change by ``by``."""
+        if not self.steps:
+            start = value if before is None else before
+            self.steps.append({"at": at, "value": start})
+            self.last = start
+        if value == self.last:
+            return
+        self.changes.append({"at": at, "before": self.last, "after": value, "by": by})
+        self.steps.append({"at": at, "value": value})
+        self.last, self.changed_at = value, at
+
+
+OUTSIDE: Final = {"kind": "outside", "label": "outside the engine"}
+#: Record kinds that are an author of their own (any other applied record is the rule's).
+_OTHER_AUTHORS: Final = frozenset({"followup", "undo", "approval"})
+
+
+def _author(record: Document) -> dict[str, Any]:
+    kind = record.get("kind") if record.get("kind") in _OTHER_AUTHORS else "rule"
+    name, version = record.get("rule_name"), record.get("rule_version")
+    label = f"{name} v{version}"
+    if kind == "followup":
+        label += " (follow-up)"
+    elif kind == "undo":
+        label = f"undo of {name} v{version} by {record.get('by') or 'unknown'}"
+    elif kind == "approval":
+        label += f" (approved by {record.get('decided_by') or 'unknown'})"
+    return {
+        "kind": kind,
+        "label": label,
+        "rule_id": record.get("rule_id"),
+        "rule_name": name,
+        "rule_version": version,
+        "batch_id": record.get("batch_id"),
+    }
+
+
+def _observe(fields: dict[str, _Field], record: Document) -> None:
+    at = record["created_at"]
+    snapshot = record.get("entity") or {}
+    acted = record.get("outcome") == "applied" and record.get("field") in fields
+    for name, steps in fields.items():
+        if acted and name == record["field"]:
+            if steps.steps and record.get("before") != steps.last:
+                steps.see(at, record.get("before"), OUTSIDE)
+            steps.see(at, record.get("after"), _author(record), before=record.get("before"))
+        elif name in snapshot and (steps.changed_at is None or at > steps.changed_at):
+            # a listing taken at a change's instant (the same batch) predates the change
+            steps.see(at, snapshot[name], OUTSIDE)
+
+
+def _daily_spend(records: list[Document]) -> list[dict[str, Any]]:
+    """Per UTC day, the largest "spend today" a rule saw (spend only grows during a day)."""
+    days: dict[str, float] = {}
+    for record in records:
+        for cond in record.get("conditions") or []:
+            if (cond.get("metric"), cond.get("period")) == SPEND and cond.get("actual") is not None:
+                day = record["created_at"].date().isoformat()
+                days[day] = max(days.get(day, 0.0), float(cond["actual"]))
+    return [{"date": d, "spend": v} for d, v in sorted(days.items())]
+
+
+def _main_metric(records: list[Document]) -> dict[str, Any] | None:
+    """The first condition's metric of the most recent rule that acted, and what it saw."""
+    acting = [
+        r for r in records if r.get("kind") not in _OTHER_AUTHORS and r.get("outcome") == "applied"
+    ]
+    if not acting or not acting[-1].get("conditions"):
+        return None
+    rule_id, first = acting[-1]["rule_id"], acting[-1]["conditions"][0]
+    key = (first.get("metric"), first.get("period"))
+    points = [
+        {"at": r["created_at"], "value": r["conditions"][0].get("actual")}
+        for r in records
+        if r.get("rule_id") == rule_id
+        and r.get("conditions")
+        and (r["conditions"][0].get("metric"), r["conditions"][0].get("period")) == key
+    ]
+    return {"metric": key[0], "period": key[1], "rule_id": rule_id, "points": points}
+
+
+def _execution(record: Document) -> dict[str, Any]:
+    keys = ("batch_id", "rule_id", "rule_name", "rule_version", "task_id", "outcome", "reason")
+    more = ("field", "before", "after", "created_at")
+    return {
+        "id": str(record["_id"]) if "_id" in record else str(record.get("key")),
+        "kind": record.get("kind") or "evaluation",
+        **{k: record.get(k) for k in keys + more},
+    }
+
+
+def build_timeline(entity_id: str, newest_first: list[Document], *, since: datetime) -> Document:
+    """The timeline of ``entity_id`` from its records (newest first, as the store gives them)."""
+    records = sorted(newest_first, key=lambda r: r["created_at"])
+    fields = {name: _Field() for name in FIELDS}
+    for record in records:
+        _observe(fields, record)
+    latest = newest_first[0] if newest_first else {}
+    return {
+        "entity_id": entity_id,
+        "entity_name": latest.get("entity_name"),
+        "account": latest.get("account"),
+        "level": latest.get("level"),
+        "since": since,
+        "truncated": len(newest_first) >= MAX_RECORDS,
+        "fields": {
+            name: {"steps": f.steps, "changes": f.changes} for name, f in fields.items() if f.steps
+        },
+        "spend": _daily_spend(records),
+        "metric": _main_metric(records),
+        "executions": [_execution(r) for r in newest_first[:MAX_EXECUTIONS]],
+    }
+
+
+async def entity_timeline(request: web.Request) -> web.Response:
+    """``GET /api/entities/{id}/timeline?days=14``: steps, who changed them, spend, records."""
+    days = int_param(request, "days", default=14, low=1, high=MAX_DAYS)
+    entity_id = request.match_info["id"]
+    since = datetime.now(UTC) - timedelta(days=days)
+    records = await services(request).executions.for_entity(
+        entity_id, since=since, limit=MAX_RECORDS
+    )
+    return json_response(build_timeline(entity_id, records, since=since) | {"days": days})
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the entity timeline route."""
+    app.router.add_get("/api/entities/{id}/timeline", entity_timeline, name="api.entity_timeline")

@@ -1,0 +1,154 @@
+"""Preview: what would a rule do right now? The worker's own stages, with nothing written.
+
+Lists the rule's entities on each account, then runs the read-only stages of an
+evaluation (:mod:`ruleengine.worker.stages`): Insights are fetched and conditions
+evaluated for real, and for each entity whose task passed the live value is
+re-read and the target planned — but nothing is written to Meta, to the records
+or to intents (so no cooldown starts). The answer is the would-be execution records.
+
+The preview's Graph session allows GET, the Batch API of GETs and ``REPORT`` (the
+POST that starts an asynchronous Insights report run on a big account, which changes
+no ad object), nothing else, and no import path from this module reaches
+:mod:`ruleengine.meta.writer` (``tests/test_layers.py`` walks the import graph to prove it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ruleengine.acting.results import (
+    ACT_FAILURES,
+    ActResult,
+    failure_result,
+    read_live,
+    target_of,
+    with_task_guards,
+    would_do,
+)
+from ruleengine.dispatching.payload import EvaluateJob
+from ruleengine.errors import RuleEngineError
+from ruleengine.meta.http import READ_AND_REPORT, GraphSession
+from ruleengine.meta.reader import GraphReader
+from ruleengine.rules.action_types import DuplicateAction, NotifyAction
+from ruleengine.rules.model import Rule
+from ruleengine.settings import Settings
+from ruleengine.store.credentials import CredentialStore, load_key, token_ref
+from ruleengine.store.db import Database
+from ruleengine.store.errorlog import ErrorLog
+from ruleengine.store.intents import IntentStore
+from ruleengine.worker.stages import Evaluation, Pair, Reading, Summary, sheets_reader
+from ruleengine.writes.notify import task_message
+
+log = logging.getLogger(__name__)
+
+
+def open_preview(settings: Settings, *, db: Database) -> Reading:
+    """The preview's services: a session that may only read (GETs, Batch API GETs, reports)."""
+    return Reading(
+        settings=settings,
+        session=GraphSession(settings, methods=READ_AND_REPORT),
+        credentials=CredentialStore(db, load_key(settings)),
+        intents=IntentStore(db),
+        errors=ErrorLog(db),
+        sheets=sheets_reader(settings),
+    )
+
+
+@dataclass
+class Preview:
+    """Would-be records per account, and the accounts that could not be previewed."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # account → problem
+    graph: dict[str, int] = field(default_factory=lambda: {"http_requests": 0, "counted_calls": 0})
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (what the API returns)."""
+        would = [r for r in self.records if r["outcome"] == "would_apply"]
+        return {
+            "records": self.records,
+            "errors": self.errors,
+            "graph": self.graph,
+            "summary": {
+                "evaluated": sum(1 for r in self.records if r["passed"] is not None),
+                "matched": sum(1 for r in self.records if r["passed"]),
+                "would_apply": len(would),
+                "would_await_approval": sum(
+                    1 for r in self.records if r["outcome"] == "awaiting_approval"
+                ),
+            },
+        }
+
+
+class PreviewEvaluation(Evaluation):
+    """The stages of an evaluation; acting only says what it would do."""
+
+    function = "preview"
+
+    async def _act(self, passing: list[Pair]) -> None:
+        for pair in passing:
+            started = time.perf_counter()
+            try:
+                pair.result = await self._would(pair)
+            except ACT_FAILURES as exc:
+                pair.result = failure_result(exc)
+            self._timed(pair, started)
+
+    async def _would(self, pair: Pair) -> ActResult:
+        run, action = self.run_ctx, pair.task.action
+        if isinstance(action, NotifyAction):
+            message = task_message(
+                run, pair.entity, pair.task, action.template, verdict=pair.verdict
+            )
+            return ActResult("would_apply", None, "notify", None, message)
+        if isinstance(action, DuplicateAction):
+            return ActResult(
+                "would_apply", None, "copies", pair.entity.name, f"copy of {pair.entity.id}"
+            )
+        max_change_pct = self.reading.settings.max_budget_change_pct
+        target = await target_of(action, run, max_change_pct=max_change_pct, verdict=pair.verdict)
+        # a change that needs approval would wait for one: awaiting_approval, as a run says
+        target = with_task_guards(target, pair.task, run)
+        live = await read_live(run.reader, run, pair.entity, target.reads)
+        return would_do(target.planner(live))
+
+    async def _keep(self, pairs: list[Pair], summary: Summary) -> None:
+        summary.records = [self.record(p) for p in pairs]
+
+
+async def preview_rule(
+    reading: Reading, rule: Rule, *, rule_id: str, version: int, now: datetime
+) -> Preview:
+    """Evaluate ``rule`` now on every account, writing nothing anywhere."""
+    result = Preview()
+    reader = GraphReader.from_settings(reading.session.view())
+    for account in rule.ad_accounts:
+        try:
+            token = await reading.credentials.usable_token(token_ref(account))
+            entities = await reader.list_for_rule(rule, account, token=token)
+        except (RuleEngineError, ValueError) as exc:
+            result.errors[account] = str(exc)
+            continue
+        job = EvaluateJob.of(
+            rule,
+            batch_id=f"preview-{rule_id}-{account}",
+            rule_id=rule_id,
+            version=version,
+            account=account,
+            entities=entities,
+            scheduled_at=now,
+            dispatched_at=now,
+        )
+        summary = await PreviewEvaluation(reading, job, now=now).run()
+        if summary.error:
+            result.errors[account] = summary.error
+        result.records.extend(summary.records)
+        for key, value in summary.cost.items():
+            result.graph[key] = result.graph.get(key, 0) + value
+    result.graph["http_requests"] += reader.session.cost.http_requests
+    result.graph["counted_calls"] += reader.session.cost.counted_calls
+    return result

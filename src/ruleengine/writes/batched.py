@@ -1,0 +1,563 @@
+"""The batched write path: one job's status, budget, bid and name changes on one ad account.
+
+The protocol of :mod:`ruleengine.writes.executor`, for many changes at once
+(``RULEENGINE_WRITE_BATCH_SIZE`` > 1). Under one hold of the account's fenced write
+lock: the batch's own intents and the cooldowns other runs left are looked up (one
+query each); the live values are re-read through the Batch API (≤ 50 GETs a call);
+other batches' pending intents on the same fields are settled or block the change;
+every change is planned from its live value (clamps, the account's minimum daily
+budget, Meta's ad-set budget limit — one query over the intents for all of them);
+every intent is recorded in one insert; then the writes go out as Batch API calls of
+≤ ``write_batch_size`` POSTs, one call at a time, the lock (and its fence) checked
+before each, and
+each intent is resolved from its own sub-response (a token error stops the sending
+after that call: the writes not sent are ``token_refused``). A ``null`` sub-response (Meta did
+not process it) is reconciled against the live value, never sent blindly again: sent
+once more only when the live value shows it did not land.
+
+A crash between two calls leaves the later calls' intents pending: the next delivery
+of the batch reconciles its own, the reaper settles them once their owner is gone —
+from the live values in both cases, so nothing lands twice. Intents are recorded and
+settled under the lock's fence: a round that finds another worker has taken the
+account over (:class:`~ruleengine.errors.Fenced`) records and sends nothing more — its
+writes already sent are ``write_unconfirmed``, the others ``lock_lost``, and their
+intents stay pending for the reaper.
+
+When two tasks of the job change the same field of one entity, the second is planned
+in a later round, from the value the first left (as one write at a time would).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from ruleengine.acting.results import (
+    ACT_FAILURES,
+    ActKey,
+    ActResult,
+    FreshPair,
+    JobRun,
+    Target,
+    applied,
+    failure_result,
+    fired_elsewhere,
+    give_up_unsent,
+    intent_doc,
+    not_applied,
+    reconcile,
+    settled,
+    unanswered,
+    unchanged,
+)
+from ruleengine.guards.cross_rule import CrossRuleGuards, GuardRound, intent_fields
+from ruleengine.meta.batch import BatchReader, SubRequest
+from ruleengine.meta.errors import GraphError, RateLimitError, token_status
+from ruleengine.meta.writer import FieldWrite, GraphWriter, WriteContext
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.plan import Plan
+from ruleengine.rules.targets import live_value
+from ruleengine.settings import Settings
+from ruleengine.store.intents import WRITE_UNCONFIRMED, Intent, IntentStore, Resolution
+from ruleengine.writes.lock import AccountLocks, Fenced, HeldLock, LockLost
+from ruleengine.writes.meta_limits import budget_check, budget_history, counts_toward_limit, refuse
+from ruleengine.writes.settling import IntentSettler
+
+log = logging.getLogger(__name__)
+
+
+class WriteDeps(Protocol):
+    """What the batched writer needs of the worker's write path (the executor provides it):
+    its settings, the intent store and settler, the account locks, the cross-rule guards,
+    and how it tells the time and waits."""
+
+    settings: Settings
+    intents: IntentStore
+    settler: IntentSettler
+    locks: AccountLocks
+    guards: CrossRuleGuards | None
+    clock: Callable[[], datetime]
+    sleep: Callable[[float], Awaitable[None]]
+
+
+#: How many times a write Meta did not process (a ``null`` item) is sent again, after the
+#: live value showed it had not landed.
+NULL_RESENDS = 1
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One passing (entity, task) whose action changes a field."""
+
+    entity: Entity
+    key: ActKey
+    target: Target
+
+
+@dataclass
+class _Send:
+    """A change on its way to Meta: its plan, its recorded intent, its position in the job."""
+
+    index: int
+    change: FieldChange
+    plan: Plan
+    intent: Intent
+    resends: int = 0
+
+    def write(self, run: JobRun) -> FieldWrite:
+        ctx = WriteContext(run.account, self.change.entity.id, run.rule_id, run.batch_id)
+        return FieldWrite(ctx, self.plan.field, self.plan.after)
+
+    def applied(self, response: Any = None) -> ActResult:
+        return applied(self.plan, response)
+
+    def failed(self, reason: str, error: dict[str, Any] | None = None) -> ActResult:
+        return not_applied(self.plan, "failed", reason, error)
+
+
+def rounds(changes: Sequence[FieldChange]) -> list[list[int]]:
+    """Positions of ``changes`` by round: a round changes each (entity, field) at most once."""
+    seen: dict[tuple[str, str], int] = defaultdict(int)
+    out: list[list[int]] = []
+    for index, change in enumerate(changes):
+        key = (change.entity.id, change.target.field)
+        round_number = seen[key]
+        seen[key] += 1
+        if round_number == len(out):
+            out.append([])
+        out[round_number].append(index)
+    return out
+
+
+class BatchedWrites:
+    """Carries out many field changes of one job through Batch API calls (see the module)."""
+
+    def __init__(self, executor: WriteDeps) -> None:
+        self.executor = executor
+        self.intents = executor.intents
+        self.size = executor.settings.write_batch_size
+
+    async def apply(
+        self, run: JobRun, writer: GraphWriter, changes: Sequence[FieldChange]
+    ) -> list[ActResult]:
+        """The result of each change, in order."""
+        results: dict[int, ActResult] = {}
+        if run.facts is not None and any(counts_toward_limit(run, c.target.field) for c in changes):
+            await run.facts.budget_events()  # read once per job, never under the lock
+        for positions in rounds(changes):
+            todo = {i: changes[i] for i in positions}
+            try:
+                results |= await self._round(run, writer, todo)
+            except ACT_FAILURES as exc:
+                results |= {i: failure_result(exc) for i in todo}
+        return [results[i] for i in range(len(changes))]
+
+    async def _round(
+        self, run: JobRun, writer: GraphWriter, todo: dict[int, FieldChange]
+    ) -> dict[int, ActResult]:
+        # As in ActionExecutor.apply: a rate limit met reading inside the lock is waited out
+        # after releasing it, and the locked section starts again from the live reads.
+        policy = run.reader.reads
+        reads = BatchReader(
+            writer.session,
+            policy=policy.without_rate_limit_waits(),
+            concurrency=self.executor.settings.graph_concurrency,
+        )
+        results: dict[int, ActResult] = {}  # kept across a restart: what is done stays done
+        for attempt in itertools.count(1):
+            remaining = {i: c for i, c in todo.items() if i not in results}
+            try:
+                async with self.executor.locks.hold(run.account) as lock:
+                    await _LockedRound(self, run, writer, reads, lock, results).go(remaining)
+                    return results
+            except RateLimitError as exc:
+                wait = policy.rate_limit_wait(exc, attempt=attempt)
+                if wait is None:
+                    raise
+                log.info(
+                    "rate limited reading live values; retrying in %.1fs outside the lock", wait
+                )
+                await self.executor.sleep(wait)
+        raise AssertionError("unreachable")
+
+
+class _LockedRound:
+    """One round under the account's write lock: look, plan, record, send, resolve."""
+
+    def __init__(
+        self,
+        owner: BatchedWrites,
+        run: JobRun,
+        writer: GraphWriter,
+        reads: BatchReader,
+        lock: HeldLock,
+        results: dict[int, ActResult],
+    ) -> None:
+        self.owner = owner
+        self.intents = owner.intents.under(lock.fence)  # recorded and settled under the fence
+        self.settler = owner.executor.settler.under(lock.fence)
+        self.run = run
+        self.writer = writer
+        self.reads = reads
+        self.lock = lock
+        self.results = results
+        self.refused: GraphError | None = None  # a token error Meta answered a write with
+        self.guard: GuardRound | None = None  # the change budget and holds of this round
+        self.sends: dict[int, _Send] = {}  # every write recorded to be sent, by position
+        self.sent: set[int] = set()  # positions whose write went out to Meta
+        self.stop: tuple[str, dict[str, Any]] | None = None  # why the round stopped early
+
+    async def go(self, todo: dict[int, FieldChange]) -> dict[int, ActResult]:
+        try:
+            await self._go(todo)
+        except Fenced as exc:
+            self._fenced_out(todo, exc)
+        return self.results
+
+    def _fenced_out(self, todo: dict[int, FieldChange], exc: Fenced) -> None:
+        """A newer holder took the account's lock over: this round records and sends nothing
+        more. A write already sent is ``write_unconfirmed`` (the reaper settles its intent
+        from the live value and corrects the record), one not sent ``lock_lost``."""
+        log.warning("batch %s fenced out of %s: %s", self.run.batch_id, self.run.account, exc)
+        error = {"message": str(exc)}
+        for index in todo:
+            if index in self.results:
+                continue
+            send = self.sends.get(index)
+            if send is None:
+                self.results[index] = failure_result(exc)
+            elif index in self.sent:
+                self.results[index] = send.failed("write_unconfirmed", error)
+            else:
+                self.results[index] = send.failed("lock_lost", error)
+
+    async def _go(self, todo: dict[int, FieldChange]) -> None:
+        """Look up the round's own intents and re-check cooldowns once; then, slice by slice
+        of ≤ ``size`` changes, read the live values, plan, record the intents and send one
+        Batch API call — the next slice's live values read while this slice's call is in
+        flight, so each write is planned from a value read at most one round trip before it
+        is sent, and the account's writes stay one call at a time."""
+        run = self.run
+        existing = await self.intents.get_many(
+            run.batch_id, [(c.key.task_id, c.entity.id) for c in todo.values()]
+        )
+        fresh: dict[int, FieldChange] = {}
+        own: dict[int, Intent] = {}
+        for index, change in todo.items():
+            intent = existing.get((change.key.task_id, change.entity.id))
+            if intent is None:
+                fresh[index] = change
+            elif intent.status == "pending":
+                own[index] = intent
+            else:
+                self.results[index] = settled(intent)
+        await self._skip_fired_elsewhere(fresh)
+        ordered = [i for i in todo if i in fresh or i in own]
+        size = self.owner.size
+        slices = [ordered[n : n + size] for n in range(0, len(ordered), size)]
+        others = await self._pending_elsewhere(fresh)
+        await self._look_guards(fresh)
+        await self._pipeline(slices, todo, fresh, own, others)
+
+    async def _pipeline(
+        self,
+        slices: list[list[int]],
+        todo: dict[int, FieldChange],
+        fresh: dict[int, FieldChange],
+        own: dict[int, Intent],
+        others: dict[tuple[str, str], list[dict[str, Any]]],
+    ) -> None:
+        def read(part: list[int]) -> asyncio.Task[dict[str, dict[str, Any]]]:
+            return asyncio.create_task(self._live({i: todo[i] for i in part}))
+
+        reading = read(slices[0]) if slices else None
+        try:
+            for number, part in enumerate(slices):
+                assert reading is not None
+                live = await reading
+                reading = read(slices[number + 1]) if number + 1 < len(slices) else None
+                mine = {i: own[i] for i in part if i in own}
+                sends = await self._reconcile_own(mine, todo, live)
+                planned = await self._plan({i: fresh[i] for i in part if i in fresh}, live, others)
+                sends += await self._record(planned)
+                self.sends |= {send.index: send for send in sends}
+                if not await self._send(sends):  # stopped: the later slices are not written
+                    self._stopped([i for later in slices[number + 1 :] for i in later])
+                    return
+        finally:
+            if reading is not None:
+                reading.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reading
+
+    def _stopped(self, unsent: list[int]) -> None:
+        """Changes of later slices, neither recorded nor sent, once the round had to stop."""
+        reason, error = self.stop or ("lock_lost", {"message": "the round stopped"})
+        for index in unsent:
+            if index not in self.results:
+                self.results[index] = ActResult("failed", reason, error=error)
+
+    # ---------------------------------------------------------------- before recording
+
+    async def _skip_fired_elsewhere(self, fresh: dict[int, FieldChange]) -> None:
+        """Another run of the rule may have fired since the job's cooldown stage."""
+        pairs = {i: FreshPair(c.key, c.entity.id, c.target.field) for i, c in fresh.items()}
+        skipped = await fired_elsewhere(self.intents, self.run, pairs)
+        for index, result in skipped.items():
+            self.results[index] = result
+            del fresh[index]
+
+    async def _live(self, changes: dict[int, FieldChange]) -> dict[str, dict[str, Any]]:
+        """Entity id → its live fields, through the Batch API; a change whose entity could
+        not be read gets ``live_read_failed`` (a rate limit is raised: waited out unlocked)."""
+        fields: dict[str, set[str]] = defaultdict(set)
+        for change in changes.values():
+            fields[change.entity.id].update(change.target.reads)
+        ids = sorted(fields)
+        requests = [SubRequest(i, {"fields": ",".join(["id", *sorted(fields[i])])}) for i in ids]
+        answers = await self.reads.get_many(
+            requests, token=self.run.token, account_id=self.run.account
+        )
+        live: dict[str, dict[str, Any]] = {}
+        errors: dict[str, GraphError] = {}
+        for entity_id, answer in zip(ids, answers, strict=True):
+            if isinstance(answer.error, RateLimitError):
+                raise answer.error
+            if answer.error is None and isinstance(answer.body, dict) and "id" in answer.body:
+                live[entity_id] = answer.body
+            else:
+                errors[entity_id] = answer.error or GraphError("no object in the answer")
+        for index in [i for i, c in changes.items() if c.entity.id in errors]:
+            self.results[index] = failure_result(errors[changes[index].entity.id])
+            del changes[index]
+        return live
+
+    async def _reconcile_own(
+        self, own: dict[int, Intent], todo: dict[int, FieldChange], live: dict[str, dict[str, Any]]
+    ) -> list[_Send]:
+        """A crash (or an unprocessed item) left these pending: look before writing again."""
+        sends: list[_Send] = []
+        for index, intent in own.items():
+            change = todo[index]
+            if change.entity.id not in live:
+                continue  # its live read failed
+            value = live_value(live[change.entity.id], intent.field)
+            result = await self.settler.settle_own(intent, value, now=self.run.now)
+            if result is None:
+                plan = Plan(intent.field, intent.before, intent.target)
+                sends.append(_Send(index, change, plan, intent))
+            else:
+                self.results[index] = result
+        return sends
+
+    async def _pending_elsewhere(
+        self, fresh: dict[int, FieldChange]
+    ) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        """Other batches' pending intents on the round's entities, by (entity, field): one
+        query for the round (under the lock, no other writer records any meanwhile)."""
+        others: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        ids = sorted({c.entity.id for c in fresh.values()})
+        for doc in (
+            await self.intents.pending_elsewhere(ids, other_than=self.run.batch_id) if ids else []
+        ):
+            others[(doc["entity_id"], doc["field"])].append(doc)
+        return others
+
+    async def _plan(
+        self,
+        fresh: dict[int, FieldChange],
+        live: dict[str, dict[str, Any]],
+        others: dict[tuple[str, str], list[dict[str, Any]]],
+    ) -> dict[int, tuple[FieldChange, Plan]]:
+        """Plans that change something and that nothing (another batch, Meta's limits) stops."""
+        run = self.run
+        readable = {i: c for i, c in fresh.items() if c.entity.id in live}
+        plans: dict[int, tuple[FieldChange, Plan]] = {}
+        for index, change in readable.items():
+            entity, field = change.entity, change.target.field
+            value = live_value(live[entity.id], field)
+            blocked = await self.settler.blocking(run, field, value, others[(entity.id, field)])
+            plan = blocked or change.target.planner(live[entity.id])
+            if isinstance(plan, ActResult):
+                self.results[index] = plan
+            elif not plan.changes:
+                self.results[index] = unchanged(plan)
+            else:
+                plans[index] = (change, plan)
+        await self._guard(plans)
+        history = await budget_history(
+            self.intents, run, [(c.entity, p) for c, p in plans.values()]
+        )
+        for index, (change, plan) in list(plans.items()):
+            refused = await budget_check(history, run, change.entity, plan)
+            if refused is not None:
+                self.results[index] = refused
+                del plans[index]
+        return plans
+
+    async def _look_guards(self, fresh: dict[int, FieldChange]) -> None:
+        """The change budget and oscillation holds of the round's entities, over every rule's
+        changes (one query for the round)."""
+        guards = self.owner.executor.guards
+        if guards is not None and fresh:
+            entity_ids = list(dict.fromkeys(c.entity.id for c in fresh.values()))
+            self.guard = await guards.look(self.run, entity_ids)
+
+    async def _guard(self, plans: dict[int, tuple[FieldChange, Plan]]) -> None:
+        """Hold each plan to the change budget and the oscillation holds."""
+        if self.guard is None or not plans:
+            return
+        for index, (change, plan) in list(plans.items()):
+            checked = self.guard.check(change.entity, plan)
+            if isinstance(checked, ActResult):
+                self.results[index] = checked
+                del plans[index]
+            else:
+                plans[index] = (change, checked)
+
+    async def _record(self, plans: dict[int, tuple[FieldChange, Plan]]) -> list[_Send]:
+        """Every intent of the round in one insert, before anything is sent."""
+        docs = [
+            intent_doc(self.run, change.entity, change.key, plan) | intent_fields(change.key)
+            for change, plan in plans.values()
+        ]
+        intents = await self.intents.begin_many(docs, now=self.run.now)
+        sends: list[_Send] = []
+        for (index, (change, plan)), intent in zip(plans.items(), intents, strict=True):
+            if intent.created:
+                sends.append(_Send(index, change, plan, intent))
+            else:  # another delivery of this batch recorded it meanwhile
+                self.results[index] = settled(intent)
+        return sends
+
+    # ---------------------------------------------------------------- sending
+
+    async def _send(self, queue: list[_Send]) -> bool:
+        """One Batch API call at a time, the lock checked before each; False when the round
+        must stop (the lock lost, the token refused: every later call would fail alike)."""
+        size = self.owner.size
+        while queue:
+            chunk, queue = queue[:size], queue[size:]
+            try:
+                await self.lock.check()
+            except LockLost as exc:  # nothing of these was sent: they did not happen
+                self.stop = ("lock_lost", {"message": str(exc)})
+                await self._settle_unsent([*chunk, *queue], *self.stop)
+                return False
+            queue += await self._send_chunk(chunk)
+            if self.refused is not None and queue:  # every call with this token would fail
+                await self._settle_unsent(queue, "token_refused", self.refused.as_dict())
+        if self.refused is not None:
+            self.stop = ("token_refused", self.refused.as_dict())
+            return False
+        return True
+
+    async def _settle_unsent(self, unsent: list[_Send], reason: str, error: dict[str, Any]) -> None:
+        await give_up_unsent(self.intents, [s.intent.id for s in unsent], reason, now=self.run.now)
+        for send in unsent:
+            self.results[send.index] = send.failed(reason, error)
+
+    async def _send_chunk(self, chunk: list[_Send]) -> list[_Send]:
+        """Send one call; resolve what it answered. Returns the writes to send again."""
+        run = self.run
+        self.sent.update(send.index for send in chunk)
+        try:
+            answers = await self.writer.write_batch([s.write(run) for s in chunk], token=run.token)
+        except GraphError as exc:
+            for send in chunk:
+                await self._failed(send, exc, own_answer=False)
+            return []
+        done: list[tuple[_Send, Any]] = []
+        unprocessed: list[_Send] = []
+        for send, answer in zip(chunk, answers, strict=True):
+            if answer is None:
+                unprocessed.append(send)
+            elif answer.error is not None:
+                await self._failed(send, answer.error)
+            else:
+                done.append((send, answer.body))
+        await self._resolve_done(done)
+        return await self._reconcile_unprocessed(unprocessed)
+
+    async def _resolve_done(self, done: list[tuple[_Send, Any]], **fields: Any) -> None:
+        resolutions = [
+            Resolution(s.intent.id, "done", {"response": body, "changed": True, **fields})
+            for s, body in done
+        ]
+        settled_now = await self.intents.resolve_many(resolutions, now=self.run.now)
+        if settled_now != len(resolutions):
+            log.error(
+                "%d intent(s) were settled by someone else while their writes were in flight",
+                len(resolutions) - settled_now,
+            )
+        for send, body in done:
+            result = send.applied(body)
+            if self.guard is not None and send.intent.created:  # not one a crash left pending
+                result.oscillation = await self.guard.landed(
+                    send.change.entity, send.change.key, send.plan
+                )
+            self.results[send.index] = result
+
+    async def _failed(self, send: _Send, exc: GraphError, *, own_answer: bool = True) -> None:
+        if token_status(exc.code, exc.subcode) is not None:
+            self.refused = exc  # no further call: each would meet the same refusal
+        if unanswered(exc):
+            # No verdict: the write may still land. The intent stays pending — its cooldown in
+            # force, the field blocked for other runs — until it is settled from the live value.
+            await self.intents.unconfirmed(send.intent.id, error=exc.as_dict())
+            self.results[send.index] = send.failed(WRITE_UNCONFIRMED, exc.as_dict())
+            return
+        self.results[send.index] = await refuse(
+            self.intents,
+            send.intent,
+            send.plan,
+            self.run,
+            exc,
+            now=self.owner.executor.clock(),
+            own_answer=own_answer,
+        )
+
+    async def _reconcile_unprocessed(self, unprocessed: list[_Send]) -> list[_Send]:
+        """Meta answered these ``null``: read them back; send again only what did not land."""
+        if not unprocessed:
+            return []
+        live: dict[str, dict[str, Any]] = {}
+        requests = [
+            SubRequest(s.change.entity.id, {"fields": f"id,{s.plan.field}"}) for s in unprocessed
+        ]
+        answers = await self.reads.get_many(
+            requests, token=self.run.token, account_id=self.run.account
+        )
+        resend: list[_Send] = []
+        landed: list[tuple[_Send, Any]] = []
+        for send, answer in zip(unprocessed, answers, strict=True):
+            if answer.error is not None or not isinstance(answer.body, dict):
+                error = answer.error or GraphError("no object in the answer")
+                await self.intents.unconfirmed(send.intent.id, error=error.as_dict())
+                self.results[send.index] = send.failed(WRITE_UNCONFIRMED, error.as_dict())
+                continue
+            live[send.change.entity.id] = answer.body
+            verdict = reconcile(send.intent, live_value(answer.body, send.plan.field))
+            if verdict == "done":
+                landed.append((send, None))
+            elif verdict == "write" and send.resends < NULL_RESENDS:
+                send.resends += 1
+                resend.append(send)
+            else:
+                reason = "not_processed" if verdict == "write" else "changed_by_someone_else"
+                await self.intents.resolve(
+                    send.intent.id, status="failed", now=self.run.now, reason=reason
+                )
+                self.results[send.index] = send.failed(reason)
+        await self._resolve_done(landed, reconciled=True)
+        return resend
+
+
+__all__ = ["BatchedWrites", "FieldChange", "rounds"]

@@ -1,0 +1,242 @@
+"""The ``duplicate`` action: ``POST /{id}/copies``, at most once per (batch, task, entity).
+
+A copy cannot be read back to tell whether an earlier, unconfirmed attempt made
+one, so its intent is recorded first (:func:`~ruleengine.acting.results.record_once`) and a
+pending one found later is given up rather than risk a second copy. The copy is
+started under the account's write lock, like every write: there the task's cooldown
+and ``execution_count_limit`` are checked again (an overlapping run of the rule may
+have copied the entity since the job's cooldown stage), the intent is recorded under
+the lock's fence, and the lock is checked right before each copy request. A holder
+fenced out after Meta made the copy notes Meta's answer on the pending intent; the
+reaper settles it from there (:func:`settle_copy`).
+
+Meta makes a copy of at most 3 objects at once; a bigger one (a deep copy of a
+campaign with its ad sets and ads) it refuses without copying anything (100/1885194).
+That copy is then started as an asynchronous batch — the same single copy request,
+never a second one — whose request-set id is noted on the intent at once; the
+worker polls it outside the lock for up to ``RULEENGINE_COPY_WAIT_S``. The record's
+``after`` is the copy's id and its ``response`` lists every object the copy made.
+A background copy not finished by then is recorded as applied with reason
+``copy_in_progress``; its intent stays pending and the reaper settles it from the
+request set (:func:`settle_copy`) — it is never sent again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ruleengine.acting.results import ActKey, ActResult, JobRun, give_up_unsent, record_once
+from ruleengine.meta.copies import CopyResult, read_async_copy, too_large, wait_for_async_copy
+from ruleengine.meta.errors import GraphError
+from ruleengine.meta.reader import GraphReader
+from ruleengine.meta.writer import GraphWriter, WriteContext
+from ruleengine.rules.action_types import DuplicateAction
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.model import Task
+from ruleengine.store.intents import Intent, IntentStore
+from ruleengine.writes.lock import AccountLocks, Fenced, HeldLock, LockLost
+
+
+async def duplicate(
+    run: JobRun,
+    writer: GraphWriter,
+    entity: Entity,
+    task: Task,
+    action: DuplicateAction,
+    *,
+    intents: IntentStore,
+    locks: AccountLocks,
+    wait_s: float = 60.0,
+) -> ActResult:
+    """Copy ``entity`` as ``action`` says; the record's ``after`` is the copy's id."""
+    earlier = await intents.get(run.batch_id, task.id, entity.id)
+    if earlier is not None and earlier.status == "pending" and answered(earlier.response):
+        return await _resume(run, entity, earlier, intents)  # read back, never sent again
+    async with locks.hold(run.account) as lock:
+        fenced = intents.under(lock.fence)  # recorded and settled under the lock's fence
+        intent = await record_once(
+            fenced,
+            run,
+            entity,
+            ActKey.of(task),
+            field="copies",
+            before=entity.name,
+            target=None,
+            recheck=True,  # an overlapping run of the rule may have copied it meanwhile
+        )
+        if isinstance(intent, ActResult):
+            return intent
+        started = await _start(run, writer, entity, action, intent, _Locked(fenced, lock))
+    if not isinstance(started, str):
+        return started
+    unread: dict[str, Any] | None = None
+    try:  # the background copy is waited for outside the lock: the write is done
+        copy = await wait_for_async_copy(
+            run.reader, started, token=run.token, account_id=run.account, wait_s=wait_s
+        )
+    except GraphError as exc:  # the set could not be read: Meta may still be copying
+        copy, unread = None, exc.as_dict()
+    if isinstance(copy, GraphError):
+        await intents.resolve(intent.id, status="failed", now=run.now, error=copy.as_dict())
+        return _failed(entity, copy)
+    if copy is None:
+        response = {"mode": "async", "request_set_id": started}
+        return ActResult(
+            "applied",
+            "copy_in_progress",
+            "copies",
+            entity.id,
+            None,
+            error=unread,
+            response=response,
+        )
+    return await _done(run, entity, intent, intents, copy)
+
+
+@dataclass(frozen=True)
+class _Locked:
+    """The account's write lock held for a copy, and the intent store under its fence."""
+
+    intents: IntentStore
+    lock: HeldLock
+
+    async def check(self, intent: Intent, run: JobRun) -> ActResult | None:
+        """The lock checked right before a copy request: the result when it is lost."""
+        try:
+            await self.lock.check()
+        except LockLost as exc:  # nothing was sent
+            await give_up_unsent(self.intents, [intent.id], "lock_lost", now=run.now)
+            return ActResult("failed", "lock_lost", "copies", error={"message": str(exc)})
+        return None
+
+
+async def _start(
+    run: JobRun,
+    writer: GraphWriter,
+    entity: Entity,
+    action: DuplicateAction,
+    intent: Intent,
+    locked: _Locked,
+) -> ActResult | str:
+    """Copy at once, or start the copy as an asynchronous batch: the result, or the set's id."""
+    options: dict[str, Any] = {
+        "status_option": action.status_option,
+        "rename_suffix": action.rename_suffix,
+        "deep_copy": action.deep_copy,
+        "token": run.token,
+        "ctx": WriteContext(run.account, entity.id, run.rule_id, run.batch_id),
+    }
+    intents = locked.intents
+    if (lost := await locked.check(intent, run)) is not None:
+        return lost
+    try:
+        return await _done(run, entity, intent, intents, await writer.copy(**options))
+    except GraphError as exc:
+        if not too_large(exc):
+            return await _refused(run, entity, intent, intents, exc)
+    if (lost := await locked.check(intent, run)) is not None:
+        return lost
+    try:  # Meta copied nothing: the same copy goes through an asynchronous batch
+        set_id = await writer.copy_async(**options)
+    except GraphError as exc:
+        return await _refused(run, entity, intent, intents, exc)
+    await intents.note(intent.id, response={"mode": "async", "request_set_id": set_id})
+    return set_id
+
+
+async def _refused(
+    run: JobRun, entity: Entity, intent: Intent, intents: IntentStore, exc: GraphError
+) -> ActResult:
+    """Meta refused the copy: nothing was made (fenced out, the reaper settles the intent)."""
+    with contextlib.suppress(Fenced):
+        await intents.resolve(intent.id, status="failed", now=run.now, error=exc.as_dict())
+    return _failed(entity, exc)
+
+
+def _request_set(response: Any) -> str | None:
+    """The asynchronous batch a pending copy intent started, if it started one."""
+    found = response.get("request_set_id") if isinstance(response, dict) else None
+    return str(found) if found else None
+
+
+async def _resume(run: JobRun, entity: Entity, intent: Intent, intents: IntentStore) -> ActResult:
+    """A redelivered job finds its copy answered (started in the background, or made): read
+    it, send nothing."""
+    doc = {"_id": intent.id, "account": run.account, "response": intent.response}
+    await settle_copy(intents, doc, reader=run.reader, token=run.token, now=run.now)
+    now = await intents.get(run.batch_id, intent.task_id, entity.id) or intent
+    response = now.response
+    if now.status == "done" and isinstance(response, dict):
+        copied = response.get("copied_id")
+        return ActResult(
+            "no_change", "already_applied", "copies", entity.id, copied, response=response
+        )
+    if now.status == "failed":
+        return ActResult("skipped", "previous_attempt_failed", "copies", entity.id, None)
+    return ActResult("no_change", "copy_in_progress", "copies", entity.id, None, response=response)
+
+
+async def _done(
+    run: JobRun, entity: Entity, intent: Intent, intents: IntentStore, copy: CopyResult
+) -> ActResult:
+    response = copy.as_response()
+    try:
+        await intents.resolve(intent.id, status="done", now=run.now, response=response)
+    except Fenced as exc:
+        # Made, but the account is a newer holder's now: Meta's answer stays on the pending
+        # intent, and the reaper settles it from there (a copy cannot be read back otherwise).
+        await intents.note(intent.id, response=response)
+        error = {"message": str(exc)}
+        return ActResult(
+            "failed", "write_unconfirmed", "copies", entity.id, None, error=error, response=response
+        )
+    return ActResult("applied", None, "copies", entity.id, copy.copied_id, response=response)
+
+
+def _failed(entity: Entity, exc: GraphError) -> ActResult:
+    return ActResult("failed", "write_failed", "copies", entity.id, None, error=exc.as_dict())
+
+
+def answered(response: Any) -> bool:
+    """True when a pending copy intent carries what Meta answered: the asynchronous batch
+    the copy started, or the copy itself (noted by a holder fenced out before it could
+    settle it). Such an intent is settled from that (:func:`settle_copy`), never sent again
+    nor given up as unverifiable."""
+    made = isinstance(response, dict) and bool(response.get("copied_id"))
+    return made or _request_set(response) is not None
+
+
+async def settle_copy(
+    intents: IntentStore,
+    intent: dict[str, Any],
+    *,
+    reader: GraphReader,
+    token: str,
+    now: datetime,
+) -> str | None:
+    """Settle a pending copy intent from what Meta answered (:func:`answered`): ``done`` with
+    the copy noted on it, or from its asynchronous batch — ``done`` with every new id,
+    ``failed`` with Meta's error; None while Meta is still copying (or someone settled it).
+
+    Raises:
+        GraphError: the set could not be read (the next pass tries again).
+    """
+    response = intent.get("response")
+    set_id = _request_set(response)
+    if isinstance(response, dict) and response.get("copied_id"):
+        fields: dict[str, Any] = {"status": "done", "reconciled": True}
+    elif set_id is None:
+        raise ValueError("only a copy Meta answered is settled from its answer")
+    else:
+        copy = await read_async_copy(reader, set_id, token=token, account_id=intent["account"])
+        if copy is None:
+            return None
+        if isinstance(copy, GraphError):
+            fields = {"status": "failed", "error": copy.as_dict()}
+        else:
+            fields = {"status": "done", "response": copy.as_response(), "reconciled": True}
+    resolved = await intents.resolve(intent["_id"], now=now, **fields)
+    return str(fields["status"]) if resolved else None

@@ -1,0 +1,312 @@
+"""A batch's evaluations in chunks give back exactly what per-entity records held.
+
+For generated runs — entities, tasks, outcomes of every kind, conditions with numbers and
+missing values, stage times, follow-ups and approvals, a redelivery's merged records — what
+the chunks decode to (:mod:`ruleengine.store.evaluations`, through MongoDB) equals what the
+old layout stored and read back, one document per (entity, task); a batch's rows and counts
+are the same with both layouts, and with a mix of both.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from bson import ObjectId
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ruleengine import constants as c
+from ruleengine.store.db import Database
+from ruleengine.store.evaluations import CHUNK_ENTITIES, acted, decode, encode
+from ruleengine.store.records import BatchCounts, ExecutionStore
+
+NOW = datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
+OUTCOMES = [
+    ("not_matched", None),
+    ("not_matched", "no_data"),
+    ("skipped", "next_execute_not_reached"),
+    ("skipped", "execution_count_limit"),
+    ("applied", None),
+    ("failed", "fetch_failed"),
+    ("failed", "write_unconfirmed"),
+    ("skipped", "no_daily_budget"),
+    ("no_change", "already_paused"),
+    ("awaiting_approval", "approval_required"),
+]
+numbers = st.one_of(st.none(), st.integers(-(10**9), 10**9), st.floats(allow_nan=False, width=64))
+stage = st.floats(0, 100, allow_nan=False).map(lambda x: round(x, 6))
+
+
+@st.composite
+def condition(draw: st.DrawFn) -> dict[str, Any]:
+    metric = draw(st.sampled_from(["spend", "purchase_roas.omni_purchase", "ctr", "actions.lead"]))
+    found: dict[str, Any] = {
+        "metric": metric,
+        "period": draw(st.sampled_from(["today", "last_7d", "yesterday"])),
+        "operator": draw(st.sampled_from([">", "<", "IN_RANGE"])),
+        "value": draw(st.one_of(st.integers(0, 500), st.lists(st.integers(0, 9), min_size=2))),
+        "actual": draw(numbers),
+        "passed": draw(st.booleans()),
+    }
+    if draw(st.booleans()):
+        found["reason"] = "no_data"
+    return found
+
+
+@st.composite
+def run(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """The records of one run, in evaluation order (entity × task)."""
+    batch = draw(st.sampled_from(["r1-act_1001-20261201T1800", "b|odd key", "approval:x"]))
+    tasks = draw(st.lists(st.sampled_from(["scale", "pause", "tell"]), min_size=1, unique=True))
+    actions = {t: {"type": draw(st.sampled_from(["pause", "increase_budget"]))} for t in tasks}
+    cooldown, fetch = draw(stage), draw(stage)
+    entities = draw(st.integers(1, 12))
+    records = []
+    for n in range(entities):
+        entity = f"{draw(st.integers(1, 10**15))}{n}"
+        name = draw(st.text(max_size=12))
+        for task in tasks:
+            outcome, reason = draw(st.sampled_from(OUTCOMES))
+            evaluated = outcome != "skipped" or reason not in ("next_execute_not_reached",)
+            trace = {"cooldown": cooldown, "fetch": fetch, "evaluate": draw(stage)}
+            trace["act"] = draw(stage) if acted({"outcome": outcome, "reason": reason}) else 0.0
+            record: dict[str, Any] = {
+                "key": f"{batch}|{task}|{entity}",
+                "batch_id": batch,
+                "delivery": draw(st.sampled_from([1, 1, 2])),
+                "rule_id": "r1",
+                "rule_name": "Scale winners",
+                "rule_version": 3,
+                "account": "act_1001",
+                "level": "campaign",
+                "task_id": task,
+                "entity_id": entity,
+                "entity_name": name,
+                "entity": {"id": entity, "name": name, "daily_budget": draw(numbers)},
+                "outcome": outcome,
+                "executed": outcome == "applied",
+                "reason": reason,
+                "action": actions[task],
+                "field": "daily_budget" if outcome == "applied" else None,
+                "before": draw(st.integers(1, 10**7)) if outcome == "applied" else None,
+                "after": draw(st.integers(1, 10**7)) if outcome == "applied" else None,
+                "requested": None,
+                "clamped_by": draw(st.sampled_from([[], ["max_budget"]])),
+                "oscillation": None,
+                "match": "all",
+                "passed": draw(st.sampled_from([True, False])) if evaluated else None,
+                "conditions": draw(st.lists(condition(), max_size=3)) if evaluated else [],
+                "action_metric": None,
+                "next_execute_at": NOW + timedelta(minutes=draw(st.integers(1, 600)))
+                if reason == "next_execute_not_reached"
+                else None,
+                "error": {"code": 100, "message": "x"} if outcome == "failed" else None,
+                "response": {"success": True} if outcome == "applied" else None,
+                "followup": draw(st.sampled_from([None, {"key": "f", "status": "waiting"}])),
+                "approval_id": None,
+                "trace": trace,
+                "duration_s": round(sum(trace.values()), 6),
+                "scheduled_at": NOW,
+                "created_at": NOW + timedelta(seconds=draw(st.integers(0, 3))),
+            }
+            if draw(st.integers(0, 9)) == 0:
+                record["recovered_by"] = "redelivery"  # a merged record carries more fields
+            records.append(record)
+    return records
+
+
+async def stored_alone(db: Database, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records as the old layout kept them: one document each, read back."""
+    table = db["old_layout"]
+    await table.delete_many({})
+    await table.insert_many([dict(r) for r in records])
+    return [{k: v for k, v in d.items() if k != "_id"} async for d in table.find().sort("_id")]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(records=run())
+async def test_chunks_decode_to_exactly_what_each_record_held(
+    db: Database, records: list[dict[str, Any]]
+) -> None:
+    await db[c.EVALUATIONS].delete_many({})
+    store = ExecutionStore(db)
+    await store.evaluations.write(records)
+    decoded = await store.evaluations.of_batch(records[0]["batch_id"])
+    assert decoded == await stored_alone(db, records)
+
+
+@settings(max_examples=40, deadline=None)
+@given(records=run())
+def test_encoding_is_exact_without_a_server(records: list[dict[str, Any]]) -> None:
+    chunks = encode(records)
+    assert [r for chunk in chunks for r in decode(chunk.doc)] == records
+
+
+async def test_a_batch_of_more_entities_than_a_chunk_keeps_each_entity_in_one_chunk(
+    db: Database,
+) -> None:
+    entities = CHUNK_ENTITIES + 7
+    records = [
+        {
+            "key": f"b|{task}|{n}",
+            "batch_id": "b",
+            "task_id": task,
+            "entity_id": str(n),
+            "outcome": "not_matched",
+            "reason": None,
+            "passed": False,
+            "conditions": [{"metric": "spend", "actual": n}],
+            "trace": {"evaluate": 0.0},
+            "created_at": NOW,
+        }
+        for n in range(entities)
+        for task in ("a", "b")
+    ]
+    chunks = encode(records)
+    assert [len(ch.entity_ids) for ch in chunks] == [CHUNK_ENTITIES, 7]
+    assert [ch.doc["rows"] for ch in chunks] == [2 * CHUNK_ENTITIES, 14]
+    store = ExecutionStore(db)
+    await store.evaluations.write(records)
+    assert await db[c.EVALUATIONS].count_documents({"batch_id": "b"}) == 2
+    one = await store.evaluations.for_entity("1003", since=NOW - timedelta(days=1), limit=10)
+    assert [(r["task_id"], r["conditions"][0]["actual"]) for r in one] == [("a", 1003), ("b", 1003)]
+    # a redelivery that listed fewer entities leaves no chunk of the first behind
+    await store.evaluations.write(records[:10])
+    assert await db[c.EVALUATIONS].count_documents({"batch_id": "b"}) == 1
+
+
+@pytest.mark.parametrize("layout", ["chunks", "records", "mixed"])
+async def test_rows_and_counts_are_the_same_whichever_layout_holds_the_batch(
+    db: Database, layout: str
+) -> None:
+    records = _fixed_run()
+    store = ExecutionStore(db)
+    if layout in ("chunks", "mixed"):
+        await store.keep_run(records, earlier={})
+    if layout in ("records", "mixed"):
+        await store.upsert_many(records)  # the old layout: a record for every pair
+    rows = [{k: v for k, v in r.items() if k != "_id"} for r in await store.rows("b")]
+    assert rows == records
+    assert (
+        await store.counts("b")
+        == BatchCounts.of(records)
+        == BatchCounts(evaluated=3, affected=1, applied=1, failed=0)
+    )
+    acting = [d async for d in db[c.EXECUTIONS].find({"batch_id": "b"})]
+    assert len(acting) == (1 if layout == "chunks" else 3)
+    assert isinstance(acting[0]["_id"], ObjectId)
+
+
+def _fixed_run() -> list[dict[str, Any]]:
+    base = {"batch_id": "b", "rule_id": "r", "created_at": NOW, "trace": {"evaluate": 0.0}}
+    return [
+        base | {"key": "b|t|1", "task_id": "t", "entity_id": "1", "outcome": "applied",
+                "reason": None, "passed": True, "conditions": []},
+        base | {"key": "b|t|2", "task_id": "t", "entity_id": "2", "outcome": "not_matched",
+                "reason": None, "passed": False, "conditions": []},
+        base | {"key": "b|t|3", "task_id": "t", "entity_id": "3", "outcome": "not_matched",
+                "reason": "no_data", "passed": False, "conditions": []},
+    ]  # fmt: skip
+
+
+def _history() -> list[list[dict[str, Any]]]:
+    """Three runs of a rule on three campaigns, two tasks, over a day: conversions seen."""
+    runs = []
+    for hour in range(3):
+        at = NOW - timedelta(hours=10 - 4 * hour)
+        batch = f"r-act_1001-{hour}"
+        rows = []
+        for n, entity in enumerate(("111", "222", "333")):
+            for task, metric in (("pause", "actions.omni_purchase"), ("scale", "spend")):
+                outcome = "applied" if (task, n, hour) == ("pause", 1, 1) else "not_matched"
+                trace = {"cooldown": 0.1, "fetch": 0.2, "evaluate": 0.001 * n, "act": 0.0}
+                rows.append(
+                    {
+                        "key": f"{batch}|{task}|{entity}",
+                        "batch_id": batch,
+                        "delivery": 1,
+                        "rule_id": "r",
+                        "rule_name": "Pause losers",
+                        "rule_version": 1,
+                        "account": "act_1001",
+                        "level": "campaign",
+                        "task_id": task,
+                        "entity_id": entity,
+                        "entity_name": f"Campaign {entity}",
+                        "entity": {"id": entity, "daily_budget": "5000"},
+                        "outcome": outcome,
+                        "executed": outcome == "applied",
+                        "reason": None,
+                        "action": {"type": "pause"},
+                        "field": "status" if outcome == "applied" else None,
+                        "before": "ACTIVE" if outcome == "applied" else None,
+                        "after": "PAUSED" if outcome == "applied" else None,
+                        "requested": None,
+                        "clamped_by": [],
+                        "oscillation": None,
+                        "match": "all",
+                        "passed": outcome == "applied",
+                        "conditions": [
+                            {"metric": metric, "period": "last_3d", "operator": "<",
+                             "value": 2, "actual": float(n + hour)}
+                        ],
+                        "action_metric": None,
+                        "next_execute_at": None,
+                        "error": None,
+                        "response": None,
+                        "followup": None,
+                        "approval_id": None,
+                        "trace": trace,
+                        "duration_s": round(sum(trace.values()), 6),
+                        "scheduled_at": at,
+                        "created_at": at,
+                    }
+                )  # fmt: skip
+        runs.append(rows)
+    return runs
+
+
+async def test_the_timeline_and_the_lag_learners_reading_are_the_same_with_either_layout(
+    db: Database,
+) -> None:
+    from ruleengine.backtest.lag_fit import _read_range
+    from ruleengine.store.db import ensure_indexes
+    from ruleengine.web.api.entities import build_timeline
+
+    old = db.client[f"{db.name}_old"]
+    await ensure_indexes(old)
+    try:
+        for rows in _history():
+            await ExecutionStore(old).upsert_many(rows)  # one document per pair
+            await ExecutionStore(db).keep_run(rows, earlier={})  # chunks and acting records
+        since = NOW - timedelta(days=2)
+
+        def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            plain = [{k: v for k, v in r.items() if k != "_id"} for r in rows]
+            return sorted(
+                plain, key=lambda r: (r["created_at"], r["entity_id"], str(r.get("task_id")))
+            )
+
+        for entity in ("111", "222", "333"):
+            before = await ExecutionStore(old).for_entity(entity, since=since)
+            after = await ExecutionStore(db).for_entity(entity, since=since)
+            assert comparable(after) == comparable(before) and len(after) == 6
+            timeline_before = build_timeline(entity, before, since=since)
+            timeline_after = build_timeline(entity, after, since=since)
+            for timeline in (timeline_before, timeline_after):
+                for execution in timeline["executions"]:
+                    execution.pop("id")
+            assert timeline_after == timeline_before
+        for limit in (100, 6, 3):  # whole runs: rows of one instant are not ranked among themselves
+            read_before = await _read_range(old, "act_1001", "campaign", since, NOW, limit)
+            read_after = await _read_range(db, "act_1001", "campaign", since, NOW, limit)
+            assert comparable(read_after) == comparable(read_before)
+            assert len(read_after) == min(limit, 9)
+    finally:
+        await db.client.drop_database(f"{db.name}_old")
