@@ -67,10 +67,18 @@ _EVENTS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("adset", "name"): ("update_ad_set_name", "AD_SET", "Ad set name updated"),
     # the SDK's AdActivity.EventType has no update_ad_set_bid_amount: a bid change is "bidding"
     ("adset", "bid_amount"): ("update_ad_set_bidding", "BID", "Ad set bidding updated"),
+    ("adset", "optimization_goal"): (
+        "update_ad_set_optimization_goal",
+        "AD_SET",
+        "Ad set optimization goal updated",
+    ),
     ("campaign", "budget"): ("update_campaign_budget", "BUDGET", "Campaign budget updated"),
     ("campaign", "status"): ("update_campaign_run_status", "STATUS", "Campaign status updated"),
     ("campaign", "name"): ("update_campaign_name", "CAMPAIGN", "Campaign name updated"),
+    ("ad", "status"): ("update_ad_run_status", "STATUS", "Ad status updated"),
+    ("ad", "name"): ("update_ad_friendly_name", "AD", "Ad name updated"),
 }
+_OBJECT_TYPES = {"campaign": "CAMPAIGN", "adset": "ADSET", "ad": "AD"}
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,7 @@ class Activity:
             "extra_data": orjson.dumps(self.extra).decode(),
             "object_id": self.obj_id,
             "object_name": self.obj_name,
-            "object_type": "ADSET" if self.kind == "adset" else "CAMPAIGN",
+            "object_type": _OBJECT_TYPES[self.kind],
             "translated_event_type": self.translated,
         }
         return {name: values[name] for name in fields if values[name] is not None}

@@ -201,10 +201,20 @@ class SandboxAdmin:
         return result
 
     async def ads_manager_change(self, object_id: str, **changes: Any) -> dict[str, Any]:
-        """Change ``status``, ``daily_budget``, ``lifetime_budget`` or ``name`` of a campaign or
-        ad set as a person in Ads Manager would: it shows in the activity log and counts
-        toward the ad set's budget-change limit. A refusal raises with Meta's error."""
+        """Change ``status``, ``daily_budget``, ``lifetime_budget``, ``bid_amount``,
+        ``optimization_goal`` or ``name`` of a campaign, ad set or ad (``status`` and ``name``)
+        as a person in Ads Manager would: it shows in the activity log and counts toward the
+        ad set's budget-change limit. A refusal raises with Meta's error."""
         result: dict[str, Any] = await self._call("POST", f"ads_manager/{object_id}", changes)
+        return result
+
+    async def set_ad_factors(self, ad_id: str, **factors: Any) -> dict[str, Any]:
+        """Set an ad's weights in its ad set's delivery: ``delivery`` (40–160, its share of
+        spend and impressions), ``clicks`` (70–130, its click-through rate against its
+        siblings'), ``conversions`` (60–140, its conversion rate against theirs), ``quality``
+        (a percentile, 0 to below 1); those not named stay. Its rankings follow; its ad
+        set's numbers do not change. Returns the ad's factors."""
+        result: dict[str, Any] = await self._call("POST", f"ads/{ad_id}/factors", factors)
         return result
 
     async def add_rule_run(self, rule_id: str, **run: Any) -> dict[str, Any]:

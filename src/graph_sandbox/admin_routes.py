@@ -1,6 +1,7 @@
 """Admin routes under ``/_sandbox``: stats, reset, faults, write log, raw objects, clock, limits,
-the size and report-run settings of Insights, changes "made in Ads Manager", tokens, runs
-of ad rules (their history), and the truth Graph never shows (quality, counterfactual).
+the size and report-run settings of Insights, changes "made in Ads Manager", an ad's weights
+in its ad set's delivery, tokens, runs of ad rules (their history), and the truth Graph never
+shows (quality, counterfactual).
 
 For tests and benchmarks only: they need no token and are never counted.
 Bad input answers 400 with ``{"error": "<what was wrong>"}``.
@@ -80,6 +81,17 @@ class _TokenUpdate(BaseModel):
     restore: bool = False
 
 
+class _Factors(BaseModel):
+    """An ad's weights (:mod:`graph_sandbox.ads`); those not given stay as they are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    delivery: int | None = None
+    clicks: int | None = None
+    conversions: int | None = None
+    quality: float | None = None
+
+
 class _RunAction(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -138,6 +150,7 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get("/_sandbox/insights", _guarded(_insights))
     app.router.add_post("/_sandbox/insights", _guarded(_set_insights))
     app.router.add_post("/_sandbox/ads_manager/{id}", _guarded(_ads_manager_change))
+    app.router.add_post("/_sandbox/ads/{id}/factors", _guarded(_set_ad_factors))
     app.router.add_get("/_sandbox/tokens", _guarded(_tokens))
     app.router.add_post("/_sandbox/tokens", _guarded(_issue_token))
     app.router.add_post("/_sandbox/tokens/update", _guarded(_update_token))
@@ -243,6 +256,8 @@ async def _object(request: web.Request) -> web.Response:
     if found is None:
         return _json({"error": f"no object {object_id} in this world"}, status=404)
     raw = dataclasses.asdict(found)
+    if getattr(found, "kind", None) == "ad":
+        raw["factors"] = dataclasses.asdict(world.factors(found))
     return _json({name: value for name, value in raw.items() if not name.startswith("_")})
 
 
@@ -299,13 +314,29 @@ async def _ads_manager_change(request: web.Request) -> web.Response:
     state = request.app[STATE]
     obj = state.world.get(request.match_info["id"])
     if obj is None:
-        return _json({"error": f"no campaign or ad set {request.match_info['id']}"}, status=404)
+        return _json({"error": f"no campaign, ad set or ad {request.match_info['id']}"}, status=404)
     params = {name: str(value) for name, value in (await _body(request)).items()}
     try:
         apply_changes(state, obj, params, actor=ADS_MANAGER)
     except GraphError as exc:
         return _json({"error": exc.message, "graph_error": exc.body(state.trace_id())}, status=400)
     return _json({"success": True})
+
+
+async def _set_ad_factors(request: web.Request) -> web.Response:
+    """Set an ad's weights in its ad set's delivery (and so its rankings); the ad set's own
+    numbers do not change, its ads share them differently from then on, past days too."""
+    state = request.app[STATE]
+    ad = state.world.get(request.match_info["id"])
+    if ad is None or ad.kind != "ad":
+        return _json({"error": f"no ad {request.match_info['id']}"}, status=404)
+    changes = _validated(_Factors, await _body(request)).model_dump(exclude_none=True)
+    try:
+        factors = dataclasses.replace(state.world.factors(ad), **changes)
+    except ValueError as exc:
+        raise _BadInput(str(exc)) from exc
+    state.world.ad_factors[ad.id] = factors
+    return _json(dataclasses.asdict(factors))
 
 
 async def _world(request: web.Request) -> web.Response:

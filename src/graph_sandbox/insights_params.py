@@ -4,8 +4,9 @@ Graph takes list-valued parameters as JSON arrays (``["action_type"]``) or comma
 checks every value against its enum and refuses an unknown one with error 100 naming its
 position and the values it takes. The enums below are those of Meta's Python SDK 26.x
 (``AdsInsights``). The sandbox computes only part of what Graph can break results down
-by: a value Graph knows but the sandbox cannot compute is refused with a message saying
-so (``docs/sandbox.md`` lists them), never silently ignored.
+by (:mod:`graph_sandbox.breakdowns`): a value Graph knows but the sandbox cannot compute
+is refused with a message saying so (``docs/sandbox.md`` lists them), never silently
+ignored.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+from graph_sandbox.breakdowns import NO_BREAKDOWNS, Breakdowns
 from graph_sandbox.errors import invalid_param
 from graph_sandbox.periods import Period, time_range_value
 from graph_sandbox.query import parse_json_list, parse_list_param
 
 #: The levels the sandbox computes rows for.
-LEVELS = ("account", "campaign", "adset")
+LEVELS = ("account", "campaign", "adset", "ad")
 #: Every level Graph takes, in the order its error message lists them.
 GRAPH_LEVELS = ("delivery_ad", "politicalad", "ad", "adset", "campaign", "account")
 
@@ -143,13 +145,6 @@ BREAKDOWNS = (
     "zip",
 )
 
-#: The breakdowns the sandbox computes: hours of the day. The audience's time zone is
-#: taken to be the ad account's (the sandbox has no audiences).
-HOURLY_BREAKDOWNS = (
-    "hourly_stats_aggregated_by_advertiser_time_zone",
-    "hourly_stats_aggregated_by_audience_time_zone",
-)
-
 ACTION_ATTRIBUTION_WINDOWS = (
     "1d_click",
     "1d_ev",
@@ -192,11 +187,11 @@ class Slicing:
     Attributes:
         periods: One result set per period: the ``time_ranges``, or the request's period
             cut by ``time_increment`` (a single period for ``all_days``).
-        hourly: The hourly breakdown's name when each row is one hour of the day, else ``None``.
+        breakdowns: The hourly breakdown, or the placement or people cells, of each row.
     """
 
     periods: tuple[Period, ...]
-    hourly: str | None = None
+    breakdowns: Breakdowns = NO_BREAKDOWNS
 
 
 def enum_values(raw: str | None, name: str, allowed: Sequence[str]) -> list[str]:
@@ -219,7 +214,7 @@ def parse_level(raw: str | None, default: str) -> str:
 
     Raises:
         GraphError: 100 for a value Graph does not know (Graph's message) or one the
-            sandbox cannot compute (``ad``: it holds no ads).
+            sandbox cannot compute (``delivery_ad``, ``politicalad``).
     """
     level = raw or default
     if level not in GRAPH_LEVELS:
@@ -253,7 +248,7 @@ def parse_insights_fields(
     return list(dict.fromkeys(fields))
 
 
-def check_action_breakdowns(raw: str | None) -> None:
+def check_action_breakdowns(raw: str | None) -> list[str]:
     """``action_breakdowns``: Graph's values; the sandbox breaks actions down by type only.
 
     Raises:
@@ -266,6 +261,7 @@ def check_action_breakdowns(raw: str | None) -> None:
             f"action_breakdowns {unsupported[0]} is not supported by the sandbox; "
             "it breaks actions down by action_type only"
         )
+    return values
 
 
 def check_reporting_options(attribution_windows: str | None, report_time: str | None) -> None:
@@ -279,25 +275,6 @@ def check_reporting_options(attribution_windows: str | None, report_time: str | 
         raise invalid_param(
             f"Param action_report_time must be one of {{{', '.join(ACTION_REPORT_TIMES)}}}"
         )
-
-
-def parse_breakdowns(raw: str | None) -> str | None:
-    """``breakdowns``: the hourly breakdown's name, or ``None`` for none.
-
-    Raises:
-        GraphError: 100 for an unknown value (Graph's message), one the sandbox cannot
-            compute, or more than one hourly breakdown.
-    """
-    values = enum_values(raw, "breakdowns", BREAKDOWNS)
-    unsupported = [value for value in values if value not in HOURLY_BREAKDOWNS]
-    if unsupported:
-        raise invalid_param(
-            f"breakdowns {unsupported[0]} is not supported by the sandbox; it computes "
-            f"{' and '.join(HOURLY_BREAKDOWNS)}"
-        )
-    if len(values) > 1:
-        raise invalid_param("Only one hourly breakdown can be requested at a time")
-    return values[0] if values else None
 
 
 def parse_time_increment(raw: str | None) -> int | str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from graph_sandbox.delivery import Totals
 from graph_sandbox.insights import InsightsEngine
+from graph_sandbox.results import GOALS, default_goal
 from graph_sandbox.timeline import day_window
 from graph_sandbox.world import ACTIVE, AdObject, World
 
@@ -31,10 +32,13 @@ ATTRIBUTION_WINDOWS = ["7d_click", "1d_view"]
 
 def is_significant(obj: AdObject, name: str, old: Any, new: Any) -> bool:
     """True when changing ``name`` of an ad set (or a campaign's shared budget) from ``old``
-    to ``new`` restarts learning: a budget or bid moved by more than 20 %.
+    to ``new`` restarts learning: a budget or bid moved by more than 20 %, or another
+    optimisation goal (the event it learns about changes).
 
     (A long pause is decided from the status log, :func:`after_long_pause`.)
     """
+    if name == "optimization_goal":
+        return bool(old != new)
     if name not in ("daily_budget", "lifetime_budget", "bid_amount"):
         return False
     if not isinstance(old, int) or not isinstance(new, int) or old <= 0:
@@ -63,12 +67,8 @@ def learning_since(world: World, adset: AdObject, now: datetime) -> datetime:
 
 
 def optimisation_events(adset: AdObject, totals: Totals) -> int:
-    """The events the ad set optimises for: purchases, leads, or people reached."""
-    if adset.objective == "OUTCOME_LEADS":
-        return totals.leads
-    if adset.objective == "OUTCOME_AWARENESS":
-        return totals.reach
-    return totals.purchases
+    """The events the ad set optimises for (its results): purchases, leads, people reached…"""
+    return GOALS[adset.optimization_goal or default_goal(adset.objective)].count(totals)
 
 
 def events_between(

@@ -6,7 +6,7 @@ out of the rendered object, as Meta leaves it out.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,11 +17,6 @@ from graph_sandbox.state import SandboxState
 from graph_sandbox.world import Account, AdObject
 
 Getter = Callable[[SandboxState, AdObject], Any]
-
-_OPTIMIZATION_GOAL = {
-    "OUTCOME_LEADS": "LEAD_GENERATION",
-    "OUTCOME_AWARENESS": "REACH",
-}
 
 
 def meta_time(moment: datetime) -> str:
@@ -73,7 +68,7 @@ _ADSET: dict[str, Getter] = {
     **_COMMON,
     "campaign_id": lambda s, o: o.campaign_id,
     "campaign": lambda s, o: {"id": o.campaign_id},
-    "optimization_goal": lambda s, o: _OPTIMIZATION_GOAL.get(o.objective, "OFFSITE_CONVERSIONS"),
+    "optimization_goal": lambda s, o: o.optimization_goal,
     "billing_event": lambda s, o: "IMPRESSIONS",
     "source_adset_id": lambda s, o: o.source_id or "0",
     "bid_strategy": lambda s, o: o.bid_strategy,
@@ -103,6 +98,12 @@ _AD: dict[str, Getter] = {
 }
 
 CAMPAIGN_FIELDS = frozenset(_CAMPAIGN)
+#: The parents each kind's reads may expand (``adset{id,name}`` on an ad).
+EXPANDABLE: dict[str, tuple[str, ...]] = {
+    "campaign": (),
+    "adset": ("campaign",),
+    "ad": ("adset", "campaign"),
+}
 ADSET_FIELDS = frozenset(_ADSET)
 AD_FIELDS = frozenset(_AD)
 
@@ -160,14 +161,25 @@ def _rendered(value: Any) -> Any:
     return value
 
 
-def render_object(state: SandboxState, obj: AdObject, fields: list[str]) -> dict[str, Any]:
-    """The requested fields of a campaign or ad set; budgets as strings, as Meta sends them.
+def render_object(
+    state: SandboxState,
+    obj: AdObject,
+    fields: list[str],
+    expanded: Mapping[str, list[str]] | None = None,
+) -> dict[str, Any]:
+    """The requested fields of a campaign, ad set or ad; budgets as strings, as Meta sends
+    them. A parent in ``expanded`` (``campaign``, ``adset``) is rendered with its fields.
 
-    Like Graph, the answer always carries the object's ``id``, asked for or not.
+    Like Graph, the answer (and every object in it) always carries its ``id``, asked for or
+    not.
     """
     table = getters(obj.kind)
     out: dict[str, Any] = {}
     for name in (*fields, "id"):
+        if expanded and name in expanded:
+            parent = state.world.objects[getattr(obj, f"{name}_id")]
+            out[name] = render_object(state, parent, expanded[name])
+            continue
         value = table[name](state, obj)
         if value is not None:
             out[name] = _rendered(value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, TypeVar
@@ -32,17 +32,74 @@ def parse_fields(
     """The comma-separated ``fields`` parameter, checked against what ``node`` has.
 
     Raises:
-        GraphError: 100 naming the first field the node does not have.
+        GraphError: 100 naming the first field the node does not have, or for a field
+            expansion (``a{b}``, ``a.b(…)``).
+    """
+    fields, _ = parse_expanded_fields(
+        raw, default=default, allowed=allowed, node=node, expandable={}
+    )
+    return fields
+
+
+def parse_expanded_fields(
+    raw: str | None,
+    *,
+    default: Sequence[str],
+    allowed: Collection[str],
+    node: str,
+    expandable: Mapping[str, tuple[str, Collection[str]]],
+) -> tuple[list[str], dict[str, list[str]]]:
+    """``fields`` with one level of field expansion on the edges in ``expandable``, e.g.
+    ``name,adset{id,name}``; the fields, and the subfields of each expanded one.
+
+    Args:
+        expandable: For each field that may be expanded, the node type it names and the
+            fields that node has.
+
+    Raises:
+        GraphError: 100 naming the first field a node does not have, or for an expansion
+            the sandbox does not take (another field, a nested one, ``a.b(…)`` modifiers).
     """
     if not raw:
-        return list(default)
-    fields = parse_list_param(raw, "fields")
-    if any("{" in name or "." in name for name in fields):
-        raise invalid_param("Field expansion (a{b} or a.b) is not supported by the sandbox")
-    for name in fields:
+        return list(default), {}
+    fields: list[str] = []
+    expanded: dict[str, list[str]] = {}
+    for item in _top_level(raw):
+        name, brace, rest = item.partition("{")
+        name = name.strip()
+        if "." in item or (brace and name not in expandable) or "{" in rest:
+            raise invalid_param(
+                f"Field expansion of {item} is not supported by the sandbox"
+                + (f"; it expands {', '.join(expandable)}" if expandable else "")
+            )
         if name not in allowed:
             raise invalid_param(f"Tried accessing nonexisting field ({name}) on node type ({node})")
-    return list(dict.fromkeys(fields))
+        if brace:
+            if not rest.endswith("}"):
+                raise invalid_param(f"Syntax error in fields: {item}")
+            inner_node, inner_allowed = expandable[name]
+            expanded[name] = parse_fields(
+                rest[:-1], default=("id",), allowed=inner_allowed, node=inner_node
+            )
+        fields.append(name)
+    return list(dict.fromkeys(fields)), expanded
+
+
+def _top_level(raw: str) -> list[str]:
+    """The items of ``fields``: a JSON array, or a comma list whose commas inside braces
+    belong to an expansion (``adset{id,name}`` is one item)."""
+    if raw.lstrip().startswith("["):
+        return parse_list_param(raw, "fields")
+    items, depth, current = [], 0, ""
+    for char in raw:
+        depth += (char == "{") - (char == "}")
+        if char == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    items.append(current)
+    return [item.strip() for item in items if item.strip()]
 
 
 def parse_list_param(raw: str | None, name: str) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 from graph_sandbox.errors import invalid_param
 from graph_sandbox.objects import (
     ACCOUNT_FIELDS,
+    EXPANDABLE,
     filter_fields,
     filter_value,
     getters,
@@ -22,6 +23,7 @@ from graph_sandbox.query import (
     Filter,
     matches,
     paginate,
+    parse_expanded_fields,
     parse_fields,
     parse_filtering,
     parse_limit,
@@ -88,12 +90,18 @@ def _read_one(state: SandboxState, req: GraphRequest, object_id: str) -> dict[st
         return render_account(account, fields)
     obj = state.world.get(object_id)
     assert obj is not None, "the router checks ids before reads"
-    return render_object(state, obj, _fields(req, obj.kind))
+    fields, expanded = _fields(req, obj.kind)
+    return render_object(state, obj, fields, expanded)
 
 
-def _fields(req: GraphRequest, kind: str) -> list[str]:
-    return parse_fields(
-        req.param("fields"), default=("id",), allowed=getters(kind).keys(), node=_NODE[kind]
+def _fields(req: GraphRequest, kind: str) -> tuple[list[str], dict[str, list[str]]]:
+    """``fields`` of a campaign, ad set or ad, with their parents expanded (``adset{name}``)."""
+    return parse_expanded_fields(
+        req.param("fields"),
+        default=("id",),
+        allowed=getters(kind).keys(),
+        node=_NODE[kind],
+        expandable={edge: (_NODE[edge], getters(edge).keys()) for edge in EXPANDABLE[kind]},
     )
 
 
@@ -102,7 +110,7 @@ def list_objects(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     owner, edge = req.segments
     kind = _EDGE_KIND[edge]
     items = _edge_items(state, owner, edge)
-    fields = _fields(req, kind)
+    fields, expanded = _fields(req, kind)
     filters = parse_filtering(req.param("filtering"), filter_fields(kind))
     statuses = _effective_statuses(req.param("effective_status"))
     # Like Meta, archived and deleted objects are listed only when asked for by status.
@@ -115,7 +123,7 @@ def list_objects(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
         after=req.param("after"),
         before=req.param("before"),
     )
-    return page_body(req, [render_object(state, obj, fields) for obj in page.items], page)
+    return page_body(req, [render_object(state, obj, fields, expanded) for obj in page.items], page)
 
 
 def _keep(

@@ -1,38 +1,40 @@
-"""The Insights routes: ``GET /act_{id}/insights`` and ``GET /{campaign_or_adset_id}/insights``,
+"""The Insights routes: ``GET /act_{id}/insights`` and ``GET /{campaign_adset_or_ad_id}/insights``,
 and the async report runs (``POST …/insights``, ``GET /{report_run_id}``, its ``insights``).
 
-Rows are built from the ad sets under the requested node: ``filtering`` picks
-ad sets (``campaign.id`` reads each ad set's campaign), ``level`` groups them
-into account, campaign or ad set rows, and a group with no impressions in the
-period has no row at all. With ``attribution_lag`` on (``POST /_sandbox/insights``), the
-conversions of recent days are those seen at the sandbox clock's time
-(:mod:`graph_sandbox.attribution_lag`). A synchronous request over more than ``sync_max_cells``
-(ad sets × days) times out (:mod:`graph_sandbox.report_runs`); a report run answers
-the same parameters without that limit.
+Rows are built from the ad sets under the requested node (and their ads): ``filtering``
+picks ad sets (``campaign.id`` reads each ad set's campaign) or, at level ``ad``, ads;
+``level`` groups them into account, campaign, ad set or ad rows
+(:mod:`graph_sandbox.insights_rows`), and a group with no impressions in the period has
+no row at all. With ``attribution_lag`` on (``POST /_sandbox/insights``), the conversions
+of recent days are those seen at the sandbox clock's time
+(:mod:`graph_sandbox.attribution_lag`). A synchronous request over more than
+``sync_max_cells`` (ad sets, or ads, × days) times out (:mod:`graph_sandbox.report_runs`);
+a report run answers the same parameters without that limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import date, datetime
+from datetime import date
 from typing import Any
 
+from graph_sandbox.ads import RANKING_FIELDS, rankings
+from graph_sandbox.breakdowns import parse_breakdowns
 from graph_sandbox.currencies import offset as currency_offset
-from graph_sandbox.delivery import Totals
 from graph_sandbox.errors import GraphError, invalid_param
 from graph_sandbox.insights_fields import METRIC_FIELDS, render_metrics, with_attribution
 from graph_sandbox.insights_params import (
+    BREAKDOWNS,
     Slicing,
     check_action_breakdowns,
     check_reporting_options,
-    hour_label,
-    parse_breakdowns,
+    enum_values,
     parse_insights_fields,
     parse_level,
     parse_time_increment,
     parse_time_ranges,
     slices,
 )
+from graph_sandbox.insights_rows import Query, Row, goal_of, rows
 from graph_sandbox.objects import filter_fields, filter_value, getters
 from graph_sandbox.periods import (
     MAXIMUM_PRESETS,
@@ -51,6 +53,7 @@ from graph_sandbox.query import (
     parse_limit,
 )
 from graph_sandbox.report_runs import RUN_FIELDS, ReportRun, sync_timeout
+from graph_sandbox.results import results_field
 from graph_sandbox.state import SandboxState
 from graph_sandbox.world import Account, AdObject
 
@@ -63,30 +66,40 @@ IDENTITY_FIELDS = frozenset(
         "campaign_name",
         "adset_id",
         "adset_name",
+        "ad_id",
+        "ad_name",
         "objective",
+        "optimization_goal",
         "date_start",
         "date_stop",
     }
 )
-INSIGHTS_FIELDS = METRIC_FIELDS | IDENTITY_FIELDS
+#: Fields computed per row beyond the metrics of its totals.
+ROW_FIELDS = frozenset({"results", "cost_per_result", *RANKING_FIELDS})
+INSIGHTS_FIELDS = METRIC_FIELDS | IDENTITY_FIELDS | ROW_FIELDS
+#: Fields that are lists by action type: requesting one puts ``action_type`` among the
+#: breakdown columns Meta checks a combination of.
+ACTION_LIST_FIELDS = frozenset({"actions", "action_values", "cost_per_action_type"})
 DEFAULT_FIELDS = ("spend", "impressions")
 DEFAULT_PRESET = "last_30d"
+#: ``filtering`` fields of rows above ads (bare names: the row's own object), and of ads.
 _FILTER_FIELDS = filter_fields("adset") | filter_fields("campaign")
+_AD_FILTER_FIELDS = filter_fields("ad")
 
 
 def insights(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     """One page of Insights rows for the node in the path."""
     settings = state.report_runs.settings
-    rows, _ = _rows(state, req, max_cells=settings.sync_max_cells)
-    return _page(req, rows, max_rows=settings.page_max_rows)
+    found, _ = _rows(state, req, max_cells=settings.sync_max_cells)
+    return _page(req, found, max_rows=settings.page_max_rows)
 
 
 def _page(
-    req: GraphRequest, rows: list[tuple[str, dict[str, Any]]], *, max_rows: int | None = None
+    req: GraphRequest, found: list[tuple[str, dict[str, Any]]], *, max_rows: int | None = None
 ) -> dict[str, Any]:
     limit = parse_limit(req.param("limit"))
     page = paginate(
-        rows,
+        found,
         lambda row: row[0],
         limit=min(limit, max_rows) if max_rows else limit,
         after=req.param("after"),
@@ -103,33 +116,77 @@ def _rows(
     Raises:
         GraphError: 100 for a bad parameter; the sync timeout beyond ``max_cells``.
     """
-    account, leaves, default_level = _scope(state, req.segments[0])
+    account, leaves, default_level, only_ad = _scope(state, req.segments[0])
     level = parse_level(req.param("level"), default_level)
+    if only_ad is not None and level != "ad":
+        raise invalid_param(
+            f"level {level} on an ad is not supported by the sandbox; ask for level ad"
+        )
     fields = parse_insights_fields(
         req.param("fields"), default=DEFAULT_FIELDS, allowed=INSIGHTS_FIELDS
     )
     now = state.now()
-    slicing = _slicing(req, now.astimezone(account.tz).date(), account, leaves)
-    filters = parse_filtering(req.param("filtering"), _FILTER_FIELDS)
-    if filters:
-        leaves = [leaf for leaf in leaves if _passes(state, leaf, filters, level)]
+    slicing = _slicing(req, now.astimezone(account.tz).date(), account, leaves, fields)
+    query = _query(state, req, level, account, leaves, slicing, only_ad)
     span = _overall(slicing)
-    if max_cells is not None and len(leaves) * ((span[1] - span[0]).days + 1) > max_cells:
+    measured = len(query.adsets) if level != "ad" else sum(map(len, query.ads.values()))
+    if max_cells is not None and measured * ((span[1] - span[0]).days + 1) > max_cells:
         raise sync_timeout(state.report_runs.settings.sync_timeout_subcode)
     unified = (req.param("use_unified_attribution_setting") or "").lower() in ("true", "1")
-    groups = _groups(leaves, level, account)
-    rows: list[tuple[str, dict[str, Any]]] = []
-    for key, group, period, totals, extra in _slices(state, groups, slicing, now):
-        shown = with_attribution(totals, unified=unified)
-        rows.append((key, _row(state, group, level, account, shown, fields, period) | extra))
-    return rows, span
+    rendered = [
+        (row.key, _row(state, row, level, account, fields, unified=unified))
+        for row in rows(state.insights, state.world, query)
+    ]
+    return rendered, span
+
+
+def _query(
+    state: SandboxState,
+    req: GraphRequest,
+    level: str,
+    account: Account,
+    leaves: list[AdObject],
+    slicing: Slicing,
+    only_ad: AdObject | None,
+) -> Query:
+    """The ad sets (and at level ``ad`` the ads) that pass ``filtering``."""
+    allowed = _AD_FILTER_FIELDS if level == "ad" else _FILTER_FIELDS | _AD_FILTER_FIELDS
+    filters = parse_filtering(req.param("filtering"), allowed)
+    on_ads = [f for f in filters if f.field not in _FILTER_FIELDS and level != "ad"]
+    if on_ads:
+        raise invalid_param(
+            f"filtering on {on_ads[0].field} at level {level} is not supported by the sandbox;"
+            " filter ads at level ad"
+        )
+    lag = state.report_runs.settings.attribution_lag
+    curve = lag.curve if lag.enabled else None
+    ads: dict[str, list[AdObject]] = {}
+    if level == "ad":
+        for adset in leaves:
+            chosen = [
+                ad
+                for ad in state.world.ads_of(adset.id)
+                if (only_ad is None or ad is only_ad) and _ad_passes(state, ad, filters)
+            ]
+            if chosen:
+                ads[adset.id] = chosen
+        leaves = [adset for adset in leaves if adset.id in ads]
+    elif filters:
+        leaves = [leaf for leaf in leaves if _passes(state, leaf, filters, level)]
+    return Query(level, account, leaves, ads, slicing, state.now(), curve)
+
+
+def _ad_passes(state: SandboxState, ad: AdObject, filters: list[Filter]) -> bool:
+    """An ad against ``filtering``: bare names and ``ad.*`` read the ad, ``adset.*`` and
+    ``campaign.*`` its parents."""
+    return matches(filters, lambda name: filter_value(state, ad, name))
 
 
 def create_report_run(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     """``POST /{node}/insights``: an async report run of the same parameters (no size limit)."""
-    rows, period = _rows(state, req, max_cells=None)
-    account, _, _ = _scope(state, req.segments[0])
-    run = state.report_runs.create(account.id, rows, period, state.now())
+    found, period = _rows(state, req, max_cells=None)
+    account = _scope(state, req.segments[0])[0]
+    run = state.report_runs.create(account.id, found, period, state.now())
     return {"report_run_id": run.id}
 
 
@@ -158,45 +215,22 @@ def report_run_insights(state: SandboxState, req: GraphRequest) -> dict[str, Any
     return _page(req, run.rows)
 
 
-def _scope(state: SandboxState, node_id: str) -> tuple[Account, list[AdObject], str]:
-    """The account, the ad sets under the node, and the node's own level."""
+def _scope(
+    state: SandboxState, node_id: str
+) -> tuple[Account, list[AdObject], str, AdObject | None]:
+    """The account, the ad sets under the node, the node's own level, and the ad when the
+    node is one."""
     world = state.world
     account = world.account(node_id)
     if account is not None:
-        return account, world.adsets(node_id), "account"
+        return account, world.adsets(node_id), "account", None
     obj = world.get(node_id)
     assert obj is not None, "the router checks ids before Insights"
     if obj.kind == "campaign":
-        return world.account_of(obj), world.adsets_of(obj.id), "campaign"
-    return world.account_of(obj), [obj], "adset"
-
-
-def _slices(
-    state: SandboxState, groups: dict[str, list[AdObject]], slicing: Slicing, now: datetime
-) -> Iterator[tuple[str, str, Period, Totals, dict[str, str]]]:
-    """Each result with delivery: its paging key, group, period, totals and breakdown value.
-
-    Period by period, then group by group, then hour by hour. A group with no
-    impressions in a slice has no row for it.
-    """
-    sliced = len(slicing.periods) > 1 or slicing.hourly is not None
-    lag = state.report_runs.settings.attribution_lag
-    curve = lag.curve if lag.enabled else None
-    for period in slicing.periods:
-        for group, members in groups.items():
-            if slicing.hourly is None:
-                totals = state.insights.totals(members, period, now, lag=curve)
-                key = f"{group}|{period[0]}|None" if sliced else group
-                if totals.impressions:
-                    yield key, group, period, totals, {}
-                continue
-            hours = state.insights.hourly_totals(members, period, now, lag=curve)
-            for hour, totals in enumerate(hours):
-                if totals.impressions:
-                    # Meta counts no unique people within an hourly breakdown.
-                    hourly = totals._replace(reach=0, unique_clicks=0)
-                    label = {slicing.hourly: hour_label(hour)}
-                    yield f"{group}|{period[0]}|{hour}", group, period, hourly, label
+        return world.account_of(obj), world.adsets_of(obj.id), "campaign", None
+    if obj.kind == "ad":
+        return world.account_of(obj), [world.adset_of(obj)], "ad", obj
+    return world.account_of(obj), [obj], "adset", None
 
 
 def _overall(slicing: Slicing) -> Period:
@@ -207,10 +241,17 @@ def _overall(slicing: Slicing) -> Period:
     )
 
 
-def _slicing(req: GraphRequest, today: date, account: Account, leaves: list[AdObject]) -> Slicing:
-    """The periods (``time_ranges``, or the period cut by ``time_increment``) and breakdown."""
-    hourly = parse_breakdowns(req.param("breakdowns"))
-    check_action_breakdowns(req.param("action_breakdowns"))
+def _slicing(
+    req: GraphRequest, today: date, account: Account, leaves: list[AdObject], fields: list[str]
+) -> Slicing:
+    """The periods (``time_ranges``, or the period cut by ``time_increment``) and breakdowns."""
+    action_columns = check_action_breakdowns(req.param("action_breakdowns"))
+    if not action_columns and ACTION_LIST_FIELDS & set(fields):
+        action_columns = ["action_type"]  # Meta's default action breakdown
+    breakdowns = parse_breakdowns(
+        enum_values(req.param("breakdowns"), "breakdowns", BREAKDOWNS),
+        action_columns=action_columns,
+    )
     check_reporting_options(
         req.param("action_attribution_windows"), req.param("action_report_time")
     )
@@ -218,7 +259,7 @@ def _slicing(req: GraphRequest, today: date, account: Account, leaves: list[AdOb
     ranges = parse_time_ranges(req.param("time_ranges"))
     period = _period(req, today, account, leaves)
     # As Graph does: time_ranges wins over time_range and date_preset, and ignores time_increment.
-    return Slicing(ranges or slices(period, increment), hourly)
+    return Slicing(ranges or slices(period, increment), breakdowns)
 
 
 def _period(req: GraphRequest, today: date, account: Account, leaves: list[AdObject]) -> Period:
@@ -249,45 +290,57 @@ def _leaf_value(state: SandboxState, adset: AdObject, field: str, level: str) ->
     return filter_value(state, adset, f"campaign.{name}" if on_campaign else name)
 
 
-def _groups(leaves: list[AdObject], level: str, account: Account) -> dict[str, list[AdObject]]:
-    groups: dict[str, list[AdObject]] = {}
-    for leaf in leaves:
-        if level == "account":
-            key = account.id
-        elif level == "campaign":
-            key = leaf.campaign_id or leaf.id
-        else:
-            key = leaf.id
-        groups.setdefault(key, []).append(leaf)
-    return groups
-
-
 def _row(
     state: SandboxState,
-    key: str,
+    row: Row,
     level: str,
     account: Account,
-    totals: Totals,
     fields: list[str],
-    period: Period,
+    *,
+    unified: bool,
 ) -> dict[str, Any]:
+    """A row as Meta renders it: the metrics of its totals as the client's attribution shows
+    them, results per goal, rankings (ads only), identity fields, dates, breakdown columns."""
+    offset = currency_offset(account.currency)
+    shown = with_attribution(row.totals, unified=unified)
+    out = render_metrics(shown, [f for f in fields if f in METRIC_FIELDS], offset=offset)
+    for name, cost in (("results", False), ("cost_per_result", True)):
+        if name in fields:
+            parts = [(goal, with_attribution(part, unified=unified)) for goal, part in row.parts]
+            out[name] = results_field(parts, cost=cost, offset=offset)
+    if level == "ad" and set(RANKING_FIELDS) & set(fields):
+        ad = state.world.objects[row.group]
+        ranked = rankings(state.world.factors(ad), shown.impressions)
+        out |= {name: ranked[name] for name in RANKING_FIELDS if name in fields}
+    identity = _identity(state, row.group, level, account)
+    out |= {name: identity[name] for name in fields if name in identity}
+    out["date_start"], out["date_stop"] = row.period[0].isoformat(), row.period[1].isoformat()
+    return out | row.extra
+
+
+def _identity(state: SandboxState, key: str, level: str, account: Account) -> dict[str, Any]:
+    """The identity fields of a row's object (an ad, ad set or campaign) and its parents."""
     identity: dict[str, Any] = {
         "account_id": account.account_id,
         "account_name": account.name,
         "account_currency": account.currency,
     }
-    if level != "account":
-        obj = state.world.objects[key]
-        campaign = obj if obj.kind == "campaign" else state.world.campaign_of(obj)
+    if level == "account":
+        return identity
+    obj = state.world.objects[key]
+    if obj.kind == "ad":
+        identity |= {"ad_id": obj.id, "ad_name": obj.name}
+        obj = state.world.adset_of(obj)
+    campaign = obj if obj.kind == "campaign" else state.world.campaign_of(obj)
+    identity |= {
+        "campaign_id": campaign.id,
+        "campaign_name": campaign.name,
+        "objective": campaign.objective,
+    }
+    if obj.kind == "adset":
         identity |= {
-            "campaign_id": campaign.id,
-            "campaign_name": campaign.name,
-            "objective": campaign.objective,
+            "adset_id": obj.id,
+            "adset_name": obj.name,
+            "optimization_goal": goal_of(obj),
         }
-        if obj.kind == "adset":
-            identity |= {"adset_id": obj.id, "adset_name": obj.name}
-    metrics = [f for f in fields if f in METRIC_FIELDS]
-    row = render_metrics(totals, metrics, offset=currency_offset(account.currency))
-    row |= {f: identity[f] for f in fields if f in identity}
-    row["date_start"], row["date_stop"] = period[0].isoformat(), period[1].isoformat()
-    return row
+    return identity

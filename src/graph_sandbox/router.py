@@ -112,7 +112,6 @@ def execute(state: SandboxState, req: GraphRequest) -> GraphResponse:
         grant = _check_token(state, req)
         accounts = scope(state, req, kind)
         _authorize(state, req, grant, accounts, kind)
-        _check_supported(state, req, kind)
         state.stats.accounts(accounts)
         failure = state.faults.failure(req.method, req.path)
         if failure is not None:
@@ -156,13 +155,6 @@ def _authorize(
         raise nonexistent_object(node, req.method)
     for account in accounts:
         state.tokens.authorize(grant, write=kind in _WRITES, account_id=account)
-
-
-def _check_supported(state: SandboxState, req: GraphRequest, kind: str) -> None:
-    if kind == "insights" and req.segments:
-        obj = state.world.get(req.segments[0])
-        if obj is not None and obj.kind == "ad":
-            raise invalid_param("Ad-level Insights are not simulated: ask an ad set or campaign")
 
 
 def scope(state: SandboxState, req: GraphRequest, kind: str) -> tuple[str, ...]:

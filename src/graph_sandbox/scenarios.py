@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from graph_sandbox.adrule_specs import validate_rule
 from graph_sandbox.delivery import Archetype, Profile
+from graph_sandbox.results import default_goal
 from graph_sandbox.world import (
     ACTIVE,
     ARCHIVED,
@@ -295,6 +296,7 @@ def _add_adsets(
             held_as=spec.held_as,
             bid_strategy=spec.bid_strategy,
             bid_amount=spec.bid_cents,
+            optimization_goal=default_goal(spec.objective),
         )
         world.add(adset)
         if position == 0 and spec.edited_days_ago is not None:

@@ -136,6 +136,22 @@ def overlap(window: Span, spans: Sequence[Span]) -> timedelta:
     return covered
 
 
+def union(groups: Sequence[Sequence[Span]]) -> list[Span]:
+    """The instants covered by any of several lists of spans, as sorted disjoint spans."""
+    merged: list[Span] = []
+    for start, end in sorted(span for spans in groups for span in spans):
+        if merged and merged[-1][1] >= start:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        elif start < end:
+            merged.append((start, end))
+    return merged
+
+
+def covers(spans: Sequence[Span], instant: datetime) -> bool:
+    """True when ``instant`` lies in one of the spans."""
+    return any(start <= instant < end for start, end in spans)
+
+
 def budget_ratios(changes: Sequence[BudgetChange]) -> list[RatioSpan]:
     """The budget in force over time, as a ratio to the budget before the first change.
 

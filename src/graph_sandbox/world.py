@@ -3,8 +3,8 @@
 Campaigns, ad sets and ads share one :class:`AdObject` type (``kind`` tells them
 apart) because Graph treats them alike: they are read, filtered, updated and
 copied by id. Iteration order is creation order, which makes listings and
-cursors stable. Ads deliver nothing of their own: an ad set's delivery is its
-profile's, whatever ads it holds.
+cursors stable. An ad set's delivery is its profile's; its ads share it out by their
+weights (:mod:`graph_sandbox.ads`), and it delivers only while one of them is active.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from graph_sandbox.adrule_library import AdRuleLibrary
+from graph_sandbox.ads import AdFactors, seeded_factors
 from graph_sandbox.delivery import Profile
 from graph_sandbox.timeline import BudgetChange, StatusChange
 
@@ -91,6 +92,8 @@ class AdObject:
     #: only under a strategy that takes a bid (a bid cap, a cost cap).
     bid_strategy: str = "LOWEST_COST_WITHOUT_CAP"
     bid_amount: int | None = None
+    #: An ad set's ``optimization_goal`` (:mod:`graph_sandbox.results`); ``None`` otherwise.
+    optimization_goal: str | None = None
 
 
 class World:
@@ -116,6 +119,9 @@ class World:
         self.edited_days_ago: dict[str, int] = {}
         #: Meta's Automated Rules of the accounts (``adrules_library``): stored, never run.
         self.adrules = AdRuleLibrary(seed=seed)
+        #: Ads whose factors the admin API set, instead of the seed's.
+        self.ad_factors: dict[str, AdFactors] = {}
+        self._seeded_factors: dict[str, AdFactors] = {}
 
     def add_account(self, account: Account) -> None:
         """Register an ad account."""
@@ -189,6 +195,20 @@ class World:
         """The campaign an ad set belongs to."""
         assert adset.campaign_id is not None
         return self.objects[adset.campaign_id]
+
+    def factors(self, ad: AdObject) -> AdFactors:
+        """An ad's weights in its ad set's delivery: set by the admin API, or its source's
+        (a copy shows the same creative), or the seed's."""
+        found = self.ad_factors.get(ad.id)
+        if found is not None:
+            return found
+        source = self.objects.get(ad.source_id) if ad.source_id else None
+        if source is not None and source.kind == "ad":
+            return self.factors(source)
+        seeded = self._seeded_factors.get(ad.id)
+        if seeded is None:
+            seeded = self._seeded_factors[ad.id] = seeded_factors(self.seed, ad.id)
+        return seeded
 
     def effective_status(self, obj: AdObject) -> str:
         """Meta's ``effective_status``.

@@ -1,10 +1,12 @@
-"""Write routes: ``POST /{id}`` (status, budgets, an ad set's bid, name) and ``POST /{id}/copies``.
+"""Write routes: ``POST /{id}`` (status, budgets, an ad set's bid and optimisation goal, name)
+and ``POST /{id}/copies``.
 
 Validation follows Meta: every parameter is checked before anything changes,
-so a refused write leaves the object exactly as it was. A copy holds at most
-:data:`SYNC_COPY_LIMIT` objects (the copied campaign or ad set, plus with
-``deep_copy`` its ad sets and ads); a bigger one is refused (100/1885194) unless
-it runs inside an asynchronous batch, where it may hold :data:`ASYNC_COPY_LIMIT`.
+so a refused write leaves the object exactly as it was. An ad takes only ``status`` and
+``name``. A copy holds at most :data:`SYNC_COPY_LIMIT` objects (the copied campaign or ad
+set, plus with ``deep_copy`` its ad sets and ads; an ad's copy is one); a bigger one is
+refused (100/1885194) unless it runs inside an asynchronous batch, where it may hold
+:data:`ASYNC_COPY_LIMIT`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from graph_sandbox.currencies import min_daily_budget, money
 from graph_sandbox.errors import budget_too_low, copy_too_large, invalid_param
 from graph_sandbox.learning import after_long_pause, is_significant
 from graph_sandbox.protocol import GraphRequest
+from graph_sandbox.results import GOALS, META_GOALS
 from graph_sandbox.state import SandboxState
 from graph_sandbox.world import ACTIVE, PAUSED, AdObject
 
@@ -30,7 +33,11 @@ MIN_BUDGET = 100
 SYNC_COPY_LIMIT = 3
 ASYNC_COPY_LIMIT = 51
 
-_UPDATABLE = frozenset({"status", "daily_budget", "lifetime_budget", "bid_amount", "name"})
+_UPDATABLE = frozenset(
+    {"status", "daily_budget", "lifetime_budget", "bid_amount", "optimization_goal", "name"}
+)
+#: What an ad takes: its budget, bid and goal are its ad set's (or campaign's).
+_AD_UPDATABLE = frozenset({"status", "name"})
 _BUDGETS = frozenset({"daily_budget", "lifetime_budget"})
 #: Bid strategies under which an ad set takes a ``bid_amount`` (a cap Meta bids within).
 BID_STRATEGIES = frozenset({"LOWEST_COST_WITH_BID_CAP", "COST_CAP"})
@@ -39,6 +46,8 @@ MAX_BID = 2**31 - 1
 _COPY_PARAMS = frozenset(
     {"status_option", "rename_options", "deep_copy", "campaign_id", "start_time", "end_time"}
 )
+#: ``POST /{ad_id}/copies`` (Meta's ``Ad.create_copy``); ``creative_parameters`` is not simulated.
+_AD_COPY_PARAMS = frozenset({"status_option", "rename_options", "adset_id"})
 _STATUS_OPTIONS = ("ACTIVE", "PAUSED", "INHERITED_FROM_SOURCE")
 _RENAME_STRATEGIES = ("DEEP_RENAME", "ONLY_TOP_LEVEL_RENAME", "NO_RENAME")
 
@@ -121,6 +130,12 @@ def _validated(obj: AdObject, params: Mapping[str, str], currency: str) -> dict[
         raise invalid_param(
             "Nothing to update: send status, daily_budget, lifetime_budget, bid_amount or name"
         )
+    if obj.kind == "ad" and params.keys() - _AD_UPDATABLE:
+        name = sorted(params.keys() - _AD_UPDATABLE)[0]
+        raise invalid_param(
+            f"Param {name} cannot be set on an ad: an ad takes status and name; budgets, bids"
+            " and optimization goals are its ad set's or campaign's"
+        )
     changes: dict[str, Any] = {}
     if "status" in params:
         if params["status"] not in (ACTIVE, PAUSED):
@@ -131,6 +146,8 @@ def _validated(obj: AdObject, params: Mapping[str, str], currency: str) -> dict[
             changes[field] = _budget(obj, field, params[field], currency)
     if "bid_amount" in params:
         changes["bid_amount"] = _bid(obj, params["bid_amount"])
+    if "optimization_goal" in params:
+        changes["optimization_goal"] = _goal(obj, params["optimization_goal"])
     if "name" in params:
         if not params["name"].strip():
             raise invalid_param("Param name must be a non-empty string")
@@ -169,6 +186,22 @@ def _bid(obj: AdObject, raw: str) -> int:
     return value
 
 
+def _goal(obj: AdObject, raw: str) -> str:
+    """A new ``optimization_goal``: an ad set's, one of Meta's goals the sandbox delivers for."""
+    if obj.kind != "adset":
+        raise invalid_param(
+            f"Param optimization_goal is not supported on a {obj.kind}: set it on ad sets"
+        )
+    if raw not in META_GOALS:
+        raise invalid_param(f"Param optimization_goal must be one of {{{', '.join(META_GOALS)}}}")
+    if raw not in GOALS:
+        raise invalid_param(
+            f"optimization_goal {raw} is not supported by the sandbox; use one of "
+            f"{', '.join(GOALS)}"
+        )
+    return raw
+
+
 def _no_budget(obj: AdObject, field: str) -> str:
     label = field.replace("_", " ")
     if obj.kind == "adset" and obj.daily_budget is None and obj.lifetime_budget is None:
@@ -185,7 +218,7 @@ def copy(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     """``POST /{id}/copies``: a new campaign or ad set (with ``deep_copy``, its children too)."""
     source = _target(state, req)
     if source.kind == "ad":
-        raise invalid_param("Copying a single ad is not simulated: copy its ad set")
+        return copy_ad(state, source, req.params)
     options = _CopyOptions.parse(req.params)
     objects = copy_size(state, source, deep=options.deep_copy)
     limit = ASYNC_COPY_LIMIT if req.in_async_batch else SYNC_COPY_LIMIT
@@ -203,6 +236,31 @@ def copy(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
         parent = _copy_target(state, source, options.campaign_id)
     ids = _clone_adset(state, source, options, parent, top_level=True)
     return {"copied_adset_id": ids[0]["copied_id"], "ad_object_ids": ids}
+
+
+def copy_ad(state: SandboxState, source: AdObject, params: Mapping[str, str]) -> dict[str, Any]:
+    """``POST /{ad_id}/copies``: a new ad in the source's ad set, or in ``adset_id``'s;
+    ``{"copied_ad_id"}`` as Meta answers it. The copy delivers from its creation on."""
+    unknown = sorted(params.keys() - _AD_COPY_PARAMS)
+    if "creative_parameters" in unknown:
+        raise invalid_param(
+            "Param creative_parameters is not supported by the sandbox: its ads have no creatives"
+        )
+    if unknown:
+        raise invalid_param(f"Param {unknown[0]} is not supported by /copies of an ad")
+    options = _CopyOptions.parse({k: v for k, v in params.items() if k != "adset_id"})
+    adset = state.world.adset_of(source)
+    if params.get("adset_id"):
+        adset = _ad_copy_target(state, source, params["adset_id"])
+    copied = _clone_ad(state, source, options, adset, top_level=True)
+    return {"copied_ad_id": copied.id}
+
+
+def _ad_copy_target(state: SandboxState, source: AdObject, adset_id: str) -> AdObject:
+    target = state.world.get(adset_id)
+    if target is None or target.kind != "adset" or target.account_id != source.account_id:
+        raise invalid_param(f"Param adset_id must be an ad set of act_{source.account_id}")
+    return target
 
 
 def copy_size(state: SandboxState, source: AdObject, *, deep: bool) -> int:
@@ -227,18 +285,23 @@ def _clone_adset(
     ids = [_copied("ad_set", adset, copied)]
     if options.deep_copy:
         for ad in list(state.world.ads_of(adset.id)):
-            ids.append(_copied("ad", ad, _clone_ad(state, ad, options, copied)))
+            ids.append(_copied("ad", ad, _clone_ad(state, ad, options, copied, top_level=False)))
     return ids
 
 
 def _clone_ad(
-    state: SandboxState, source: AdObject, options: _CopyOptions, adset: AdObject
+    state: SandboxState,
+    source: AdObject,
+    options: _CopyOptions,
+    adset: AdObject,
+    *,
+    top_level: bool,
 ) -> AdObject:
     now = state.now()
     copied = replace(
         source,
         id=state.world.next_id("ad"),
-        name=options.name(source.name, top_level=False),
+        name=options.name(source.name, top_level=top_level),
         status=options.status(source.status),
         created_time=now,
         updated_time=now,

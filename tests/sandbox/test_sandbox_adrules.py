@@ -408,3 +408,114 @@ async def test_metas_sdk_lists_creates_reads_and_reads_history(sandbox: Sandbox)
         assert len(history) == 1 and history[0]["is_manual"] is False
     finally:
         FacebookAdsApi.set_default_api(None)
+
+
+def _rule(entity: str, execution: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A schedule rule on ``entity`` (AD, ADSET, CAMPAIGN) spending over 50.00 in 7 days."""
+    return {
+        "name": f"{entity} rule",
+        "evaluation_spec": {
+            "evaluation_type": "SCHEDULE",
+            "filters": [
+                {"field": "entity_type", "value": entity, "operator": "EQUAL"},
+                {"field": "time_preset", "value": "LAST_7D", "operator": "EQUAL"},
+                {"field": "spent", "value": 5000, "operator": "GREATER_THAN"},
+            ],
+        },
+        "execution_spec": execution,
+        "schedule_spec": {"schedule_type": "DAILY"},
+    } | extra
+
+
+def _rebalance(**spec: Any) -> dict[str, Any]:
+    option = {"field": "rebalance_spec", "value": spec, "operator": "EQUAL"}
+    return {"execution_type": "REBALANCE_BUDGET", "execution_options": [option]}
+
+
+@pytest.mark.parametrize(
+    ("entity", "execution"),
+    [
+        ("AD", {"execution_type": "PAUSE"}),
+        ("AD", {"execution_type": "UNPAUSE"}),
+        ("AD", {"execution_type": "NOTIFICATION"}),
+        ("ADSET", _rebalance(type="EVEN")),
+        (
+            "ADSET",
+            _rebalance(
+                type="NO_PAUSE_PROPORTIONAL",
+                target_field="cost_per_purchase_fb",
+                target_count=2,
+                is_cross_campaign=True,
+                is_inverse=True,
+            ),
+        ),
+    ],
+)
+async def test_rules_on_ads_and_rebalancing_rules_are_stored(
+    sandbox: Sandbox, entity: str, execution: dict[str, Any]
+) -> None:
+    rule_id = await _create(sandbox, _rule(entity, execution))
+    read = await sandbox.get(f"/{rule_id}", fields="evaluation_spec,execution_spec")
+    filters = read.body["evaluation_spec"]["filters"]
+    assert filters[0] == {"field": "entity_type", "value": entity, "operator": "EQUAL"}
+    for option in read.body["execution_spec"].get("execution_options", []):
+        spec = option["value"]
+        assert spec.get("target_count") in (None, "2")  # numbers read back as strings
+
+
+@pytest.mark.parametrize(
+    ("entity", "execution", "message"),
+    [
+        ("AD", _rebalance(type="EVEN"), "REBALANCE_BUDGET applies to entity_type ADSET, not AD"),
+        (
+            "CAMPAIGN",
+            _rebalance(type="EVEN"),
+            "REBALANCE_BUDGET applies to entity_type ADSET, not CAMPAIGN",
+        ),
+        (
+            "AD",
+            {
+                "execution_type": "CHANGE_BUDGET",
+                "execution_options": [
+                    {
+                        "field": "change_spec",
+                        "value": {"amount": 10, "unit": "PERCENTAGE"},
+                        "operator": "EQUAL",
+                    }
+                ],
+            },
+            "CHANGE_BUDGET applies to entity_type ADSET, not AD",
+        ),
+        ("ADSET", {"execution_type": "REBALANCE_BUDGET"}, "must have a rebalance_spec"),
+        ("ADSET", _rebalance(type="PROPORTIONAL"), "target_field is required"),
+        (
+            "ADSET",
+            _rebalance(type="EVEN", target_field="cpa", target_count=0),
+            "target_count must be an integer",
+        ),
+        ("ADSET", _rebalance(type="EVEN", is_inverse="yes"), "is_inverse must be true or false"),
+        ("ADSET", _rebalance(type="FAIR"), "type must be one of {EVEN, PROPORTIONAL"),
+        ("ADSET", _rebalance(type="EVEN", amount=5), "amount is not a rebalance_spec field"),
+        (
+            "ADSET",
+            {
+                "execution_type": "REBALANCE_BUDGET",
+                "execution_options": [
+                    _rebalance(type="EVEN")["execution_options"][0],
+                    {
+                        "field": "change_spec",
+                        "value": {"amount": 5, "unit": "PERCENTAGE"},
+                        "operator": "EQUAL",
+                    },
+                ],
+            },
+            "change_spec does not go with REBALANCE_BUDGET",
+        ),
+    ],
+)
+async def test_rules_on_ads_and_rebalancing_rules_are_refused_like_metas(
+    sandbox: Sandbox, entity: str, execution: dict[str, Any], message: str
+) -> None:
+    reply = await sandbox.post("/act_1002/adrules_library", **_rule(entity, execution))
+    assert (reply.status, reply.error["code"]) == (400, 100)
+    assert message in reply.error["message"], reply.error["message"]

@@ -18,7 +18,7 @@ from graph_sandbox.insights_params import (
     slices,
 )
 from graph_sandbox.periods import time_range_value
-from graph_sandbox.query import parse_list_param
+from graph_sandbox.query import parse_expanded_fields, parse_list_param
 from graph_sandbox.timeline import StatusChange, active_spans, intersect, overlap
 
 NAMES = st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True), max_size=8)
@@ -115,3 +115,52 @@ def test_active_spans_follow_the_status_log(changes: dict[int, bool], starts_act
     before = (T0 - timedelta(hours=1), T0)
     assert overlap(before, spans) == timedelta(hours=1)  # before settling: delivered history
     assert intersect(spans, spans) == spans
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["id", "name", "adset", "campaign", "status"]),
+            st.one_of(st.none(), st.lists(st.sampled_from(["id", "name", "status"]), min_size=1)),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_fields_with_expanded_parents_read_as_they_were_written(
+    items: list[tuple[str, list[str] | None]],
+) -> None:
+    expandable = {
+        "adset": ("AdSet", {"id", "name", "status"}),
+        "campaign": ("Campaign", {"id", "name", "status"}),
+    }
+    raw = ",".join(name + (f"{{{','.join(sub)}}}" if sub else "") for name, sub in items)
+    allowed = {"id", "name", "adset", "campaign", "status"}
+    if any(sub and name not in expandable for name, sub in items):
+        with pytest.raises(GraphError, match=r"^\(#100\) Field expansion"):
+            parse_expanded_fields(
+                raw, default=(), allowed=allowed, node="Ad", expandable=expandable
+            )
+        return
+    fields, expanded = parse_expanded_fields(
+        raw, default=(), allowed=allowed, node="Ad", expandable=expandable
+    )
+    assert fields == list(dict.fromkeys(name for name, _ in items))
+    for name, sub in items:
+        if sub:
+            assert name in expanded
+
+
+@given(st.text(alphabet="ab{},.() ", max_size=20))
+def test_any_fields_text_is_fields_or_graphs_error_100(raw: str) -> None:
+    expandable = {"a": ("AdSet", {"a", "b"})}
+    code = None
+    try:
+        fields, _ = parse_expanded_fields(
+            raw, default=(), allowed={"a", "b"}, node="Ad", expandable=expandable
+        )
+    except GraphError as error:
+        code = error.code
+    else:
+        assert set(fields) <= {"a", "b"}
+    assert code in (None, 100)

@@ -139,9 +139,9 @@ async def test_unknown_values_get_graphs_messages(sandbox: Sandbox) -> None:
 
 async def test_values_graph_knows_but_the_sandbox_cannot_compute_say_so(sandbox: Sandbox) -> None:
     for params in (
-        {"breakdowns": ["age"]},
+        {"breakdowns": ["country"]},
         {"action_breakdowns": ["action_device"]},
-        {"level": "ad"},
+        {"level": "delivery_ad"},
     ):
         assert "not supported by the sandbox" in await _refused(
             sandbox, "/act_1001/insights", **params

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import orjson
 import pytest
+from facebook_business.adobjects.ad import Ad
 from facebook_business.adobjects.adaccount import AdAccount
 from facebook_business.adobjects.adreportrun import AdReportRun
 from facebook_business.adobjects.adset import AdSet
@@ -351,3 +352,90 @@ async def test_the_sandbox_clock_drives_what_the_sdk_reads(
     morning = await spend_today()
     await sandbox.admin.advance_clock(3600)
     assert await spend_today() > morning
+
+
+AD_FIELDS = [
+    AdsInsights.Field.ad_id,
+    AdsInsights.Field.ad_name,
+    AdsInsights.Field.adset_id,
+    AdsInsights.Field.spend,
+    AdsInsights.Field.impressions,
+    AdsInsights.Field.results,
+    AdsInsights.Field.cost_per_result,
+    AdsInsights.Field.quality_ranking,
+    AdsInsights.Field.engagement_rate_ranking,
+    AdsInsights.Field.conversion_rate_ranking,
+]
+
+
+async def test_ad_insights_with_a_breakdown_and_results(
+    sandbox: Sandbox, api: FacebookAdsApi
+) -> None:
+    params: dict[str, Any] = {
+        "level": AdsInsights.Level.ad,
+        "date_preset": AdsInsights.DatePreset.last_7d,
+        "breakdowns": [AdsInsights.Breakdowns.publisher_platform],
+        "use_unified_attribution_setting": True,
+        "limit": 20,
+    }
+    rows = await sdk(
+        lambda: [
+            row.export_all_data()
+            for row in AdAccount("act_1001").get_insights(fields=AD_FIELDS, params=params)
+        ]
+    )
+    raw = await sandbox.get(
+        "/act_1001/insights",
+        level="ad",
+        date_preset="last_7d",
+        breakdowns=["publisher_platform"],
+        fields=",".join(AD_FIELDS),
+        use_unified_attribution_setting="true",
+        limit="5000",
+    )
+    assert rows == raw.body["data"]
+    assert {row["publisher_platform"] for row in rows} == {
+        "facebook",
+        "instagram",
+        "audience_network",
+        "messenger",
+    }
+    assert all(row["results"][0]["indicator"] for row in rows)
+    assert {row["quality_ranking"] for row in rows} - {"UNKNOWN"}
+
+    ad_id = rows[0]["ad_id"]
+    own = await sdk(
+        lambda: [
+            row.export_all_data()
+            for row in Ad(ad_id).get_insights(
+                fields=AD_FIELDS,
+                params={
+                    "date_preset": AdsInsights.DatePreset.last_7d,
+                    "breakdowns": [AdsInsights.Breakdowns.publisher_platform],
+                    "use_unified_attribution_setting": True,
+                },
+            )
+        ]
+    )
+    assert own == [row for row in rows if row["ad_id"] == ad_id]
+
+
+async def test_ads_list_pause_and_copy(sandbox: Sandbox, api: FacebookAdsApi) -> None:
+    fields = [Ad.Field.name, Ad.Field.effective_status, Ad.Field.adset_id, Ad.Field.adset]
+    ads = await sdk(
+        lambda: list(
+            AdAccount("act_1001").get_ads(fields=fields, params={"effective_status": ["ACTIVE"]})
+        )
+    )
+    assert ads
+    assert all(isinstance(ad, Ad) for ad in ads)
+    first = ads[0]
+    assert first["adset"]["id"] == first[Ad.Field.adset_id]
+    await sdk(lambda: first.api_update(params={"status": Ad.Status.paused}))
+    read = await sdk(lambda: Ad(first["id"]).api_get(fields=[Ad.Field.status]))
+    assert read[Ad.Field.status] == "PAUSED"
+    copy = await sdk(lambda: first.create_copy(params={"status_option": Ad.StatusOption.active}))
+    copied = await sdk(
+        lambda: Ad(copy["copied_ad_id"]).api_get(fields=[Ad.Field.name, Ad.Field.status])
+    )
+    assert (copied[Ad.Field.name], copied[Ad.Field.status]) == (f"{first['name']} - Copy", "ACTIVE")
