@@ -160,7 +160,9 @@ async def main(campaigns: int, latency_ms: float) -> None:
                 writes = [w for w in await sandbox.writes() if w["ok"]]
                 records = await ExecutionStore(db).rows(job.batch_id)
                 inline_bytes = await enqueued_bytes(settings, inline, "inline")
-                no_fire = await quiet_job(settings, db, MongoTimes())
+                quiet_times = MongoTimes()
+                monitoring.register(quiet_times)  # the next job's worker client is new
+                no_fire = await quiet_job(settings, db, quiet_times)
                 adsets = await adset_payloads(settings, db, sandbox)
             finally:
                 await client.close()
@@ -211,9 +213,12 @@ async def quiet_job(settings: Settings, db: Database, times: MongoTimes) -> dict
         "evals_per_s": round(evaluations / result.job_s, 1),
         **written,
         "docs_per_evaluation": round(written["mongo_docs_written"] / max(1, evaluations), 4),
+        "mongo_commands": sum(int(n) for n, _ in times.by_command().values()),
+        "mongo_s": times.by_collection(),
         **{f"{stage}_s": round(s, 3) for stage, s in result.batch["trace"].items()},
     }
     say(f"no_fire: {figures_of}")
+    say(f"no_fire MongoDB commands (calls, seconds): {times.by_command()}")
     return figures_of
 
 
