@@ -238,6 +238,16 @@ async def sandbox_quiet(sandbox: SandboxAdmin) -> bool:
     return bool((await sandbox.stats())["in_flight"] == 0)
 
 
+async def dead_worker_forgotten(redis: Any) -> list[str]:
+    """A SIGKILLed worker's in-progress marks, expired at once (arq lets another worker take
+    its jobs only once they expire, after the job timeout); the keys that were removed. Only
+    for a test whose every other worker is gone too."""
+    keys = [k.decode() async for k in redis.scan_iter(match="arq:in-progress:*")]
+    if keys:
+        await redis.delete(*keys)
+    return keys
+
+
 def worker_env(settings: Settings) -> dict[str, str]:
     """The environment of an ``arq ruleengine.jobs.WorkerSettings`` child process."""
     # a short write-lock lifetime: the lock of a killed worker is free again in 2 s

@@ -115,7 +115,8 @@ async def die(self, docs, **_):
     if docs:  # the run's chunks are written: die before its records are
         os.kill(os.getpid(), signal.SIGKILL)
 
-records.ExecutionStore.upsert_many = die
+records.ExecutionStore.upsert_many = die  # records a former delivery wrote
+records.ExecutionStore._insert_or_replace = die  # the run's new records
 sys.argv = ["arq", "ruleengine.jobs.WorkerSettings", "--burst"]
 from arq.cli import cli
 cli()
