@@ -4,19 +4,29 @@ middle of the writes — and an undo that puts every budget back."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from flow import (
     campaign_rule,
     dispatch,
+    engine_for,
+    kill,
+    reap,
     records,
+    sandbox_quiet,
     save_rule,
+    start_worker,
     successful_writes,
+    wait_for,
     work,
 )
 from graph_sandbox.admin import SandboxAdmin
+from ruleengine import constants as c
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.undo.run import undo_batch
 
 HAS_BUDGET = {"metric": "daily_budget", "operator": ">", "value": 0}
 SPENT_7D = {"metric": "spend", "period": "last_7d", "operator": ">", "value": 0}
@@ -78,3 +88,80 @@ async def test_a_rebalance_keeps_the_total_to_the_cent_and_moves_budget_to_the_b
     # every decrease was sent before any increase
     kinds = ["down" if int(w["params"]["daily_budget"]) < before[w["id"]] else "up" for w in writes]
     assert kinds == sorted(kinds, key=lambda k: k == "up")
+
+
+async def test_undo_of_a_rebalance_sets_every_budget_back(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    await save_rule(db, rebalance_rule())
+    await dispatch(settings, db)
+    await work(settings)
+    rows = await group_of(db)
+    before = {r["entity_id"]: r["before"] for r in rows}
+    batch_id = rows[0]["batch_id"]
+    moved = [r for r in rows if r["outcome"] == "applied"]
+    assert len(moved) >= 4
+    writes = len(await successful_writes(sandbox))
+    async with engine_for(settings, db) as engine:
+        result = await undo_batch(engine, batch_id, by="api", now=datetime.now(UTC))
+    assert [c["outcome"] for c in result["changes"]] == ["applied"] * len(moved)
+    assert await budgets(sandbox, list(before)) == before
+    # the undo lowered the budgets the rebalance had raised before it raised the others
+    undo_writes = (await successful_writes(sandbox))[writes:]
+    total = sum(before.values())
+    running = {r["entity_id"]: r["after"] for r in rows}
+    for write in undo_writes:
+        running[write["id"]] = int(write["params"]["daily_budget"])
+        assert sum(running.values()) <= total
+
+
+async def test_a_worker_killed_in_the_middle_of_a_rebalance_never_raises_the_total(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+    tmp_path: Path,
+) -> None:
+    rule = await save_rule(db, rebalance_rule(cooldown_minutes=60))
+    start = datetime.now(UTC)
+    await dispatch(settings, db, now=start)
+    # one write a call, each held 3 s at Meta: the worker dies after its first decrease
+    # landed, with the next one's intent recorded and its write on the way
+    await sandbox.set_faults(write_latency_ms=3000)
+    worker = start_worker(settings, tmp_path / "worker.log", write_batch_size="1")
+
+    async def next_write_on_its_way() -> bool:
+        written = [w["id"] for w in await successful_writes(sandbox)]
+        query = {"status": "pending", "entity_id": {"$nin": written}}
+        if not written or not await db[c.ACTION_INTENTS].count_documents(query):
+            return False
+        return bool((await sandbox.stats())["writes_in_flight"])  # at Meta, not landed yet
+
+    try:
+        await wait_for(next_write_on_its_way, timeout_s=60)
+    finally:
+        kill(worker)
+    await wait_for(lambda: sandbox_quiet(sandbox))  # a write the dead worker sent still lands
+    await sandbox.clear_faults()
+    first = [d async for d in db[c.ACTION_INTENTS].find({"rule_id": rule.id})]
+    assert all(d["target"] < d["before"] for d in first)  # killed among the decreases
+    plan = first[0]["rebalance"]
+    original = {i: before for i, before, _after in plan["moves"]}
+    total = sum(original.values())
+    assert plan["total"] == total
+    landed = await budgets(sandbox, list(original))
+    assert sum(landed.values()) < total  # decreases only: the total is lower, never higher
+    await redis.delete(c.QUEUE_NAME)  # the dead worker's job would block an in-process burst
+    await reap(settings, db, redis, now=start + timedelta(hours=1))
+    await dispatch(settings, db, now=start + timedelta(minutes=15))
+    await work(settings)
+    writes = await successful_writes(sandbox)
+    ids = [w["id"] for w in writes]
+    assert len(ids) == len(set(ids)), "a budget was changed twice"
+    running = dict(original)
+    for write in writes:  # replayed in the order Meta received them
+        running[write["id"]] = int(write["params"]["daily_budget"])
+        assert sum(running.values()) <= total
+    assert sum((await budgets(sandbox, list(original))).values()) == total
+    assert await db[c.ACTION_INTENTS].count_documents({"status": "pending"}) == 0

@@ -109,8 +109,11 @@ class Rebalancer:
         decreases, increases = in_order(moves)
         pairs = {p.entity.id: p for p in group}
         done = await self._write(run, writer, decreases, pairs, snapshot)
+        # what the increases may add: what the decreases freed, and what the plan gives back
+        given_back = max(0, sum(m.delta for m in moves))
         freed = sum(int(r.before) - int(r.after) for r in done.values() if _landed(r))
-        done |= await self._write(run, writer, trimmed(increases, freed), pairs, snapshot)
+        allowed = freed + given_back
+        done |= await self._write(run, writer, trimmed(increases, allowed), pairs, snapshot)
         for pair in group:
             if pair.index in results:
                 continue
