@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from flow import (
     campaign_rule,
     dispatch,
@@ -24,9 +26,13 @@ from flow import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
+from ruleengine.backtest.result import BacktestRequest
+from ruleengine.backtest.service import BacktestDeps, BacktestRefused, run_backtest
+from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.undo.run import undo_batch
+from ruleengine.worker.preview import open_preview, preview_rule
 
 HAS_BUDGET = {"metric": "daily_budget", "operator": ">", "value": 0}
 SPENT_7D = {"metric": "spend", "period": "last_7d", "operator": ">", "value": 0}
@@ -62,11 +68,21 @@ async def group_of(db: Database) -> list[dict[str, Any]]:
 async def test_a_rebalance_keeps_the_total_to_the_cent_and_moves_budget_to_the_better(
     settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
 ) -> None:
+    reading = open_preview(settings, db=db)
+    try:  # what the preview says is what the run then does
+        preview = await preview_rule(
+            reading, parse_rule(rebalance_rule()), rule_id="r", version=1, now=datetime.now(UTC)
+        )
+    finally:
+        await reading.close()
+    assert await successful_writes(sandbox) == []
+    would = {r["entity_id"]: r["after"] for r in preview.records if r["outcome"] == "would_apply"}
     await save_rule(db, rebalance_rule())
     await dispatch(settings, db)
     await work(settings)
     rows = await group_of(db)
     ids = [r["entity_id"] for r in rows]
+    assert would == {r["entity_id"]: r["after"] for r in rows if r["outcome"] == "applied"}
     assert len(ids) >= 6
     before = {r["entity_id"]: r["before"] for r in rows}
     after = await budgets(sandbox, ids)
@@ -165,3 +181,12 @@ async def test_a_worker_killed_in_the_middle_of_a_rebalance_never_raises_the_tot
         assert sum(running.values()) <= total
     assert sum((await budgets(sandbox, list(original))).values()) == total
     assert await db[c.ACTION_INTENTS].count_documents({"status": "pending"}) == 0
+
+
+async def test_a_backtest_of_a_rebalance_is_refused_with_the_task(
+    settings: Settings, db: Database, accounts: list[str]
+) -> None:
+    async with BacktestDeps.open(settings, db) as deps:
+        request = BacktestRequest(parse_rule(rebalance_rule()))
+        with pytest.raises(BacktestRefused, match=r"task 't'.*rebalance_budget"):
+            await run_backtest(deps, request, now=datetime.now(UTC))

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ruleengine.acting.rebalance import Pair
 from ruleengine.acting.results import (
     ACT_FAILURES,
     ActKey,
@@ -70,7 +71,7 @@ from ruleengine.writes.copies import duplicate
 from ruleengine.writes.lock import AccountLocks, Fenced, HeldLock, LockLost
 from ruleengine.writes.meta_limits import budget_check, budget_history, counts_toward_limit, refuse
 from ruleengine.writes.notify import Notifier, send_once, task_message
-from ruleengine.writes.rebalance import Pair, Rebalancer
+from ruleengine.writes.rebalance import Rebalancer
 from ruleengine.writes.settling import IntentSettler
 
 log = logging.getLogger(__name__)
