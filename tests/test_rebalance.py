@@ -190,3 +190,24 @@ async def test_a_backtest_of_a_rebalance_is_refused_with_the_task(
         request = BacktestRequest(parse_rule(rebalance_rule()))
         with pytest.raises(BacktestRefused, match=r"task 't'.*rebalance_budget"):
             await run_backtest(deps, request, now=datetime.now(UTC))
+
+
+async def test_the_change_budget_bounds_every_move_and_the_total_still_holds(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    data = rebalance_rule() | {"change_budget": {"max_daily_budget_change_pct": 10}}
+    await save_rule(db, data)
+    start = datetime.now(UTC)
+    for run in range(2):  # the second run finds every moved budget's 10 % used up
+        await dispatch(settings, db, now=start + timedelta(minutes=15 * run))
+        await work(settings)
+    rows = await group_of(db)
+    before = {r["entity_id"]: r["before"] for r in rows}
+    after = await budgets(sandbox, list(before))
+    assert sum(after.values()) == sum(before.values())
+    assert any(after[i] != b for i, b in before.items())
+    for entity_id, base in before.items():
+        assert abs(after[entity_id] - base) <= base // 10, entity_id
+    clamped = [r for r in await records(db) if "change_budget" in (r.get("clamped_by") or [])]
+    assert not clamped  # planned within the change budget: no write of it was cut short
+    assert not [r for r in await records(db) if r.get("reason") == "change_budget_exhausted"]

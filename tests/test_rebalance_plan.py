@@ -26,6 +26,7 @@ members_st = st.lists(
         budget=st.integers(min_value=1, max_value=10**9),
         metric=st.none() | st.floats(min_value=0, max_value=100, allow_nan=False),
         learning=st.booleans(),
+        room=st.none() | st.integers(min_value=-(10**6), max_value=10**8),
     ),
     min_size=0,
     max_size=12,
@@ -74,6 +75,8 @@ def test_no_entity_crosses_its_bounds_or_its_cap(members: list[Member], limits: 
             percent = min(percent, limits.learning_pct)
         cap = percent_of(member.budget, Decimal(str(percent)), rounding=ROUND_DOWN)
         assert abs(move.delta) <= cap
+        if member.room is not None:
+            assert abs(move.delta) <= max(0, member.room)
 
 
 @given(members_st, limits_st)

@@ -11,7 +11,7 @@ intents (:func:`~ruleengine.rules.rebalance.owed`). The arithmetic is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -27,6 +27,9 @@ from ruleengine.rules.targets import BUDGET_FIELDS, budget_refusal, live_value
 from ruleengine.store.intents import IntentStore
 
 ACTION: Final = "rebalance_budget"
+#: What the change budget still lets an entity's daily budget move (entity id, live budget →
+#: minor units; None: no change budget).
+RoomOf = Callable[[str, int], "int | None"]
 #: The live fields a rebalance reads of each entity.
 READS: Final = [*BUDGET_FIELDS]
 
@@ -61,9 +64,15 @@ def tasks_of(pairs: Sequence[Pair]) -> list[list[Pair]]:
 
 
 async def plan_group(
-    run: JobRun, intents: IntentStore, group: Sequence[Pair], *, max_change_pct: float
+    run: JobRun,
+    intents: IntentStore,
+    group: Sequence[Pair],
+    *,
+    max_change_pct: float,
+    room_of: RoomOf | None = None,
 ) -> GroupPlan:
-    """The moves of one task's group, planned from live budgets (see the module).
+    """The moves of one task's group, planned from live budgets (see the module);
+    ``room_of``: what the change budget still lets each entity move.
 
     Raises what stops a money action (the account's currency, reading Meta).
     """
@@ -81,7 +90,7 @@ async def plan_group(
     refusals: dict[int, ActResult] = {}
     members: list[Member] = []
     for pair in group:
-        member = member_of(pair, live.get(pair.entity.id), run.rule.level)
+        member = member_of(pair, live.get(pair.entity.id), run.rule.level, room_of)
         if isinstance(member, ActResult):
             refusals[pair.index] = member
         else:
@@ -114,7 +123,9 @@ async def limits_of(
     )
 
 
-def member_of(pair: Pair, body: dict[str, Any] | None, level: str) -> Member | ActResult:
+def member_of(
+    pair: Pair, body: dict[str, Any] | None, level: str, room_of: RoomOf | None = None
+) -> Member | ActResult:
     """A group member from its live fields, or why it is not one (no budget, not read)."""
     if body is None:
         return ActResult("failed", "live_read_failed", "daily_budget")
@@ -125,7 +136,8 @@ def member_of(pair: Pair, body: dict[str, Any] | None, level: str) -> Member | A
     stage = body.get("learning_stage_info")
     learning = isinstance(stage, dict) and stage.get("status") == "LEARNING"
     budget = int(live_value(body, "daily_budget"))
-    return Member(pair.entity.id, budget, reading.actual if reading else None, learning)
+    room = room_of(pair.entity.id, budget) if room_of is not None else None
+    return Member(pair.entity.id, budget, reading.actual if reading else None, learning, room)
 
 
 def previous_of(docs: list[dict[str, Any]]) -> Previous | None:

@@ -6,7 +6,8 @@ each other, so an entity either gives or receives and a better one never gives t
 one. Every move is a whole number of minor units taken from one entity and added to
 another: the group's total stays the same to the minor unit. Each entity moves at most its
 cap (``max_change_percent`` of its live budget, the engine-wide ``max_budget_change_pct``,
-and ``max_change_pct_while_learning`` for an ad set in learning, all rounded down); a donor
+and ``max_change_pct_while_learning`` for an ad set in learning, all rounded down, and what
+the change budget still lets it move in 24 h, its ``room``); a donor
 never goes below the lower bound (``min_budget``, the account's minimum daily budget), a
 receiver never above ``max_budget``. An entity without the metric, or in learning while the
 task respects the learning phase without a limit, does not move.
@@ -33,12 +34,14 @@ _OWED: Final = "\x00owed"
 @dataclass(frozen=True)
 class Member:
     """One entity of the group: its live daily budget (minor units), the metric that ranks it
-    (None: no data) and whether Meta says it is learning."""
+    (None: no data), whether Meta says it is learning, and what the change budget still
+    lets it move in 24 h (``room``, minor units; None: no change budget)."""
 
     id: str
     budget: int
     metric: float | None
     learning: bool = False
+    room: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,8 @@ def _cap(member: Member, limits: Limits) -> int | None:
         if limits.learning_pct is None:
             return None
         percent = min(percent, limits.learning_pct)
-    return percent_of(member.budget, Decimal(str(percent)), rounding=ROUND_DOWN)
+    cap = percent_of(member.budget, Decimal(str(percent)), rounding=ROUND_DOWN)
+    return cap if member.room is None else max(0, min(cap, member.room))
 
 
 def _why_still(member: Member, limits: Limits) -> str | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ruleengine.acting.rebalance import READS, Pair, plan_group, tasks_of, unmoved
+from ruleengine.acting.rebalance import READS, Pair, RoomOf, plan_group, tasks_of, unmoved
 from ruleengine.acting.results import (
     ACT_FAILURES,
     ActKey,
@@ -28,6 +28,7 @@ from ruleengine.acting.results import (
     check_currency,
     failure_result,
 )
+from ruleengine.guards.change_budget import WINDOW, budget_left
 from ruleengine.meta.writer import GraphWriter
 from ruleengine.rules.model import Task
 from ruleengine.rules.plan import Plan
@@ -69,6 +70,7 @@ class Rebalancer:
                 self.executor.intents,
                 group,
                 max_change_pct=self.executor.settings.max_budget_change_pct,
+                room_of=await self._room(run, group),
             )
             moves, snapshot = plan.moves, plan.snapshot
             results |= plan.refusals
@@ -88,6 +90,27 @@ class Rebalancer:
                 move, result = by_id.get(pair.entity.id), done.get(pair.entity.id)
                 results[pair.index] = unmoved(pair, move, result)
         return results
+
+    async def _room(self, run: JobRun, group: list[Pair]) -> RoomOf | None:
+        """What the change budget (every rule's changes in 24 h) still lets each member
+        move, and nothing for one held for oscillating: planned within it, so the writes'
+        own check of the change budget clamps no move and the total stays whole."""
+        guards = self.executor.guards
+        if guards is None:
+            return None
+        seen = await guards.look(run, [p.entity.id for p in group])
+        pct = seen.limits.budget_pct
+        since = run.now - WINDOW
+
+        def room(entity_id: str, live: int) -> int | None:
+            if (entity_id, "daily_budget") in seen.holds.active:
+                return 0
+            if pct is None:
+                return None
+            changes = seen.changes.get((entity_id, "daily_budget"), [])
+            return budget_left([c for c in changes if c.at >= since], live=live, pct=pct)
+
+        return room
 
     async def _own_plan(self, run: JobRun, task: Task) -> dict[str, Any] | None:
         """The group plan an earlier delivery of this batch recorded, if any."""
