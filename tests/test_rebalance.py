@@ -211,3 +211,21 @@ async def test_the_change_budget_bounds_every_move_and_the_total_still_holds(
     clamped = [r for r in await records(db) if "change_budget" in (r.get("clamped_by") or [])]
     assert not clamped  # planned within the change budget: no write of it was cut short
     assert not [r for r in await records(db) if r.get("reason") == "change_budget_exhausted"]
+
+
+async def test_an_ad_set_in_learning_keeps_its_budget_and_the_others_rebalance(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    data = rebalance_rule()
+    data["tasks"][0]["respect_learning_phase"] = True
+    await save_rule(db, data)
+    await dispatch(settings, db)
+    await work(settings)
+    rows = await group_of(db)
+    learning = [r for r in rows if r["entity_name"] == "Prospecting US 3 - Lookalike 1%"]
+    assert [(r["outcome"], r["reason"]) for r in learning] == [("no_change", "in_learning_phase")]
+    before = {r["entity_id"]: r["before"] for r in rows}
+    after = await budgets(sandbox, list(before))
+    assert after[learning[0]["entity_id"]] == learning[0]["before"]
+    assert sum(after.values()) == sum(before.values())
+    assert [r for r in rows if r["outcome"] == "applied"]
