@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from decimal import ROUND_DOWN, Decimal
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ruleengine.errors import RuleValidationError
+from ruleengine.rules.action_types import RebalanceBudgetAction
+from ruleengine.rules.model import parse_rule
 from ruleengine.rules.plan import percent_of
 from ruleengine.rules.rebalance import (
     Limits,
@@ -141,3 +145,53 @@ def test_what_an_interrupted_rebalance_owes_only_while_nobody_else_changed_a_bud
     assert owed(previous, {"a": 8000, "b": 10_000, "c": 9000}) == 0  # someone changed c
     assert owed(Previous(30_000, previous.befores, {}, pending=True), {}) == 0
     assert owed(None, {}) == 0
+
+
+def _rule(action: dict[str, object], **task: object) -> dict[str, object]:
+    return {
+        "name": "Rebalance",
+        "format": 2,
+        "level": "adset",
+        "ad_accounts": ["act_1"],
+        "schedule": {"mode": "interval", "every_minutes": 60},
+        "tasks": [
+            {
+                "id": "t",
+                "conditions": [{"metric": "spend", "period": "today", "operator": ">", "value": 1}],
+                "action": {"type": "rebalance_budget", "metric": "ctr", "period": "last_7d"}
+                | action,
+                **task,
+            }
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("action", "task", "path", "words"),
+    [
+        ({"metric": "spend"}, {}, "tasks[0].action.metric", "what a rebalance ranks by"),
+        ({"max_change_percent": 150}, {}, "tasks[0].action.max_change_percent", "100"),
+        ({"min_budget": 50, "max_budget": 10}, {}, "tasks[0].action.min_budget", "> max_budget"),
+        (
+            {"then": {"after_minutes": 60, "do": "restore_budget"}},
+            {},
+            "tasks[0].action.then",
+            "undo the whole batch",
+        ),
+        ({}, {"approval": {"when": "always"}}, "tasks[0].approval", "not approved entity"),
+    ],
+)
+def test_a_wrong_rebalance_is_refused_with_its_path(
+    action: dict[str, object], task: dict[str, object], path: str, words: str
+) -> None:
+    with pytest.raises(RuleValidationError) as caught:
+        parse_rule(_rule(action, **task))
+    found = {e.path: e.message for e in caught.value.errors}
+    assert path in found and words in found[path], found
+
+
+def test_a_rebalance_in_currency_units_parses() -> None:
+    rule = parse_rule(_rule({"min_budget": 10.5, "max_budget": 500, "max_change_percent": 15}))
+    action = rule.tasks[0].action
+    assert isinstance(action, RebalanceBudgetAction)
+    assert (action.min_budget, action.max_budget, action.max_change_percent) == (10.5, 500, 15)
