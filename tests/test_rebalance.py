@@ -28,6 +28,8 @@ from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.backtest.result import BacktestRequest
 from ruleengine.backtest.service import BacktestDeps, BacktestRefused, run_backtest
+from ruleengine.dispatching.payload import EvaluateJob, deserialize, evaluate_job_id
+from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
@@ -142,8 +144,19 @@ async def test_a_worker_killed_in_the_middle_of_a_rebalance_never_raises_the_tot
     rule = await save_rule(db, rebalance_rule(cooldown_minutes=60))
     start = datetime.now(UTC)
     await dispatch(settings, db, now=start)
-    # one write a call, each held 3 s at Meta: the worker dies after its first decrease
-    # landed, with the next one's intent recorded and its write on the way
+    original = await killed_among_the_decreases(settings, db, redis, sandbox, tmp_path, rule.id)
+    await reap(settings, db, redis, now=start + timedelta(hours=1))
+    await dispatch(settings, db, now=start + timedelta(minutes=15))
+    await work(settings)
+    await each_budget_once_and_the_total_whole(sandbox, db, original)
+
+
+async def killed_among_the_decreases(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, tmp_path: Path, rule: str
+) -> dict[str, int]:
+    """A worker's run of the dispatched rebalance, SIGKILLed after its first decrease landed,
+    with the next one's intent recorded and its write at Meta; each member's budget before."""
+    # one write a call, each held 3 s at Meta: room to see the condition and kill inside it
     await sandbox.set_faults(write_latency_ms=3000)
     worker = start_worker(settings, tmp_path / "worker.log", write_batch_size="1")
 
@@ -160,18 +173,23 @@ async def test_a_worker_killed_in_the_middle_of_a_rebalance_never_raises_the_tot
         kill(worker)
     await wait_for(lambda: sandbox_quiet(sandbox))  # a write the dead worker sent still lands
     await sandbox.clear_faults()
-    first = [d async for d in db[c.ACTION_INTENTS].find({"rule_id": rule.id})]
+    first = [d async for d in db[c.ACTION_INTENTS].find({"rule_id": rule})]
     assert all(d["target"] < d["before"] for d in first)  # killed among the decreases
     plan = first[0]["rebalance"]
-    original = {i: before for i, before, _after in plan["moves"]}
-    total = sum(original.values())
-    assert plan["total"] == total
+    original = {move[0]: move[1] for move in plan["moves"]}
+    assert plan["total"] == sum(original.values())
     landed = await budgets(sandbox, list(original))
-    assert sum(landed.values()) < total  # decreases only: the total is lower, never higher
+    assert sum(landed.values()) < plan["total"]  # decreases only: lower, never higher
     await redis.delete(c.QUEUE_NAME)  # the dead worker's job would block an in-process burst
-    await reap(settings, db, redis, now=start + timedelta(hours=1))
-    await dispatch(settings, db, now=start + timedelta(minutes=15))
-    await work(settings)
+    return original
+
+
+async def each_budget_once_and_the_total_whole(
+    sandbox: SandboxAdmin, db: Database, original: dict[str, int]
+) -> None:
+    """No budget written twice, the total never above the original at any write, and back
+    to it in the end; no intent left pending."""
+    total = sum(original.values())
     writes = await successful_writes(sandbox)
     ids = [w["id"] for w in writes]
     assert len(ids) == len(set(ids)), "a budget was changed twice"
@@ -229,3 +247,27 @@ async def test_an_ad_set_in_learning_keeps_its_budget_and_the_others_rebalance(
     assert after[learning[0]["entity_id"]] == learning[0]["before"]
     assert sum(after.values()) == sum(before.values())
     assert [r for r in rows if r["outcome"] == "applied"]
+
+
+async def test_a_redelivered_rebalance_finishes_the_plan_it_recorded(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+    tmp_path: Path,
+) -> None:
+    rule = await save_rule(db, rebalance_rule(cooldown_minutes=60))
+    await dispatch(settings, db)
+    raw = await redis.get(b"arq:job:" + (await redis.zrange(c.QUEUE_NAME, 0, 0))[0])
+    payload = EvaluateJob.model_validate(deserialize(raw)["a"][0])
+    original = await killed_among_the_decreases(settings, db, redis, sandbox, tmp_path, rule.id)
+    queue = connect_queue(settings)  # the same batch again, as arq redelivers a lost job
+    await queue.enqueue_job(
+        c.EVALUATE_JOB, payload.to_job(), _job_id=evaluate_job_id(payload.batch_id) + ":again"
+    )
+    await queue.aclose()
+    await work(settings)
+    await each_budget_once_and_the_total_whole(sandbox, db, original)
+    batches = {d["batch_id"] async for d in db[c.ACTION_INTENTS].find({"rule_id": rule.id})}
+    assert batches == {payload.batch_id}  # one plan, finished by the second delivery

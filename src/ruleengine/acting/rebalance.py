@@ -47,7 +47,8 @@ class Pair:
 @dataclass(frozen=True)
 class GroupPlan:
     """A group's moves (one per member), the plan kept on each intent (``snapshot``: the
-    total the group is to hold and every member's before → after), and the results of the
+    total the group is to hold and every member's ``[id, before, after, rank]``), and the
+    results of the
     pairs that are no member (no budget, not read)."""
 
     moves: list[Move]
@@ -101,7 +102,7 @@ async def plan_group(
     plan = plan_rebalance(members, limits, give_back=give_back)
     snapshot = {
         "total": plan.total_before + give_back,
-        "moves": [[m.id, m.before, m.after] for m in plan.moves],
+        "moves": [[m.id, m.before, m.after, m.rank] for m in plan.moves],
     }
     return GroupPlan(plan.moves, snapshot, refusals)
 
@@ -148,7 +149,7 @@ def previous_of(docs: list[dict[str, Any]]) -> Previous | None:
     plan = plans[0]
     return Previous(
         total=int(plan["total"]),
-        befores={str(i): int(before) for i, before, _after in plan["moves"]},
+        befores={str(move[0]): int(move[1]) for move in plan["moves"]},
         done={d["entity_id"]: int(d["target"]) for d in docs if d.get("status") == "done"},
         pending=any(d.get("status") == "pending" for d in docs),
     )

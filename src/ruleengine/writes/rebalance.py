@@ -75,7 +75,7 @@ class Rebalancer:
             moves, snapshot = plan.moves, plan.snapshot
             results |= plan.refusals
         else:  # a redelivered job: finish the plan it recorded, never make a second one
-            moves = [Move(i, before, after, None) for i, before, after in snapshot["moves"]]
+            moves = [Move(m[0], m[1], m[2], None, None, m[3]) for m in snapshot["moves"]]
         decreases, increases = in_order(moves)
         pairs = {p.entity.id: p for p in group}
         done = await self._write(run, writer, decreases, pairs, snapshot)
