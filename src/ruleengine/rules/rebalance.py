@@ -14,8 +14,9 @@ task respects the learning phase without a limit, does not move.
 
 ``give_back``: minor units an interrupted earlier rebalance of the task took from its
 group and never gave (:func:`owed`); they go to the best entities first, as from a donor
-worse than all, before the group's own moves. The live write path
-(:mod:`ruleengine.writes.rebalance`) plans through :func:`plan_rebalance`.
+worse than all, before the group's own moves. The write path and the preview plan through
+:func:`plan_rebalance` (:func:`ruleengine.acting.rebalance.plan_group`); the backtest's
+replay, which walks each entity through time on its own, does not plan groups yet.
 """
 
 from __future__ import annotations
