@@ -24,6 +24,7 @@ from ruleengine.acting.results import (
     ActKey,
     ActResult,
     JobRun,
+    Planner,
     Target,
     check_currency,
     failure_result,
@@ -144,7 +145,7 @@ class Rebalancer:
         return {c.entity.id: r for c, r in zip(changes, results, strict=True)}
 
 
-def _planner(move: Move) -> Any:
+def _planner(move: Move) -> Planner:
     """The write of one move: its budget, while the live one is still what the plan read."""
 
     def plan(live: dict[str, Any]) -> Plan | ActResult:
