@@ -271,3 +271,22 @@ async def test_a_redelivered_rebalance_finishes_the_plan_it_recorded(
     await each_budget_once_and_the_total_whole(sandbox, db, original)
     batches = {d["batch_id"] async for d in db[c.ACTION_INTENTS].find({"rule_id": rule.id})}
     assert batches == {payload.batch_id}  # one plan, finished by the second delivery
+
+
+async def test_campaign_budgets_rebalance_too_and_keep_their_total(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    data = campaign_rule(ACTION, [SPENT_7D])  # every delivering campaign of act_1001
+    await save_rule(db, data)
+    await dispatch(settings, db)
+    await work(settings)
+    rows = await records(db, task_id="t")
+    members = [r for r in rows if r["outcome"] in ("applied", "no_change")]
+    assert len(members) >= 3
+    before = {r["entity_id"]: r["before"] for r in members}
+    after = await budgets(sandbox, list(before))
+    assert sum(after.values()) == sum(before.values())
+    assert [r for r in members if r["outcome"] == "applied"]
+    # a campaign whose ad sets hold the budgets, or with a lifetime budget, is no member
+    skipped = {r["reason"] for r in rows if r["outcome"] == "skipped"}
+    assert skipped <= {"no_campaign_budget", "no_daily_budget"}
