@@ -85,7 +85,8 @@ async def test_import_from_the_yen_account_is_in_whole_yen_and_applies_paused(
     result = run(
         "rules", "import-meta", "--account", "act_1004", "--out", str(out), settings=settings
     )
-    assert "execution_spec.execution_type: REBALANCE_BUDGET — " in result.stderr
+    # Meta's PROPORTIONAL rebalance gives budget to ad sets the rule did not match
+    assert "execution_spec.execution_options[0].value.type: PROPORTIONAL — " in result.stderr
     (written,) = out.glob("*.json")
     rule = orjson.loads(written.read_bytes())
     assert rule["name"] == "Pause ad sets spending ¥5,000 without a purchase"

@@ -179,16 +179,13 @@ def test_website_roas_over_mature_days_raises_budgets_20_percent() -> None:
         "rebalance_inverse_proportional",
         "rebalance_even",
         "rebalance_no_pause_proportional",
-        "rebalance_matched_only_proportional",
     ],
 )
-def test_rebalance_rules_are_not_mappable(name: str) -> None:
+def test_rebalances_to_ad_sets_the_rule_did_not_match_are_not_mappable(name: str) -> None:
     result = one(name)
     assert result.rule is None
-    assert (
-        "rebalanc" in errors(result)["execution_spec.execution_type"].lower()
-        or "budget" in (errors(result)["execution_spec.execution_type"])
-    )
+    path = "execution_spec.execution_options[0].value.type"
+    assert "among the matched entities only" in errors(result)[path]
 
 
 @pytest.mark.parametrize(
@@ -242,7 +239,8 @@ def test_every_fixture_is_covered_by_a_test_above() -> None:
         "evaluation_campaign_objective", "change_spec_budget_tue_fri",
         "change_spec_bid_target_cpi", "roas_website_budget", "roas_mobile_app_bid",
         "rebalance_inverse_proportional", "rebalance_even", "rebalance_no_pause_proportional",
-        "rebalance_matched_only_proportional", "trigger_metadata_creation",
+        "rebalance_matched_only_proportional", "rebalance_matched_only_cost_per_install",
+        "trigger_metadata_creation",
         "trigger_metadata_update", "trigger_metadata_update_over_1000", "trigger_stats_milestone",
         "trigger_stats_change", "custom_schedule_daily_10am", "custom_schedule_weekends",
         "custom_schedule_wednesday_2am", "custom_schedule_weekdays_and_weekend_noon",

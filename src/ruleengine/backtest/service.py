@@ -166,6 +166,12 @@ async def run_backtest(
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC inside the engine)")
     rule = request.rule
+    for task in rule.tasks:
+        if task.action.type == "rebalance_budget":
+            raise BacktestRefused(
+                f"task '{task.id}': the replay does not plan rebalance_budget (it moves budget"
+                " between the entities of one run at once); preview the rule instead"
+            )
     zone = rule.zone()
     today = now.astimezone(zone).date()
     first, last = today - timedelta(days=request.days), today - timedelta(days=1)

@@ -1,4 +1,4 @@
-"""The twelve actions a task can take, and ``then``: the delayed second step of an action.
+"""The thirteen actions a task can take, and ``then``: the delayed second step of an action.
 
 Each action is a model of its own, told apart by ``type``; :data:`Action` is their
 discriminated union. Budgets are in the account currency's units (a rule of format 2;
@@ -206,6 +206,21 @@ class ChangeBidAction(_Action):
         return self
 
 
+def _ranked_metric(value: str, what: str) -> str:
+    """``value`` when it names an Insights metric with a better direction (higher or lower)."""
+    try:
+        spec = resolve_metric(value)
+    except UnknownMetricError as exc:
+        raise ValueError(str(exc)) from None
+    if scaling_direction(spec) is None:
+        raise ValueError(
+            f"'{value}' cannot be {what}: use an Insights metric where higher is better"
+            " (a ROAS, a CTR, a count) or a cost (cpc, cost_per_action_type.<type> …);"
+            " see docs/rules.md"
+        )
+    return value
+
+
 class ScaleToTargetAction(_Action):
     """Move the daily budget in proportion to how far ``metric`` is from ``target``.
 
@@ -231,21 +246,48 @@ class ScaleToTargetAction(_Action):
     @field_validator("metric")
     @classmethod
     def _metric(cls, value: str) -> str:
-        try:
-            spec = resolve_metric(value)
-        except UnknownMetricError as exc:
-            raise ValueError(str(exc)) from None
-        if scaling_direction(spec) is None:
-            raise ValueError(
-                f"'{value}' cannot be a target: use an Insights metric where higher is better"
-                " (a ROAS, a CTR, a count) or a cost (cpc, cost_per_action_type.<type> …);"
-                " see docs/rules.md"
-            )
-        return value
+        return _ranked_metric(value, "a target")
 
     @model_validator(mode="after")
     def _bounds(self) -> ScaleToTargetAction:
         _checked_bounds(self.min_budget, self.max_budget, ("min_budget", "max_budget"))
+        return self
+
+
+class RebalanceBudgetAction(_Action):
+    """Move daily budget from the worst to the best of the entities the task matched in one run
+    by ``metric`` over ``period``, their total kept to the minor unit (Meta's
+    ``REBALANCE_BUDGET``, planned by :func:`ruleengine.rules.rebalance.plan_rebalance`).
+
+    ``max_change_percent``: the most one entity's budget moves in one run, as a percentage of
+    its live budget. Money (``min_budget``, ``max_budget``) is in the account currency's units.
+    """
+
+    type: Literal["rebalance_budget"]
+    metric: str
+    period: Period
+    max_change_percent: float = Field(default=20, gt=0, le=100)
+    min_budget: float | None = Field(
+        default=None, gt=0, le=MAX_AMOUNT, description="currency units"
+    )
+    max_budget: float | None = Field(
+        default=None, gt=0, le=MAX_AMOUNT, description="currency units"
+    )
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, value: str) -> str:
+        return _ranked_metric(value, "what a rebalance ranks by")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> RebalanceBudgetAction:
+        _checked_bounds(self.min_budget, self.max_budget, ("min_budget", "max_budget"))
+        if self.then is not None:
+            raise PathError(
+                "then",
+                "a rebalance moves budget between entities; no follow-up undoes one entity"
+                " of it alone (undo the whole batch with 'ruleengine undo')",
+            )
         return self
 
 
@@ -258,7 +300,8 @@ Action = Annotated[
     | DuplicateAction
     | NotifyAction
     | ChangeBidAction
-    | ScaleToTargetAction,
+    | ScaleToTargetAction
+    | RebalanceBudgetAction,
     Field(discriminator="type"),
 ]
 ACTION_TYPES = (
@@ -274,8 +317,11 @@ ACTION_TYPES = (
     "notify",
     "change_bid",
     "scale_to_target",
+    "rebalance_budget",
 )
-BUDGET_ACTIONS = frozenset({"increase_budget", "decrease_budget", "set_budget", "scale_to_target"})
+BUDGET_ACTIONS = frozenset(
+    {"increase_budget", "decrease_budget", "set_budget", "scale_to_target", "rebalance_budget"}
+)
 #: Actions that only ad sets can take (Meta's ``bid_amount`` is an ad set's field).
 ADSET_ACTIONS = frozenset({"change_bid"})
 NAME_ACTIONS = frozenset({"rename", "append_to_name", "prepend_to_name"})

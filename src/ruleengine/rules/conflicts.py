@@ -398,6 +398,7 @@ _NUMBER_DIRECTION = {
     "decrease_budget": DOWN,
     "set_budget": SET,
     "scale_to_target": EITHER,
+    "rebalance_budget": EITHER,
 }
 _OPPOSITE = {UP: DOWN, DOWN: UP, SET: EITHER, EITHER: EITHER}
 
@@ -432,6 +433,8 @@ def _describe(action: Any) -> str:
             return f"{action.type} {action.text!r}"
         case "scale_to_target":
             return f"scale_to_target {action.metric} {action.target:g}"
+        case "rebalance_budget":
+            return f"rebalance_budget by {action.metric}"
     return str(action.type)
 
 

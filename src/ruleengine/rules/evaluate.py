@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
-from ruleengine.rules.action_types import ScaleToTargetAction
+from ruleengine.rules.action_types import RebalanceBudgetAction, ScaleToTargetAction
 from ruleengine.rules.catalog import MetricSpec, Missing, Source, resolve_metric
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Condition, Task
@@ -278,9 +278,10 @@ def evaluate_task(task: Task, ctx: EvalContext) -> TaskVerdict:
 
 
 def _action_metric(task: Task, ctx: EvalContext) -> ActionMetric | None:
-    """The metric a ``scale_to_target`` action scales by, read from the same Insights rows."""
+    """The metric a ``scale_to_target`` action scales by (or a ``rebalance_budget`` ranks by),
+    read from the same Insights rows."""
     action = task.action
-    if not isinstance(action, ScaleToTargetAction):
+    if not isinstance(action, ScaleToTargetAction | RebalanceBudgetAction):
         return None
     actual = resolve(resolve_metric(action.metric), action.period, ctx)
     return ActionMetric(action.metric, action.period, _rounded(actual))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ruleengine.rules.action_types import ScaleToTargetAction
+from ruleengine.rules.action_types import RebalanceBudgetAction, ScaleToTargetAction
 from ruleengine.rules.catalog import MetricSpec, Source, resolve_metric
 from ruleengine.rules.model import Rule, Task
 
@@ -23,7 +23,7 @@ def _pairs(tasks: Iterable[Task]) -> Iterable[tuple[str | None, MetricSpec]]:
             yield condition.period, condition.spec
             if condition.compare_to is not None:
                 yield condition.compare_period, condition.compare_to.spec
-        if isinstance(task.action, ScaleToTargetAction):
+        if isinstance(task.action, ScaleToTargetAction | RebalanceBudgetAction):
             # fetched in the same Insights batch as the conditions
             yield task.action.period, resolve_metric(task.action.metric)
 

@@ -28,10 +28,12 @@ from ruleengine.rules.action_types import (
     FollowUp,
     NotifyAction,
     PercentBudgetAction,
+    RebalanceBudgetAction,
     ScaleToTargetAction,
     StatusAction,
 )
 from ruleengine.rules.basics import WEEKDAYS, parse_hhmm
+from ruleengine.rules.meta_rebalance import rebalance_to_meta
 from ruleengine.rules.meta_vocab import (
     BID_EXECUTION,
     BUDGET_EXECUTION_OF_LEVEL,
@@ -233,8 +235,9 @@ class _Exporter(Report):
 
     @staticmethod
     def _target_period(task: Task, path: str) -> tuple[str, str] | None:
-        """A ``scale_to_target`` action's period, which is its Meta rule's time_preset too."""
-        if isinstance(task.action, ScaleToTargetAction):
+        """A ``scale_to_target`` or ``rebalance_budget`` action's period, which is its Meta
+        rule's time_preset too."""
+        if isinstance(task.action, ScaleToTargetAction | RebalanceBudgetAction):
             return task.action.period, f"{path}.action"
         return None
 
@@ -300,32 +303,8 @@ class _Exporter(Report):
     def _execution(self, task: Task, path: str) -> dict[str, Any] | None:
         action = task.action
         options: list[dict[str, Any]] = []
-        where = f"{path}.action"
-        if isinstance(action, StatusAction):
-            execution = {"execution_type": "PAUSE" if action.type == "pause" else "UNPAUSE"}
-        elif isinstance(action, NotifyAction):
-            self.warn(
-                where,
-                action.webhook,
-                "Meta notifies the rule's owner (or execution option user_ids) in Facebook;"
-                " the webhook and the template stay behind",
-            )
-            execution = {"execution_type": "NOTIFICATION"}
-        elif isinstance(action, _CHANGES):
-            spec = self._try(self._change_spec, action, where)
-            if spec is None:
-                return None
-            options.append({"field": "change_spec", "value": spec, "operator": "EQUAL"})
-            kind = (
-                BID_EXECUTION
-                if isinstance(action, ChangeBidAction)
-                else BUDGET_EXECUTION_OF_LEVEL[self.rule.level]
-            )
-            execution = {"execution_type": kind}
-        else:
-            self.problems.append(
-                Problem(f"{where}.type", action.type, "Meta's rules have no such action")
-            )
+        execution = self._action(action, f"{path}.action", options)
+        if execution is None:
             return None
         for name, meta, value in (
             ("cooldown_minutes", "action_frequency", task.cooldown_minutes),
@@ -368,6 +347,40 @@ class _Exporter(Report):
                 " its changes at once",
             )
         return execution | ({"execution_options": options} if options else {})
+
+    def _action(
+        self, action: Any, where: str, options: list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        """The ``execution_spec`` of ``action`` (a change's ``change_spec`` into ``options``)."""
+        if isinstance(action, StatusAction):
+            execution = {"execution_type": "PAUSE" if action.type == "pause" else "UNPAUSE"}
+        elif isinstance(action, NotifyAction):
+            self.warn(
+                where,
+                action.webhook,
+                "Meta notifies the rule's owner (or execution option user_ids) in Facebook;"
+                " the webhook and the template stay behind",
+            )
+            execution = {"execution_type": "NOTIFICATION"}
+        elif isinstance(action, _CHANGES):
+            spec = self._try(self._change_spec, action, where)
+            if spec is None:
+                return None
+            options.append({"field": "change_spec", "value": spec, "operator": "EQUAL"})
+            kind = (
+                BID_EXECUTION
+                if isinstance(action, ChangeBidAction)
+                else BUDGET_EXECUTION_OF_LEVEL[self.rule.level]
+            )
+            execution = {"execution_type": kind}
+        elif isinstance(action, RebalanceBudgetAction):
+            execution = self._try(rebalance_to_meta, self, action, self.rule.level, where)
+        else:
+            self.problems.append(
+                Problem(f"{where}.type", action.type, "Meta's rules have no such action")
+            )
+            return None
+        return execution
 
     def _change_spec(
         self, action: PercentBudgetAction | ChangeBidAction | ScaleToTargetAction, path: str

@@ -33,6 +33,8 @@ from ruleengine.errors import RuleValidationError
 from ruleengine.rules.basics import WEEKDAYS
 from ruleengine.rules.catalog import resolve_metric, scaling_direction
 from ruleengine.rules.meta_filters import MetaFilters, list_at, object_at
+from ruleengine.rules.meta_rebalance import EXECUTION as REBALANCE
+from ruleengine.rules.meta_rebalance import rebalance_from_meta
 from ruleengine.rules.meta_vocab import (
     BID_EXECUTION,
     BUDGET_EXECUTIONS,
@@ -63,8 +65,6 @@ _STEP: Final = 30
 _DAYS: Final = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _NOT_OURS: Final[dict[str, str]] = {
     "ROTATE": "ruleengine acts on campaigns and ad sets, not ads; it has no ad rotation",
-    "REBALANCE_BUDGET": "moving budget between ad sets by their results has no action in"
-    " ruleengine; an increase/decrease per ad set is the nearest",
     "PING_ENDPOINT": "Meta calls the app's webhook subscription on a trigger; ruleengine's"
     " notify action posts to a configured webhook on a schedule",
 }
@@ -291,7 +291,7 @@ class _Converter(Report):
             raise fail(path, kind, "missing or not a string")
         if kind in _NOT_OURS:
             raise fail(path, kind, _NOT_OURS[kind])
-        if kind not in ("PAUSE", "UNPAUSE", "NOTIFICATION", *CHANGE_EXECUTIONS):
+        if kind not in ("PAUSE", "UNPAUSE", "NOTIFICATION", REBALANCE, *CHANGE_EXECUTIONS):
             raise fail(path, kind, "an action ruleengine does not have")
         return kind
 
@@ -308,6 +308,8 @@ class _Converter(Report):
                 return ENTITY_TYPES[value]
         if execution_type in CHANGE_EXECUTIONS:
             return CHANGE_EXECUTIONS[execution_type]
+        if execution_type == REBALANCE:
+            return "adset"
         if self.options.level is not None and self.options.level in ENTITY_TYPES.values():
             return self.options.level
         raise fail(
@@ -334,7 +336,7 @@ class _Converter(Report):
             if found is None:
                 continue
             name, value = found
-            if name == "change_spec":
+            if name in ("change_spec", "rebalance_spec"):
                 change = (f"{path}.value", value)
             elif name == "action_frequency":
                 if cooldown := self._try(_cooldown, value, f"{path}.value"):
@@ -348,6 +350,8 @@ class _Converter(Report):
             return self._try(self._budget, kind, level, change, preset), task
         if kind == BID_EXECUTION:
             return self._try(self._bid, level, change), task
+        if kind == REBALANCE:
+            return self._try(self._rebalance, level, change, preset), task
         if kind == "NOTIFICATION":
             return {"type": "notify", "webhook": self.options.webhook}, task
         return {"type": "pause" if kind == "PAUSE" else "activate"}, task
@@ -367,8 +371,10 @@ class _Converter(Report):
                     f" execution spec page); what it does with {kind} is not documented",
                 )
             return name, value
+        if name == "rebalance_spec" and kind == REBALANCE:
+            return name, value
         if name == "rebalance_spec" and kind is None:
-            return None  # part of REBALANCE_BUDGET, already reported
+            return None  # part of an execution type already reported
         raise fail(f"{path}.field", name, "an execution option ruleengine does not have")
 
     def _user_ids_reason(self, kind: str | None) -> str:
@@ -417,6 +423,15 @@ class _Converter(Report):
         if bound is not None:
             action["max_budget" if amount > 0 else "min_budget"] = bound
         return action
+
+    def _rebalance(
+        self, level: str | None, spec: tuple[str, Any] | None, preset: str | None
+    ) -> dict[str, Any]:
+        if level != "adset":
+            raise fail("execution_spec.execution_type", REBALANCE, "Meta rebalances ad sets")
+        if spec is None:
+            raise fail("execution_spec.execution_options", REBALANCE, "needs a rebalance_spec")
+        return rebalance_from_meta(self, spec[1], spec[0], preset)
 
     def _bid(self, level: str | None, change: tuple[str, dict[str, Any]] | None) -> dict[str, Any]:
         if level is not None and level != "adset":

@@ -352,6 +352,12 @@ class Task(RuleModel):
                 f"only budget actions ({', '.join(sorted(BUDGET_ACTIONS))}) change a budget;"
                 f' this task\'s action is \'{self.action.type}\': use "when": "always"',
             )
+        if self.approval is not None and self.action.type == "rebalance_budget":
+            raise PathError(
+                "approval",
+                "a rebalance moves budget between the entities of one run at once; it is not"
+                " approved entity by entity (preview it with a dry run instead)",
+            )
         if self.approval is not None and self.action.type in ("notify", "duplicate"):
             raise PathError(
                 "approval",

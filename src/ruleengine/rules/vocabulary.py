@@ -444,6 +444,7 @@ ACTION_LABELS: Final[dict[str, str]] = {
     "notify": "Send a notification",
     "change_bid": "Change bid",
     "scale_to_target": "Scale budget towards a target",
+    "rebalance_budget": "Rebalance budget among the matched, by a metric",
 }
 FOLLOWUP_LABELS: Final[dict[str, str]] = {
     "activate": "Activate",

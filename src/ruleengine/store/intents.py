@@ -387,6 +387,22 @@ class IntentStore:
         cursor = self._intents.find(query).sort("created_at").limit(limit)
         return [d async for d in cursor]
 
+    async def latest_of_task(
+        self, rule_id: str, task_id: str, *, action: str, other_than: str
+    ) -> list[Document]:
+        """Every intent of the task in the latest other batch where it did ``action`` (what
+        a ``rebalance_budget`` left its group, :func:`ruleengine.rules.rebalance.owed`)."""
+        query = {"rule_id": rule_id, "task_id": task_id, "action": action}
+        cursor = (
+            self._intents.find({**query, "batch_id": {"$ne": other_than}})
+            .sort("created_at", -1)
+            .limit(1)
+        )
+        last = [d async for d in cursor]
+        if not last:
+            return []
+        return [d async for d in self._intents.find({**query, "batch_id": last[0]["batch_id"]})]
+
     async def for_batch(self, batch_id: str) -> list[Document]:
         """Every intent of a batch."""
         return [d async for d in self._intents.find({"batch_id": batch_id}).sort("_id")]

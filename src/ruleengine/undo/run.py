@@ -302,7 +302,7 @@ async def _revert_all(
     budgets = any(i.action == "revert" and i.field == "daily_budget" for i in plan.items)
     minimum = await run.facts.min_daily_budget() if budgets and run.facts is not None else None
     results: list[tuple[UndoItem, ActResult]] = []
-    for item in plan.items:
+    for item in sorted(plan.items, key=_raises_a_budget):  # lowered first: see below
         if item.action == "none":
             results.append((item, ActResult("skipped", item.reason, item.field)))
             continue
@@ -316,6 +316,14 @@ async def _revert_all(
             result = failure_result(exc)
         results.append((item, result))
     return results
+
+
+def _raises_a_budget(item: UndoItem) -> bool:
+    """True for a revert that raises a daily budget: those go after the ones that lower one,
+    so that undoing a ``rebalance_budget`` never holds its group above its total meanwhile."""
+    if item.field != "daily_budget" or item.action != "revert":
+        return False
+    return isinstance(item.before, int) and isinstance(item.after, int) and item.before > item.after
 
 
 async def cancel_followups(

@@ -151,6 +151,8 @@ class JobEvaluation(Evaluation):
 
     def _batched(self, pair: Pair) -> bool:
         """True when the pair's write goes in a Batch API call with the job's others."""
+        if pair.task.action.type == "rebalance_budget":  # a task's group is planned at once
+            return True
         return self.engine.settings.write_batch_size > 1 and writes_a_field(pair.task)
 
     async def _act_batched(self, pairs: list[Pair]) -> TokenState | None:

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ruleengine.acting.rebalance import Pair as RebalancePair
+from ruleengine.acting.rebalance import plan_group, tasks_of, unmoved
 from ruleengine.acting.results import (
     ACT_FAILURES,
     ActResult,
@@ -33,7 +35,7 @@ from ruleengine.dispatching.payload import EvaluateJob
 from ruleengine.errors import RuleEngineError
 from ruleengine.meta.http import READ_AND_REPORT, GraphSession
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.action_types import DuplicateAction, NotifyAction
+from ruleengine.rules.action_types import DuplicateAction, NotifyAction, RebalanceBudgetAction
 from ruleengine.rules.model import Rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key, token_ref
@@ -90,13 +92,42 @@ class PreviewEvaluation(Evaluation):
     function = "preview"
 
     async def _act(self, passing: list[Pair]) -> None:
+        rebalancing = [p for p in passing if isinstance(p.task.action, RebalanceBudgetAction)]
+        await self._would_rebalance(rebalancing)
         for pair in passing:
+            if pair.result is not None:
+                continue
             started = time.perf_counter()
             try:
                 pair.result = await self._would(pair)
             except ACT_FAILURES as exc:
                 pair.result = failure_result(exc)
             self._timed(pair, started)
+
+    async def _would_rebalance(self, pairs: list[Pair]) -> None:
+        """Each rebalancing task's group planned at once, as a run plans it."""
+        wanted = [RebalancePair(i, p.entity, p.task, p.verdict) for i, p in enumerate(pairs)]
+        for group in tasks_of(wanted):
+            try:
+                plan = await plan_group(
+                    self.run_ctx,
+                    self.reading.intents,
+                    group,
+                    max_change_pct=self.reading.settings.max_budget_change_pct,
+                )
+            except ACT_FAILURES as exc:
+                for member in group:
+                    pairs[member.index].result = failure_result(exc)
+                continue
+            moves = {m.id: m for m in plan.moves}
+            for member in group:
+                move = moves.get(member.entity.id)
+                result = plan.refusals.get(member.index)
+                if move is not None and move.delta != 0:
+                    result = ActResult(
+                        "would_apply", None, "daily_budget", move.before, move.after, move.after
+                    )
+                pairs[member.index].result = unmoved(member, move, result)
 
     async def _would(self, pair: Pair) -> ActResult:
         run, action = self.run_ctx, pair.task.action

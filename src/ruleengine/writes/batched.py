@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -99,6 +100,8 @@ class FieldChange:
     entity: Entity
     key: ActKey
     target: Target
+    #: more fields for the change's intent (a rebalance's plan of its group)
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclass
@@ -425,7 +428,9 @@ class _LockedRound:
     async def _record(self, plans: dict[int, tuple[FieldChange, Plan]]) -> list[_Send]:
         """Every intent of the round in one insert, before anything is sent."""
         docs = [
-            intent_doc(self.run, change.entity, change.key, plan) | intent_fields(change.key)
+            intent_doc(self.run, change.entity, change.key, plan)
+            | intent_fields(change.key)
+            | dict(change.extra)
             for change, plan in plans.values()
         ]
         intents = await self.intents.begin_many(docs, now=self.run.now)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ruleengine.acting.rebalance import Pair
 from ruleengine.acting.results import (
     ACT_FAILURES,
     ActKey,
@@ -57,7 +58,7 @@ from ruleengine.guards.cross_rule import CrossRuleGuards, GuardRound, intent_fie
 from ruleengine.meta.errors import GraphError, RateLimitError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
-from ruleengine.rules.action_types import DuplicateAction, NotifyAction
+from ruleengine.rules.action_types import DuplicateAction, NotifyAction, RebalanceBudgetAction
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
 from ruleengine.rules.model import Task
@@ -70,6 +71,7 @@ from ruleengine.writes.copies import duplicate
 from ruleengine.writes.lock import AccountLocks, Fenced, HeldLock, LockLost
 from ruleengine.writes.meta_limits import budget_check, budget_history, counts_toward_limit, refuse
 from ruleengine.writes.notify import Notifier, send_once, task_message
+from ruleengine.writes.rebalance import Rebalancer
 from ruleengine.writes.settling import IntentSettler
 
 log = logging.getLogger(__name__)
@@ -140,6 +142,7 @@ class ActionExecutor:
         self.sleep = sleep
         self.clock = clock
         self.batched = BatchedWrites(self)
+        self.rebalancer = Rebalancer(self.batched)
 
     async def act_many(
         self,
@@ -150,16 +153,23 @@ class ActionExecutor:
     ) -> list[ActResult]:
         """Carry out many status, budget, bid and name actions of one job at once, in Batch
         API calls (:mod:`ruleengine.writes.batched`); each pair's result, in order.
-        ``verdicts`` (in the same order) carry what ``scale_to_target`` scales by."""
+        ``verdicts`` (in the same order) carry what ``scale_to_target`` scales by and what
+        ``rebalance_budget`` ranks by (:mod:`ruleengine.writes.rebalance`: a task's group at
+        once)."""
         results: dict[int, ActResult] = {}
         changes: dict[int, FieldChange] = {}
+        rebalanced: list[Pair] = []
         for index, (entity, task) in enumerate(pairs):
+            verdict = verdicts[index] if verdicts is not None else None
+            if isinstance(task.action, RebalanceBudgetAction):
+                rebalanced.append(Pair(index, entity, task, verdict))
+                continue
             try:
                 target = await target_of(
                     task.action,
                     run,
                     max_change_pct=self.settings.max_budget_change_pct,
-                    verdict=verdicts[index] if verdicts is not None else None,
+                    verdict=verdict,
                 )
                 target = with_task_guards(target, task, run)
             except ACT_FAILURES as exc:
@@ -168,6 +178,8 @@ class ActionExecutor:
             changes[index] = FieldChange(entity, ActKey.of(task), target)
         applied = await self.batched.apply(run, writer, list(changes.values()))
         results |= dict(zip(changes, applied, strict=True))
+        if rebalanced:
+            results |= await self.rebalancer.apply(run, writer, rebalanced)
         return [results[i] for i in range(len(pairs))]
 
     async def act(
@@ -175,6 +187,8 @@ class ActionExecutor:
     ) -> ActResult:
         """Carry out ``task.action`` on ``entity`` (its conditions passed)."""
         action = task.action
+        if isinstance(action, RebalanceBudgetAction):  # a group of one
+            return (await self.rebalancer.apply(run, writer, [Pair(0, entity, task, verdict)]))[0]
         try:
             if isinstance(action, NotifyAction):
                 message = task_message(run, entity, task, action.template, verdict=verdict)

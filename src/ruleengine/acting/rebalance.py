@@ -1,0 +1,166 @@
+"""Planning one ``rebalance_budget`` group from live values: what the write path writes and
+the preview shows.
+
+The group is the entities one task matched in one run. Their live budgets (and ad sets'
+learning stage) are read in one multi-id read; each entity's metric is what its verdict
+read; the account's minimum daily budget and the action's bounds make the limits; what an
+interrupted earlier rebalance of the task still owes its group comes from that run's
+intents (:func:`~ruleengine.rules.rebalance.owed`). The arithmetic is
+:func:`ruleengine.rules.rebalance.plan_rebalance`'s. Writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ruleengine.acting.results import ActResult, JobRun, check_currency
+from ruleengine.rules.action_types import RebalanceBudgetAction
+from ruleengine.rules.catalog import resolve_metric, scaling_direction
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.evaluate import TaskVerdict
+from ruleengine.rules.model import Task
+from ruleengine.rules.rebalance import Limits, Member, Move, Previous, owed, plan_rebalance
+from ruleengine.rules.scaling import lower_bound, upper_bound
+from ruleengine.rules.targets import BUDGET_FIELDS, budget_refusal, live_value
+from ruleengine.store.intents import IntentStore
+
+ACTION: Final = "rebalance_budget"
+#: What the change budget still lets an entity's daily budget move (entity id, live budget →
+#: minor units; None: no change budget).
+RoomOf = Callable[[str, int], "int | None"]
+#: The live fields a rebalance reads of each entity.
+READS: Final = [*BUDGET_FIELDS]
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One entity the task matched, its position in the job's list, and its verdict."""
+
+    index: int
+    entity: Entity
+    task: Task
+    verdict: TaskVerdict | None
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """A group's moves (one per member), the plan kept on each intent (``snapshot``: the
+    total the group is to hold and every member's ``[id, before, after, rank]``), and the
+    results of the
+    pairs that are no member (no budget, not read)."""
+
+    moves: list[Move]
+    snapshot: dict[str, Any]
+    refusals: dict[int, ActResult]
+
+
+def tasks_of(pairs: Sequence[Pair]) -> list[list[Pair]]:
+    """``pairs`` grouped by task, in the order the tasks come."""
+    groups: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        groups.setdefault(pair.task.id, []).append(pair)
+    return list(groups.values())
+
+
+async def plan_group(
+    run: JobRun,
+    intents: IntentStore,
+    group: Sequence[Pair],
+    *,
+    max_change_pct: float,
+    room_of: RoomOf | None = None,
+) -> GroupPlan:
+    """The moves of one task's group, planned from live budgets (see the module);
+    ``room_of``: what the change budget still lets each entity move.
+
+    Raises what stops a money action (the account's currency, reading Meta).
+    """
+    task = group[0].task
+    action = task.action
+    assert isinstance(action, RebalanceBudgetAction)
+    await check_currency(run)
+    docs = await intents.latest_of_task(
+        run.rule_id, task.id, action=ACTION, other_than=run.batch_id
+    )
+    previous = previous_of(docs)
+    ids = sorted({p.entity.id for p in group} | set(previous.befores if previous else ()))
+    fields = ["id", *READS] + (["learning_stage_info"] if run.rule.level == "adset" else [])
+    live = await run.reader.get_objects(ids, token=run.token, fields=fields, account_id=run.account)
+    refusals: dict[int, ActResult] = {}
+    members: list[Member] = []
+    for pair in group:
+        member = member_of(pair, live.get(pair.entity.id), run.rule.level, room_of)
+        if isinstance(member, ActResult):
+            refusals[pair.index] = member
+        else:
+            members.append(member)
+    budgets = {i: int(b["daily_budget"]) for i, b in live.items() if b.get("daily_budget")}
+    give_back = owed(previous, budgets)
+    limits = await limits_of(run, task, action, max_change_pct=max_change_pct)
+    plan = plan_rebalance(members, limits, give_back=give_back)
+    snapshot = {
+        "total": plan.total_before + give_back,
+        "moves": [[m.id, m.before, m.after, m.rank] for m in plan.moves],
+    }
+    return GroupPlan(plan.moves, snapshot, refusals)
+
+
+async def limits_of(
+    run: JobRun, task: Task, action: RebalanceBudgetAction, *, max_change_pct: float
+) -> Limits:
+    """How far this run may move budgets: the action's caps and bounds (currency units to
+    minor units), the account's minimum daily budget, the task's learning-phase options."""
+    offset = run.facts.currency_offset if run.facts is not None else 100
+    minimum = await run.facts.min_daily_budget() if run.facts is not None else None
+    return Limits(
+        higher_is_better=scaling_direction(resolve_metric(action.metric)) == "higher",
+        max_change_pct=min(action.max_change_percent, max_change_pct),
+        lower=max(lower_bound(action.min_budget, offset), minimum or 1),
+        upper=upper_bound(action.max_budget, offset),
+        respect_learning=task.respect_learning_phase,
+        learning_pct=task.max_change_pct_while_learning,
+    )
+
+
+def member_of(
+    pair: Pair, body: dict[str, Any] | None, level: str, room_of: RoomOf | None = None
+) -> Member | ActResult:
+    """A group member from its live fields, or why it is not one (no budget, not read)."""
+    if body is None:
+        return ActResult("failed", "live_read_failed", "daily_budget")
+    refusal = budget_refusal(level, body)
+    if refusal is not None:
+        return ActResult("skipped", refusal.reason, "daily_budget")
+    reading = pair.verdict.action_metric if pair.verdict is not None else None
+    stage = body.get("learning_stage_info")
+    learning = isinstance(stage, dict) and stage.get("status") == "LEARNING"
+    budget = int(live_value(body, "daily_budget"))
+    room = room_of(pair.entity.id, budget) if room_of is not None else None
+    return Member(pair.entity.id, budget, reading.actual if reading else None, learning, room)
+
+
+def previous_of(docs: list[dict[str, Any]]) -> Previous | None:
+    """What the latest other rebalance of the task left, from its intents."""
+    plans = [d["rebalance"] for d in docs if isinstance(d.get("rebalance"), dict)]
+    if not plans:
+        return None
+    plan = plans[0]
+    return Previous(
+        total=int(plan["total"]),
+        befores={str(move[0]): int(move[1]) for move in plan["moves"]},
+        done={d["entity_id"]: int(d["target"]) for d in docs if d.get("status") == "done"},
+        pending=any(d.get("status") == "pending" for d in docs),
+    )
+
+
+def unmoved(pair: Pair, move: Move | None, result: ActResult | None) -> ActResult:
+    """The record of a member the run did not write: why it stayed (``no_move`` when the
+    plan gave it nothing to move, or the plan's reason: ``no_data``, ``in_learning_phase``)."""
+    if result is not None:
+        return result
+    if move is None:
+        return ActResult("no_change", "no_move", "daily_budget")
+    reason = move.reason or "no_move"
+    return ActResult("no_change", reason, "daily_budget", move.before, move.before)
