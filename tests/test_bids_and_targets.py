@@ -223,11 +223,16 @@ async def test_a_worker_killed_in_the_middle_of_the_bid_writes_changes_no_bid_tw
     start = datetime.now(UTC)
     await dispatch(settings, db, now=start)
     # calls of 10 writes, each answered after 1.5 s: the worker dies once the first 10 have
-    # landed — its intents recorded, the second call sent or about to be
+    # landed and the second call is at the sandbox — its intents recorded, its writes on the way
     await sandbox.set_faults(write_latency_ms=1500)
     worker = start_worker(settings, tmp_path / "worker.log", write_batch_size="10")
+
+    async def second_call_on_its_way() -> int:
+        landed = await writes_at_least(sandbox, 10)
+        return landed if landed and (await sandbox.stats())["writes_in_flight"] else 0
+
     try:
-        landed = await wait_for(lambda: writes_at_least(sandbox, 10), timeout_s=60)
+        landed = await wait_for(second_call_on_its_way, timeout_s=60)
     finally:
         kill(worker)
     assert landed == 10

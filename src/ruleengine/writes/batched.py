@@ -2,26 +2,27 @@
 
 The protocol of :mod:`ruleengine.writes.executor`, for many changes at once
 (``RULEENGINE_WRITE_BATCH_SIZE`` > 1). Under one hold of the account's fenced write
-lock: the batch's own intents and the cooldowns other runs left are looked up (one
-query each); the live values are re-read through the Batch API (≤ 50 GETs a call);
-other batches' pending intents on the same fields are settled or block the change;
+lock: the batch's own intents, the cooldowns other runs left and other batches' pending
+intents on the round's entities are looked up once (one query each); then slice by
+slice of ≤ ``write_batch_size`` changes: the live values are re-read through the Batch
+API (≤ 50 GETs a call; the next slice's read is in flight while this slice is written,
+so a write is planned from a value read at most one round trip before it is sent);
 every change is planned from its live value (clamps, the account's minimum daily
-budget, Meta's ad-set budget limit — one query over the intents for all of them);
-every intent is recorded in one insert; then the writes go out as Batch API calls of
-≤ ``write_batch_size`` POSTs, one call at a time, the lock (and its fence) checked
-before each, and
-each intent is resolved from its own sub-response (a token error stops the sending
-after that call: the writes not sent are ``token_refused``). A ``null`` sub-response (Meta did
-not process it) is reconciled against the live value, never sent blindly again: sent
-once more only when the live value shows it did not land.
+budget, Meta's ad-set budget limit — one query over the intents for the slice); the
+slice's intents are recorded in one insert; then its writes go out as one Batch API
+call, the lock (and its fence) checked before it, and each intent is resolved from its
+own sub-response (a token error stops the sending after that call: the writes not sent
+are ``token_refused``). The account's calls stay one at a time. A ``null`` sub-response
+(Meta did not process it) is reconciled against the live value, never sent blindly
+again: sent once more only when the live value shows it did not land.
 
-A crash between two calls leaves the later calls' intents pending: the next delivery
-of the batch reconciles its own, the reaper settles them once their owner is gone —
-from the live values in both cases, so nothing lands twice. Intents are recorded and
-settled under the lock's fence: a round that finds another worker has taken the
-account over (:class:`~ruleengine.errors.Fenced`) records and sends nothing more — its
-writes already sent are ``write_unconfirmed``, the others ``lock_lost``, and their
-intents stay pending for the reaper.
+A crash between two calls leaves the sent call's intents pending (and the later slices
+unrecorded): the next delivery of the batch reconciles its own, the reaper settles them
+once their owner is gone — from the live values in both cases, so nothing lands twice.
+Intents are recorded and settled under the lock's fence: a round that finds another
+worker has taken the account over (:class:`~ruleengine.errors.Fenced`) records and sends
+nothing more — its writes already sent are ``write_unconfirmed``, the others
+``lock_lost``, and their intents stay pending for the reaper.
 
 When two tasks of the job change the same field of one entity, the second is planned
 in a later round, from the value the first left (as one write at a time would).
@@ -426,7 +427,7 @@ class _LockedRound:
                 plans[index] = (change, checked)
 
     async def _record(self, plans: dict[int, tuple[FieldChange, Plan]]) -> list[_Send]:
-        """Every intent of the round in one insert, before anything is sent."""
+        """Every intent of the slice in one insert, before its call is sent."""
         docs = [
             intent_doc(self.run, change.entity, change.key, plan)
             | intent_fields(change.key)
