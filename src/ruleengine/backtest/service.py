@@ -34,7 +34,7 @@ from zoneinfo import ZoneInfo
 import orjson
 
 from ruleengine import constants as c
-from ruleengine.backtest.history import HistoryRequest, HistoryResult, InsightsHistory
+from ruleengine.backtest.history import LEVELS, HistoryRequest, HistoryResult, InsightsHistory
 from ruleengine.backtest.lag_fit import learn_lag
 from ruleengine.backtest.result import (
     BacktestRequest,
@@ -166,6 +166,11 @@ async def run_backtest(
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC inside the engine)")
     rule = request.rule
+    if rule.level not in LEVELS:
+        raise BacktestRefused(
+            f'backtests replay campaigns and ad sets, not level "{rule.level}": ads have no'
+            " day-by-day history here yet; preview the rule (dry run) instead"
+        )
     zone = rule.zone()
     today = now.astimezone(zone).date()
     first, last = today - timedelta(days=request.days), today - timedelta(days=1)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo
 
 import orjson
 from pydantic import (
     Field,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
@@ -43,7 +44,15 @@ from ruleengine.rules.basics import (
     is_account_id,
     timezone_problem,
 )
-from ruleengine.rules.catalog import MetricSpec, Source, UnknownMetricError, resolve_metric
+from ruleengine.rules.catalog import (
+    BUDGET_FIELDS,
+    RANKING_SCALE,
+    RANKING_UNKNOWN,
+    MetricSpec,
+    Source,
+    UnknownMetricError,
+    resolve_metric,
+)
 from ruleengine.rules.money import CURRENT_FORMAT, MIGRATE_HINT, MONEY_FIELDS, document_format
 from ruleengine.rules.schedule import DateRange, Schedule
 from ruleengine.rules.validation import PathError, field_errors
@@ -92,6 +101,19 @@ FILTER_FIELDS: dict[str, frozenset[str]] = {
             "campaign.id",
             "campaign.name",
             "campaign.objective",
+        }
+    ),
+    "ad": frozenset(
+        {
+            "id",
+            "name",
+            "effective_status",
+            "ad.id",
+            "ad.name",
+            "adset.id",
+            "adset.name",
+            "campaign.id",
+            "campaign.name",
         }
     ),
 }
@@ -150,6 +172,22 @@ def _range_value(raw: Any, operator: str) -> list[float]:
     return [low, high]
 
 
+BUDGET_METRIC_FIELDS = frozenset(BUDGET_FIELDS.values())
+_NUMBER: TypeAdapter[float] = TypeAdapter(Annotated[float, Field(allow_inf_nan=False)])
+
+
+def _ranking_value(raw: Any, metric: str, operator: str | None) -> str:
+    """A ranking's label, checked: one of :data:`RANKING_SCALE`, with an ordered operator."""
+    scale = ", ".join(RANKING_SCALE)
+    if operator in RANGE_OPERATORS:
+        raise ValueError(f"{metric} takes one label ({scale}), not a range; use <= or >=")
+    if not isinstance(raw, str) or raw not in RANKING_SCALE:
+        unknown = " (UNKNOWN matches nothing: Meta ranks an ad only with enough impressions)"
+        hint = unknown if raw == RANKING_UNKNOWN else ""
+        raise ValueError(f"{metric} is compared with one of {scale}, not {raw!r:.40}{hint}")
+    return raw
+
+
 class Condition(_MetricRef):
     """One test: ``metric(period) <operator> value`` or ``… <operator> compare_to``.
 
@@ -159,7 +197,8 @@ class Condition(_MetricRef):
 
     period: Period | None = None
     operator: Operator
-    value: float | list[float] | None = None
+    #: A number; ``[low, high]`` for the range operators; a ranking's label for a ranking.
+    value: float | list[float] | str | None = None
     compare_to: CompareTo | None = None
 
     @property
@@ -182,6 +221,9 @@ class Condition(_MetricRef):
         operator = info.data.get("operator")  # absent when the operator itself is wrong
         if raw is None:
             return None
+        metric = info.data.get("metric")
+        if metric is not None and resolve_metric(metric).ranking:
+            return _ranking_value(raw, metric, operator)
         if operator in RANGE_OPERATORS:
             return _range_value(raw, operator)
         if isinstance(raw, list | tuple):
@@ -191,7 +233,7 @@ class Condition(_MetricRef):
                 f"operator {operator} takes one number; IN_RANGE and NOT_IN_RANGE take [low, high]"
             )
         try:
-            return handler(raw)
+            return _NUMBER.validate_python(raw)
         except ValidationError as exc:  # one message, not one per member of the union
             raise ValueError(str(exc.errors()[0]["msg"])) from None
 
@@ -208,6 +250,15 @@ class Condition(_MetricRef):
                 raise PathError("value", f"required: operator {self.operator} takes [low, high]")
         elif (self.value is None) == (self.compare_to is None):
             raise ValueError("give exactly one of 'value' (a number) or 'compare_to' (a metric)")
+        if self.spec.ranking and self.compare_to is not None:
+            raise PathError(
+                "compare_to", f"{self.metric} is compared with a label such as 'AVERAGE'"
+            )
+        if self.compare_to is not None and self.compare_to.spec.ranking:
+            raise PathError(
+                "compare_to.metric",
+                f"{self.compare_to.metric} is a label, not a number: compare it with a value",
+            )
         if self.spec.needs_period and self.period is None:
             raise PathError("period", f"required for the Insights metric '{self.metric}'")
         if self.compare_to and self.compare_to.spec.needs_period and self.compare_period is None:
@@ -531,6 +582,10 @@ class Rule(RuleModel):
                     f"'{task.action.type}' changes an ad set's bid_amount;"
                     f' it needs "level": "adset", not "{level}"',
                 )
+            if level == "ad":
+                _check_ad_action(task.action, f"[{index}].action")
+            for c_index, condition in enumerate(task.conditions):
+                _check_metric_level(condition, level, f"[{index}].conditions[{c_index}]")
         return tasks
 
     # ---- derived views
@@ -557,6 +612,8 @@ class Rule(RuleModel):
             wanted.add("daily_budget")
         if self.level == "adset":
             fields.append("campaign_id")
+        elif self.level == "ad":
+            fields += ["adset_id", "campaign_id"]
         return fields + sorted(wanted - set(fields))
 
     def definition(self) -> dict[str, Any]:
@@ -584,6 +641,40 @@ class Rule(RuleModel):
     def zone(self) -> ZoneInfo:
         """The rule's timezone."""
         return ZoneInfo(self.timezone)
+
+
+def _check_metric_level(condition: Condition, level: str | None, where: str) -> None:
+    """Rankings exist for ads only; budgets on campaigns and ad sets only."""
+    sides = [("metric", condition.spec)]
+    if condition.compare_to is not None:
+        sides.append(("compare_to.metric", condition.compare_to.spec))
+    for name, spec in sides:
+        if spec.ranking and level not in (None, "ad"):
+            raise PathError(
+                f"{where}.{name}",
+                f'Meta ranks ads only: \'{spec.name}\' needs "level": "ad", not "{level}"',
+            )
+        if level == "ad" and (spec.field in BUDGET_METRIC_FIELDS or spec.source is Source.DERIVED):
+            raise PathError(
+                f"{where}.{name}",
+                f"an ad has no budget: '{spec.name}' reads its ad set's (or campaign's);"
+                ' write the rule with "level": "adset"',
+            )
+
+
+def _check_ad_action(action: Any, where: str) -> None:
+    """An ad has no budget and no bid (its ad set has) and no children to copy deeply."""
+    if action.type in BUDGET_ACTIONS:
+        raise PathError(
+            f"{where}.type",
+            f"'{action.type}' changes a budget, and an ad has none: its ad set (or campaign)"
+            ' holds the budget; write the rule with "level": "adset"',
+        )
+    if action.type == "duplicate" and action.deep_copy:
+        raise PathError(
+            f"{where}.deep_copy",
+            "an ad has no children to copy: leave deep_copy out at level ad",
+        )
 
 
 def _uses_custom(condition: Condition) -> bool:

@@ -36,9 +36,11 @@ class NotifyError(RuleEngineError):
     """A message could not be delivered."""
 
 
-def _fmt(value: float | list[float] | None) -> str:
+def _fmt(value: float | list[float] | str | None) -> str:
     if value is None:
         return "no data"
+    if isinstance(value, str):  # a ranking's label
+        return value
     if isinstance(value, list):  # [low, high] of IN_RANGE / NOT_IN_RANGE
         return "[" + " to ".join(_fmt(v) for v in value) + "]"
     if value == int(value):
