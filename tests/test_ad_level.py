@@ -78,3 +78,39 @@ async def test_an_ad_rule_pauses_the_ads_whose_results_cost_too_much(
     for ad in rows:
         status = (await sandbox.object(ad))["status"]
         assert status == ("PAUSED" if ad in dear else "ACTIVE")
+
+
+async def _ads(sandbox: SandboxAdmin) -> list[dict[str, Any]]:
+    body = await graph_get(
+        sandbox,
+        "act_1001/ads",
+        fields="id,name,adset{name},campaign{name},effective_status",
+        limit="500",
+    )
+    return [a for a in body["data"] if CAMPAIGN in a["campaign"]["name"]]
+
+
+async def test_ads_are_renamed_duplicated_and_picked_by_their_ad_set_s_name(
+    settings: Settings, accounts: list[str], db: Database, sandbox: SandboxAdmin
+) -> None:
+    ads = await _ads(sandbox)
+    adset_name = ads[0]["adset"]["name"]
+    mine = {a["id"] for a in ads if a["adset"]["name"] == adset_name}
+    spent = {"metric": "impressions", "period": "last_7d", "operator": ">=", "value": 0}
+    data = ad_rule([spent])
+    data["filters"] = [{"field": "adset.name", "operator": "EQUAL", "value": adset_name}]
+    data["tasks"][0]["action"] = {"type": "append_to_name", "text": " [seen]"}
+    data["tasks"].append({"id": "copy", "conditions": [spent], "action": {"type": "duplicate"}})
+    rule = await run_rule(settings, db, data)
+    seen = await records(db, rule_id=rule.id)
+    renamed = {r["entity_id"] for r in seen if r["task_id"] == "t" and r["outcome"] == "applied"}
+    copied = [r for r in seen if r["task_id"] == "copy" and r["outcome"] == "applied"]
+    assert renamed == mine and {r["entity_id"] for r in copied} == mine
+    for ad in mine:
+        assert (await sandbox.object(ad))["name"].endswith(" [seen]")
+    for record in copied:
+        copy = await sandbox.object(record["response"]["copied_id"])
+        assert (
+            copy["status"] == "PAUSED"
+            and copy["adset_id"] == (await sandbox.object(record["entity_id"]))["adset_id"]
+        )
