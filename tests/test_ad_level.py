@@ -3,14 +3,21 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 
-from flow import campaign_rule, records, run_rule
+from flow import campaign_rule, engine_for, records, run_rule, work
 from graph_sandbox.admin import SandboxAdmin
+from ruleengine import constants as c
+from ruleengine.approvals.deciding import decide
+from ruleengine.queue import connect_queue
 from ruleengine.settings import Settings
+from ruleengine.store.approvals import ApprovalStore, write_batch
 from ruleengine.store.db import Database
+from ruleengine.undo.run import preview as preview_undo
+from ruleengine.undo.run import undo_batch
 from support import SANDBOX_TOKEN
 
 CAMPAIGN = "Prospecting US 3"
@@ -114,3 +121,62 @@ async def test_ads_are_renamed_duplicated_and_picked_by_their_ad_set_s_name(
             copy["status"] == "PAUSED"
             and copy["adset_id"] == (await sandbox.object(record["entity_id"]))["adset_id"]
         )
+
+
+async def _one_ad(sandbox: SandboxAdmin) -> dict[str, Any]:
+    return next(a for a in await _ads(sandbox) if a["effective_status"] == "ACTIVE")
+
+
+def _only(ad: dict[str, Any], action: dict[str, Any]) -> dict[str, Any]:
+    delivering = {"metric": "impressions", "period": "last_7d", "operator": ">=", "value": 0}
+    data = ad_rule([delivering])
+    data["filters"] = [{"field": "id", "operator": "EQUAL", "value": ad["id"]}]
+    data["tasks"][0]["action"] = action
+    return data
+
+
+async def test_an_approved_pause_of_an_ad_lands_and_schedules_its_follow_up(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    ad = await _one_ad(sandbox)
+    data = _only(ad, {"type": "pause", "then": {"after_minutes": 60, "do": "activate"}})
+    data["tasks"][0]["approval"] = {"when": "always"}
+    rule = await run_rule(settings, db, data)
+    (waiting,) = await records(db, rule_id=rule.id, outcome="awaiting_approval")
+    assert (await sandbox.object(ad["id"]))["status"] == "ACTIVE"
+    queue = connect_queue(settings)
+    try:
+        await decide(
+            ApprovalStore(db),
+            queue,
+            waiting["approval_id"],
+            status="approved",
+            by="ana",
+            now=datetime.now(UTC),
+        )
+    finally:
+        await queue.aclose()
+    await work(settings)
+    assert (await sandbox.object(ad["id"]))["status"] == "PAUSED"
+    followup = await db[c.FOLLOWUPS].find_one({"entity_id": ad["id"]})
+    assert followup is not None and followup["status"] == "scheduled"
+    assert followup["batch_id"] == write_batch(waiting["approval_id"])
+
+
+async def test_a_pause_of_an_ad_is_undone_and_its_follow_up_cancelled(
+    settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    ad = await _one_ad(sandbox)
+    data = _only(ad, {"type": "pause", "then": {"after_minutes": 60, "do": "activate"}})
+    rule = await run_rule(settings, db, data)
+    (paused,) = await records(db, rule_id=rule.id, outcome="applied")
+    assert (await sandbox.object(ad["id"]))["status"] == "PAUSED"
+    async with engine_for(settings, db) as engine:
+        plan = await preview_undo(engine, paused["batch_id"], now=datetime.now(UTC))
+        assert plan.as_json()["will_revert"] == 1
+        result = await undo_batch(engine, paused["batch_id"], by="api", now=datetime.now(UTC))
+    assert [ch["outcome"] for ch in result["changes"]] == ["applied"]
+    assert (await sandbox.object(ad["id"]))["status"] == "ACTIVE"
+    followup = await db[c.FOLLOWUPS].find_one({"entity_id": ad["id"]})
+    assert followup is not None
+    assert (followup["status"], followup["reason"]) == ("skipped", "cancelled_by_undo")
