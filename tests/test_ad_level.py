@@ -7,12 +7,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+import pytest
 
 from flow import campaign_rule, engine_for, records, run_rule, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.approvals.deciding import decide
+from ruleengine.backtest.result import BacktestRequest
+from ruleengine.backtest.service import BacktestDeps, BacktestRefused, run_backtest
 from ruleengine.queue import connect_queue
+from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.approvals import ApprovalStore, write_batch
 from ruleengine.store.db import Database
@@ -180,3 +184,13 @@ async def test_a_pause_of_an_ad_is_undone_and_its_follow_up_cancelled(
     followup = await db[c.FOLLOWUPS].find_one({"entity_id": ad["id"]})
     assert followup is not None
     assert (followup["status"], followup["reason"]) == ("skipped", "cancelled_by_undo")
+
+
+async def test_a_backtest_of_an_ad_rule_is_refused_with_the_reason(
+    settings: Settings, db: Database, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    delivering = {"metric": "impressions", "period": "last_7d", "operator": ">=", "value": 0}
+    request = BacktestRequest(rule=parse_rule(ad_rule([delivering])), days=7)
+    async with BacktestDeps.open(settings, db) as deps:
+        with pytest.raises(BacktestRefused, match='not level "ad"'):
+            await run_backtest(deps, request, now=datetime.now(UTC))
