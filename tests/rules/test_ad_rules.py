@@ -18,6 +18,7 @@ from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import EvalContext, evaluate_condition, evaluate_task
 from ruleengine.rules.filtering import LocalFilter, wire
 from ruleengine.rules.model import Condition, parse_rule
+from ruleengine.writes.notify import describe_conditions
 
 NOW = datetime(2026, 10, 1, 12, tzinfo=UTC)
 PURCHASES = "actions:offsite_conversion.fb_pixel_purchase"
@@ -281,3 +282,14 @@ def test_a_rule_s_filters_at_level_ad_are_checked() -> None:
     data["filters"] = [{"field": "campaign.objective", "operator": "EQUAL", "value": "X"}]
     [(where, _)] = problems(data)
     assert where == "filters[0].field"
+
+
+def test_a_notification_names_the_indicator_and_the_ranking_labels() -> None:
+    row = {"results": _results("12", "actions:link_click"), "quality_ranking": "AVERAGE"}
+    results = Condition(metric="results", period="last_7d", operator=">=", value=10)
+    ranking = Condition.model_validate(RANKING)
+    text = describe_conditions([evaluate_condition(c, ctx(row)) for c in (results, ranking)])
+    assert text == (
+        "results (last_7d) [actions:link_click] 12 >= 10 ✓;"
+        " quality_ranking (last_7d) AVERAGE <= AVERAGE ✓"
+    )
