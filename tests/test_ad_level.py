@@ -66,10 +66,14 @@ def _cost(row: dict[str, Any]) -> float | None:
     return float(values[0]["value"]) if values else None
 
 
+@pytest.mark.parametrize("reports", [False, True], ids=["sync", "async-reports"])
 async def test_an_ad_rule_pauses_the_ads_whose_results_cost_too_much(
-    settings: Settings, accounts: list[str], db: Database, sandbox: SandboxAdmin
+    settings: Settings, accounts: list[str], db: Database, sandbox: SandboxAdmin, reports: bool
 ) -> None:
+    if reports:  # Insights at level ad through asynchronous report runs, as for big accounts
+        settings = settings.model_copy(update={"insights_async_threshold": 1})
     rows = await ads_insights(sandbox)
+    await sandbox.clear_stats()
     costs = sorted(c for r in rows.values() if (c := _cost(r)) is not None)
     assert len(costs) >= 2, rows
     threshold = costs[len(costs) // 2]  # the dearer half is paused
@@ -89,6 +93,8 @@ async def test_an_ad_rule_pauses_the_ads_whose_results_cost_too_much(
     for ad in rows:
         status = (await sandbox.object(ad))["status"]
         assert status == ("PAUSED" if ad in dear else "ACTIVE")
+    calls = (await sandbox.stats())["calls_by_kind"]
+    assert (calls.get("report", 0) > 0) == reports
 
 
 async def _ads(sandbox: SandboxAdmin) -> list[dict[str, Any]]:

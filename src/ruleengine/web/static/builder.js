@@ -636,6 +636,8 @@
     const info = metricInfo(condition.metric);
     const affix = unitAffix(info && info.unit);
     const picker = metricPicker([...keys, "metric"], {
+      // only what the rule's level can read: rankings on ads, budgets above them
+      filter: (m) => !m.levels || !B.model.level || m.levels.includes(B.model.level),
       onPick: (metric) => {
         const now = getAt(keys);
         if (!metric.needs_period) delete now.period;
