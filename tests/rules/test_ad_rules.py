@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from ruleengine.errors import RuleValidationError
 from ruleengine.rules.catalog import RANKING_SCALE, RANKING_UNKNOWN
+from ruleengine.rules.conflicts import RuleEntry, find_conflicts
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import EvalContext, evaluate_condition, evaluate_task
 from ruleengine.rules.filtering import LocalFilter, wire
@@ -293,3 +294,26 @@ def test_a_notification_names_the_indicator_and_the_ranking_labels() -> None:
         "results (last_7d) [actions:link_click] 12 >= 10 ✓;"
         " quality_ranking (last_7d) AVERAGE <= AVERAGE ✓"
     )
+
+
+# ---------------------------------------------------------------- rules that fight
+
+
+def test_ad_rules_that_pause_and_activate_the_same_ads_are_found_and_rankings_decide() -> None:
+    pause = parse_rule(ad_rule([RANKING | {"operator": "<=", "value": "BELOW_AVERAGE_20"}]))
+    activate = parse_rule(
+        ad_rule([RANKING | {"operator": ">=", "value": "BELOW_AVERAGE_35"}], {"type": "activate"})
+    )
+    overlapping = parse_rule(
+        ad_rule([RANKING | {"operator": ">=", "value": "BELOW_AVERAGE_10"}], {"type": "activate"})
+    )
+    entries = [
+        RuleEntry("p", "pause weak", pause),
+        RuleEntry("a", "activate fair", activate),
+        RuleEntry("o", "activate any", overlapping),
+    ]
+    found = {(f.a.rule_id, f.b.rule_id): f for f in find_conflicts(entries)}
+    # BELOW_AVERAGE_20 or worse and BELOW_AVERAGE_35 or better never hold together
+    by_pair = {frozenset(k): v.conditions for k, v in found.items()}
+    assert by_pair[frozenset({"p", "o"})] == "can_fire_together"
+    assert by_pair.get(frozenset({"p", "a"}), "cannot_fire_together") == "cannot_fire_together"
