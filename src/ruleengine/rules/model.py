@@ -44,15 +44,8 @@ from ruleengine.rules.basics import (
     is_account_id,
     timezone_problem,
 )
-from ruleengine.rules.catalog import (
-    BUDGET_FIELDS,
-    RANKING_SCALE,
-    RANKING_UNKNOWN,
-    MetricSpec,
-    Source,
-    UnknownMetricError,
-    resolve_metric,
-)
+from ruleengine.rules.catalog import MetricSpec, Source, UnknownMetricError, resolve_metric
+from ruleengine.rules.levels import check_ad_action, check_metric_levels, ranking_value
 from ruleengine.rules.money import CURRENT_FORMAT, MIGRATE_HINT, MONEY_FIELDS, document_format
 from ruleengine.rules.schedule import DateRange, Schedule
 from ruleengine.rules.validation import PathError, field_errors
@@ -172,20 +165,7 @@ def _range_value(raw: Any, operator: str) -> list[float]:
     return [low, high]
 
 
-BUDGET_METRIC_FIELDS = frozenset(BUDGET_FIELDS.values())
 _NUMBER: TypeAdapter[float] = TypeAdapter(Annotated[float, Field(allow_inf_nan=False)])
-
-
-def _ranking_value(raw: Any, metric: str, operator: str | None) -> str:
-    """A ranking's label, checked: one of :data:`RANKING_SCALE`, with an ordered operator."""
-    scale = ", ".join(RANKING_SCALE)
-    if operator in RANGE_OPERATORS:
-        raise ValueError(f"{metric} takes one label ({scale}), not a range; use <= or >=")
-    if not isinstance(raw, str) or raw not in RANKING_SCALE:
-        unknown = " (UNKNOWN matches nothing: Meta ranks an ad only with enough impressions)"
-        hint = unknown if raw == RANKING_UNKNOWN else ""
-        raise ValueError(f"{metric} is compared with one of {scale}, not {raw!r:.40}{hint}")
-    return raw
 
 
 class Condition(_MetricRef):
@@ -223,7 +203,7 @@ class Condition(_MetricRef):
             return None
         metric = info.data.get("metric")
         if metric is not None and resolve_metric(metric).ranking:
-            return _ranking_value(raw, metric, operator)
+            return ranking_value(raw, metric, operator)
         if operator in RANGE_OPERATORS:
             return _range_value(raw, operator)
         if isinstance(raw, list | tuple):
@@ -583,9 +563,13 @@ class Rule(RuleModel):
                     f' it needs "level": "adset", not "{level}"',
                 )
             if level == "ad":
-                _check_ad_action(task.action, f"[{index}].action")
+                check_ad_action(task.action, f"[{index}].action")
             for c_index, condition in enumerate(task.conditions):
-                _check_metric_level(condition, level, f"[{index}].conditions[{c_index}]")
+                sides = [("metric", condition.spec)]
+                if condition.compare_to is not None:
+                    sides.append(("compare_to.metric", condition.compare_to.spec))
+                if level is not None:  # absent when the level itself is wrong
+                    check_metric_levels(sides, str(level), f"[{index}].conditions[{c_index}]")
         return tasks
 
     # ---- derived views
@@ -641,40 +625,6 @@ class Rule(RuleModel):
     def zone(self) -> ZoneInfo:
         """The rule's timezone."""
         return ZoneInfo(self.timezone)
-
-
-def _check_metric_level(condition: Condition, level: str | None, where: str) -> None:
-    """Rankings exist for ads only; budgets on campaigns and ad sets only."""
-    sides = [("metric", condition.spec)]
-    if condition.compare_to is not None:
-        sides.append(("compare_to.metric", condition.compare_to.spec))
-    for name, spec in sides:
-        if spec.ranking and level not in (None, "ad"):
-            raise PathError(
-                f"{where}.{name}",
-                f'Meta ranks ads only: \'{spec.name}\' needs "level": "ad", not "{level}"',
-            )
-        if level == "ad" and (spec.field in BUDGET_METRIC_FIELDS or spec.source is Source.DERIVED):
-            raise PathError(
-                f"{where}.{name}",
-                f"an ad has no budget: '{spec.name}' reads its ad set's (or campaign's);"
-                ' write the rule with "level": "adset"',
-            )
-
-
-def _check_ad_action(action: Any, where: str) -> None:
-    """An ad has no budget and no bid (its ad set has) and no children to copy deeply."""
-    if action.type in BUDGET_ACTIONS:
-        raise PathError(
-            f"{where}.type",
-            f"'{action.type}' changes a budget, and an ad has none: its ad set (or campaign)"
-            ' holds the budget; write the rule with "level": "adset"',
-        )
-    if action.type == "duplicate" and action.deep_copy:
-        raise PathError(
-            f"{where}.deep_copy",
-            "an ad has no children to copy: leave deep_copy out at level ad",
-        )
 
 
 def _uses_custom(condition: Condition) -> bool:

@@ -18,20 +18,9 @@ from zoneinfo import available_timezones
 
 from ruleengine.rules.action_types import ACTION_TYPES, ADSET_ACTIONS, BUDGET_ACTIONS, FollowUpDo
 from ruleengine.rules.basics import LEVELS, Operator
-from ruleengine.rules.catalog import (
-    _LIST_FIELDS,
-    RANKING_SCALE,
-    MetricSpec,
-    Source,
-    resolve_metric,
-    scaling_direction,
-)
-from ruleengine.rules.model import (
-    BUDGET_METRIC_FIELDS,
-    FILTER_FIELDS,
-    FilterOperator,
-    rule_json_schema,
-)
+from ruleengine.rules.catalog import _LIST_FIELDS, RANKING_SCALE, resolve_metric, scaling_direction
+from ruleengine.rules.levels import metric_levels
+from ruleengine.rules.model import FILTER_FIELDS, FilterOperator, rule_json_schema
 
 Unit = Literal["money", "count", "ratio", "percent", "multiple", "hours", "hour", "ranking"]
 UNITS: Final = frozenset(get_args(Unit))
@@ -542,22 +531,13 @@ def _metric(name: str, template: str | None = None) -> dict[str, Any]:
         "needs_period": spec.needs_period,
         "target": scaling_direction(spec),
         "pattern": pattern,
-        "levels": list(_metric_levels(spec)),
+        "levels": list(metric_levels(spec)),
     }
     if spec.ranking:
         entry["scale"] = list(RANKING_SCALE)
     if template is not None:
         entry.update(_concrete_texts(name))
     return entry
-
-
-def _metric_levels(spec: MetricSpec) -> tuple[str, ...]:
-    """The levels a metric can be read at: rankings on ads, budgets above them."""
-    if spec.ranking:
-        return ("ad",)
-    if spec.field in BUDGET_METRIC_FIELDS or spec.source is Source.DERIVED:
-        return ("campaign", "adset")
-    return LEVELS
 
 
 def _action_levels(action_type: str) -> list[str]:
