@@ -9,16 +9,26 @@ campaigns. Prints, for each way, the HTTP requests, the calls Meta counts and th
 * ``async`` — past ``RULEENGINE_INSIGHTS_ASYNC_THRESHOLD``: one report run per period,
   polled (the sandbox completes a run in 3 reads; polls 50 ms apart here), then paged.
 
+``--ads``: the ad-level scenario instead — one ad account of about 5,000 ads (1,390 campaigns
+× 2 ad sets, 1–3 ads each) and a 2-task rule at ``"level": "ad"``: pause the ads whose
+results cost too much, and mark in their names the ads Meta ranks lowest for quality.
+The job is built as the dispatcher builds it and run through arq (``_through_arq``); prints
+the Graph HTTP requests and counted calls of the job, its seconds (enqueue → arq done),
+the pauses and renames Meta received, and the MongoDB documents it wrote (``dbStats``).
+
 Last line: one JSON object.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
+from datetime import UTC, datetime
 from typing import Any
 
-from _common import TOKEN, figures, say, stack
+from _common import TOKEN, figures, open_database, say, stack, stack_settings
+from _through_arq import MongoTimes, build_job, run_through_arq
 from graph_cost import RULE
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.meta.batch import BatchReader
@@ -97,5 +107,92 @@ async def main() -> None:
         )
 
 
+#: About 5,000 ads (1 or 2 in each ad set, 3 in the no-purchase ones).
+AD_CAMPAIGNS = 1390
+#: The sandbox's frozen clock: noon in New York on a Tuesday, a day of full delivery.
+FROZEN_AT = datetime(2026, 11, 24, 17, 0, tzinfo=UTC)
+AD_RULE = {
+    "name": "ads at scale",
+    "format": 2,
+    "level": "ad",
+    "ad_accounts": [ACCOUNT],
+    "filters": [{"field": "effective_status", "operator": "IN", "value": ["ACTIVE"]}],
+    "schedule": {"mode": "interval", "every_minutes": 15},
+    "timezone": "UTC",
+    "tasks": [
+        {
+            "id": "dear-results",
+            "conditions": [
+                {"metric": "results", "period": "last_7d", "operator": ">=", "value": 1},
+                {"metric": "cost_per_result", "period": "last_7d", "operator": ">", "value": 60},
+            ],
+            "action": {"type": "pause"},
+        },
+        {
+            "id": "weak-creative",
+            "conditions": [
+                {
+                    "metric": "quality_ranking",
+                    "period": "last_7d",
+                    "operator": "<=",
+                    "value": "BELOW_AVERAGE_20",
+                },
+                {"metric": "spend", "period": "today", "operator": ">", "value": 1},
+            ],
+            "action": {"type": "prepend_to_name", "text": "[weak] "},
+        },
+    ],
+}
+
+
+async def stored(db: Any) -> int:
+    """Documents the database holds (``dbStats``)."""
+    return int((await db.command({"dbStats": 1}))["objects"])
+
+
+async def ads() -> None:
+    args = ("--scenario", "bench", "--accounts", "1", "--campaigns", str(AD_CAMPAIGNS))
+    with stack(databases=True, sandbox_args=(*args, "--adsets", "2")) as servers:
+        settings = stack_settings(servers)
+        async with SandboxAdmin(servers.sandbox_url) as sandbox:
+            await sandbox.set_clock(FROZEN_AT)
+            client, db = await open_database(settings)
+            try:
+                built = await build_job(settings, db, AD_RULE, ACCOUNT)
+                docs = await stored(db)
+                result = await run_through_arq(settings, built.job, MongoTimes())
+                written = await stored(db) - docs
+                writes = [w for w in await sandbox.writes() if w["ok"]]
+            finally:
+                await client.close()
+        batch = result.batch
+        kinds = {"status": 0, "name": 0}
+        for write in writes:
+            for field in kinds:
+                kinds[field] += field in write["params"]
+        say(
+            f"{built.job.entity_count} ads × {len(AD_RULE['tasks'])} tasks:"
+            f" {batch['graph']['http_requests']} HTTP requests,"
+            f" {batch['graph']['counted_calls']} calls, {result.job_s:.2f}s,"
+            f" {kinds['status']} paused, {kinds['name']} renamed, {written} MongoDB documents"
+        )
+        figures(
+            {
+                "ads": built.job.entity_count,
+                "tasks": len(AD_RULE["tasks"]),
+                "evaluations": batch["evaluated_count"],
+                "applied": batch["applied_count"],
+                "paused": kinds["status"],
+                "renamed": kinds["name"],
+                "graph_http_requests": batch["graph"]["http_requests"],
+                "graph_calls": batch["graph"]["counted_calls"],
+                "job_s": round(result.job_s, 3),
+                "mongo_docs_written": written,
+            }
+        )
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--ads", action="store_true", help="the ad-level scenario")
+    asyncio.run(ads() if parser.parse_args().ads else main())

@@ -45,6 +45,7 @@ _NAMES = itertools.count()
 FIELDS = {
     "campaign": "id,name,created_time,effective_status,status,objective",
     "adset": "id,name,created_time,effective_status,status,campaign_id",
+    "ad": "id,name,created_time,effective_status,status,adset_id,campaign_id",
 }
 
 
@@ -121,6 +122,32 @@ def test_ad_set_rules_on_campaign_names_add_the_campaign_listing_with_their_stat
     assert "campaign_id" in plans[ListingKey("act_1001", "adset")].fields
 
 
+def test_ad_rules_on_ad_set_and_campaign_names_add_those_listings_once() -> None:
+    ads = rule(
+        "ad",
+        filters=[
+            {"field": "adset.name", "operator": "CONTAIN", "value": "x"},
+            {"field": "campaign.name", "operator": "CONTAIN", "value": "y"},
+            {"field": "effective_status", "operator": "IN", "value": ["ARCHIVED"]},
+        ],
+        ad_accounts=["act_1001"],
+    )
+    by_id = rule("ad", filters=[{"field": "adset.id", "operator": "EQUAL", "value": "7"}])
+    adsets = rule("adset", ad_accounts=["act_1001"])
+    plans = plan_listings([ads, by_id, adsets])
+    assert set(plans) == {
+        ListingKey("act_1001", "ad"),
+        ListingKey("act_1002", "ad"),
+        ListingKey("act_1001", "adset"),
+        ListingKey("act_1001", "campaign"),
+    }
+    parents = plans[ListingKey("act_1001", "adset")]
+    assert "name" in parents.fields and parents.filtering == EVERY_STATUS
+    assert plans[ListingKey("act_1001", "campaign")].fields == {"id", "name"}
+    own = plans[ListingKey("act_1001", "ad")].fields
+    assert {"adset_id", "campaign_id"} <= own
+
+
 # ---------------------------------------------------------------- local = Meta's filtering
 
 _FULL: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -166,17 +193,21 @@ def values_of(texts: list[str], ids: list[str]) -> st.SearchStrategy[str | float
 
 
 def world_values(
-    field: str, level: str, objects: list[dict[str, Any]], campaigns: list[dict[str, Any]]
+    field: str, level: str, objects: list[dict[str, Any]], parents: dict[str, list[dict[str, Any]]]
 ) -> list[str]:
-    """The values ``field`` has in the world (a campaign's for ``campaign.x`` on ad sets)."""
+    """The values ``field`` has in the world (a campaign's for ``campaign.x`` on ad sets, an ad
+    set's for ``adset.x`` on ads)."""
     prefix, _, name = field.rpartition(".")
-    source = campaigns if prefix == "campaign" and level == "adset" else objects
+    source = parents[prefix] if prefix in parents and prefix != level else objects
     return sorted({str(o[name]) for o in source if name in o}) or ["x"]
 
 
 @st.composite
 def a_filter(
-    draw: st.DrawFn, level: str, objects: list[dict[str, Any]], campaigns: list[dict[str, Any]]
+    draw: st.DrawFn,
+    level: str,
+    objects: list[dict[str, Any]],
+    parents: dict[str, list[dict[str, Any]]],
 ) -> dict[str, Any]:
     field = draw(st.sampled_from(sorted(FILTER_FIELDS[level])))
     operator = draw(st.sampled_from(OPERATORS))
@@ -184,7 +215,7 @@ def a_filter(
         st.sampled_from(sorted(EFFECTIVE_STATUSES))
         if field == "effective_status"
         else values_of(
-            world_values(field, level, objects, campaigns), [str(o["id"]) for o in objects]
+            world_values(field, level, objects, parents), [str(o["id"]) for o in objects]
         )
     )
     if operator in ("IN", "NOT_IN"):
@@ -197,15 +228,17 @@ def a_filter(
 )
 @given(
     account=st.sampled_from(["act_1003", "act_1001"]),
-    level=st.sampled_from(["campaign", "adset"]),
+    level=st.sampled_from(["campaign", "adset", "ad"]),
     data=st.data(),
 )
 async def test_local_filtering_lists_what_the_sandbox_lists_for_the_same_filtering(
     reader: GraphReader, account: str, level: str, data: st.DataObject
 ) -> None:
     campaigns = await full_listing(reader, account, "campaign")
+    adsets = await full_listing(reader, account, "adset")
     objects = await full_listing(reader, account, level)
-    filters = data.draw(st.lists(a_filter(level, objects, campaigns), max_size=3))
+    parents = {"campaign": campaigns, "adset": adsets}
+    filters = data.draw(st.lists(a_filter(level, objects, parents), max_size=3))
     try:
         subject = rule(level, filters=filters, ad_accounts=[account])
     except RuleValidationError:
@@ -214,7 +247,11 @@ async def test_local_filtering_lists_what_the_sandbox_lists_for_the_same_filteri
     server = await reader.list_entities(
         account, level, token=SANDBOX_TOKEN, fields=["id"], filtering=subject.filtering()
     )
-    raw = {ListingKey(account, level): objects, ListingKey(account, "campaign"): campaigns}
+    raw = {
+        ListingKey(account, level): objects,
+        ListingKey(account, "campaign"): campaigns,
+        ListingKey(account, "adset"): adsets,
+    }
     local = SweepListings(raw).entities(subject, account)
     assert isinstance(local, list)
     assert [e.id for e in local] == [o["id"] for o in server]

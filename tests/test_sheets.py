@@ -147,6 +147,15 @@ def test_table_key_column_is_the_first_of_its_kind() -> None:
     assert table.metrics == ("note", "margin")  # key columns are not metrics
 
 
+def test_an_ad_sheet_is_keyed_by_ad_id_or_ad_name() -> None:
+    rows = [["Ad ID", "Ad Name", "Margin"], ["120009", "Red shoes", "7"]]
+    by_id, by_name = CustomMetricTable(rows), CustomMetricTable(rows, key="name")
+
+    assert by_id.value(entity_id="120009", entity_name="", metric="margin") == 7.0
+    assert by_name.value(entity_id="", entity_name="red shoes", metric="margin") == 7.0
+    assert by_id.metrics == ("margin",)
+
+
 def test_table_duplicate_key_last_row_wins_whole() -> None:
     rows = [["id", "a", "b"], ["1", "10", "20"], ["1", "11", ""]]
     table = CustomMetricTable(rows)

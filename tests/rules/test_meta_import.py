@@ -245,6 +245,8 @@ def test_every_fixture_is_covered_by_a_test_above() -> None:
         "trigger_stats_change", "custom_schedule_daily_10am", "custom_schedule_weekends",
         "custom_schedule_wednesday_2am", "custom_schedule_weekdays_and_weekend_noon",
         "readback_library_page", "readback_trigger_rule", "readback_api_calls_fields",
+        # tests/rules/test_meta_ad_rules.py
+        "ad_pause_cpc_last_7_days", "ad_notify_frequency_last_3_days",
     }  # fmt: skip
     assert {p.stem for p in FIXTURES.glob("*.json")} == covered
 

@@ -179,7 +179,7 @@ def test_saving_requires_format_2_with_the_migrate_hint() -> None:
     assert parse_rule(old).format == 1  # stored rules still parse
     # other problems are listed too, after the format
     with pytest.raises(RuleValidationError) as both:
-        parse_rule(old | {"level": "ad"}, new=True)
+        parse_rule(old | {"level": "ads"}, new=True)
     assert [e.path for e in both.value.errors] == ["format", "level"]
 
 

@@ -52,13 +52,15 @@ def test_the_groups_are_the_contract_s_in_order() -> None:
         "Clicks",
         "Conversions",
         "Value and ROAS",
+        "Results",
         "Cost per result",
+        "Rankings (ads)",
         "Budget",
         "Time",
         "Custom",
     ]
     assert set(ENTRIES[0]) == {
-        "name", "label", "description", "unit", "needs_period", "target", "pattern",
+        "name", "label", "description", "unit", "needs_period", "target", "pattern", "levels",
     }  # fmt: skip
 
 
@@ -150,7 +152,8 @@ def test_statuses_are_the_level_s_subset_of_meta_s() -> None:
     assert set(statuses) == set(FILTER_FIELDS)
     for values in statuses.values():
         assert set(values) <= EFFECTIVE_STATUSES and "ACTIVE" in values
-        assert "ADSET_PAUSED" not in values
+    assert "ADSET_PAUSED" not in statuses["campaign"] + statuses["adset"]
+    assert {"ADSET_PAUSED", "DISAPPROVED"} <= set(statuses["ad"])
     assert "CAMPAIGN_PAUSED" in statuses["adset"]
     assert "CAMPAIGN_PAUSED" not in statuses["campaign"]
 
@@ -160,8 +163,19 @@ def test_action_kinds_are_the_schema_discriminator_s() -> None:
     kinds = VOCABULARY["action_kinds"]
     assert {k["type"] for k in kinds} == set(mapping) and len(kinds) == len(mapping)
     levels = {k["type"]: k["levels"] for k in kinds}
-    assert levels["change_bid"] == ["adset"] and levels["pause"] == ["campaign", "adset"]
+    assert levels["change_bid"] == ["adset"] and levels["pause"] == ["campaign", "adset", "ad"]
+    assert levels["increase_budget"] == ["campaign", "adset"]
+    assert [v["value"] for v in VOCABULARY["levels"]] == ["campaign", "adset", "ad"]
     assert all(k["label"] for k in kinds)
+
+
+def test_rankings_are_read_on_ads_only_and_budgets_above_them() -> None:
+    by_name = {m["name"]: m for m in ENTRIES}
+    assert by_name["quality_ranking"]["levels"] == ["ad"]
+    assert by_name["quality_ranking"]["scale"][0] == "BELOW_AVERAGE_10"
+    assert by_name["daily_budget"]["levels"] == ["campaign", "adset"]
+    assert by_name["cost_per_result"]["levels"] == ["campaign", "adset", "ad"]
+    assert "own indicator" in by_name["results"]["description"]
 
 
 def test_followups_are_the_schema_s() -> None:

@@ -286,3 +286,40 @@ async def test_preview_of_a_draft_uses_the_body_and_needs_the_token(
     new = await client.post("/api/rules/preview", json=draft, headers=AUTH)
     assert new.status == 200
     assert (await new.json())["rule_id"] == "draft"
+
+
+async def test_preview_of_an_ad_rule_shows_rankings_and_result_indicators(
+    client: Client, sandbox: Any
+) -> None:
+    body = rule_body("Weak ads", level="ad")
+    body["filters"] = [
+        {"field": "effective_status", "operator": "IN", "value": ["ACTIVE"]},
+        {"field": "campaign.name", "operator": "CONTAIN", "value": "Prospecting US 1"},
+    ]
+    body["tasks"][0]["conditions"] = [
+        {"metric": "results", "period": "last_7d", "operator": ">=", "value": 0},
+        {"metric": "quality_ranking", "period": "last_7d", "operator": "<=", "value": "AVERAGE"},
+    ]
+    rule = await create(client, body)
+    response = await client.post(f"/api/rules/{rule['id']}/preview", headers=AUTH)
+    assert response.status == 200, await response.text()
+    preview = await response.json()
+    assert preview["records"], preview
+    for record in preview["records"]:
+        results, ranking = record["conditions"]
+        assert results["indicator"].startswith("actions:") or results["indicator"] == "reach"
+        assert ranking["expected"] == "AVERAGE"
+        assert ranking["actual"] in (
+            "BELOW_AVERAGE_10", "BELOW_AVERAGE_20", "BELOW_AVERAGE_35", "AVERAGE",
+            "ABOVE_AVERAGE", "UNKNOWN", None,
+        )  # fmt: skip
+    assert {r["outcome"] for r in preview["records"]} <= {"would_apply", "not_matched"}
+
+
+async def test_a_budget_action_on_ads_is_refused_naming_the_ad_set(client: Client) -> None:
+    body = rule_body("Budget of ads", level="ad")
+    body["tasks"][0]["action"] = {"type": "increase_budget", "percent": 10}
+    response = await client.post("/api/rules", json=body, headers=AUTH)
+    assert response.status == 422
+    (error,) = (await response.json())["errors"]
+    assert error["path"] == "tasks[0].action.type" and "ad set" in error["message"]

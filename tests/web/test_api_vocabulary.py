@@ -12,6 +12,7 @@ from ruleengine.store.db import Database
 
 KEYS = {
     "schema",
+    "levels",
     "metrics",
     "action_types",
     "periods",
@@ -52,27 +53,33 @@ async def test_the_vocabulary_needs_the_token_when_reads_do(
 
 
 async def test_a_rule_built_from_the_vocabulary_validates(client: Client) -> None:
-    """Every concrete metric, with a listed period and operator, makes a valid rule."""
+    """Every concrete metric, with a listed period and operator, makes a valid rule at each
+    level it lists (a ranking compared with a label of its scale)."""
     body = await (await client.get("/api/rules/vocabulary")).json()
     metrics = [m for g in body["metrics"] for m in g["metrics"] if not m["pattern"]]
     periods = [p["value"] for p in body["periods"]]
     operators = [o["value"] for o in body["operators"]]
-    conditions: list[dict[str, Any]] = []
-    for index, metric in enumerate(metrics):
-        operator = operators[index % len(operators)]
-        value: Any = [1, 2] if operator in ("IN_RANGE", "NOT_IN_RANGE") else 1
-        condition = {"metric": metric["name"], "operator": operator, "value": value}
-        if metric["needs_period"]:
-            condition["period"] = periods[index % len(periods)]
-        conditions.append(condition)
-    tasks = [
-        {
-            "id": f"t{start}",
-            "conditions": conditions[start : start + 50],
-            "action": {"type": "pause"},
-        }
-        for start in range(0, len(conditions), 50)
-    ]
-    response = await client.post("/api/rules/validate", json=rule_body(tasks=tasks))
-    assert response.status == 200, await response.text()
-    assert (await response.json())["valid"] is True
+    for level in [v["value"] for v in body["levels"]]:
+        conditions: list[dict[str, Any]] = []
+        for index, metric in enumerate(m for m in metrics if level in m["levels"]):
+            operator = operators[index % len(operators)]
+            value: Any = [1, 2] if operator in ("IN_RANGE", "NOT_IN_RANGE") else 1
+            if "scale" in metric:
+                operator, value = "<=", metric["scale"][index % len(metric["scale"])]
+            condition = {"metric": metric["name"], "operator": operator, "value": value}
+            if metric["needs_period"]:
+                condition["period"] = periods[index % len(periods)]
+            conditions.append(condition)
+        tasks = [
+            {
+                "id": f"t{start}",
+                "conditions": conditions[start : start + 50],
+                "action": {"type": "pause"},
+            }
+            for start in range(0, len(conditions), 50)
+        ]
+        response = await client.post(
+            "/api/rules/validate", json=rule_body(tasks=tasks, level=level)
+        )
+        assert response.status == 200, await response.text()
+        assert (await response.json())["valid"] is True, level

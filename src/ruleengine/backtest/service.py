@@ -34,7 +34,7 @@ from zoneinfo import ZoneInfo
 import orjson
 
 from ruleengine import constants as c
-from ruleengine.backtest.history import HistoryRequest, HistoryResult, InsightsHistory
+from ruleengine.backtest.history import LEVELS, HistoryRequest, HistoryResult, InsightsHistory
 from ruleengine.backtest.lag_fit import learn_lag
 from ruleengine.backtest.result import (
     BacktestRequest,
@@ -150,6 +150,22 @@ class BacktestDeps:
             await session.close()
 
 
+def refuse_unreplayable(rule: Rule) -> None:
+    """BacktestRefused for a rule the replay cannot plan: ads (no day-by-day history of
+    theirs is kept) and rebalance_budget (it moves budget between one run's entities at once)."""
+    if rule.level not in LEVELS:
+        raise BacktestRefused(
+            f'backtests replay campaigns and ad sets, not level "{rule.level}": ads have no'
+            " day-by-day history here yet; preview the rule (dry run) instead"
+        )
+    for task in rule.tasks:
+        if task.action.type == "rebalance_budget":
+            raise BacktestRefused(
+                f"task '{task.id}': the replay does not plan rebalance_budget (it moves budget"
+                " between the entities of one run at once); preview the rule instead"
+            )
+
+
 async def run_backtest(
     deps: BacktestDeps,
     request: BacktestRequest,
@@ -166,12 +182,7 @@ async def run_backtest(
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC inside the engine)")
     rule = request.rule
-    for task in rule.tasks:
-        if task.action.type == "rebalance_budget":
-            raise BacktestRefused(
-                f"task '{task.id}': the replay does not plan rebalance_budget (it moves budget"
-                " between the entities of one run at once); preview the rule instead"
-            )
+    refuse_unreplayable(rule)
     zone = rule.zone()
     today = now.astimezone(zone).date()
     first, last = today - timedelta(days=request.days), today - timedelta(days=1)

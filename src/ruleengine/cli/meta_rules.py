@@ -23,6 +23,7 @@ from ruleengine.cli.conflicts import print_findings
 from ruleengine.cli.files import is_file, load_file, print_problems
 from ruleengine.cli.stack import all_accounts, open_database, rule_store
 from ruleengine.errors import RuleEngineError, RuleValidationError
+from ruleengine.rules.basics import LEVELS
 from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
@@ -293,7 +294,7 @@ def add_import_meta(rules: Any) -> None:
     )
     imp.add_argument(
         "--level",
-        choices=("campaign", "adset"),
+        choices=LEVELS,
         help="the level of rules that name objects by id without an entity_type",
     )
     imp.add_argument(

@@ -1,14 +1,15 @@
 """Entity listings of a sweep: one per (ad account, level), shared by every due rule.
 
-Each ad account's campaigns (or ad sets) are listed once per sweep with the union of
+Each ad account's campaigns (ad sets, ads) are listed once per sweep with the union of
 the fields its due rules need; each rule then picks its entities with its own filters,
 applied locally with the semantics of Meta's ``filtering``
 (:mod:`ruleengine.rules.filtering`), so the number of listings grows with accounts, not
 with the number of distinct filters. Archived and deleted objects are listed only when
 some due rule's filter asks for them (rules that do not ask still never see them). Ad
-set rules that filter on their campaign's name or objective read it from the account's
-campaign listing, which is then made too (one more listing for the account, shared
-with its campaign rules).
+set and ad rules that filter on their campaign's name or objective read it from the
+account's campaign listing, which is then made too (one more listing for the account,
+shared with its campaign rules); ad rules that filter on their ad set's name read the ad
+set listing the same way.
 
 Listings of different accounts run concurrently (bounded by the dispatcher's semaphore).
 A listing that fails its three tries — or an account whose token cannot be read, or an
@@ -45,7 +46,7 @@ from ruleengine.store.errorlog import ErrorLog
 
 @dataclass(frozen=True)
 class ListingKey:
-    """One listing of a sweep: an ad account's campaigns or ad sets."""
+    """One listing of a sweep: an ad account's campaigns, ad sets or ads."""
 
     account: str
     level: str
@@ -57,7 +58,8 @@ class ListingPlan:
 
     fields: set[str] = field(default_factory=lambda: {"id"})
     every_status: bool = False  # archived and deleted objects too
-    parents_of: ListingKey | None = None  # ad sets whose campaigns rules filter on
+    # the listings whose rules filter on fields of these objects (their parents)
+    parents_of: set[ListingKey] = field(default_factory=set)
 
     @property
     def filtering(self) -> Wire:
@@ -75,14 +77,14 @@ def plan_listings(rules: Sequence[Rule]) -> dict[ListingKey, ListingPlan]:
             plan = plans.setdefault(key, ListingPlan())
             plan.fields |= set(rule.entity_fields()) | local.fields
             plan.every_status |= local.shows_hidden
-            if local.parent_fields:
-                campaigns = plans.setdefault(ListingKey(account, "campaign"), ListingPlan())
-                campaigns.fields |= local.parent_fields
-                campaigns.parents_of = key
+            for level, names in local.parent_levels.items():
+                parents = plans.setdefault(ListingKey(account, level), ListingPlan())
+                parents.fields |= names
+                parents.parents_of.add(key)
     for plan in plans.values():
-        # ad sets of archived or deleted campaigns are archived or deleted themselves
-        if plan.parents_of is not None:
-            plan.every_status |= plans[plan.parents_of].every_status
+        # the children of archived or deleted objects are archived or deleted themselves
+        for child in plan.parents_of:
+            plan.every_status |= plans[child].every_status
     return plans
 
 
@@ -97,7 +99,7 @@ class SweepListings:
         self._raw = raw
         self._seen: dict[tuple[str, str, str, tuple[str, ...]], Listing] = {}
         self._parsed: dict[tuple[ListingKey, tuple[str, ...]], dict[str, Entity]] = {}
-        self._parents: dict[str, dict[str, Item]] = {}
+        self._parents: dict[ListingKey, dict[str, Item]] = {}
 
     def __len__(self) -> int:
         return len(self._raw)
@@ -122,15 +124,18 @@ class SweepListings:
         if isinstance(source, RuleEngineError):
             return source
         local = LocalFilter(level, filtering)
-        parents: dict[str, Item] | None = None
-        if local.parent_fields:
-            campaigns = self._raw[ListingKey(account, "campaign")]
-            if isinstance(campaigns, RuleEngineError):
-                return campaigns
-            parents = self._parents.setdefault(account, {str(c["id"]): c for c in campaigns})
+        parents: dict[str, dict[str, Item]] = {}
+        for parent_level in local.parent_levels:
+            parent_key = ListingKey(account, parent_level)
+            listed = self._raw[parent_key]
+            if isinstance(listed, RuleEngineError):
+                return listed
+            parents[parent_level] = self._parents.setdefault(
+                parent_key, {str(p["id"]): p for p in listed}
+            )
         parsed = self._parsed.setdefault((key, fields), {})
         chosen = []
-        for item in local.select(source, parents):
+        for item in local.select(source, parents.get("campaign"), adsets=parents.get("adset")):
             entity_id = str(item["id"])
             if entity_id not in parsed:
                 # only the fields this rule asked for: what it sees does not depend on others

@@ -1,7 +1,7 @@
 """Insights per day and per hour of the day, for a history: account-level Batch API reads.
 
 Each :class:`~ruleengine.rules.history.Chunk` (entities × a range of days × fields) is
-one account-level Insights request — ``level=campaign|adset``, a ``filtering`` on the
+one account-level Insights request — ``level=campaign|adset|ad``, a ``filtering`` on the
 ids, a ``time_range``, ``time_increment=1`` (a row per entity per day) and, for the
 hourly granularity, ``breakdowns=hourly_stats_aggregated_by_advertiser_time_zone`` (a
 row per entity per day per hour of the ad account's day) — with the live engine's

@@ -36,7 +36,8 @@ class CopyResult:
     """A copy Meta made: the copy's id and every object it created.
 
     Attributes:
-        copied_id: The new campaign or ad set.
+        copied_id: The new campaign, ad set or ad (``copied_ad_id``: an ad is copied alone,
+            into its own ad set).
         objects: ``[{"ad_object_type", "source_id", "copied_id"}]``, the copy first: for a
             deep copy also every ad set and ad it created.
         mode: ``sync`` (``/copies``) or ``async`` (an asynchronous batch).
@@ -69,7 +70,11 @@ def parse_copy(
     """
     copied = None
     if isinstance(body, dict):
-        copied = body.get("copied_campaign_id") or body.get("copied_adset_id")
+        copied = (
+            body.get("copied_campaign_id")
+            or body.get("copied_adset_id")
+            or body.get("copied_ad_id")
+        )
     if not copied:
         raise MalformedResponseError("copies answered without the id of the copy", response=body)
     raw = body.get("ad_object_ids") if isinstance(body, dict) else None

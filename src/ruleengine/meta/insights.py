@@ -4,7 +4,7 @@
   sub-request per period group, fanned out concurrently. Cost grows with the
   number of entities.
 * ``account_level`` (default) — per period group, one account-level Insights
-  request with ``level=campaign|adset`` filtered to the entity ids (chunked),
+  request with ``level=campaign|adset|ad`` filtered to the entity ids (chunked),
   all sent together in Batch API calls of ≤ 50. Cost grows with periods.
 
 Both ask for ``use_unified_attribution_setting=true`` (ROAS as Ads Manager shows
@@ -125,7 +125,7 @@ class LargeAccounts:
 
 def id_field(level: str) -> str:
     """The row field naming the entity of an Insights row at ``level``."""
-    return "campaign_id" if level == "campaign" else "adset_id"
+    return f"{level}_id"
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ Sleep = Callable[[float], Awaitable[None]]
 IDS_PER_READ: Final = 50
 LIST_PAGE_SIZE: Final = 500
 ADRULES_PAGE_SIZE: Final = 100
+#: The listing edge of each level under an ad account.
+EDGES: Final = {"campaign": "campaigns", "adset": "adsets", "ad": "ads"}
 #: What an import of Meta's Automated Rules reads of each (``act_…/adrules_library``).
 ADRULE_FIELDS: Final = (
     "id",
@@ -198,7 +200,7 @@ class GraphReader:
         filtering: Sequence[dict[str, Any]] = (),
         page_size: int = LIST_PAGE_SIZE,
     ) -> list[dict[str, Any]]:
-        """Every campaign/ad set of an account matching ``filtering``, cursor by cursor, each once.
+        """Every campaign, ad set or ad of an account matching ``filtering``, each once.
 
         Each page is tried 3 times in total (the listing policy); the last error is raised.
         An entity that leaves the listing between two pages (paused under an
@@ -206,7 +208,7 @@ class GraphReader:
         answers 2642, and the listing starts again from the first page — once — so no
         entity is skipped; entities are de-duplicated by id, so none is listed twice.
         """
-        path = f"{account_id}/{'campaigns' if level == 'campaign' else 'adsets'}"
+        path = f"{account_id}/{EDGES[level]}"
         params: dict[str, Any] = {"fields": ",".join(fields), "limit": page_size}
         if filtering:
             params["filtering"] = list(filtering)

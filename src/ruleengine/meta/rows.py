@@ -26,6 +26,8 @@ IDENTITY_FIELDS: Final = frozenset(
         "campaign_name",
         "adset_id",
         "adset_name",
+        "ad_id",
+        "ad_name",
         "objective",
         "date_start",
         "date_stop",

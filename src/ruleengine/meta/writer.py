@@ -153,7 +153,7 @@ class GraphWriter:
         *,
         status_option: str,
         rename_suffix: str,
-        deep_copy: bool,
+        deep_copy: bool | None,
         token: str,
         ctx: WriteContext,
     ) -> CopyResult:
@@ -174,7 +174,7 @@ class GraphWriter:
         *,
         status_option: str,
         rename_suffix: str,
-        deep_copy: bool,
+        deep_copy: bool | None,
         token: str,
         ctx: WriteContext,
     ) -> str:
@@ -262,12 +262,14 @@ class GraphWriter:
             log.exception("could not record a write failure in the error log")
 
 
-def _copy_form(status_option: str, rename_suffix: str, deep_copy: bool) -> dict[str, Any]:
-    return {
+def _copy_form(status_option: str, rename_suffix: str, deep_copy: bool | None) -> dict[str, Any]:
+    form: dict[str, Any] = {
         "status_option": status_option,
         "rename_options": {"rename_suffix": rename_suffix},
-        "deep_copy": deep_copy,
     }
+    if deep_copy is not None:  # None: an ad, which Meta copies without the parameter
+        form["deep_copy"] = deep_copy
+    return form
 
 
 def _request_of(request: SubRequest) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The domain, pure: no I/O, no clock, no settings.
 
-The rule model and its validation (``model``, ``validation``, ``action_types``,
+The rule model and its validation (``model``, ``validation``, ``action_types``, ``levels``,
 ``basics``), the metric catalogue and vocabulary (``catalog``, ``vocabulary``), schedules
 (``schedule``), periods and fetch grouping (``periods``, ``fetch``), evaluation
 (``evaluate``, ``entity``, ``filtering``, ``template``, ``metric_table``), money and the

@@ -16,7 +16,8 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict
 
-Level = Literal["campaign", "adset"]
+Level = Literal["campaign", "adset", "ad"]
+LEVELS: Final[tuple[Level, ...]] = ("campaign", "adset", "ad")
 Status = Literal["ACTIVE", "PAUSED"]
 Operator = Literal[">", ">=", "<", "<=", "==", "!=", "IN_RANGE", "NOT_IN_RANGE"]
 #: The operators whose ``value`` is an inclusive ``[low, high]`` pair (Meta's Ad Rules names).

@@ -51,6 +51,7 @@ class MetricSpec:
         action_type: the action type picked from a list field, if any.
         missing: what an absent value means.
         money: True when the value is an amount of the account currency.
+        ranking: True for Meta's ad rankings, compared on :data:`RANKING_SCALE`, not as numbers.
     """
 
     name: str
@@ -59,6 +60,7 @@ class MetricSpec:
     action_type: str | None = None
     missing: Missing = Missing.NO_DATA
     money: bool = False
+    ranking: bool = False
 
     @property
     def needs_period(self) -> bool:
@@ -83,6 +85,25 @@ _RATIO_FIELDS: Final = frozenset(
 )
 _MONEY_RATIO_FIELDS: Final = frozenset(
     {"cpc", "cpm", "cpp", "cost_per_inline_link_click", "cost_per_unique_click"}
+)
+
+# ``[{indicator, values: [{value}]}]``: what each row's ad sets optimise for (its "result").
+RESULT_FIELDS: Final[dict[str, tuple[Missing, bool]]] = {
+    "results": (Missing.ZERO, False),
+    "cost_per_result": (Missing.NO_DATA, True),
+}
+#: Meta's ad rankings, worst first; ``UNKNOWN`` (too few impressions) is not on the scale.
+RANKING_SCALE: Final = (
+    "BELOW_AVERAGE_10",
+    "BELOW_AVERAGE_20",
+    "BELOW_AVERAGE_35",
+    "AVERAGE",
+    "ABOVE_AVERAGE",
+)
+RANKING_UNKNOWN: Final = "UNKNOWN"
+#: Rankings Meta computes for ads only.
+RANKING_FIELDS: Final = frozenset(
+    {"quality_ranking", "engagement_rate_ranking", "conversion_rate_ranking"}
 )
 
 # List fields of ``[{action_type, value}]`` → what "absent" means and whether it is money.
@@ -151,6 +172,11 @@ def _plain(name: str) -> MetricSpec | None:
         return MetricSpec(name, Source.INSIGHTS, field=name)
     if name in _MONEY_RATIO_FIELDS:
         return MetricSpec(name, Source.INSIGHTS, field=name, money=True)
+    if name in RESULT_FIELDS:
+        missing, money = RESULT_FIELDS[name]
+        return MetricSpec(name, Source.INSIGHTS, field=name, missing=missing, money=money)
+    if name in RANKING_FIELDS:
+        return MetricSpec(name, Source.INSIGHTS, field=name, ranking=True)
     return None
 
 
@@ -177,6 +203,9 @@ _HINTS: Final = {
     "budget": "daily_budget",
     "age": "age_hours",
     "hour": "current_hour",
+    "result": "results",
+    "cpr": "cost_per_result",
+    "ranking": "quality_ranking",
 }
 
 
@@ -186,7 +215,14 @@ class UnknownMetricError(ValueError):
 
 def known_names() -> list[str]:
     """Every plain metric name, list field and special key (for messages and docs)."""
-    plain = _COUNT_FIELDS | _MONEY_FIELDS | _RATIO_FIELDS | _MONEY_RATIO_FIELDS
+    plain = (
+        _COUNT_FIELDS
+        | _MONEY_FIELDS
+        | _RATIO_FIELDS
+        | _MONEY_RATIO_FIELDS
+        | RESULT_FIELDS.keys()
+        | RANKING_FIELDS
+    )
     return sorted(plain) + sorted(f"{f}.<action_type>" for f in _LIST_FIELDS) + list(SPECIAL_KEYS)
 
 
@@ -220,7 +256,12 @@ def resolve_metric(name: str) -> MetricSpec:
 
 #: Metrics where lower is better: what a result costs.
 _COST_FIELDS: Final = _MONEY_RATIO_FIELDS | frozenset(
-    {"cost_per_action_type", "cost_per_unique_action_type", "cost_per_conversion"}
+    {
+        "cost_per_action_type",
+        "cost_per_unique_action_type",
+        "cost_per_conversion",
+        "cost_per_result",
+    }
 )
 #: Metrics where higher is better: returns, rates and counts of results.
 _GAIN_FIELDS: Final = (
@@ -236,6 +277,7 @@ _GAIN_FIELDS: Final = (
             "purchase_roas",
             "website_purchase_roas",
             "mobile_app_purchase_roas",
+            "results",
         }
     )
 )

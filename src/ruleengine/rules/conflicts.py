@@ -32,6 +32,7 @@ from functools import cached_property
 from itertools import combinations, product
 from typing import Any, Literal
 
+from ruleengine.rules.catalog import RANKING_SCALE
 from ruleengine.rules.model import Condition, Filter, Rule, Task
 
 Scope = Literal["overlap", "may_overlap"]
@@ -226,7 +227,10 @@ def _decided(condition: Condition) -> tuple[Key, Union] | None:
     """A condition on a fixed value as (metric, period) and the numbers that pass it."""
     if condition.compare_to is not None or condition.value is None:
         return None
-    return (condition.metric, condition.period), interval_set(condition.operator, condition.value)
+    value = condition.value
+    if isinstance(value, str):  # a ranking: its place on the scale
+        value = float(RANKING_SCALE.index(value))
+    return (condition.metric, condition.period), interval_set(condition.operator, value)
 
 
 def _conjuncts(task: Task) -> list[list[Condition]]:

@@ -1,4 +1,4 @@
-"""A campaign or ad set as the engine sees it: the fields the listing returned, typed."""
+"""A campaign, ad set or ad as the engine sees it: the fields the listing returned, typed."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def parse_meta_time(value: str) -> datetime:
 
 
 class Entity(BaseModel):
-    """A campaign or ad set from the entity listing.
+    """A campaign, ad set or ad from the entity listing (an ad has no budget).
 
     Budgets are integers in the account currency's minor unit, as Meta sends them
     (Meta sends them as strings); ``None`` when the object has no such budget.
@@ -43,6 +43,7 @@ class Entity(BaseModel):
     lifetime_budget: int | None = None
     budget_remaining: int | None = Field(default=None)
     campaign_id: str | None = None
+    adset_id: str | None = None
 
     @field_validator("created_time", mode="before")
     @classmethod

@@ -16,7 +16,14 @@ from typing import Any, Final
 from zoneinfo import ZoneInfo
 
 from ruleengine.rules.action_types import RebalanceBudgetAction, ScaleToTargetAction
-from ruleengine.rules.catalog import MetricSpec, Missing, Source, resolve_metric
+from ruleengine.rules.catalog import (
+    RANKING_SCALE,
+    RESULT_FIELDS,
+    MetricSpec,
+    Missing,
+    Source,
+    resolve_metric,
+)
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Condition, Task
 
@@ -77,15 +84,18 @@ class ConditionResult:
     metric: str
     period: str | None
     operator: str
-    expected: float | list[float] | None  # [low, high] for IN_RANGE / NOT_IN_RANGE
-    actual: float | None
+    # [low, high] for IN_RANGE / NOT_IN_RANGE; a label for a ranking (and its actual too)
+    expected: float | list[float] | str | None
+    actual: float | str | None
     passed: bool
     reason: str | None = None
     compare_to: str | None = None
+    #: What ``results`` / ``cost_per_result`` counted for this entity (its ad sets' goal).
+    indicator: str | None = None
 
     def as_record(self) -> dict[str, Any]:
         """JSON-ready form for execution records."""
-        return {
+        record = {
             "metric": self.metric,
             "period": self.period,
             "operator": self.operator,
@@ -95,6 +105,9 @@ class ConditionResult:
             "reason": self.reason,
             "compare_to": self.compare_to,
         }
+        if self.indicator is not None:
+            record["indicator"] = self.indicator
+        return record
 
 
 @dataclass(frozen=True)
@@ -130,16 +143,57 @@ def _number(raw: Any) -> float | None:
 
 
 def insight_value(row: InsightsRow | None, spec: MetricSpec) -> float | None:
-    """The value of ``spec`` in an Insights row; absent → 0 or None as the catalogue says."""
+    """The value of ``spec`` in an Insights row; absent → 0 or None as the catalogue says.
+
+    A ranking is its place on :data:`RANKING_SCALE` (0 the worst), None when ``UNKNOWN``.
+    """
     raw: Any = None
     if row is not None and spec.field is not None:
         raw = row.get(spec.field)
         if spec.action_type is not None:
             raw = _pick_action(raw, spec.action_type)
+        elif spec.field in RESULT_FIELDS:
+            entry = result_entry(raw)
+            if not entry.single:
+                return None
+            raw = entry.value
+        elif spec.ranking:
+            return float(RANKING_SCALE.index(raw)) if raw in RANKING_SCALE else None
+    if spec.ranking:
+        return None
     value = _number(raw)
     if value is None and spec.missing is Missing.ZERO:
         return 0.0
     return value
+
+
+@dataclass(frozen=True)
+class ResultEntry:
+    """A row's ``results`` or ``cost_per_result``: its indicator and value (None: none)."""
+
+    indicator: str | None
+    value: str | None
+    single: bool = True  # False: several indicators, no one result
+
+
+def result_entry(items: Any) -> ResultEntry:
+    """The one entry of a ``results``/``cost_per_result`` list: ``[{indicator, values}]``.
+
+    Each row is measured by its own ad sets' optimisation goal. A row without the field has
+    no indicator; an entry without ``values`` has no result yet (0 results, no cost); a row
+    whose ad sets optimise for different things (a campaign's, an account's) has no single
+    result: its indicators are joined with ``" + "`` and its value is None.
+    """
+    entries = [e for e in items if isinstance(e, Mapping)] if isinstance(items, list) else []
+    indicators = [str(e.get("indicator")) for e in entries if e.get("indicator")]
+    if len(entries) > 1:
+        return ResultEntry(" + ".join(indicators), None, single=False)
+    if not entries:
+        return ResultEntry(None, None)
+    values = entries[0].get("values")
+    first = values[0] if isinstance(values, list) and values else None
+    value = first.get("value") if isinstance(first, Mapping) else None
+    return ResultEntry(indicators[0] if indicators else None, value)
 
 
 def _pick_action(items: Any, action_type: str) -> Any:
@@ -216,6 +270,8 @@ def resolve(spec: MetricSpec, period: str | None, ctx: EvalContext) -> float | N
 
 def evaluate_condition(condition: Condition, ctx: EvalContext) -> ConditionResult:
     """Resolve both sides of ``condition`` and apply its operator."""
+    if condition.spec.ranking:
+        return _ranking_condition(condition, ctx)
     actual = resolve(condition.spec, condition.period, ctx)
     expected, described = _right_side(condition, ctx)
     if actual is None or expected is None:  # no data is never inside, nor outside, a range
@@ -233,7 +289,44 @@ def evaluate_condition(condition: Condition, ctx: EvalContext) -> ConditionResul
         passed=passed,
         reason=reason,
         compare_to=described,
+        indicator=_indicator(condition, ctx),
     )
+
+
+def ranking_passes(operator: str, actual: str | None, expected: str) -> bool:
+    """``actual <operator> expected`` on :data:`RANKING_SCALE`; off the scale (``UNKNOWN``,
+    no row) never passes, whatever the operator."""
+    if actual not in RANKING_SCALE or expected not in RANKING_SCALE:
+        return False
+    return _OPERATORS[operator](RANKING_SCALE.index(actual), RANKING_SCALE.index(expected))
+
+
+def _ranking_condition(condition: Condition, ctx: EvalContext) -> ConditionResult:
+    row = ctx.insights.get(condition.period or "")
+    raw = row.get(condition.spec.field or "") if row is not None else None
+    actual = raw if isinstance(raw, str) else None
+    expected = str(condition.value)
+    passed = ranking_passes(condition.operator, actual, expected)
+    return ConditionResult(
+        metric=condition.metric,
+        period=condition.period,
+        operator=condition.operator,
+        expected=expected,
+        actual=actual,
+        passed=passed,
+        reason=None if actual in RANKING_SCALE else NO_DATA,
+    )
+
+
+def _indicator(condition: Condition, ctx: EvalContext) -> str | None:
+    """The result indicator of the row a ``results``/``cost_per_result`` condition read."""
+    specs = [condition.spec] + ([condition.compare_to.spec] if condition.compare_to else [])
+    for spec, period in zip(specs, [condition.period, condition.compare_period], strict=False):
+        if spec.field in RESULT_FIELDS:
+            row = ctx.insights.get(period or "")
+            if row is not None:
+                return result_entry(row.get(spec.field)).indicator
+    return None
 
 
 def _right_side(

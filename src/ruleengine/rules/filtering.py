@@ -13,7 +13,8 @@ model of it and a test compares the two over generated filters):
 - archived and deleted objects are listed only when a filter names ``effective_status``
   (the listing leaves them out otherwise);
 - ``campaign.name`` on an ad set is its campaign's name; ``adset.x`` on an ad set and
-  ``campaign.x`` on a campaign are the object's own field.
+  ``campaign.x`` on a campaign are the object's own field; on an ad, ``adset.name`` is its
+  ad set's name and ``adset.id``/``campaign.id`` its own ``adset_id``/``campaign_id``.
 
 Filters are applied in their wire form — the JSON the listing would send — so a value
 means here what it would mean to Meta.
@@ -107,12 +108,24 @@ _TESTS: dict[str, Callable[[object, object], bool]] = {
 }
 
 
+#: The parents of each level whose fields a filter may read, and the id field naming each.
+PARENTS: dict[str, dict[str, str]] = {
+    "campaign": {},
+    "adset": {"campaign": "campaign_id"},
+    "ad": {"adset": "adset_id", "campaign": "campaign_id"},
+}
+
+
 @dataclass(frozen=True)
 class _Test:
-    own: bool  # the object's own field, or (False) its campaign's
+    source: str  # "" for the object's own field, else the parent level it reads
     name: str
     operator: Callable[[object, object], bool]
     value: object
+
+    @property
+    def own(self) -> bool:
+        return not self.source
 
 
 class LocalFilter:
@@ -134,48 +147,71 @@ class LocalFilter:
         if operator not in _TESTS:
             raise ValueError(f"filtering operator {operator} cannot be applied locally")
         if prefix in ("", self.level):
-            return _Test(True, name, _TESTS[operator], entry.get("value"))
-        if prefix == "campaign" and self.level == "adset":
-            if name == "id":  # the ad set carries its campaign's id
-                return _Test(True, "campaign_id", _TESTS[operator], entry.get("value"))
-            return _Test(False, name, _TESTS[operator], entry.get("value"))
+            return _Test("", name, _TESTS[operator], entry.get("value"))
+        parents = PARENTS[self.level]
+        if prefix in parents:
+            if name == "id":  # the object carries its parents' ids
+                return _Test("", parents[prefix], _TESTS[operator], entry.get("value"))
+            return _Test(prefix, name, _TESTS[operator], entry.get("value"))
         raise ValueError(f"filtering field {entry['field']} cannot filter {self.level}s")
 
     @property
     def fields(self) -> set[str]:
         """Fields of the listed objects the filters read (their status always)."""
+        parents = PARENTS[self.level]
         return (
             {"effective_status"}
             | {t.name for t in self._tests if t.own}
-            | ({"campaign_id"} if self.parent_fields else set())
+            | {parents[level] for level in self.parent_levels}
         )
 
     @property
+    def parent_levels(self) -> dict[str, set[str]]:
+        """Parent level → the fields of it the filters read (empty: none)."""
+        levels: dict[str, set[str]] = {}
+        for test in self._tests:
+            if not test.own:
+                levels.setdefault(test.source, set()).add(test.name)
+        return levels
+
+    @property
     def parent_fields(self) -> set[str]:
-        """Fields of the campaigns of listed ad sets the filters read (empty: none)."""
+        """Fields of the parents (campaigns, ad sets) the filters read (empty: none)."""
         return {t.name for t in self._tests if not t.own}
 
-    def keep(self, item: Item, parent: Item | None = None) -> bool:
+    def keep(self, item: Item, parent: Item | None = None, *, adset: Item | None = None) -> bool:
         """True when Meta's listing with these filters would list ``item``.
 
-        ``parent`` is the ad set's campaign, when :attr:`parent_fields` is not empty.
+        ``parent`` is the object's campaign and ``adset`` an ad's ad set, when
+        :attr:`parent_levels` names them.
         """
         if not self.shows_hidden and item.get("effective_status") in HIDDEN_BY_DEFAULT:
             return False
         for test in self._tests:
-            source = item if test.own else parent
+            source = {"": item, "campaign": parent, "adset": adset}[test.source]
             actual = None if source is None else source.get(test.name)
             if not test.operator(actual, test.value):
                 return False
         return True
 
     def select(
-        self, items: Iterable[Item], parents: Mapping[str, Item] | None = None
+        self,
+        items: Iterable[Item],
+        parents: Mapping[str, Item] | None = None,
+        *,
+        adsets: Mapping[str, Item] | None = None,
     ) -> list[Item]:
-        """The items Meta would list with these filters, in the listing's order."""
-        lookup = parents or {}
+        """The items Meta would list with these filters, in the listing's order.
+
+        ``parents``: campaigns by id; ``adsets``: ad sets by id (for ads).
+        """
+        lookup, sets = parents or {}, adsets or {}
         return [
             item
             for item in items
-            if self.keep(item, lookup.get(str(item.get("campaign_id")), None))
+            if self.keep(
+                item,
+                lookup.get(str(item.get("campaign_id"))),
+                adset=sets.get(str(item.get("adset_id"))),
+            )
         ]

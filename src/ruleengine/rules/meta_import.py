@@ -64,7 +64,7 @@ _STEP: Final = 30
 #: Meta's days (0 = Sunday) as our weekday names.
 _DAYS: Final = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _NOT_OURS: Final[dict[str, str]] = {
-    "ROTATE": "ruleengine acts on campaigns and ad sets, not ads; it has no ad rotation",
+    "ROTATE": "ruleengine has no ad rotation (it pauses and activates ads by their numbers)",
     "PING_ENDPOINT": "Meta calls the app's webhook subscription on a trigger; ruleengine's"
     " notify action posts to a configured webhook on a schedule",
 }
@@ -300,11 +300,9 @@ class _Converter(Report):
             if isinstance(item, dict) and item.get("field") == "entity_type":
                 value, path = item.get("value"), f"evaluation_spec.filters[{index}]"
                 if item.get("operator") != "EQUAL" or not isinstance(value, str):
-                    raise fail(path, item, "entity_type takes EQUAL and one of CAMPAIGN, ADSET")
+                    raise fail(path, item, "entity_type takes EQUAL and one of CAMPAIGN, ADSET, AD")
                 if value not in ENTITY_TYPES:
-                    raise fail(
-                        f"{path}.value", value, "ruleengine acts on campaigns and ad sets, not ads"
-                    )
+                    raise fail(f"{path}.value", value, "not one of CAMPAIGN, ADSET, AD")
                 return ENTITY_TYPES[value]
         if execution_type in CHANGE_EXECUTIONS:
             return CHANGE_EXECUTIONS[execution_type]
@@ -315,8 +313,8 @@ class _Converter(Report):
         raise fail(
             "evaluation_spec.filters",
             "no entity_type",
-            "Meta takes the level from the ids the rule names; say which (--level campaign"
-            " or adset)",
+            "Meta takes the level from the ids the rule names; say which (--level campaign,"
+            " adset or ad)",
         )
 
     # ---- execution

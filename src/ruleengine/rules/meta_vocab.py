@@ -133,13 +133,15 @@ FILTER_FIELDS: Final = frozenset(
         "campaign.objective",
         "adset.id",
         "adset.name",
+        "ad.id",
+        "ad.name",
     }
 )
-ID_FIELDS: Final = frozenset({"id", "campaign.id", "adset.id"})
+ID_FIELDS: Final = frozenset({"id", "campaign.id", "adset.id", "ad.id"})
 
 # ---------------------------------------------------------------- levels
 
-ENTITY_TYPES: Final[dict[str, str]] = {"CAMPAIGN": "campaign", "ADSET": "adset"}
+ENTITY_TYPES: Final[dict[str, str]] = {"CAMPAIGN": "campaign", "ADSET": "adset", "AD": "ad"}
 LEVEL_TO_ENTITY_TYPE: Final = {level: meta for meta, level in ENTITY_TYPES.items()}
 #: Meta's budget actions and the level each applies to.
 BUDGET_EXECUTIONS: Final[dict[str, str]] = {
@@ -210,6 +212,9 @@ INSIGHTS_METRICS: Final[dict[str, str]] = {
     "ctr": "ctr",
     "frequency": "frequency",
     "cost_per_unique_click": "cost_per_unique_click",
+    # the ad set's optimisation event, per object: ours is read per entity the same way
+    "results": "results",
+    "cost_per": "cost_per_result",
     "website_purchase_roas": "website_purchase_roas.offsite_conversion.fb_pixel_purchase",
     "mobile_app_purchase_roas": "mobile_app_purchase_roas.app_custom_event.fb_mobile_purchase",
 }
@@ -247,9 +252,6 @@ SPECIAL_METRICS: Final = frozenset(
 UNMAPPED_METRICS: Final[dict[str, str]] = {
     "cpa": "Meta's cost per action of the ad set's optimisation event; name the action"
     " instead, e.g. cost_per_action_type.offsite_conversion.fb_pixel_purchase",
-    "results": "the count of the ad set's optimisation event, which Meta chooses per ad set;"
-    " name the action instead, e.g. actions.offsite_conversion.fb_pixel_purchase",
-    "cost_per": "Meta's cost per result (the ad set's optimisation event); name the action",
     "result_rate": "Meta's results per impression (the ad set's optimisation event)",
     "audience_reached_percentage": "Meta's estimate of the audience reached; Insights has"
     " no such field",

@@ -1,9 +1,9 @@
 """The custom-metric table, pure: a sheet's rows → a number per entity and metric.
 
 Sheet layout: the first row is a header. One column is the key — its header
-is ``id``, ``campaign_id``, ``adset_id``, ``ad_set_id`` or ``entity_id`` (rows
-matched on the entity id) or ``name``, ``campaign_name``, ``adset_name`` or
-``ad_set_name`` (matched on the entity name, trimmed, case-insensitive). Every
+is ``id``, ``campaign_id``, ``adset_id``, ``ad_set_id``, ``ad_id`` or ``entity_id`` (rows
+matched on the entity id) or ``name``, ``campaign_name``, ``adset_name``, ``ad_set_name`` or
+``ad_name`` (matched on the entity name, trimmed, case-insensitive). Every
 other column is a metric named by its normalised header (:func:`normalise_name`).
 Cells are parsed leniently (:func:`parse_number`); what is not a number is no data.
 """
@@ -20,8 +20,8 @@ from ruleengine.errors import RuleEngineError
 KeyKind = Literal["id", "name"]
 
 CUSTOM_PREFIX: Final = "custom:"
-ID_HEADERS: Final = ("id", "campaign_id", "adset_id", "ad_set_id", "entity_id")
-NAME_HEADERS: Final = ("name", "campaign_name", "adset_name", "ad_set_name")
+ID_HEADERS: Final = ("id", "campaign_id", "adset_id", "ad_set_id", "ad_id", "entity_id")
+NAME_HEADERS: Final = ("name", "campaign_name", "adset_name", "ad_set_name", "ad_name")
 
 
 class SheetsError(RuleEngineError):
@@ -177,7 +177,7 @@ class CustomMetricTable:
         """The value of ``metric`` for one entity, or None (no data).
 
         Args:
-            entity_id: The campaign or ad set id (used when the table is keyed by id).
+            entity_id: The campaign, ad set or ad id (used when the table is keyed by id).
             entity_name: Its name (used when keyed by name).
             metric: ``margin_pct``, ``custom:margin_pct`` or any spelling that
                 normalises to the column's name.

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo
 
 import orjson
 from pydantic import (
     Field,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
@@ -44,6 +45,7 @@ from ruleengine.rules.basics import (
     timezone_problem,
 )
 from ruleengine.rules.catalog import MetricSpec, Source, UnknownMetricError, resolve_metric
+from ruleengine.rules.levels import check_ad_action, check_metric_levels, ranking_value
 from ruleengine.rules.money import CURRENT_FORMAT, MIGRATE_HINT, MONEY_FIELDS, document_format
 from ruleengine.rules.schedule import DateRange, Schedule
 from ruleengine.rules.validation import PathError, field_errors
@@ -92,6 +94,19 @@ FILTER_FIELDS: dict[str, frozenset[str]] = {
             "campaign.id",
             "campaign.name",
             "campaign.objective",
+        }
+    ),
+    "ad": frozenset(
+        {
+            "id",
+            "name",
+            "effective_status",
+            "ad.id",
+            "ad.name",
+            "adset.id",
+            "adset.name",
+            "campaign.id",
+            "campaign.name",
         }
     ),
 }
@@ -150,6 +165,9 @@ def _range_value(raw: Any, operator: str) -> list[float]:
     return [low, high]
 
 
+_NUMBER: TypeAdapter[float] = TypeAdapter(Annotated[float, Field(allow_inf_nan=False)])
+
+
 class Condition(_MetricRef):
     """One test: ``metric(period) <operator> value`` or ``… <operator> compare_to``.
 
@@ -159,7 +177,8 @@ class Condition(_MetricRef):
 
     period: Period | None = None
     operator: Operator
-    value: float | list[float] | None = None
+    #: A number; ``[low, high]`` for the range operators; a ranking's label for a ranking.
+    value: float | list[float] | str | None = None
     compare_to: CompareTo | None = None
 
     @property
@@ -182,6 +201,9 @@ class Condition(_MetricRef):
         operator = info.data.get("operator")  # absent when the operator itself is wrong
         if raw is None:
             return None
+        metric = info.data.get("metric")
+        if metric is not None and resolve_metric(metric).ranking:
+            return ranking_value(raw, metric, operator)
         if operator in RANGE_OPERATORS:
             return _range_value(raw, operator)
         if isinstance(raw, list | tuple):
@@ -191,7 +213,7 @@ class Condition(_MetricRef):
                 f"operator {operator} takes one number; IN_RANGE and NOT_IN_RANGE take [low, high]"
             )
         try:
-            return handler(raw)
+            return _NUMBER.validate_python(raw)
         except ValidationError as exc:  # one message, not one per member of the union
             raise ValueError(str(exc.errors()[0]["msg"])) from None
 
@@ -208,6 +230,15 @@ class Condition(_MetricRef):
                 raise PathError("value", f"required: operator {self.operator} takes [low, high]")
         elif (self.value is None) == (self.compare_to is None):
             raise ValueError("give exactly one of 'value' (a number) or 'compare_to' (a metric)")
+        if self.spec.ranking and self.compare_to is not None:
+            raise PathError(
+                "compare_to", f"{self.metric} is compared with a label such as 'AVERAGE'"
+            )
+        if self.compare_to is not None and self.compare_to.spec.ranking:
+            raise PathError(
+                "compare_to.metric",
+                f"{self.compare_to.metric} is a label, not a number: compare it with a value",
+            )
         if self.spec.needs_period and self.period is None:
             raise PathError("period", f"required for the Insights metric '{self.metric}'")
         if self.compare_to and self.compare_to.spec.needs_period and self.compare_period is None:
@@ -537,6 +568,14 @@ class Rule(RuleModel):
                     f"'{task.action.type}' changes an ad set's bid_amount;"
                     f' it needs "level": "adset", not "{level}"',
                 )
+            if level == "ad":
+                check_ad_action(task.action, f"[{index}].action")
+            for c_index, condition in enumerate(task.conditions):
+                sides = [("metric", condition.spec)]
+                if condition.compare_to is not None:
+                    sides.append(("compare_to.metric", condition.compare_to.spec))
+                if level is not None:  # absent when the level itself is wrong
+                    check_metric_levels(sides, str(level), f"[{index}].conditions[{c_index}]")
         return tasks
 
     # ---- derived views
@@ -563,6 +602,8 @@ class Rule(RuleModel):
             wanted.add("daily_budget")
         if self.level == "adset":
             fields.append("campaign_id")
+        elif self.level == "ad":
+            fields += ["adset_id", "campaign_id"]
         return fields + sorted(wanted - set(fields))
 
     def definition(self) -> dict[str, Any]:

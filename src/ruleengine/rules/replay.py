@@ -154,8 +154,8 @@ class Fire:
     field: str | None
     before: Any
     after: Any
-    values: dict[str, float | None] = dataclasses.field(default_factory=dict)
-    other: dict[str, float | None] | None = None
+    values: dict[str, float | str | None] = dataclasses.field(default_factory=dict)
+    other: dict[str, float | str | None] | None = None
     followup: bool = False
 
     @property
@@ -213,7 +213,7 @@ def _live_filter(rule: Rule) -> LocalFilter | None:
     return LocalFilter(rule.level, entries) if entries else None
 
 
-def _values(verdict: TaskVerdict) -> dict[str, float | None]:
+def _values(verdict: TaskVerdict) -> dict[str, float | str | None]:
     return {
         f"{c.metric} {c.period}" if c.period else c.metric: c.actual for c in verdict.conditions
     }
@@ -328,7 +328,7 @@ class Replay:
 
     def other_values(
         self, entity_id: str, entity: Entity, task: Task, at: datetime
-    ) -> dict[str, float | None] | None:
+    ) -> dict[str, float | str | None] | None:
         """The fire's conditions read with the other view's numbers."""
         if self.other_share is False:
             return None

@@ -16,12 +16,13 @@ from __future__ import annotations
 from typing import Any, Final, Literal, get_args
 from zoneinfo import available_timezones
 
-from ruleengine.rules.action_types import ACTION_TYPES, ADSET_ACTIONS, FollowUpDo
-from ruleengine.rules.basics import Operator
-from ruleengine.rules.catalog import _LIST_FIELDS, resolve_metric, scaling_direction
+from ruleengine.rules.action_types import ACTION_TYPES, ADSET_ACTIONS, BUDGET_ACTIONS, FollowUpDo
+from ruleengine.rules.basics import LEVELS, Operator
+from ruleengine.rules.catalog import _LIST_FIELDS, RANKING_SCALE, resolve_metric, scaling_direction
+from ruleengine.rules.levels import metric_levels
 from ruleengine.rules.model import FILTER_FIELDS, FilterOperator, rule_json_schema
 
-Unit = Literal["money", "count", "ratio", "percent", "multiple", "hours", "hour"]
+Unit = Literal["money", "count", "ratio", "percent", "multiple", "hours", "hour", "ranking"]
 UNITS: Final = frozenset(get_args(Unit))
 _RATIO_NOTE = "A ratio of the period, not an average of its days."
 _CURRENCY = "in the account currency"
@@ -75,6 +76,41 @@ METRIC_TEXTS: Final[dict[str, tuple[str, Unit, str]]] = {
         "count",
         "The number of Accounts Center accounts that saw the ads at least once in the period"
         " (estimated; people are not added up across days).",
+    ),
+    "results": (
+        "Results",
+        "count",
+        "The number of results: what each ad set optimises for (its optimisation goal) —"
+        " purchases, leads, link clicks, reach … Each campaign, ad set or ad is evaluated"
+        " against its own indicator, which Rule Logs show with what the condition saw; a"
+        " campaign whose ad sets optimise for different things has no single result (no data).",
+    ),
+    "cost_per_result": (
+        "Cost per result",
+        "money",
+        f"Amount spent ÷ results, {_CURRENCY}, for each entity's own result indicator (its ad"
+        f" sets' optimisation goal). {_RATIO_NOTE}",
+    ),
+    "quality_ranking": (
+        "Quality ranking",
+        "ranking",
+        "How the ad's perceived quality compares with ads competing for the same audience:"
+        " BELOW_AVERAGE_10 (bottom 10 %) < BELOW_AVERAGE_20 < BELOW_AVERAGE_35 < AVERAGE <"
+        " ABOVE_AVERAGE. Ads only; UNKNOWN (too few impressions) matches no comparison.",
+    ),
+    "engagement_rate_ranking": (
+        "Engagement rate ranking",
+        "ranking",
+        "How the ad's expected engagement rate compares with ads competing for the same"
+        " audience, on the same scale as the quality ranking. Ads only; UNKNOWN matches no"
+        " comparison.",
+    ),
+    "conversion_rate_ranking": (
+        "Conversion rate ranking",
+        "ranking",
+        "How the ad's expected conversion rate compares with ads of the same optimisation goal"
+        " competing for the same audience, on the same scale as the quality ranking. Ads only;"
+        " UNKNOWN matches no comparison.",
     ),
     "frequency": (
         "Frequency",
@@ -308,10 +344,12 @@ GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             "mobile_app_purchase_roas",
         ),
     ),
+    ("Results", ("results", "cost_per_result")),
     (
         "Cost per result",
         ("cost_per_action_type", "cost_per_unique_action_type", "cost_per_conversion"),
     ),
+    ("Rankings (ads)", ("quality_ranking", "engagement_rate_ranking", "conversion_rate_ranking")),
     (
         "Budget",
         (
@@ -397,7 +435,7 @@ OBJECTIVES: Final = (
     "OUTCOME_APP_PROMOTION",
     "OUTCOME_SALES",
 )
-#: The effective_status values a campaign / an ad set can have (the others are ads').
+#: The effective_status values a campaign, an ad set and an ad can have.
 LEVEL_STATUSES: Final[dict[str, tuple[str, ...]]] = {
     "campaign": ("ACTIVE", "PAUSED", "IN_PROCESS", "WITH_ISSUES", "ARCHIVED", "DELETED"),
     "adset": (
@@ -409,7 +447,22 @@ LEVEL_STATUSES: Final[dict[str, tuple[str, ...]]] = {
         "ARCHIVED",
         "DELETED",
     ),
+    "ad": (
+        "ACTIVE",
+        "PAUSED",
+        "ADSET_PAUSED",
+        "CAMPAIGN_PAUSED",
+        "PENDING_REVIEW",
+        "DISAPPROVED",
+        "PREAPPROVED",
+        "PENDING_BILLING_INFO",
+        "IN_PROCESS",
+        "WITH_ISSUES",
+        "ARCHIVED",
+        "DELETED",
+    ),
 }
+LEVEL_LABELS: Final[dict[str, str]] = {"campaign": "Campaigns", "adset": "Ad sets", "ad": "Ads"}
 #: Filter field → (label, kind), per level; the field names are FILTER_FIELDS'.
 _FILTER_TEXTS: Final[dict[str, dict[str, tuple[str, str]]]] = {
     "campaign": {
@@ -429,6 +482,17 @@ _FILTER_TEXTS: Final[dict[str, dict[str, tuple[str, str]]]] = {
         "campaign.name": ("Campaign name", "text"),
         "campaign.id": ("Campaign ID", "id"),
         "campaign.objective": ("Campaign objective", "choice"),
+    },
+    "ad": {
+        "name": ("Name", "text"),
+        "id": ("ID", "id"),
+        "effective_status": ("Delivery status", "status"),
+        "ad.name": ("Ad name", "text"),
+        "ad.id": ("Ad ID", "id"),
+        "adset.name": ("Ad set name", "text"),
+        "adset.id": ("Ad set ID", "id"),
+        "campaign.name": ("Campaign name", "text"),
+        "campaign.id": ("Campaign ID", "id"),
     },
 }
 ACTION_LABELS: Final[dict[str, str]] = {
@@ -468,10 +532,21 @@ def _metric(name: str, template: str | None = None) -> dict[str, Any]:
         "needs_period": spec.needs_period,
         "target": scaling_direction(spec),
         "pattern": pattern,
+        "levels": list(metric_levels(spec)),
     }
+    if spec.ranking:
+        entry["scale"] = list(RANKING_SCALE)
     if template is not None:
         entry.update(_concrete_texts(name))
     return entry
+
+
+def _action_levels(action_type: str) -> list[str]:
+    if action_type in ADSET_ACTIONS:
+        return ["adset"]
+    if action_type in BUDGET_ACTIONS:
+        return ["campaign", "adset"]
+    return list(LEVELS)
 
 
 def _concrete_texts(name: str) -> dict[str, str]:
@@ -535,6 +610,7 @@ def vocabulary() -> dict[str, Any]:
     """The rule builder's vocabulary, JSON-ready (see docs/api.md, ``/api/rules/vocabulary``)."""
     return {
         "schema": rule_json_schema(),
+        "levels": [{"value": v, "label": label} for v, label in LEVEL_LABELS.items()],
         "metrics": [{"group": g, "metrics": _group_metrics(names)} for g, names in GROUPS],
         "action_types": list(ACTION_TYPE_NAMES),
         "periods": [{"value": v, "label": label} for v, label in PERIOD_LABELS.items()],
@@ -549,7 +625,7 @@ def vocabulary() -> dict[str, Any]:
             {
                 "type": t,
                 "label": ACTION_LABELS[t],
-                "levels": ["adset"] if t in ADSET_ACTIONS else ["campaign", "adset"],
+                "levels": _action_levels(t),
             }
             for t in ACTION_TYPES
         ],

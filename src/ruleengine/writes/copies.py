@@ -125,7 +125,7 @@ async def _start(
     options: dict[str, Any] = {
         "status_option": action.status_option,
         "rename_suffix": action.rename_suffix,
-        "deep_copy": action.deep_copy,
+        "deep_copy": None if run.rule.level == "ad" else action.deep_copy,
         "token": run.token,
         "ctx": WriteContext(run.account, entity.id, run.rule_id, run.batch_id),
     }

@@ -36,9 +36,11 @@ class NotifyError(RuleEngineError):
     """A message could not be delivered."""
 
 
-def _fmt(value: float | list[float] | None) -> str:
+def _fmt(value: float | list[float] | str | None) -> str:
     if value is None:
         return "no data"
+    if isinstance(value, str):  # a ranking's label
+        return value
     if isinstance(value, list):  # [low, high] of IN_RANGE / NOT_IN_RANGE
         return "[" + " to ".join(_fmt(v) for v in value) + "]"
     if value == int(value):
@@ -47,10 +49,13 @@ def _fmt(value: float | list[float] | None) -> str:
 
 
 def describe_conditions(results: list[ConditionResult]) -> str:
-    """``spend (today) 60 > 50 ✓; ctr (last_3d) no data < 0.6 ✗`` — what the rule saw."""
+    """``spend (today) 60 > 50 ✓; ctr (last_3d) no data < 0.6 ✗`` — what the rule saw (a
+    result with its indicator: ``results (last_7d) [actions:link_click] 12 >= 10 ✓``)."""
     parts = []
     for r in results:
         where = f"{r.metric} ({r.period})" if r.period else r.metric
+        if r.indicator is not None:  # what results were counted as, for this entity
+            where += f" [{r.indicator}]"
         rhs = r.compare_to + f" = {_fmt(r.expected)}" if r.compare_to else _fmt(r.expected)
         parts.append(f"{where} {_fmt(r.actual)} {r.operator} {rhs} {'✓' if r.passed else '✗'}")
     return "; ".join(parts)

@@ -17,7 +17,7 @@ from aiohttp import web
 from ruleengine.errors import FieldError
 from ruleengine.interop import meta_rules as interop
 from ruleengine.meta.http import Cost
-from ruleengine.rules.basics import is_account_id
+from ruleengine.rules.basics import LEVELS, is_account_id
 from ruleengine.rules.meta_import import ImportOptions, import_document
 from ruleengine.web.auth import actor
 from ruleengine.web.jsonio import ApiError, invalid, json_response, read_object
@@ -45,8 +45,8 @@ def _flag(body: dict[str, Any], name: str) -> bool:
 
 def _options(body: dict[str, Any]) -> ImportOptions:
     level = _text(body, "level")
-    if level not in (None, "campaign", "adset"):
-        raise invalid("invalid request", [FieldError("level", "must be campaign or adset")])
+    if level is not None and level not in LEVELS:
+        raise invalid("invalid request", [FieldError("level", "must be campaign, adset or ad")])
     return ImportOptions(
         webhook=_text(body, "webhook") or "meta-rules",
         activate=_flag(body, "activate"),

@@ -153,7 +153,7 @@
     }
   }
 
-  const UNIT_TEXT = { money: "money", count: "count", ratio: "ratio", percent: "%", multiple: "× (a multiple)", hours: "hours", hour: "hour of the day" };
+  const UNIT_TEXT = { money: "money", count: "count", ratio: "ratio", percent: "%", multiple: "× (a multiple)", hours: "hours", hour: "hour of the day", ranking: "Meta's ranking, worst to best" };
 
   // ---------------------------------------------------------------- writing the document
 
@@ -406,7 +406,7 @@
   // ---------------------------------------------------------------- sections
 
   function ruleSection() {
-    const levels = [["campaign", "Campaigns"], ["adset", "Ad sets"]];
+    const levels = B.vocab.levels || [["campaign", "Campaigns"], ["adset", "Ad sets"], ["ad", "Ads"]];
     return section("Rule", null,
       el("div", { class: "row" },
         field("Name", textInput(["name"], { required: true, keepEmpty: true, spellcheck: true }), { required: true, wide: true }),
@@ -636,10 +636,18 @@
     const info = metricInfo(condition.metric);
     const affix = unitAffix(info && info.unit);
     const picker = metricPicker([...keys, "metric"], {
+      // only what the rule's level can read: rankings on ads, budgets above them
+      filter: (m) => !m.levels || !B.model.level || m.levels.includes(B.model.level),
       onPick: (metric) => {
         const now = getAt(keys);
         if (!metric.needs_period) delete now.period;
         else if (!now.period) now.period = "today";
+        // a ranking is compared with one of its labels; every other metric with a number
+        if (metric.scale) {
+          delete now.compare_to;
+          if (!metric.scale.includes(now.value)) now.value = "AVERAGE";
+          if (RANGE_OPERATORS.has(now.operator)) now.operator = "<=";
+        } else if (typeof now.value === "string") now.value = 0;
         writeJson();
         render();
       },
@@ -652,6 +660,7 @@
         }
       },
     });
+    const ranking = !!(info && info.scale);
     const range = RANGE_OPERATORS.has(condition.operator);
     const comparing = !range && condition.compare_to && typeof condition.compare_to === "object";
     const setOperator = (operator) => {
@@ -687,6 +696,8 @@
         field("Multiplier", numberInput([...ck, "multiplier"], { min: 0 }), { suffix: "×" }),
         el("div", { class: "fld wide" }, el("label", { for: other.input.id }, "of metric"), other.wrap, other.help),
         field("Period", select([...ck, "period"], B.vocab.periods, { empty: "— (the condition's)" })));
+    } else if (ranking) {
+      right = field("Value", select([...keys, "value"], info.scale, { required: true }));
     } else {
       right = field("Value", numberInput([...keys, "value"], { step: affix.step, required: true }), affix);
     }
@@ -697,7 +708,7 @@
       el("div", { class: "fld metric" }, el("label", { for: picker.input.id }, `Condition ${n + 1}: metric`), picker.wrap, picker.help),
       periodControl,
       field("Operator", select([...keys, "operator"], B.vocab.operators, { onChange: setOperator })),
-      range ? null : field("Compared with", (() => {
+      range || ranking ? null : field("Compared with", (() => {
         const node = el("select", {}, el("option", { value: "value" }, "a number"), el("option", { value: "metric" }, "another metric ×"));
         node.value = comparing ? "metric" : "value";
         node.dataset.focus = pathOf(keys) + ":right";

@@ -176,6 +176,7 @@ const RE = (() => {
         " ", el("code", {}, c.metric + (c.period ? " (" + c.period + ")" : "")),
         " " + c.operator + " " + target + " · seen ",
         el("strong", {}, c.actual === null || c.actual === undefined ? "no data" : fmtValue(c.actual)),
+        c.indicator ? el("span", { class: "muted indicator" }, " (" + c.indicator + ")") : null,
         c.reason ? el("span", { class: "reason" }, " " + c.reason) : null);
     }));
   }
