@@ -44,6 +44,7 @@ from ruleengine.rules.basics import (
     timezone_problem,
 )
 from ruleengine.rules.catalog import MetricSpec, Source, UnknownMetricError, resolve_metric
+from ruleengine.rules.holdout import Holdout
 from ruleengine.rules.money import CURRENT_FORMAT, MIGRATE_HINT, MONEY_FIELDS, document_format
 from ruleengine.rules.schedule import DateRange, Schedule
 from ruleengine.rules.validation import PathError, field_errors
@@ -325,6 +326,8 @@ class Task(RuleModel):
     max_change_pct_while_learning: float | None = Field(default=None, gt=0, le=100)
     #: Planned changes wait for a person's approval (see :class:`Approval`).
     approval: Approval | None = None
+    #: A share of the matched entities left unchanged to measure the task (docs/impact.md).
+    holdout: Holdout | None = None
 
     @field_validator("action")
     @classmethod

@@ -60,7 +60,11 @@ EXECUTION_COUNT_INDEX: Final = [
 #: The index of an entity's budget changes (the write path's look at Meta's hourly limit and
 #: minimum budgets names it as its hint: the embedded server's planner scans the collection for
 #: an ``$or`` without it).
-BUDGET_HISTORY_INDEX: Final = [("entity_id", ASCENDING), ("field", ASCENDING), ("applied_at", DESCENDING)]
+BUDGET_HISTORY_INDEX: Final = [
+    ("entity_id", ASCENDING),
+    ("field", ASCENDING),
+    ("applied_at", DESCENDING),
+]
 
 #: The index of pending intents: the reaper's orphans, and the claim each acquisition of an
 #: account's write lock makes on the account's pending intents (which names it as its hint,
