@@ -395,6 +395,7 @@ UNSET_LEFT_OUT: dict[str, tuple[str, ...]] = {
         "respect_learning_phase",
         "max_change_pct_while_learning",
         "approval",
+        "holdout",
     ),
 }
 
