@@ -4,16 +4,23 @@ effect agrees with the sandbox's counterfactual truth (docs/impact.md)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from flow import campaign_rule, dispatch, records, save_rule, work
+from flow import campaign_rule, dispatch, engine_for, records, save_rule, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
+from ruleengine.analysis.impact import rule_impact
+from ruleengine.backtest.service import BacktestDeps
+from ruleengine.dispatching.payload import EvaluateJob
+from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.holdout import Holdout, is_held_out
+from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.worker.job import evaluate_account
+from support import SANDBOX_NOW, SANDBOX_TOKEN
 
 HAS_BUDGET = {"metric": "daily_budget", "operator": ">", "value": 0}
 NEW_YORK = ZoneInfo("America/New_York")
@@ -61,3 +68,102 @@ async def test_held_out_entities_are_recorded_with_their_change_and_never_writte
         ("skipped", "next_execute_not_reached")
     }
     assert not {w["id"] for w in await sandbox.writes()} & held
+
+
+LOSING = [
+    {"metric": "purchase_roas.omni_purchase", "period": "last_7d", "operator": "<", "value": 1.2},
+    {"metric": "spend", "period": "last_7d", "operator": ">", "value": 20},
+]
+
+
+def losers_rule(percent: float | None, account: str = "act_1001") -> dict[str, Any]:
+    """Pause the ad sets whose ROAS over 7 days is under 1.2 (the sandbox's losers, whose
+    true ROAS is under 1: pausing them raises profit), once a week at most."""
+    data = campaign_rule({"type": "pause"}, LOSING, name=f"Losers {percent}", level="adset")
+    data["tasks"][0]["cooldown_minutes"] = 7 * 24 * 60
+    data["ad_accounts"] = [account]
+    if percent is not None:
+        data["tasks"][0]["holdout"] = {"percent": percent}
+    return data
+
+
+async def run_on_day(
+    settings: Settings, db: Database, sandbox: SandboxAdmin, rule_id: str, at: datetime
+) -> None:
+    """One run of the rule on its account at ``at``, the sandbox's clock there (as the worker
+    runs a job)."""
+    doc = await db[c.RULES].find_one({"_id": rule_id})
+    assert doc is not None
+    rule = parse_rule(doc["definition"] | {"status": "ACTIVE"})
+    (account,) = rule.ad_accounts
+    await sandbox.set_clock(at)
+    async with engine_for(settings, db) as engine:
+        reader = GraphReader.from_settings(engine.session)
+        entities = await reader.list_for_rule(rule, account, token=SANDBOX_TOKEN)
+        job = EvaluateJob.of(
+            rule,
+            batch_id=f"{rule_id}-{account}-{at:%Y%m%d%H}",
+            rule_id=rule_id,
+            version=1,
+            account=account,
+            entities=entities,
+            scheduled_at=at,
+            dispatched_at=at,
+        )
+        summary = await evaluate_account(engine, job, now=at)
+    assert summary.status == "DONE", summary.error
+
+
+async def true_profit_effect(sandbox: SandboxAdmin, record: dict[str, Any], hours: int) -> float:
+    """What pausing earned over the ``hours`` whole hours after the decision: actual minus
+    counterfactual profit, from the sandbox's truth (currency units)."""
+    at = record["created_at"].replace(tzinfo=UTC)
+    start = at.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    end = start + timedelta(hours=hours)
+    answer = await sandbox.counterfactual(
+        record["entity_id"],
+        since=at,
+        date_start=start.astimezone(NEW_YORK).date(),
+        date_stop=end.astimezone(NEW_YORK).date(),
+        increment="hour",
+    )
+    total = 0
+    for row in answer["rows"]:
+        hour = datetime.combine(date.fromisoformat(row["date_start"]), time(row["hour"]), NEW_YORK)
+        if start <= hour.astimezone(UTC) < end:
+            effect = row["effect"]
+            total += effect["purchase_value_cents"] - effect["spend_cents"]
+    return total / 100
+
+
+async def test_a_30_pct_holdout_measures_the_true_effect_of_pausing_losers(
+    settings: Settings, db: Database, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    await sandbox.reset(seed=1, scenario="demo", campaigns_per_account=96)
+    measured = await save_rule(db, losers_rule(30), now=SANDBOX_NOW)
+    unmeasured = await save_rule(db, losers_rule(None, "act_1002"), now=SANDBOX_NOW)
+    for day in range(3):  # three simulated days, a run a day
+        for rule in (measured, unmeasured):
+            await run_on_day(settings, db, sandbox, rule.id, SANDBOX_NOW + timedelta(days=day))
+    now = SANDBOX_NOW + timedelta(days=8)
+    await sandbox.set_clock(now)
+    async with BacktestDeps.open(settings, db) as deps:
+        report = await rule_impact(deps, measured.id, days=10, window="72h", now=now)
+        plain = await rule_impact(deps, unmeasured.id, days=10, window="72h", now=now)
+    (task,) = report["tasks"]
+    assert task["enough_data"], task
+    acted = [r for r in await records(db, rule_id=measured.id) if r["outcome"] == "applied"]
+    assert task["counts"]["acted"] == len(acted) and task["counts"]["held_out"] >= 5
+    truths = [await true_profit_effect(sandbox, r, 72) for r in acted]
+    truth = sum(truths) / len(truths)
+    profit = task["effects"]["profit"]
+    assert truth > 0  # pausing ad sets that lose money raises profit
+    assert profit["low"] <= truth <= profit["high"], (truth, task["effects"], truths)
+    assert task["total_profit_effect"] == round(profit["effect"] * len(acted), 2)
+    # the same rule without a holdout (on another account) acts on every loser, claims nothing
+    (bare,) = plain["tasks"]
+    assert (
+        bare["measured"] is False and bare["effects"] == {} and bare["chart"] == {"bucket": "hour"}
+    )
+    assert bare["counts"]["acted"] > 0 and bare["counts"]["held_out"] == 0
+    assert bare["note"].startswith("not measured")
