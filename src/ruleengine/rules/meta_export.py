@@ -367,6 +367,13 @@ class _Exporter(Report):
                 "Meta's rules cannot wait for a person's approval: the exported rule makes"
                 " its changes at once",
             )
+        if task.holdout is not None:
+            self.warn(
+                f"{path}.holdout",
+                task.holdout.model_dump(mode="json"),
+                "Meta's rules have no holdouts: the exported rule acts on every object it"
+                " matches, and its effect is no longer measured",
+            )
         return execution | ({"execution_options": options} if options else {})
 
     def _change_spec(
