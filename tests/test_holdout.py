@@ -19,6 +19,7 @@ from ruleengine.rules.holdout import Holdout, is_held_out
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.store.ruledocs import RuleDoc
 from ruleengine.worker.job import evaluate_account
 from support import SANDBOX_NOW, SANDBOX_TOKEN
 
@@ -136,15 +137,25 @@ async def true_profit_effect(sandbox: SandboxAdmin, record: dict[str, Any], hour
     return total / 100
 
 
+async def simulate_losers(
+    settings: Settings, db: Database, sandbox: SandboxAdmin, start: datetime
+) -> tuple[RuleDoc, RuleDoc]:
+    """The demo world enlarged (about 40 losing ad sets an account), the losers rule with a
+    30 % holdout on act_1001 and without one on act_1002, run once a day for three simulated
+    days from ``start``."""
+    await sandbox.reset(seed=1, scenario="demo", campaigns_per_account=96)
+    measured = await save_rule(db, losers_rule(30), now=start)
+    unmeasured = await save_rule(db, losers_rule(None, "act_1002"), now=start)
+    for day in range(3):
+        for rule in (measured, unmeasured):
+            await run_on_day(settings, db, sandbox, rule.id, start + timedelta(days=day))
+    return measured, unmeasured
+
+
 async def test_a_30_pct_holdout_measures_the_true_effect_of_pausing_losers(
     settings: Settings, db: Database, accounts: list[str], sandbox: SandboxAdmin
 ) -> None:
-    await sandbox.reset(seed=1, scenario="demo", campaigns_per_account=96)
-    measured = await save_rule(db, losers_rule(30), now=SANDBOX_NOW)
-    unmeasured = await save_rule(db, losers_rule(None, "act_1002"), now=SANDBOX_NOW)
-    for day in range(3):  # three simulated days, a run a day
-        for rule in (measured, unmeasured):
-            await run_on_day(settings, db, sandbox, rule.id, SANDBOX_NOW + timedelta(days=day))
+    measured, unmeasured = await simulate_losers(settings, db, sandbox, SANDBOX_NOW)
     now = SANDBOX_NOW + timedelta(days=8)
     await sandbox.set_clock(now)
     async with BacktestDeps.open(settings, db) as deps:

@@ -60,6 +60,12 @@ async def test_a_half_held_out_rule_answers_counts_and_not_enough_data_yet(
     code, out, _ = await _cli(web_settings, "rules", "impact", rule.id)
     assert code == 0 and "held out" in out and "not enough data yet" in out
 
+    ranked = await client.get("/api/benchmark/impact?days=7&window=24h", headers=AUTH)
+    assert ranked.status == 200
+    (item,) = (await ranked.json())["items"]
+    assert (item["rule_id"], item["task_id"], item["enough_data"]) == (rule.id, "t", False)
+    assert item["profit"] is None and item["counts"] == counts
+
     bad = await client.get(f"/api/rules/{rule.id}/impact?window=2d", headers=AUTH)
     assert bad.status == 422 and "window" in await bad.text()
     missing = await client.get("/api/rules/nope/impact", headers=AUTH)

@@ -343,6 +343,11 @@ class _Exporter(Report):
                 )
                 return None
             options.append({"field": meta, "value": value, "operator": "EQUAL"})
+        self._task_warnings(task, path)
+        return execution | ({"execution_options": options} if options else {})
+
+    def _task_warnings(self, task: Task, path: str) -> None:
+        """What a task has that Meta's rules do without: exported, with a warning."""
         if task.on_oscillation:
             why = "Meta's rules do not look for oscillation; the hold stays behind"
             self.warn(f"{path}.on_oscillation", task.on_oscillation, why)
@@ -374,7 +379,6 @@ class _Exporter(Report):
                 "Meta's rules have no holdouts: the exported rule acts on every object it"
                 " matches, and its effect is no longer measured",
             )
-        return execution | ({"execution_options": options} if options else {})
 
     def _change_spec(
         self, action: PercentBudgetAction | ChangeBidAction | ScaleToTargetAction, path: str

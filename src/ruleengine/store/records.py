@@ -364,6 +364,11 @@ class ExecutionStore:
                 active[key] = until
         return active
 
+    async def rules_holding_out(self, *, since: datetime) -> list[str]:
+        """The rules that held an entity out since ``since`` (the ones whose effect is measured)."""
+        query = {"outcome": "held_out", "created_at": {"$gte": since}}
+        return sorted(str(r) for r in await self._executions.distinct("rule_id", query))
+
     async def decisions(self, rule_id: str, *, since: datetime) -> list[Document]:
         """The rule's changes made and held out since ``since`` (what its impact compares),
         oldest first: ``applied`` and ``held_out`` records, without their traces."""

@@ -54,6 +54,7 @@ ROUTE_ROLES: Final[dict[tuple[str, str], Role]] = {
     ("GET", "/api/rules/conflicts"): "viewer",
     # a rule's impact: the history cache, and Graph for the hours it lacks
     ("GET", "/api/rules/{id}/impact"): "viewer",
+    ("GET", "/api/benchmark/impact"): "viewer",
     # analysis that changes nothing
     ("POST", "/api/rules/validate"): "viewer",
     ("POST", "/api/rules/conflicts"): "viewer",
