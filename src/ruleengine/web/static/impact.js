@@ -13,6 +13,12 @@
   const HELD = "#c2571a";
   const LABELS = { profit: "Profit", spend: "Spend", revenue: "Revenue", purchases: "Purchases", roas: "ROAS", cpa: "CPA" };
 
+  function swatch(colour) {
+    const node = el("span", { class: "swatch", "aria-hidden": "true" });
+    node.style.background = colour;  // through the CSSOM: the page's CSP refuses style attributes
+    return node;
+  }
+
   function destroyCharts() {
     for (const chart of state.charts) chart.destroy();
     state.charts = [];
@@ -42,7 +48,7 @@
     const band = (fill) => ({ fill, width: 0, points: { show: false } });
     const opts = {
       width: Math.max(320, Math.floor(node.getBoundingClientRect().width) || 640), height: 240,
-      legend: { show: true },
+      legend: { show: false },
       cursor: { drag: { x: false, y: false } },
       scales: { x: { time: false } },
       axes: [
@@ -88,7 +94,11 @@
     const figure = el("figure", { class: "impact-chart" });
     if (task.measured && (task.chart.acted || []).length) {
       const node = el("div", { role: "img", "aria-label": "Mean profit above baseline since the decision, acted and held-out entities, with 95 % bands" });
-      figure.append(el("figcaption", {}, "Mean profit above baseline, by " + (task.chart.bucket || "hour") + " since the decision"), node);
+      const legend = el("div", { class: "legend" },
+        el("span", { class: "legend-item" }, swatch(ACTED), "acted"),
+        el("span", { class: "legend-item" }, swatch(HELD), "held out"),
+        el("span", { class: "muted" }, "bands: 95 % of the mean"));
+      figure.append(el("figcaption", {}, "Mean profit above baseline, by " + (task.chart.bucket || "hour") + " since the decision"), legend, node);
       parts.push(figure);
       requestAnimationFrame(() => chart(task, node, task.chart.bucket));
     }
