@@ -104,6 +104,12 @@
 
   /* Rules with a holdout, ranked by their measured effect (GET /api/benchmark/impact). */
   async function loadImpact() {
+    if (!RE.token()) {  // the ranking reads Insights: it needs a token, so do not ask without one
+      $("impact-empty").textContent = "Paste the API token at the top to see the rules' measured effects.";
+      $("impact-empty").classList.remove("hidden");
+      return;
+    }
+    $("impact-empty").textContent = "No rule held an entity out in the last 14 days.";
     let report;
     try {
       report = await api("GET", "/api/benchmark/impact?days=14&window=" + $("impact-rank-window").value);

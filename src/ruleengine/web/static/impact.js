@@ -107,6 +107,10 @@
 
   async function load() {
     if (!state.ruleId) return;
+    if (!RE.token()) {  // the report reads Insights: it needs a token, so do not ask without one
+      $("impact-tasks").replaceChildren(el("p", { class: "muted" }, "Paste the API token at the top to measure this rule's impact."));
+      return;
+    }
     const seq = ++state.seq;
     const query = new URLSearchParams({ days: $("impact-days").value || "14", window: $("impact-window").value });
     $("impact-status").textContent = "Measuring…";
