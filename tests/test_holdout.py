@@ -20,6 +20,7 @@ from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.ruledocs import RuleDoc
+from ruleengine.undo.plan import undoable
 from ruleengine.worker.job import evaluate_account
 from support import SANDBOX_NOW, SANDBOX_TOKEN
 
@@ -69,6 +70,31 @@ async def test_held_out_entities_are_recorded_with_their_change_and_never_writte
         ("skipped", "next_execute_not_reached")
     }
     assert not {w["id"] for w in await sandbox.writes()} & held
+    # an undo puts back applied changes only: a held-out decision has nothing to undo
+    assert not any(undoable(r) for r in rows if r["entity_id"] in held)
+
+
+async def test_a_held_out_entity_is_never_proposed_for_approval(
+    settings: Settings, db: Database, accounts: list[str], sandbox: SandboxAdmin
+) -> None:
+    data = held_rule(50)
+    data["tasks"][0]["approval"] = {"when": "always"}
+    rule = await save_rule(db, data)
+    await dispatch(settings, db, now=datetime.now(UTC))
+    await work(settings)
+    rows = await records(db, rule_id=rule.id, task_id="t")
+    held = {r["entity_id"] for r in rows if r["outcome"] == "held_out"}
+    waiting = {r["entity_id"] for r in rows if r["outcome"] == "awaiting_approval"}
+    assert held and waiting and not held & waiting
+    proposed = {a["entity_id"] async for a in db[c.APPROVALS].find({"rule_id": rule.id})}
+    assert proposed == waiting
+    for record in (r for r in rows if r["outcome"] == "held_out"):
+        assert (record["before"], record["after"], record["approval_id"]) == (
+            "ACTIVE",
+            "PAUSED",
+            None,
+        )
+    assert await sandbox.writes() == []
 
 
 LOSING = [
