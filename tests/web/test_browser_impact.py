@@ -35,6 +35,9 @@ async def test_the_impact_panel_shows_the_effect_its_interval_and_the_chart(
     await sandbox.set_clock(now)
     base = str(client.make_url("")).rstrip("/")
     console = await _open(page, f"{base}/rules/{measured.id}#token={API_TOKEN}")
+    await page.wait_for_selector("#impact-toggle:not(.hidden)")
+    await page.focus("#impact-toggle")
+    await page.keyboard.press("Enter")  # reachable from the keyboard
     await page.wait_for_selector("#impact-block:not(.hidden)")
     task = await page.wait_for_selector(
         "#impact-tasks .impact-task[data-task='t'] .impact-headline", timeout=MEASURE_TIMEOUT_MS
@@ -51,6 +54,8 @@ async def test_the_impact_panel_shows_the_effect_its_interval_and_the_chart(
 
     # a rule without a holdout: counts, and "not measured", never a chart
     await page.goto(f"{base}/rules/{unmeasured.id}")
+    await page.wait_for_selector("#impact-toggle:not(.hidden)")
+    await page.click("#impact-toggle")
     note = await page.wait_for_selector(
         "#impact-tasks .impact-task .impact-note", timeout=MEASURE_TIMEOUT_MS
     )

@@ -53,7 +53,10 @@ async def rule_impact(
     doc = await RuleStore(deps.db).get(rule_id)
     rule = parse_rule(doc.definition)
     records = await ExecutionStore(deps.db).decisions(rule_id, since=now - timedelta(days=days))
-    hours = await _delivery(deps, records, level=rule.level, window=window, now=now)
+    # delivery only for the tasks a holdout measures: the others are counted, nothing more
+    measured = {task.id for task in rule.tasks if task.holdout is not None}
+    wanted = [r for r in records if r.get("task_id") in measured]
+    hours = await _delivery(deps, wanted, level=rule.level, window=window, now=now)
     tasks = []
     for task in rule.tasks:
         decisions = [_decision(r) for r in records if r.get("task_id") == task.id]

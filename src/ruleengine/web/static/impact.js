@@ -130,17 +130,40 @@
     $("impact-status").textContent = "Impact measured";
   }
 
+  function setOpen(open) {
+    $("impact-block").classList.toggle("hidden", !open);
+    $("impact-toggle").setAttribute("aria-expanded", String(open));
+    if (!open) {
+      destroyCharts();
+      $("impact-tasks").replaceChildren();
+    }
+  }
+
+  /* The report reads Insights: it is measured when asked for (the Impact button), not on
+     every rule shown. */
   function ruleShown(event) {
     const { isNew, id } = event.detail;
-    destroyCharts();
-    $("impact-tasks").replaceChildren();
     state.ruleId = isNew ? null : id;
-    $("impact-block").classList.toggle("hidden", isNew);
-    if (!isNew) load();
+    setOpen(false);
+    $("impact-toggle").classList.toggle("hidden", isNew);
+  }
+
+  function toggle() {
+    const open = $("impact-block").classList.contains("hidden");
+    setOpen(open);
+    if (open) {
+      $("impact-days").focus();
+      load();
+    }
   }
 
   document.addEventListener("ruleeditor:shown", ruleShown);
   document.addEventListener("DOMContentLoaded", () => {
+    $("impact-toggle").addEventListener("click", toggle);
+    $("impact-close").addEventListener("click", () => {
+      setOpen(false);
+      $("impact-toggle").focus();
+    });
     $("impact-form").addEventListener("submit", (event) => {
       event.preventDefault();
       load();
