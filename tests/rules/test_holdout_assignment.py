@@ -144,3 +144,10 @@ def test_without_a_holdout_the_effect_is_not_measured() -> None:
     )
     assert (impact.acted, impact.effects, impact.chart) == (12, {}, {})
     assert impact.note.startswith("not measured")
+
+
+def test_an_entity_whose_delivery_could_not_be_read_is_counted_not_measured() -> None:
+    decisions, hours = _world(2.0, acted=12, held=6)
+    del hours["e0"]  # e.g. Graph refused its rows: not the same as "delivered nothing"
+    impact = measure("t", decisions, hours, window="24h", now=T0 + timedelta(days=2), measured=True)
+    assert (impact.acted, impact.acted_complete) == (12, 11)

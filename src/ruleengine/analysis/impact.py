@@ -22,6 +22,7 @@ import orjson
 
 from ruleengine.backtest.history import HistoryRequest, HistoryResult
 from ruleengine.backtest.service import BacktestDeps
+from ruleengine.errors import RuleEngineError
 from ruleengine.rules.history import MAX_DAYS, DayRange
 from ruleengine.rules.impact import WINDOW_HOURS, Decision, Hourly, TaskImpact, measure
 from ruleengine.rules.model import parse_rule
@@ -107,25 +108,31 @@ def _task_json(impact: TaskImpact, percent: float | None) -> dict[str, Any]:
 async def _delivery(
     deps: BacktestDeps, records: Sequence[Document], *, level: str, window: str, now: datetime
 ) -> dict[str, dict[datetime, Hourly]]:
-    """entity → UTC hour → delivery, around every decision, from the history cache."""
+    """entity → UTC hour → delivery, around every decision, from the history cache (an entity
+    whose delivery could not be read is absent: its decisions are counted, not measured)."""
     by_account: dict[str, list[Document]] = defaultdict(list)
     for record in records:
         by_account[str(record["account"])].append(record)
     hours: dict[str, dict[datetime, Hourly]] = {}
     span = timedelta(hours=WINDOW_HOURS[window] + 1)
     for account_id, mine in by_account.items():
-        account = await deps.credentials.get(account_id)
+        try:
+            account = await deps.credentials.get(account_id)
+            token = await deps.credentials.usable_token(token_ref(account_id))
+        except RuleEngineError as exc:  # removed, or its token refused: its decisions wait
+            log.warning("impact: no delivery of %s: %s", account_id, exc)
+            continue
         tz = ZoneInfo(account.timezone)
         first = min(_decision(r).at for r in mine) - span
         last = min(max(_decision(r).at for r in mine) + span, now)
         days = _days(first, last, tz)
         ids = tuple(sorted({str(r["entity_id"]) for r in mine}))
-        token = await deps.credentials.usable_token(token_ref(account_id))
         request = HistoryRequest(
             account_id, level, ids, fields=("spend",), days=days, hourly_fields=HOURLY_FIELDS
         )
         result = await deps.history.get(request, token=token, timezone=account.timezone, now=now)
-        hours.update(_hourly(result, ids, days, tz))
+        # an entity Graph did not answer for has no hours: not "nothing delivered"
+        hours.update(_hourly(result, [i for i in ids if i not in result.errors], days, tz))
     return hours
 
 

@@ -170,21 +170,21 @@ def measure(
     measured: bool,
     seed: int = 0,
 ) -> TaskImpact:
-    """The task's impact from its decisions and its entities' hourly delivery."""
+    """The task's impact from its decisions and its entities' hourly delivery (``hours``:
+    entity → hour → delivery; an entity without a key could not be read and is not measured,
+    one with an empty mapping delivered nothing)."""
     impact = TaskImpact(task_id, window, measured=measured)
     impact.acted = sum(not d.held_out for d in decisions)
     impact.held_out = sum(d.held_out for d in decisions)
     if not measured:
         return impact
     bucket = 24 if window == "7d" else 1
+    # an entity absent from ``hours`` could not be read: counted, never measured as zero
     changes = [
         c
         for d in decisions
-        if (
-            c := change_of(
-                d, hours.get(d.entity_id, {}), window=window, now=now, bucket_hours=bucket
-            )
-        )
+        if d.entity_id in hours
+        and (c := change_of(d, hours[d.entity_id], window=window, now=now, bucket_hours=bucket))
         is not None
     ]
     acted = _by_entity([c for c in changes if not c.decision.held_out])
