@@ -111,7 +111,7 @@ def _foreign(modules: set[str], *, layers: set[str], basics: frozenset[str]) -> 
         ("accounts", {"accounts", "store", "meta", "rules"}, BASICS),
         ("acting", {"acting", "accounts", "store", "meta", "rules"}, BASICS),
         ("guards", {"guards", "acting", "store", "rules"}, BASICS),
-        ("analysis", {"analysis", "store", "meta", "rules"}, BASICS),
+        ("analysis", {"analysis", "backtest", "store", "meta", "rules"}, BASICS),
         ("backtest", {"backtest", "store", "meta", "rules"}, BASICS),
         ("interop", {"interop", "analysis", "store", "meta", "rules"}, BASICS),
         ("devstack", {"devstack", "store", "rules"}, BASICS),

@@ -179,6 +179,7 @@ def _rule(action: dict[str, object], **task: object) -> dict[str, object]:
             "undo the whole batch",
         ),
         ({}, {"approval": {"when": "always"}}, "tasks[0].approval", "not approved entity"),
+        ({}, {"holdout": {"percent": 20}}, "tasks[0].holdout", "cannot be measured"),
     ],
 )
 def test_a_wrong_rebalance_is_refused_with_its_path(

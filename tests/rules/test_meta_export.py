@@ -497,3 +497,11 @@ def test_an_approval_is_exported_with_a_warning_that_meta_changes_at_once() -> N
     warned = {p.path: (p.severity, p.why) for p in result.problems}
     severity, why = warned["tasks[0].approval"]
     assert severity == "warning" and "approval" in why and "at once" in why
+
+
+def test_a_holdout_is_exported_with_a_warning_that_meta_has_none() -> None:
+    result = export(base(action={"type": "pause"}, holdout={"percent": 20}))
+    assert result.complete and len(result.rules) == 1
+    warned = {p.path: (p.severity, p.why) for p in result.problems}
+    severity, why = warned["tasks[0].holdout"]
+    assert severity == "warning" and "no holdouts" in why and "every object" in why

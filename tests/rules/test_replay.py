@@ -330,3 +330,51 @@ def test_a_raise_without_max_budget_stops_where_no_budget_goes() -> None:
     result = replay.run()
     assert result.blocked["beyond_any_budget"] > 0
     assert max(int(f.after) for f in result.fires) <= 10**12 * 100
+
+
+def test_a_holdout_keeps_its_entities_unchanged_in_the_replay_as_the_engine_does() -> None:
+    """A stored rule's holdout draws as the live engine does: held-out entities get no fire
+    and keep their budget (counted as ``held_out``); a draft, without an id, acts on all."""
+    from ruleengine.rules.holdout import Holdout, is_held_out
+
+    data = {
+        "name": "held",
+        "format": 2,
+        "level": "campaign",
+        "ad_accounts": ["act_1"],
+        "schedule": {"mode": "interval", "every_minutes": 60},
+        "timezone": "America/New_York",
+        "tasks": [
+            {
+                "id": "up",
+                "conditions": [
+                    {"metric": "spend", "period": "last_7d", "operator": ">", "value": 0}
+                ],
+                "action": {"type": "increase_budget", "percent": 10},
+                "cooldown_minutes": 24 * 60,
+                "holdout": {"percent": 50},
+            }
+        ],
+    }
+    rule = parse_rule(data)
+    ids = [f"e{i}" for i in range(8)]
+    since = datetime(2026, 11, 8, 5, 0, tzinfo=UTC)
+    until = since + timedelta(days=2)
+
+    def replayed(rule_id: str | None) -> Any:
+        return Replay(
+            rule,
+            account(rule, history(5, ids), [5000] * len(ids)),
+            ReplayOptions(),
+            instants=run_instants(rule, since=since, until=until),
+            until=until,
+            rule_id=rule_id,
+        ).run()
+
+    held = {e for e in ids if is_held_out("rule-1", "up", e, Holdout(percent=50))}
+    assert held and held != set(ids)
+    stored, draft = replayed("rule-1"), replayed(None)
+    assert {f.entity_id for f in stored.fires} == set(ids) - held
+    assert {f.entity_id for f in draft.fires} == set(ids)
+    assert stored.blocked["held_out"] == len(draft.fires) - len(stored.fires)
+    assert all(stored.end[e]["daily_budget"] == stored.start[e]["daily_budget"] for e in held)

@@ -53,7 +53,9 @@ from ruleengine.rules.targets import (
 )
 from ruleengine.store.intents import EXECUTION_COUNT_LIMIT, Intent, IntentStore, Resolution
 
-Outcome = Literal["applied", "no_change", "skipped", "failed", "would_apply", "awaiting_approval"]
+Outcome = Literal[
+    "applied", "no_change", "skipped", "failed", "would_apply", "awaiting_approval", "held_out"
+]
 # Effects that cannot be read back from Meta afterwards: a pending one is never retried.
 log = logging.getLogger(__name__)
 

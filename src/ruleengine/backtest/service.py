@@ -218,6 +218,11 @@ async def run_backtest(
         max_budget_change_pct=deps.settings.max_budget_change_pct,
         budget_changes_per_hour=c.ADSET_BUDGET_CHANGES_PER_HOUR,
     )
+    if request.rule_id is None and any(task.holdout for task in rule.tasks):
+        tally.note(
+            "a draft's holdout is not replayed (who is held out is drawn with the stored"
+            " rule's id): every entity a task matches acts"
+        )
     views: dict[str, list[Fire] | None] = {"matured": [], "as_seen": [] if use_seen else None}
     ends: dict[str, dict[tuple[str, str], dict[str, Any]]] = {"matured": {}, "as_seen": {}}
     starts: dict[tuple[str, str], dict[str, Any]] = {}
@@ -237,6 +242,7 @@ async def run_backtest(
                 until=until,
                 share=share_fn if seen else None,
                 other_share=(None if seen else share_fn) if curve is not None else False,
+                rule_id=request.rule_id,
             )
             with tally.timed("replay"):
                 done = await _replay(replay, report, view=view, part=(step, steps))
@@ -272,6 +278,11 @@ def _note_blocked(tally: Tally, account: str, blocked: dict[str, int]) -> None:
             f"{blocked['beyond_any_budget']} budget change(s) on {account} would have passed"
             f" {MAX_BUDGET:,} in the account's currency, more than Meta takes: the replay"
             " stopped raising there (the rule has no max_budget)"
+        )
+    if blocked.get("held_out"):
+        tally.note(
+            f"{blocked['held_out']} action(s) on {account} were held out by the task's holdout,"
+            " as the engine holds them out (docs/impact.md): not counted as fires"
         )
     if blocked.get("meta_budget_change_limit"):
         tally.note(

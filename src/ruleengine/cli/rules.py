@@ -17,6 +17,7 @@ from ruleengine.cli.backtest import add_backtest
 from ruleengine.cli.common import now, run_async, whole_number
 from ruleengine.cli.conflicts import add_conflicts, print_findings
 from ruleengine.cli.files import is_old_format, migrate_file, print_problems, validate_files
+from ruleengine.cli.impact import add_impact
 from ruleengine.cli.meta_rules import add_export_meta, add_import_meta
 from ruleengine.cli.stack import all_accounts, credentials, open_database, rule_store
 from ruleengine.errors import RuleEngineError, RuleValidationError
@@ -187,6 +188,7 @@ def add_commands(sub: Any) -> None:
     add_import_meta(rules)
     add_export_meta(rules)
     add_backtest(rules)
+    add_impact(rules)
 
 
 def _add_migrate(rules: Any) -> None:

@@ -322,6 +322,11 @@ class _Exporter(Report):
                 )
                 return None
             options.append({"field": meta, "value": value, "operator": "EQUAL"})
+        self._task_warnings(task, path)
+        return execution | ({"execution_options": options} if options else {})
+
+    def _task_warnings(self, task: Task, path: str) -> None:
+        """What a task has that Meta's rules do without: exported, with a warning."""
         if task.on_oscillation:
             why = "Meta's rules do not look for oscillation; the hold stays behind"
             self.warn(f"{path}.on_oscillation", task.on_oscillation, why)
@@ -346,7 +351,13 @@ class _Exporter(Report):
                 "Meta's rules cannot wait for a person's approval: the exported rule makes"
                 " its changes at once",
             )
-        return execution | ({"execution_options": options} if options else {})
+        if task.holdout is not None:
+            self.warn(
+                f"{path}.holdout",
+                task.holdout.model_dump(mode="json"),
+                "Meta's rules have no holdouts: the exported rule acts on every object it"
+                " matches, and its effect is no longer measured",
+            )
 
     def _action(
         self, action: Any, where: str, options: list[dict[str, Any]]

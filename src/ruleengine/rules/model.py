@@ -45,6 +45,7 @@ from ruleengine.rules.basics import (
     timezone_problem,
 )
 from ruleengine.rules.catalog import MetricSpec, Source, UnknownMetricError, resolve_metric
+from ruleengine.rules.holdout import Holdout
 from ruleengine.rules.levels import check_ad_action, check_metric_levels, ranking_value
 from ruleengine.rules.money import CURRENT_FORMAT, MIGRATE_HINT, MONEY_FIELDS, document_format
 from ruleengine.rules.schedule import DateRange, Schedule
@@ -356,6 +357,8 @@ class Task(RuleModel):
     max_change_pct_while_learning: float | None = Field(default=None, gt=0, le=100)
     #: Planned changes wait for a person's approval (see :class:`Approval`).
     approval: Approval | None = None
+    #: A share of the matched entities left unchanged to measure the task (docs/impact.md).
+    holdout: Holdout | None = None
 
     @field_validator("action")
     @classmethod
@@ -382,6 +385,13 @@ class Task(RuleModel):
                 "approval.when",
                 f"only budget actions ({', '.join(sorted(BUDGET_ACTIONS))}) change a budget;"
                 f' this task\'s action is \'{self.action.type}\': use "when": "always"',
+            )
+        if self.holdout is not None and self.action.type == "rebalance_budget":
+            raise PathError(
+                "holdout",
+                "a rebalance moves budget between the entities of one run, its total kept: an"
+                " entity held out of it would change what the others receive, so it cannot be"
+                " measured against a holdout",
             )
         if self.approval is not None and self.action.type == "rebalance_budget":
             raise PathError(
@@ -429,6 +439,7 @@ UNSET_LEFT_OUT: dict[str, tuple[str, ...]] = {
         "respect_learning_phase",
         "max_change_pct_while_learning",
         "approval",
+        "holdout",
     ),
 }
 

@@ -52,6 +52,7 @@ from ruleengine.rules.basics import MAX_BUDGET
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import EvalContext, TaskVerdict, evaluate_task
 from ruleengine.rules.filtering import LocalFilter, wire
+from ruleengine.rules.holdout import HELD_OUT, is_held_out
 from ruleengine.rules.model import Rule, Task
 from ruleengine.rules.money import amount_scale
 from ruleengine.rules.plan import Plan
@@ -248,8 +249,10 @@ class Replay:
         until: datetime,
         share: Share | None = None,
         other_share: Share | bool | None = False,
+        rule_id: str | None = None,
     ) -> None:
         self.rule = rule
+        self.rule_id = rule_id  # a stored rule's: what its holdouts draw with (a draft: none)
         self.account = account
         self.options = options
         self.instants = list(instants)
@@ -601,6 +604,8 @@ class _Walk:
         final = confirmed()
         if final is None:
             return
+        if self._held_out(task, at):
+            return
         fire = Fire(
             at,
             replay.account.account,
@@ -619,6 +624,19 @@ class _Walk:
             self._changed()
         replay.fire(fire)
         self._fired(index, task, fire, at)
+
+    def _held_out(self, task: Task, at: datetime) -> bool:
+        """True when the task's holdout keeps this entity from the change, as the live engine
+        does (docs/impact.md): nothing changes, the cooldown runs, no fire is counted."""
+        replay = self.replay
+        if replay.rule_id is None or not is_held_out(
+            replay.rule_id, task.id, self.entity_id, task.holdout
+        ):
+            return False
+        replay.block(HELD_OUT)
+        if task.cooldown_minutes:
+            self.state.cooling[task.id] = at + timedelta(minutes=task.cooldown_minutes)
+        return True
 
     def _fired(self, index: int, task: Task, fire: Fire, at: datetime) -> None:
         """What a fire leaves for later runs: a cooldown, a count, a follow-up."""

@@ -335,6 +335,68 @@ class ExecutionStore:
         cursor = self._executions.find({"batch_id": batch_id}).sort("_id").limit(limit)
         return [d async for d in cursor]
 
+    async def held_out_until(
+        self,
+        rule_id: str,
+        pairs: Iterable[tuple[str, str]],
+        *,
+        now: datetime,
+        other_than: str,
+    ) -> dict[tuple[str, str], datetime]:
+        """(task, entity) → until, for the pairs a holdout kept from a change whose cooldown
+        would still run (their ``held_out`` records' ``next_execute_at``; docs/impact.md).
+        Records of the batch ``other_than`` are left out (a redelivery meets its own)."""
+        wanted = set(pairs)
+        if not wanted:
+            return {}
+        query = {
+            "entity_id": {"$in": sorted({entity for _, entity in wanted})},
+            "rule_id": rule_id,
+            "outcome": "held_out",
+            "next_execute_at": {"$gt": now},
+            "batch_id": {"$ne": other_than},
+        }
+        projection = {"task_id": 1, "entity_id": 1, "next_execute_at": 1}
+        active: dict[tuple[str, str], datetime] = {}
+        async for doc in self._executions.find(query, projection):
+            key, until = (doc["task_id"], doc["entity_id"]), doc["next_execute_at"]
+            if key in wanted and (key not in active or until > active[key]):
+                active[key] = until
+        return active
+
+    async def rules_holding_out(self, *, since: datetime) -> list[str]:
+        """The rules that held an entity out since ``since`` (the ones whose effect is measured)."""
+        query = {"outcome": "held_out", "created_at": {"$gte": since}}
+        return sorted(str(r) for r in await self._executions.distinct("rule_id", query))
+
+    async def decisions(self, rule_id: str, *, since: datetime) -> list[Document]:
+        """The rule's changes made and held out since ``since`` (what its impact compares),
+        oldest first: ``applied`` and ``held_out`` records, without their traces."""
+        query = {
+            "rule_id": rule_id,
+            "outcome": {"$in": ["applied", "held_out"]},
+            "kind": {"$ne": "followup"},
+            "created_at": {"$gte": since},
+        }
+        projection = dict.fromkeys(
+            (
+                "task_id",
+                "entity_id",
+                "entity_name",
+                "account",
+                "level",
+                "outcome",
+                "field",
+                "before",
+                "after",
+                "created_at",
+                "batch_id",
+            ),
+            1,
+        )
+        cursor = self._executions.find(query, projection).sort("created_at", 1)
+        return [d async for d in cursor]
+
     async def for_entity(
         self, entity_id: str, *, since: datetime, limit: int = 2000
     ) -> list[Document]:

@@ -52,6 +52,9 @@ _ROLE_KEY: Final = web.RequestKey("ruleengine.role", str)
 ROUTE_ROLES: Final[dict[tuple[str, str], Role]] = {
     # the O(n²) analysis of every stored rule, its findings (?live=1: editor, in the handler)
     ("GET", "/api/rules/conflicts"): "viewer",
+    # a rule's impact: the history cache, and Graph for the hours it lacks
+    ("GET", "/api/rules/{id}/impact"): "viewer",
+    ("GET", "/api/benchmark/impact"): "viewer",
     # analysis that changes nothing
     ("POST", "/api/rules/validate"): "viewer",
     ("POST", "/api/rules/conflicts"): "viewer",

@@ -69,6 +69,21 @@ class JobEvaluation(Evaluation):
         )
         self.delivery = int(row.get("execute_count") or 1)
 
+    async def _apply_cooldowns(self, pairs: list[Pair]) -> None:
+        """Cooldowns from the intents, and from the changes a holdout kept back: a held-out
+        entity is left alone as long as the change would have cooled it down."""
+        await super()._apply_cooldowns(pairs)
+        keyed = {
+            (p.task.id, p.entity.id): p
+            for p in pairs
+            if p.reason is None and p.task.holdout is not None and p.task.cooldown_minutes
+        }
+        held = await self.engine.executions.held_out_until(
+            self.job.rule_id, keyed, now=self.now, other_than=self.job.batch_id
+        )
+        for key, until in held.items():
+            keyed[key].reason, keyed[key].until = "next_execute_not_reached", until
+
     async def _load_entities(self) -> list[Entity]:
         """The job's entities, or the stored listing it refers to (ListingExpired if gone)."""
         ref = self.job.listing

@@ -27,6 +27,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ruleengine.accounts.facts import AccountFacts
+from ruleengine.acting.holdout import held_out_result
 from ruleengine.acting.results import ActResult, JobRun
 from ruleengine.constants import STAGES
 from ruleengine.dispatching.payload import EvaluateJob
@@ -40,6 +41,7 @@ from ruleengine.meta.reports import ReportRunner
 from ruleengine.rules.entity import Entity, currency_offset
 from ruleengine.rules.evaluate import EvalContext, TaskVerdict, evaluate_task
 from ruleengine.rules.fetch import custom_metric_names, fetch_groups
+from ruleengine.rules.holdout import is_held_out
 from ruleengine.rules.metric_table import CustomMetricTable, SheetsError
 from ruleengine.rules.model import Rule, Task
 from ruleengine.settings import Settings
@@ -242,8 +244,24 @@ class Evaluation:
         insights, custom = await self._fetch(live)
         self._stage("fetch", watch.lap(), pairs)
         self._evaluate(live, insights, custom)
-        await self._act([p for p in live if p.verdict and p.verdict.passed])
+        passing = [p for p in live if p.verdict and p.verdict.passed]
+        await self._hold_out([p for p in passing if self._is_held_out(p)])
+        await self._act([p for p in passing if p.result is None])
         return pairs
+
+    def _is_held_out(self, pair: Pair) -> bool:
+        return is_held_out(self.job.rule_id, pair.task.id, pair.entity.id, pair.task.holdout)
+
+    async def _hold_out(self, pairs: list[Pair]) -> None:
+        """Held-out pairs: their would-be change planned from the live value, nothing written
+        (:mod:`ruleengine.acting.holdout`)."""
+        max_change_pct = self.reading.settings.max_budget_change_pct
+        for pair in pairs:
+            started = time.perf_counter()
+            pair.result = await held_out_result(
+                self.run_ctx, pair.entity, pair.task, pair.verdict, max_change_pct=max_change_pct
+            )
+            self._timed(pair, started)
 
     async def _job_run(self) -> JobRun:
         # A token Meta refused is not used again: the run fails here, without a Graph call.

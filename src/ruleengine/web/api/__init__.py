@@ -20,6 +20,7 @@ from ruleengine.web.api import (
     entities,
     followups,
     holds,
+    impact,
     imports,
     records,
     rules,
@@ -38,3 +39,4 @@ def add_routes(app: web.Application) -> None:
         resource.add_routes(app)
     imports.add_routes(app)
     trends.add_routes(app)
+    impact.add_routes(app)

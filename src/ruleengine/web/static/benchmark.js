@@ -1,4 +1,4 @@
-/* Benchmark screen: the slow-rule report (p95 with a 4-stage bar), daily rollups, batch rows with Graph cost. */
+/* Benchmark screen: the slow-rule report (p95 with a 4-stage bar), rules by measured effect, daily rollups, batch rows with Graph cost. */
 "use strict";
 
 (() => {
@@ -100,6 +100,36 @@
     $("daily-next").disabled = daily.offset + DAILY_LIMIT >= page.total;
   }
 
+  const signed = new Intl.NumberFormat(undefined, { minimumFractionDigits: 2, maximumFractionDigits: 2, signDisplay: "always" });
+
+  /* Rules with a holdout, ranked by their measured effect (GET /api/benchmark/impact). */
+  async function loadImpact() {
+    if (!RE.token()) {  // the ranking reads Insights: it needs a token, so do not ask without one
+      $("impact-empty").textContent = "Paste the API token at the top to see the rules' measured effects.";
+      $("impact-empty").classList.remove("hidden");
+      return;
+    }
+    $("impact-empty").textContent = "No rule held an entity out in the last 14 days.";
+    let report;
+    try {
+      report = await api("GET", "/api/benchmark/impact?days=14&window=" + $("impact-rank-window").value);
+    } catch (err) {
+      failed(err, "could not load the measured effects");
+      return;
+    }
+    $("impact-table").tBodies[0].replaceChildren(...report.items.map((r, i) => el("tr", { dataset: { ruleId: r.rule_id, task: r.task_id } },
+      el("td", { class: "num" }, i + 1),
+      el("td", {}, el("a", { href: "/rules/" + encodeURIComponent(r.rule_id) }, r.rule_name)),
+      el("td", {}, r.task_id),
+      el("td", { class: "num" }, r.holdout_percent + " %"),
+      el("td", { class: "num" }, r.counts.acted),
+      el("td", { class: "num" }, r.counts.held_out),
+      el("td", { class: "num strong" }, r.profit ? signed.format(r.profit.effect) : "—"),
+      el("td", { class: r.profit ? "" : "muted" }, r.profit ? signed.format(r.profit.low) + " … " + signed.format(r.profit.high) : "not enough data yet"),
+      el("td", { class: "num" }, r.total_profit_effect === null ? "—" : signed.format(r.total_profit_effect)))));
+    $("impact-empty").classList.toggle("hidden", report.items.length > 0);
+  }
+
   async function loadBatches() {
     let page;
     try {
@@ -136,7 +166,9 @@
     $("daily-next").addEventListener("click", () => { daily.offset += DAILY_LIMIT; loadDaily(); });
     $("prev-page").addEventListener("click", () => { state.offset = Math.max(0, state.offset - LIMIT); loadBatches(); });
     $("next-page").addEventListener("click", () => { state.offset += LIMIT; loadBatches(); });
+    $("impact-rank-window").addEventListener("change", loadImpact);
     loadSlowRules();
+    loadImpact();
     loadDaily();
     loadBatches();
   });
