@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pymongo import DESCENDING, ReturnDocument, UpdateOne
-from pymongo.errors import BulkWriteError
+from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
@@ -106,8 +106,23 @@ class BatchStore:
         self._batches = db[c.BATCHES]
 
     async def start(self, start: BatchStart, *, now: datetime) -> Document:
-        """Upsert the row as RUNNING and count this delivery."""
-        doc = await self._batches.find_one_and_update(
+        """Upsert the row as RUNNING and count this delivery.
+
+        Two deliveries starting the same row at once (two undos of one batch asked together)
+        race on the insert: the loser's upsert fails on the unique ``_id`` (MongoDB) or
+        answers nothing (the embedded server) — the row exists by then, so it is updated.
+        """
+        for _attempt in range(2):
+            try:
+                doc = await self._upsert_start(start, now=now)
+            except DuplicateKeyError:
+                continue
+            if doc is not None:
+                return doc
+        raise RuntimeError(f"batch {start.batch_id} could not be started")
+
+    async def _upsert_start(self, start: BatchStart, *, now: datetime) -> Document | None:
+        return await self._batches.find_one_and_update(
             {"_id": start.batch_id},
             {
                 "$set": {
@@ -133,8 +148,6 @@ class BatchStore:
             upsert=True,
             return_document=ReturnDocument.AFTER,
         )
-        assert doc is not None
-        return doc
 
     async def progress(
         self,
