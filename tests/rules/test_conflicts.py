@@ -413,3 +413,21 @@ def test_interval_arithmetic_agrees_with_sampling(conditions: list[tuple[str, An
 def test_interval_verdicts(a: dict[str, Any], b: dict[str, Any], expected: str) -> None:
     ra, rb = rule("A", UP, conditions=[a]), rule("B", DOWN, conditions=[b])
     assert fire_together(ra.tasks[0], rb.tasks[0]) == expected
+
+
+def test_another_rule_changing_what_a_holdout_leaves_alone_is_a_note() -> None:
+    measured = rule("measured", {"type": "increase_budget", "percent": 10})
+    doc = measured.model_dump(mode="json", exclude_none=True)
+    doc["tasks"][0]["holdout"] = {"percent": 30}
+    measured = parse_rule(doc)
+    other = rule("other", {"type": "increase_budget", "percent": 20})
+    (finding,) = find_conflicts(entries(measured, other))
+    assert (finding.kind, finding.severity, finding.field) == (
+        "holdout_touched",
+        "note",
+        "daily_budget",
+    )
+    assert "'measured' task 't' holds out" in finding.why
+    # the same rules without the holdout do not meet: both raise budgets
+    plain = rule("measured", {"type": "increase_budget", "percent": 10})
+    assert find_conflicts(entries(plain, other)) == []

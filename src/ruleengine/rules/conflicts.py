@@ -37,7 +37,7 @@ from ruleengine.rules.model import Condition, Filter, Rule, Task
 
 Scope = Literal["overlap", "may_overlap"]
 Fire = Literal["can_fire_together", "may_fire_together", "cannot_fire_together"]
-Kind = Literal["opposing", "undoes_followup", "may_undo"]
+Kind = Literal["opposing", "undoes_followup", "may_undo", "holdout_touched"]
 # Directions of a change to a numeric field
 UP, DOWN, SET, EITHER = "up", "down", "set", "either"
 HIDDEN = ("ARCHIVED", "DELETED")  # effective statuses a listing leaves out unless asked
@@ -99,6 +99,8 @@ class Finding:
         """``note`` when the two cannot fire together (or a restore's re-check guards the
         pair), else ``conflict``."""
         if self.conditions == "cannot_fire_together" or self.guarded:
+            return "note"
+        if self.kind == "holdout_touched":  # no fight: a measurement another rule blurs
             return "note"
         return "conflict"
 
@@ -579,7 +581,39 @@ def _pair_findings(p: _Pair, q: _Pair, scope: Scope, where: str, fx: str) -> lis
                 guarded=guarded,
             )
         )
+    if not found:
+        found.extend(_holdout_findings(p, q, scope, where, fx))
     return found
+
+
+def _holdout_findings(p: _Pair, q: _Pair, scope: Scope, where: str, fx: str) -> list[Finding]:
+    """A task measured against a holdout (docs/impact.md) and another task that changes the
+    same field of the same entities: the held-out ones are not left alone, and the measured
+    effect is the difference between the two rules' work, not the task's own."""
+    held = [pair for pair in (p, q) if pair.task.holdout is not None]
+    if not held:
+        return []
+    x = next((e for e in p.effects if e.field == fx and not e.followup), None)
+    y = next((e for e in q.effects if e.field == fx and not e.followup), None)
+    if x is None or y is None:
+        return []
+    rule = p.entry.rule
+    names = " and ".join(f"'{pair.entry.name}' task '{pair.task.id}'" for pair in held)
+    return [
+        Finding(
+            a=_side(p, x),
+            b=_side(q, y),
+            field=fx,
+            kind="holdout_touched",
+            scope=scope,
+            conditions="may_fire_together",
+            why=f"{names} holds out a share of its entities to measure its effect, and the"
+            f" other task changes their {fx} too: the held-out entities are not left alone,"
+            f" so the measured effect is blurred; on {where}",
+            level=rule.level,
+            accounts=tuple(sorted(set(rule.ad_accounts) & set(q.entry.rule.ad_accounts))),
+        )
+    ]
 
 
 def _fire_words(fire: Fire) -> str:
