@@ -148,6 +148,7 @@ CASES = [
     Case(("rules", "export-meta", AN_ID), STACK, "the stored rules"),
     Case(("rules", "export-meta", "missing.json", "--currency", "USD"), (1,), "cannot read"),
     Case(("rules", "backtest", EXAMPLE, "--days", "7"), STACK),
+    Case(("rules", "impact", AN_ID, "--json"), STACK),
     Case(("accounts", "add", "act_123", "--name", "Shop"), STACK, stdin="EAAGtoken\n"),
     Case(("accounts", "refresh", "act_123"), STACK),
     Case(("accounts", "list"), STACK),
