@@ -31,17 +31,15 @@ from typing import Any, Final
 
 from ruleengine.errors import RuleValidationError
 from ruleengine.rules.basics import WEEKDAYS
-from ruleengine.rules.catalog import resolve_metric, scaling_direction
 from ruleengine.rules.meta_filters import MetaFilters, list_at, object_at
 from ruleengine.rules.meta_rebalance import EXECUTION as REBALANCE
-from ruleengine.rules.meta_rebalance import rebalance_from_meta
+from ruleengine.rules.meta_rebalance import directed_metric, rebalance_from_meta
 from ruleengine.rules.meta_vocab import (
     BID_EXECUTION,
     BUDGET_EXECUTIONS,
     CHANGE_EXECUTIONS,
     ENTITY_TYPES,
     EXECUTION_COUNT_LIMIT,
-    UNMAPPED_METRICS,
     MetaAccount,
     Problem,
     Report,
@@ -49,7 +47,6 @@ from ruleengine.rules.meta_vocab import (
     from_minor,
     integer,
     is_money,
-    metric_of,
     number,
     shown,
     tidy,
@@ -494,28 +491,15 @@ class _Converter(Report):
         unknown = sorted(set(spec) - {"amount", "unit", "limit", "target_field"})
         if unknown:
             raise fail(f"{path}.{unknown[0]}", spec[unknown[0]], "not a change_spec field")
-        field, where = spec["target_field"], f"{path}.target_field"
-        if not isinstance(field, str) or field in UNMAPPED_METRICS:
-            why = UNMAPPED_METRICS.get(field) if isinstance(field, str) else None
-            raise fail(where, field, why or "not an Insights field name")
-        try:
-            metric, fixed = metric_of(field)
-        except KeyError:
-            raise fail(where, field, "no metric of ruleengine's catalogue means this") from None
-        if scaling_direction(resolve_metric(metric)) is None:
-            raise fail(
-                where,
-                field,
-                f"ruleengine scales a budget by a metric where higher is better or by a cost;"
-                f" {metric} is neither, so which way 'proportionally' goes is not known",
-            )
-        period = fixed or preset
-        if period is None:
-            raise fail(
-                where,
-                field,
-                "no time_preset: ruleengine reads the target field over the rule's time_preset",
-            )
+        metric, period = directed_metric(
+            spec["target_field"],
+            f"{path}.target_field",
+            preset,
+            neither="ruleengine scales a budget by a metric where higher is better or by a cost;"
+            " {metric} is neither, so which way 'proportionally' goes is not known",
+            no_period="no time_preset: ruleengine reads the target field over the rule's"
+            " time_preset",
+        )
         target = number(spec.get("amount"), f"{path}.amount")
         if target <= 0:
             raise fail(f"{path}.amount", spec.get("amount"), "a target must be above 0")
@@ -535,7 +519,7 @@ class _Converter(Report):
                 raise fail(f"{path}.limit", raw, "not a range of budgets 0 < low ≤ high")
             action["min_budget"] = from_minor(low, offset)
             action["max_budget"] = from_minor(high, offset)
-        self.warn(path, f"target_field {field}", _PROPORTION)
+        self.warn(path, f"target_field {spec['target_field']}", _PROPORTION)
         return action
 
     # ---- schedule

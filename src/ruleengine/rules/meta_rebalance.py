@@ -62,7 +62,14 @@ def rebalance_from_meta(report: Report, raw: Any, path: str, preset: str | None)
             else "not a rebalance_spec field ruleengine knows"
         )
         raise fail(f"{path}.{unknown[0]}", raw[unknown[0]], why)
-    metric, period = _metric_of(raw.get("target_field"), f"{path}.target_field", preset)
+    metric, period = directed_metric(
+        raw.get("target_field"),
+        f"{path}.target_field",
+        preset,
+        neither="ruleengine ranks by a metric where higher is better or by a cost; {metric} is"
+        " neither",
+        no_period="no time_preset: ruleengine reads the field over the rule's",
+    )
     lower_better = scaling_direction(resolve_metric(metric)) == "lower"
     if bool(raw.get("is_inverse", False)) != lower_better:
         better = "lower" if lower_better else "higher"
@@ -78,7 +85,12 @@ def rebalance_from_meta(report: Report, raw: Any, path: str, preset: str | None)
     return {"type": "rebalance_budget", "metric": metric, "period": period}
 
 
-def _metric_of(field: Any, path: str, preset: str | None) -> tuple[str, str]:
+def directed_metric(
+    field: Any, path: str, preset: str | None, *, neither: str, no_period: str
+) -> tuple[str, str]:
+    """Meta's ``target_field`` (``path``) as our metric and period, for an action that ranks
+    or scales by it: the metric must have a better direction (higher, or a cost). ``neither``
+    is the refusal's reason when it has none, ``no_period`` when the rule has no period."""
     if not isinstance(field, str) or field in UNMAPPED_METRICS:
         why = UNMAPPED_METRICS.get(field) if isinstance(field, str) else None
         raise fail(path, field, why or "not an Insights field name")
@@ -87,15 +99,10 @@ def _metric_of(field: Any, path: str, preset: str | None) -> tuple[str, str]:
     except KeyError:
         raise fail(path, field, "no metric of ruleengine's catalogue means this") from None
     if scaling_direction(resolve_metric(metric)) is None:
-        raise fail(
-            path,
-            field,
-            f"ruleengine ranks by a metric where higher is better or by a cost; {metric} is"
-            " neither",
-        )
+        raise fail(path, field, neither.format(metric=metric))
     period = fixed or preset
     if period is None:
-        raise fail(path, field, "no time_preset: ruleengine reads the field over the rule's")
+        raise fail(path, field, no_period)
     return metric, period
 
 
