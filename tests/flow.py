@@ -238,6 +238,12 @@ async def sandbox_quiet(sandbox: SandboxAdmin) -> bool:
     return bool((await sandbox.stats())["in_flight"] == 0)
 
 
+async def write_in_flight(sandbox: SandboxAdmin) -> bool:
+    """True while a write the sandbox received is still held back (``write_latency_ms``): it
+    is at Meta and has not landed yet — the worst moment to kill its sender."""
+    return bool((await sandbox.stats())["writes_in_flight"])
+
+
 async def dead_worker_forgotten(redis: Any) -> list[str]:
     """A SIGKILLed worker's in-progress marks, expired at once (arq lets another worker take
     its jobs only once they expire, after the job timeout); the keys that were removed. Only

@@ -24,6 +24,7 @@ from flow import (
     successful_writes,
     wait_for,
     work,
+    write_in_flight,
     writes_at_least,
 )
 from graph_sandbox.admin import SandboxAdmin
@@ -229,7 +230,7 @@ async def test_a_worker_killed_in_the_middle_of_the_bid_writes_changes_no_bid_tw
 
     async def second_call_on_its_way() -> int:
         landed = await writes_at_least(sandbox, 10)
-        return landed if landed and (await sandbox.stats())["writes_in_flight"] else 0
+        return landed if landed and await write_in_flight(sandbox) else 0
 
     try:
         landed = await wait_for(second_call_on_its_way, timeout_s=60)

@@ -29,6 +29,7 @@ from flow import (
     successful_writes,
     wait_for,
     work,
+    write_in_flight,
     writes_at_least,
 )
 from graph_sandbox.admin import SandboxAdmin
@@ -195,11 +196,6 @@ async def take_over(settings: Settings, db: Database, redis: Any, sandbox: Sandb
         summary = await evaluate_account(engine, job, now=datetime.now(UTC))
     assert summary.applied == 1
     return entity_id
-
-
-async def write_in_flight(sandbox: SandboxAdmin) -> bool:
-    """True while a write the sandbox received is still held back (``write_latency_ms``)."""
-    return bool((await sandbox.stats())["writes_in_flight"])
 
 
 async def closed(db: Database, batch_id: str) -> bool:

@@ -23,6 +23,7 @@ from flow import (
     successful_writes,
     wait_for,
     work,
+    write_in_flight,
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
@@ -165,7 +166,7 @@ async def killed_among_the_decreases(
         query = {"status": "pending", "entity_id": {"$nin": written}}
         if not written or not await db[c.ACTION_INTENTS].count_documents(query):
             return False
-        return bool((await sandbox.stats())["writes_in_flight"])  # at Meta, not landed yet
+        return await write_in_flight(sandbox)
 
     try:
         await wait_for(next_write_on_its_way, timeout_s=60)

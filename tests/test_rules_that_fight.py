@@ -22,6 +22,7 @@ from flow import (
     successful_writes,
     wait_for,
     work,
+    write_in_flight,
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
@@ -174,7 +175,7 @@ async def test_a_worker_killed_between_its_intents_and_their_answers_never_passe
         query = {"status": "pending", "entity_id": {"$nin": written}}
         if not written or not await db[c.ACTION_INTENTS].count_documents(query):
             return False
-        return bool((await sandbox.stats())["writes_in_flight"])  # at Meta, not landed yet
+        return await write_in_flight(sandbox)
 
     try:  # the first write landed; the next one's intent is recorded, its write 4 s long
         await wait_for(next_write_on_its_way, timeout_s=60)

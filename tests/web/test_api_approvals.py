@@ -28,6 +28,7 @@ from flow import (
     successful_writes,
     wait_for,
     work,
+    write_in_flight,
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
@@ -364,7 +365,7 @@ async def test_a_worker_killed_while_writing_an_approved_change_leaves_it_landed
         query = {"status": "pending", "entity_id": entity}
         if not await db[c.ACTION_INTENTS].count_documents(query):
             return False
-        return bool((await sandbox.stats())["writes_in_flight"])  # at Meta, not landed yet
+        return await write_in_flight(sandbox)
 
     try:  # the intent is recorded and the 4 s write is on its way: the worst moment
         await wait_for(write_on_its_way, timeout_s=60)

@@ -9,7 +9,7 @@ from typing import Any, Final, Literal
 
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import OperationFailure
+from pymongo.errors import BulkWriteError, OperationFailure
 
 from ruleengine import constants as c
 from ruleengine.settings import Settings
@@ -46,6 +46,20 @@ def database(client: AsyncMongoClient[Document], settings: Settings) -> Database
 
 #: MongoDB's error code for a write that would duplicate a unique key.
 DUPLICATE_KEY: Final = 11000
+
+
+async def insert_new(collection: Any, docs: list[Document]) -> set[int]:
+    """Insert ``docs`` (unordered, each on its own); the positions of those whose unique key
+    another document already held (each left as it was). Any other write error is raised."""
+    try:
+        await collection.insert_many(docs, ordered=False)
+    except BulkWriteError as exc:
+        errors = exc.details.get("writeErrors", [])
+        if any(error.get("code") != DUPLICATE_KEY for error in errors):
+            raise
+        return {int(error["index"]) for error in errors}
+    return set()
+
 
 #: The index the execution-count and cooldown queries name as their hint (a task's
 #: ``execution_count_limit``, its ``cooldown_minutes``): the embedded server's planner scans

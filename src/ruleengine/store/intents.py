@@ -39,16 +39,15 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import orjson
-from pymongo.errors import BulkWriteError
 
 from ruleengine import constants as c
 from ruleengine.store.db import (
     BUDGET_HISTORY_INDEX,
-    DUPLICATE_KEY,
     EXECUTION_COUNT_INDEX,
     PENDING_INTENTS_INDEX,
     Database,
     Document,
+    insert_new,
     server_time,
 )
 from ruleengine.store.fences import Fence, FenceStore
@@ -239,14 +238,9 @@ class IntentStore:
             await self.fences.check(self.fence)
 
     async def _insert(self, docs: list[Document]) -> list[Intent]:
-        try:
-            await self._intents.insert_many(docs, ordered=False)
+        taken = await insert_new(self._intents, docs)
+        if not taken:
             return [Intent.from_mongo(doc, created=True) for doc in docs]
-        except BulkWriteError as exc:
-            errors = exc.details.get("writeErrors", [])
-            if any(error.get("code") != DUPLICATE_KEY for error in errors):
-                raise
-            taken = {int(error["index"]) for error in errors}
         keys = [_key(docs[i]) for i in taken]
         query = {
             "$or": [dict(zip(("batch_id", "task_id", "entity_id"), k, strict=True)) for k in keys]

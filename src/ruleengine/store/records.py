@@ -17,12 +17,12 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pymongo import DESCENDING, ReturnDocument, UpdateOne
-from pymongo.errors import BulkWriteError, DuplicateKeyError
+from pymongo.errors import DuplicateKeyError
 
 from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
 from ruleengine.store.batchstats import RuleDurations, rule_durations
-from ruleengine.store.db import DUPLICATE_KEY, Database, Document, Page
+from ruleengine.store.db import Database, Document, Page, insert_new
 from ruleengine.store.evaluations import EvaluationStore, acted, overlay
 
 BatchStatus = Literal["RUNNING", "DONE", "FAILED", "ABANDONED"]
@@ -280,13 +280,8 @@ class ExecutionStore:
         is replaced as :meth:`upsert_many` would."""
         if not records:
             return
-        try:
-            await self._executions.insert_many([dict(r) for r in records], ordered=False)
-        except BulkWriteError as exc:
-            errors = exc.details.get("writeErrors", [])
-            if any(error.get("code") != DUPLICATE_KEY for error in errors):
-                raise
-            await self.upsert_many([records[error["index"]] for error in errors])
+        taken = await insert_new(self._executions, [dict(r) for r in records])
+        await self.upsert_many([records[i] for i in sorted(taken)])
 
     async def rows(self, batch_id: str) -> list[Document]:
         """Every pair of a batch: its record where it has one, its chunk row otherwise (a batch
