@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import aiohttp
+import orjson
 import pytest
 
 from flow import campaign_rule, engine_for, records, run_rule, work
@@ -14,7 +16,7 @@ from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.approvals.deciding import decide
 from ruleengine.backtest.result import BacktestRequest
-from ruleengine.backtest.service import BacktestDeps, BacktestRefused, run_backtest
+from ruleengine.backtest.service import BacktestDeps, run_backtest
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
@@ -22,10 +24,12 @@ from ruleengine.store.approvals import ApprovalStore, write_batch
 from ruleengine.store.db import Database
 from ruleengine.undo.run import preview as preview_undo
 from ruleengine.undo.run import undo_batch
-from support import SANDBOX_TOKEN
+from support import SANDBOX_NOW, SANDBOX_TOKEN
 
 CAMPAIGN = "Prospecting US 3"
 PURCHASES = "actions:offsite_conversion.fb_pixel_purchase"
+NEW_YORK = ZoneInfo("America/New_York")
+WEEK = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 async def graph_get(sandbox: SandboxAdmin, path: str, **params: str) -> Any:
@@ -192,11 +196,53 @@ async def test_a_pause_of_an_ad_is_undone_and_its_follow_up_cancelled(
     assert (followup["status"], followup["reason"]) == ("skipped", "cancelled_by_undo")
 
 
-async def test_a_backtest_of_an_ad_rule_is_refused_with_the_reason(
+async def _day_cost(sandbox: SandboxAdmin, ad_id: str, day: date) -> float | None:
+    """The sandbox's own cost per result of one ad on one day (one query per day)."""
+    span = orjson.dumps({"since": day.isoformat(), "until": day.isoformat()}).decode()
+    body = await graph_get(
+        sandbox,
+        f"{ad_id}/insights",
+        fields="cost_per_result",
+        time_range=span,
+        use_unified_attribution_setting="true",
+    )
+    return _cost(body["data"][0]) if body["data"] else None
+
+
+async def test_a_backtest_of_an_ad_rule_fires_on_the_days_its_ad_cost_too_much(
     settings: Settings, db: Database, accounts: list[str], sandbox: SandboxAdmin
 ) -> None:
-    delivering = {"metric": "impressions", "period": "last_7d", "operator": ">=", "value": 0}
-    request = BacktestRequest(rule=parse_rule(ad_rule([delivering])), days=7)
+    ad = await _one_ad(sandbox)
+    today = SANDBOX_NOW.astimezone(NEW_YORK).date()
+    days = [today - timedelta(days=n) for n in range(10, 0, -1)]
+    costs = {d: await _day_cost(sandbox, ad["id"], d - timedelta(days=1)) for d in days}
+    known = sorted(v for v in costs.values() if v is not None)
+    threshold = known[len(known) // 2]  # about half the days
+    expected = {d for d, v in costs.items() if v is not None and v > threshold}
+    assert 2 <= len(expected) <= 8, costs
+    data = _only(ad, {"type": "pause", "then": {"after_minutes": 60, "do": "activate"}})
+    data["tasks"][0]["conditions"] = [
+        {"metric": "cost_per_result", "period": "yesterday", "operator": ">", "value": threshold}
+    ]
+    data["schedule"] = {"mode": "timetable", "slots": {d: ["09:00"] for d in WEEK}}
+    data["filters"] = [{"field": "id", "operator": "EQUAL", "value": ad["id"]}]
+    request = BacktestRequest(rule=parse_rule(data), days=10, as_seen=False)
     async with BacktestDeps.open(settings, db) as deps:
-        with pytest.raises(BacktestRefused, match='not level "ad"'):
-            await run_backtest(deps, request, now=datetime.now(UTC))
+        result = await run_backtest(deps, request, now=SANDBOX_NOW)
+    pauses = [f for f in result["fires"] if f["action"] == "pause"]
+    fired = {datetime.fromisoformat(f["time"]).astimezone(NEW_YORK).date() for f in pauses}
+    assert fired == expected
+    for fire in pauses:  # the cost per result of the ad's own day, as Meta reported it
+        day = datetime.fromisoformat(fire["time"]).astimezone(NEW_YORK).date()
+        seen = fire["matured"]["cost_per_result yesterday"]
+        assert seen == pytest.approx(costs[day], abs=0.01)
+        assert (fire["entity_id"], fire["before"], fire["after"]) == (ad["id"], "ACTIVE", "PAUSED")
+    reactivated = [f for f in result["fires"] if f["action"] == "then:activate"]
+    assert len(reactivated) == len(pauses)
+    # a second backtest reads the ads' days from the history cache: no Insights asked again
+    await sandbox.clear_stats()
+    async with BacktestDeps.open(settings, db) as deps:
+        again = await run_backtest(deps, request, now=SANDBOX_NOW)
+    assert again["fires"] == result["fires"]
+    assert again["graph_calls"] == 0 and again["cache_hits"] > 0
+    assert (await sandbox.stats())["counted_calls"] == 0

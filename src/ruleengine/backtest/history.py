@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any, Final
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from ruleengine.meta.batch import BatchReader
@@ -31,6 +31,7 @@ from ruleengine.meta.http import Cost, GraphSession
 from ruleengine.meta.insights import IDS_PER_REQUEST
 from ruleengine.meta.pacing import InsightsPacer
 from ruleengine.meta.reader import RetryPolicy
+from ruleengine.rules.basics import LEVELS
 from ruleengine.rules.history import (
     DayRange,
     Freshness,
@@ -47,8 +48,6 @@ from ruleengine.store.insights_history import (
 
 log = logging.getLogger(__name__)
 
-LEVELS: Final = ("campaign", "adset")
-
 
 @dataclass(frozen=True)
 class HistoryRequest:
@@ -56,8 +55,8 @@ class HistoryRequest:
 
     Attributes:
         account_id: ``act_…``.
-        level: ``campaign`` or ``adset``.
-        entity_ids: the campaigns or ad sets.
+        level: ``campaign``, ``adset`` or ``ad``.
+        entity_ids: the campaigns, ad sets or ads.
         fields: Insights fields wanted per day (``spend``, ``actions`` …; not dotted keys).
         days: the ad account's dates, at most 90 of them, none after its today.
         hourly_fields: Insights fields wanted per hour of each day too (none: no hours).

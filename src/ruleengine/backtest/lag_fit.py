@@ -67,7 +67,7 @@ _CONVERSION_METRICS: Final = (
     r"|cost_per_conversion)\."
 )
 _ENTITY_ID: Final = re.compile(r"[A-Za-z0-9_]{1,64}")
-_LEVEL_WORDS: Final = {"campaign": "campaigns", "adset": "ad sets"}
+_LEVEL_WORDS: Final = {"campaign": "campaigns", "adset": "ad sets", "ad": "ads"}
 
 
 @dataclass(frozen=True)

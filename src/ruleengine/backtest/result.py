@@ -27,7 +27,7 @@ MAX_BACKTEST_DAYS: Final = 90
 
 #: What no backtest can know; every result carries these.
 CAVEATS: Final = (
-    "Entities are today's: campaigns or ad sets created or deleted during the period are"
+    "Entities are today's: campaigns, ad sets or ads created or deleted during the period are"
     " not in it, and every entity starts with today's status, budget and name.",
     "Changes made by people (or other tools) during the period are not known: the replay"
     " sees only what the rule itself would have changed.",

@@ -34,7 +34,7 @@ from zoneinfo import ZoneInfo
 import orjson
 
 from ruleengine import constants as c
-from ruleengine.backtest.history import LEVELS, HistoryRequest, HistoryResult, InsightsHistory
+from ruleengine.backtest.history import HistoryRequest, HistoryResult, InsightsHistory
 from ruleengine.backtest.lag_fit import learn_lag
 from ruleengine.backtest.result import (
     BacktestRequest,
@@ -68,7 +68,14 @@ from ruleengine.rules.replay import (
     ReplayResult,
     run_instants,
 )
-from ruleengine.rules.replay_rows import HistoryPlan, RawHistory, history_plan
+from ruleengine.rules.replay_rows import (
+    COST_PER_RESULT,
+    RESULTS,
+    UNIQUE_RESULTS,
+    HistoryPlan,
+    RawHistory,
+    history_plan,
+)
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key, token_ref
 from ruleengine.store.db import Database
@@ -151,13 +158,8 @@ class BacktestDeps:
 
 
 def refuse_unreplayable(rule: Rule) -> None:
-    """BacktestRefused for a rule the replay cannot plan: ads (no day-by-day history of
-    theirs is kept) and rebalance_budget (it moves budget between one run's entities at once)."""
-    if rule.level not in LEVELS:
-        raise BacktestRefused(
-            f'backtests replay campaigns and ad sets, not level "{rule.level}": ads have no'
-            " day-by-day history here yet; preview the rule (dry run) instead"
-        )
+    """BacktestRefused for a rule the replay cannot plan: rebalance_budget (it moves
+    budget between one run's entities at once)."""
     for task in rule.tasks:
         if task.action.type == "rebalance_budget":
             raise BacktestRefused(
@@ -323,7 +325,9 @@ def _plan(rule: Rule, today: date) -> HistoryPlan:
 
 
 def _listing_fields(rule: Rule) -> list[str]:
-    fields = set(rule.entity_fields()) | {"daily_budget", "lifetime_budget"}
+    fields = set(rule.entity_fields())
+    if rule.level != "ad":  # an ad has no budget of its own (its ad set's or campaign's)
+        fields |= {"daily_budget", "lifetime_budget"}
     if rule.level == "adset" and any(isinstance(t.action, ChangeBidAction) for t in rule.tasks):
         fields |= {"bid_amount", "bid_strategy"}
     return sorted(fields)
@@ -549,7 +553,29 @@ async def _history(
                 f"{gathered.account}: Graph refused the history of {len(result.errors)}"
                 f" entit(ies) for {piece} ({sample}); their days read as no data"
             )
-    return RawHistory(daily, hourly)
+    raw = RawHistory(daily, hourly)
+    if any(
+        name in (RESULTS, COST_PER_RESULT) for needs in plan.needs.values() for name, _ in needs
+    ):
+        _note_results(tally, gathered.account, raw)
+    return raw
+
+
+def _note_results(tally: Tally, account: str, history: RawHistory) -> None:
+    """Caveats for results the replay reads as no data or as no one result."""
+    kinds = history.result_indicators()
+    people = sum(1 for found in kinds.values() if found & UNIQUE_RESULTS)
+    changed = sum(1 for found in kinds.values() if len(found) > 1)
+    if people:
+        tally.note(
+            f"{account}: {people} entit(ies) count their results as people reached (ad sets"
+            " optimising for reach): they do not add up over days and read as no data"
+        )
+    if changed:
+        tally.note(
+            f"{account}: the optimisation goal of {changed} entit(ies) changed within the"
+            " period: over days holding both goals they have no one result (as Meta's row)"
+        )
 
 
 def _keep(

@@ -37,10 +37,12 @@ from ruleengine.rules.evaluate import EvalContext, resolve
 from ruleengine.rules.model import Condition, Task
 from ruleengine.rules.periods import preset_range
 from ruleengine.rules.replay_rows import (
+    COST_PER_RESULT,
     LIST_ADDITIVE,
     LIST_RATIOS,
     PLAIN_ADDITIVE,
     PLAIN_RATIOS,
+    RESULTS,
     RawHistory,
     Share,
     day_end,
@@ -105,6 +107,7 @@ class MaskBuilder:
         self._hours: dict[str, Floats] = {}
         self._totals: dict[tuple[str, str], Floats] = {}
         self._cached_share: Floats | None = None
+        self._indicators: tuple[bool, list[str]] | None = None  # (mixed, every indicator)
 
     # ---------------------------------------------------------------- history as arrays
 
@@ -255,7 +258,24 @@ class MaskBuilder:
             return _ratio(spend, amount) if spend_first else _ratio(amount, spend)
         if action_type is not None and name in LIST_ADDITIVE:
             return self.totals(f"{name}:{action_type}", period)
+        if name in (RESULTS, COST_PER_RESULT):
+            return self._results(name, period, shape)
         return self._absent(spec, shape)
+
+    def _results(self, name: str, period: str, shape: tuple[int, int]) -> Floats | None:
+        """``results`` (or spend ÷ them) over each entity's own indicator; None (evaluate
+        at each instant) where an entity's indicator changed within the history."""
+        if self._indicators is None:
+            found = self.history.result_indicators()
+            mixed = any(len(found.get(entity_id, ())) > 1 for entity_id in self.ids)
+            self._indicators = (mixed, sorted(set().union(*found.values())))
+        mixed, indicators = self._indicators
+        if mixed:
+            return None
+        results = np.zeros(shape)
+        for indicator in indicators:
+            results = results + self.totals(f"{RESULTS}:{indicator}", period)
+        return results if name == RESULTS else _ratio(self.totals("spend", period), results)
 
     @staticmethod
     def _absent(spec: MetricSpec, shape: tuple[int, int]) -> Floats:

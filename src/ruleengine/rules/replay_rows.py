@@ -12,6 +12,13 @@ it (ROAS = purchase value / spend, cost per action = spend / actions, CTR = clic
 impressions × 100 …). Reach, frequency and the ``unique_*`` fields do not add up over
 days: :func:`history_plan` reports them as not replayable.
 
+**Results.** ``results`` are kept per indicator (``results:<indicator>``, the ad set's
+optimisation event) and add up over days like actions; ``cost_per_result`` is spend ÷
+results of that indicator, as Meta computes it. Results counted as people reached
+(indicator ``reach``) do not add up over days and read as no data. Results mature with
+the lag curve unless their indicator is counted at once (:data:`IMMEDIATE_RESULTS`:
+impressions, link clicks, landing page views …).
+
 **As seen, not as matured.** A day's conversions keep arriving for days after it ended.
 Given a lag curve (``share(age_h)``: the part of a day's conversions visible ``age_h``
 hours after its end), each day's conversion counts and values are scaled to what they
@@ -38,6 +45,23 @@ PLAIN_ADDITIVE: Final = ("spend", "impressions", "clicks", "inline_link_clicks")
 LIST_ADDITIVE: Final = ("actions", "action_values", "conversions", "conversion_values")
 #: List fields whose values are conversions (they mature with the lag curve).
 CONVERSION_LISTS: Final = frozenset(LIST_ADDITIVE)
+#: ``[{indicator, values: [{value}]}]`` fields: the count of each row's optimisation event.
+RESULTS: Final = "results"
+#: ``cost_per_result``: spend ÷ ``results`` of the same indicator.
+COST_PER_RESULT: Final = "cost_per_result"
+#: Result indicators counted when delivered (they do not mature with the lag curve).
+IMMEDIATE_RESULTS: Final = frozenset(
+    {
+        "impressions",
+        "actions:link_click",
+        "actions:landing_page_view",
+        "actions:post_engagement",
+        "actions:page_engagement",
+        "actions:video_view",
+    }
+)
+#: Result indicators that count people, which do not add up over days.
+UNIQUE_RESULTS: Final = frozenset({"reach"})
 #: Ratio fields → (numerator, denominator, factor), all of additive fields.
 PLAIN_RATIOS: Final[dict[str, tuple[str, str, float]]] = {
     "ctr": ("clicks", "impressions", 100.0),
@@ -84,6 +108,10 @@ def _sources(spec: MetricSpec) -> tuple[str, ...] | None:
         return numerator, denominator
     if name in LIST_RATIOS:
         return LIST_RATIOS[name][0], "spend"
+    if name == RESULTS:
+        return (RESULTS,)
+    if name == COST_PER_RESULT:
+        return RESULTS, "spend"
     return None
 
 
@@ -108,7 +136,10 @@ def history_plan(metrics: Iterable[tuple[str | None, MetricSpec]], *, today: dat
             found = _sources(spec)
             if found is None:
                 unsupported[spec.name] = (
-                    f"'{spec.field}' does not add up over days (Meta de-duplicates people"
+                    f"'{spec.field}' is a ranking Meta gives over the ad's recent delivery,"
+                    " not a number of each day: not in the replay's history, read as no data"
+                    if spec.ranking
+                    else f"'{spec.field}' does not add up over days (Meta de-duplicates people"
                     " across them): not in the replay's history, read as no data"
                 )
                 continue
@@ -157,12 +188,39 @@ def flatten(values: Mapping[str, Any]) -> dict[str, float]:
             if isinstance(item, Mapping) and isinstance(item.get("action_type"), str):
                 key = f"{name}:{item['action_type']}"
                 flat[key] = flat.get(key, 0.0) + _number(item.get("value"))
+    for indicator, count in result_counts(values.get(RESULTS)).items():
+        key = f"{RESULTS}:{indicator}"
+        flat[key] = flat.get(key, 0.0) + count
     return flat
+
+
+def result_counts(items: Any) -> dict[str, float]:
+    """indicator → count of a ``results`` list (an entry without ``values`` counts 0: its
+    indicator is known, its results are none yet); people-counting indicators
+    (:data:`UNIQUE_RESULTS`) and anything malformed are left out."""
+    counts: dict[str, float] = {}
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, Mapping) or not isinstance(item.get("indicator"), str):
+            continue
+        indicator = item["indicator"]
+        if indicator in UNIQUE_RESULTS:
+            continue
+        values = item.get("values")
+        count = (
+            sum(_number(v.get("value")) for v in values if isinstance(v, Mapping))
+            if isinstance(values, list)
+            else 0.0
+        )
+        counts[indicator] = counts.get(indicator, 0.0) + count
+    return counts
 
 
 def is_conversion(key: str) -> bool:
     """True for a flattened key whose value matures with the lag curve."""
-    return key.partition(":")[0] in CONVERSION_LISTS
+    name, _, rest = key.partition(":")
+    if name == RESULTS:
+        return rest not in IMMEDIATE_RESULTS
+    return name in CONVERSION_LISTS
 
 
 @dataclass
@@ -204,6 +262,9 @@ def extract(values: Mapping[str, Any], key: str) -> float | None:
     raw = values.get(name)
     if raw is None:
         return None
+    if name == RESULTS:
+        counts = result_counts(raw)
+        return counts.get(action_type) if action_type else None
     if not action_type:
         return _number(raw)
     total, found = 0.0, False
@@ -258,6 +319,17 @@ class RawHistory:
     def fetched_at(self, entity_id: str) -> Mapping[date, datetime | None]:
         """Day → when its numbers were fetched."""
         return {day: fetched for day, (_, fetched) in self.daily.get(entity_id, {}).items()}
+
+    def result_indicators(self) -> dict[str, set[str]]:
+        """entity → the result indicators of its days (more than one: its ad set's goal
+        changed within the history)."""
+        found: dict[str, set[str]] = {}
+        for entity_id, days in self.daily.items():
+            for values, _ in days.values():
+                for item in values.get(RESULTS) or []:
+                    if isinstance(item, Mapping) and isinstance(item.get("indicator"), str):
+                        found.setdefault(entity_id, set()).add(item["indicator"])
+        return found
 
     def day_values(self, entity_id: str, key: str) -> dict[date, float]:
         """Day → one flattened key's value (days without it absent)."""
@@ -420,6 +492,9 @@ def derive(totals: Mapping[str, float], wanted: Iterable[tuple[str, str | None]]
     row: dict[str, Any] = {}
     spend = totals.get("spend", 0.0)
     for name, action_type in wanted:
+        if name in (RESULTS, COST_PER_RESULT):
+            row |= _result_row(totals, spend, name)
+            continue
         if action_type is None:
             if name in PLAIN_RATIOS:
                 numerator, denominator, factor = PLAIN_RATIOS[name]
@@ -438,3 +513,19 @@ def derive(totals: Mapping[str, float], wanted: Iterable[tuple[str, str | None]]
         if value is not None:
             row.setdefault(name, []).append({"action_type": action_type, "value": value})
     return row
+
+
+def _result_row(totals: Mapping[str, float], spend: float, name: str) -> dict[str, Any]:
+    """``results`` or ``cost_per_result`` as Meta lists them: one entry per indicator (two
+    or more: no one result, as Meta's row over ad sets with different goals), an entry
+    without ``values`` where nothing resulted (no cost either); no indicator, no field."""
+    prefix = f"{RESULTS}:"
+    entries = []
+    for key in sorted(k for k in totals if k.startswith(prefix)):
+        count = totals[key]
+        value = count if name == RESULTS else _ratio(spend, count)
+        entry: dict[str, Any] = {"indicator": key[len(prefix) :]}
+        if count and value is not None:
+            entry["values"] = [{"value": value}]
+        entries.append(entry)
+    return {name: entries} if entries else {}
