@@ -20,7 +20,7 @@ from ruleengine import constants as c
 from ruleengine.jobs import worker_kwargs
 from ruleengine.maintenance.retention import RetentionPolicy, apply_retention, retention_job
 from ruleengine.settings import Settings
-from ruleengine.store.db import Database, TtlIndex, ensure_ttl_index
+from ruleengine.store.db import Database, TtlIndex, ensure_indexes, ensure_ttl_index
 from ruleengine.store.rollups import RollupStore, days_to_roll_up
 
 NOW = datetime(2026, 12, 10, 12, 0, tzinfo=UTC)
@@ -90,6 +90,17 @@ class _WithoutCollMod:
         if "collMod" in command:
             raise OperationFailure("no such command: 'collMod'", code=59)
         return await self._db.command(command)
+
+
+async def test_a_retired_index_is_dropped_at_start_and_the_others_stay(db: Database) -> None:
+    intents = db[c.ACTION_INTENTS]
+    await intents.create_index([("rule_id", 1), ("entity_id", 1), ("created_at", -1)])
+    await ensure_indexes(db)
+    names = set(await intents.index_information())
+    assert "rule_id_1_entity_id_1_created_at_-1" not in names
+    assert "rule_id_1_task_id_1_entity_id_1_status_1" in names
+    await ensure_indexes(db)  # nothing left to drop: a second start changes nothing
+    assert set(await intents.index_information()) == names
 
 
 async def test_without_coll_mod_the_index_is_dropped_and_created_again(db: Database) -> None:

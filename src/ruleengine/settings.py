@@ -163,7 +163,7 @@ class Settings(BaseSettings):
     backtest_max_entities: int = Field(
         default=2_000,
         ge=1,
-        description="entities (campaigns or ad sets, over its accounts) one backtest replays;"
+        description="entities (campaigns, ad sets or ads, over its accounts) one backtest replays;"
         " more: refused (API 422, CLI exit 1)",
     )
     refuse_conflicting_rules: bool = Field(

@@ -430,6 +430,20 @@ class CredentialStore:
         doc = await self._accounts.find_one(
             {"_id": account_id}, {"token_encrypted": 1, "token_state": 1}
         )
+        return self._usable(account_id, doc)
+
+    async def account_and_token(self, ref: str) -> tuple[Account, str]:
+        """The account behind a token reference and its usable token, in one read (a job's).
+
+        Raises: as :meth:`usable_token`.
+        """
+        account_id = ref.removeprefix(TOKEN_REF_PREFIX)
+        doc = await self._accounts.find_one({"_id": account_id})
+        token = self._usable(account_id, doc)
+        assert doc is not None  # _usable raised for a missing account
+        return Account.from_mongo(doc), token
+
+    def _usable(self, account_id: str, doc: Document | None) -> str:
         if doc is not None and doc.get("token_state"):
             state = TokenState.model_validate(doc["token_state"])
             raise TokenUnusableError(

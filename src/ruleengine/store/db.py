@@ -138,8 +138,6 @@ _INDEXES: dict[str, list[IndexModel]] = {
         ),
         IndexModel(BUDGET_HISTORY_INDEX),
         IndexModel(PENDING_INTENTS_INDEX),
-        # what cooldowns were first looked up by (the query now names the next one as its hint)
-        IndexModel([("rule_id", ASCENDING), ("entity_id", ASCENDING), ("created_at", DESCENDING)]),
         # cooldowns and execution counts (a task's execution_count_limit) are derived from intents
         IndexModel(EXECUTION_COUNT_INDEX),
         # the reaper's look for settled intents whose batch's record was not corrected
@@ -196,11 +194,24 @@ async def server_time(db: Database) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
+#: Indexes no query uses any more, dropped at start: each index costs every insert and
+#: update of its collection (on the embedded server, about as much as the write itself).
+RETIRED_INDEXES: Final = {
+    # what cooldowns were first looked up by; EXECUTION_COUNT_INDEX serves them now
+    c.ACTION_INTENTS: ("rule_id_1_entity_id_1_created_at_-1",),
+}
+
+
 async def ensure_indexes(db: Database) -> None:
-    """Create every index the engine relies on (safe to call on every start)."""
+    """Create every index the engine relies on, drop the retired ones (safe on every start)."""
     await _keyed_executions(db)
     for collection, indexes in _INDEXES.items():
         await db[collection].create_indexes(indexes)
+    for collection, names in RETIRED_INDEXES.items():
+        present = await db[collection].index_information()
+        for name in names:
+            if name in present:
+                await db[collection].drop_index(name)
 
 
 async def _keyed_executions(db: Database) -> None:

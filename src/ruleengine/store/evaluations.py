@@ -33,7 +33,7 @@ from bson.codec_options import CodecOptions
 from pymongo import DESCENDING, UpdateOne
 
 from ruleengine import constants as c
-from ruleengine.store.db import EVALUATIONS_BY_ENTITY_INDEX, Database, Document
+from ruleengine.store.db import EVALUATIONS_BY_ENTITY_INDEX, Database, Document, insert_new
 
 #: Entities per chunk: a chunk stays far below MongoDB's 16 MiB with room for wide rows.
 CHUNK_ENTITIES: Final = 1000
@@ -240,17 +240,30 @@ class EvaluationStore:
     def __init__(self, db: Database) -> None:
         self._chunks = db[c.EVALUATIONS]
 
-    async def write(self, records: Sequence[Document]) -> int:
-        """Store a run's records as its chunks (replacing a former delivery's); how many."""
+    async def write(self, records: Sequence[Document], *, first: bool = False) -> int:
+        """Store a run's records as its chunks (replacing a former delivery's); how many.
+
+        ``first``: the batch's first delivery, which no chunk was written for before — its
+        chunks are inserted (one command; a chunk found there all the same is replaced),
+        with nothing to delete after them."""
         chunks = encode(records)
         if not chunks:
             return 0
-        ops = [UpdateOne({"_id": ch.doc["_id"]}, {"$set": ch.doc}, upsert=True) for ch in chunks]
-        await self._chunks.bulk_write(ops, ordered=False)
+        docs = [ch.doc for ch in chunks]
+        if first:
+            taken = await insert_new(self._chunks, [dict(d) for d in docs])
+            await self._replace([docs[i] for i in sorted(taken)])
+            return len(chunks)
+        await self._replace(docs)
         batch_id = str(records[0]["batch_id"])
         # a former delivery with more chunks (more entities listed then) leaves none behind
         await self._chunks.delete_many({"batch_id": batch_id, "chunk": {"$gte": len(chunks)}})
         return len(chunks)
+
+    async def _replace(self, docs: Sequence[Document]) -> None:
+        if docs:
+            ops = [UpdateOne({"_id": d["_id"]}, {"$set": d}, upsert=True) for d in docs]
+            await self._chunks.bulk_write(ops, ordered=False)
 
     async def of_batch(self, batch_id: str) -> list[Document]:
         """Every record the batch's chunks hold, in evaluation order."""

@@ -337,8 +337,8 @@ class IntentStore:
             )
             alike[key].append(resolution)
         settled = 0
-        if alike:
-            await self._check_fence()
+        # no fence check first: under a fence only intents it holds move, and a shortfall
+        # is looked into (_move) — a newer holder's acquisition took them over
         for group in alike.values():
             first = group[0]
             ids = [r.intent_id for r in group]

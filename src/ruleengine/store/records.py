@@ -269,7 +269,8 @@ class ExecutionStore:
         """Store a run's records (every pair): its chunks first — the whole run — then a
         record for each pair that acted (``earlier``: what former deliveries recorded, kept).
         A worker killed between the two leaves chunks the reaper writes the records from."""
-        await self.evaluations.write(records)
+        first = not earlier and bool(records) and records[0].get("delivery") == 1
+        await self.evaluations.write(records, first=first)
         mine = [r for r in records if acted(r) and r is not earlier.get(str(r["key"]))]
         await self.upsert_many([r for r in mine if str(r["key"]) in earlier])
         await self._insert_or_replace([r for r in mine if str(r["key"]) not in earlier])

@@ -265,9 +265,8 @@ class Evaluation:
 
     async def _job_run(self) -> JobRun:
         # A token Meta refused is not used again: the run fails here, without a Graph call.
-        token = await self.reading.credentials.usable_token(self.job.token_ref)
+        account, token = await self.reading.credentials.account_and_token(self.job.token_ref)
         self.graph = self.reading.readers(self.cost)
-        account = await self.reading.credentials.get(self.job.account)
         self.offset = currency_offset(account.currency)
         self.account_today = _local_date(self.now, account.timezone)
         self.account_tz = ZoneInfo(account.timezone)

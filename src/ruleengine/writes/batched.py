@@ -67,7 +67,13 @@ from ruleengine.rules.entity import Entity
 from ruleengine.rules.plan import Plan
 from ruleengine.rules.targets import live_value
 from ruleengine.settings import Settings
-from ruleengine.store.intents import WRITE_UNCONFIRMED, Intent, IntentStore, Resolution
+from ruleengine.store.intents import (
+    WRITE_UNCONFIRMED,
+    BudgetHistory,
+    Intent,
+    IntentStore,
+    Resolution,
+)
 from ruleengine.writes.lock import AccountLocks, Fenced, HeldLock, LockLost
 from ruleengine.writes.meta_limits import budget_check, budget_history, counts_toward_limit, refuse
 from ruleengine.writes.settling import IntentSettler
@@ -217,6 +223,7 @@ class _LockedRound:
         self.sends: dict[int, _Send] = {}  # every write recorded to be sent, by position
         self.sent: set[int] = set()  # positions whose write went out to Meta
         self.stop: tuple[str, dict[str, Any]] | None = None  # why the round stopped early
+        self.history = BudgetHistory()  # the round's entities' budget changes (Meta's limits)
 
     async def go(self, todo: dict[int, FieldChange]) -> dict[int, ActResult]:
         try:
@@ -268,6 +275,11 @@ class _LockedRound:
         slices = [ordered[n : n + size] for n in range(0, len(ordered), size)]
         others = await self._pending_elsewhere(fresh)
         await self._look_guards(fresh)
+        # one query for the round: a round changes each (entity, field) once, and under the
+        # lock no other writer records a budget change meanwhile
+        self.history = await budget_history(
+            self.intents, run, [(c.entity, c.target.field) for c in fresh.values()]
+        )
         await self._pipeline(slices, todo, fresh, own, others)
 
     async def _pipeline(
@@ -396,11 +408,8 @@ class _LockedRound:
             else:
                 plans[index] = (change, plan)
         await self._guard(plans)
-        history = await budget_history(
-            self.intents, run, [(c.entity, p) for c, p in plans.values()]
-        )
         for index, (change, plan) in list(plans.items()):
-            refused = await budget_check(history, run, change.entity, plan)
+            refused = await budget_check(self.history, run, change.entity, plan)
             if refused is not None:
                 self.results[index] = refused
                 del plans[index]

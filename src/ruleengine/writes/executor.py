@@ -292,7 +292,7 @@ class ActionExecutor:
         if isinstance(checked, ActResult):
             return checked
         plan = checked
-        history = await budget_history(intents, run, [(entity, plan)])
+        history = await budget_history(intents, run, [(entity, plan.field)])
         refused = await budget_check(history, run, entity, plan)
         if refused is not None:
             return refused

@@ -58,10 +58,11 @@ def counts_toward_limit(run: JobRun, field: str) -> bool:
 
 
 async def budget_history(
-    intents: IntentStore, run: JobRun, changes: Iterable[tuple[Entity, Plan]]
+    intents: IntentStore, run: JobRun, changes: Iterable[tuple[Entity, str]]
 ) -> BudgetHistory:
-    """The intents' budget history of the entities whose budget these plans change (one query)."""
-    ids = sorted({entity.id for entity, plan in changes if plan.field in BUDGET_FIELDS})
+    """The intents' budget history of the entities whose budget these (entity, field)
+    changes touch (one query)."""
+    ids = sorted({entity.id for entity, field in changes if field in BUDGET_FIELDS})
     return await intents.budget_history(
         ids, now=run.now, too_low_since=run.now - TOO_LOW_REMEMBERED
     )
