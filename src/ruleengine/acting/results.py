@@ -403,7 +403,7 @@ def intent_doc(run: JobRun, entity: Entity, key: ActKey, plan: Plan) -> dict[str
         "requested": plan.requested,
         "clamped_by": plan.clamped_by,
         "cooldown_minutes": key.cooldown_minutes,
-        "cooling_from": run.db_now,  # a cooldown runs on MongoDB's clock
+        "cooling_from": run.cooldown_now,  # a cooldown runs on MongoDB's clock
     }
 
 

@@ -61,9 +61,13 @@ async def insert_new(collection: Any, docs: list[Document]) -> set[int]:
     return set()
 
 
-#: The index the execution-count and cooldown queries name as their hint (a task's
-#: ``execution_count_limit``, its ``cooldown_minutes``): the embedded server's planner scans
-#: the collection for them without it.
+# No query names a hint on the hot path: the embedded server walks the WHOLE hinted index
+# (every entry, then filters), where its planner, unhinted, looks up the first clause an
+# index leads with (``{"rule_id": r, "cooling_from": {"$gt": t}}``: a range of the
+# (rule_id, cooling_from) index) — and a top-level ``$or`` scans the collection. Real MongoDB
+# plans these shapes on the same indexes.
+
+#: A task's ``execution_count_limit``: its intents, ever, per (rule, task, entity).
 EXECUTION_COUNT_INDEX: Final = [
     ("rule_id", ASCENDING),
     ("task_id", ASCENDING),
@@ -71,9 +75,11 @@ EXECUTION_COUNT_INDEX: Final = [
     ("status", ASCENDING),
 ]
 
+#: Cooldowns: a rule's intents whose cooldown started after an instant (MongoDB's clock).
+COOLING_INDEX: Final = [("rule_id", ASCENDING), ("cooling_from", ASCENDING)]
+
 #: The index of an entity's budget changes (the write path's look at Meta's hourly limit and
-#: minimum budgets names it as its hint: the embedded server's planner scans the collection for
-#: an ``$or`` without it).
+#: minimum budgets: the changes applied in the last hour, and the refusals never applied).
 BUDGET_HISTORY_INDEX: Final = [
     ("entity_id", ASCENDING),
     ("field", ASCENDING),
@@ -139,6 +145,7 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel(BUDGET_HISTORY_INDEX),
         IndexModel(PENDING_INTENTS_INDEX),
         # cooldowns and execution counts (a task's execution_count_limit) are derived from intents
+        IndexModel(COOLING_INDEX),
         IndexModel(EXECUTION_COUNT_INDEX),
         # the reaper's look for settled intents whose batch's record was not corrected
         IndexModel([("record_unconfirmed", ASCENDING)]),
@@ -205,6 +212,7 @@ RETIRED_INDEXES: Final = {
 async def ensure_indexes(db: Database) -> None:
     """Create every index the engine relies on, drop the retired ones (safe on every start)."""
     await _keyed_executions(db)
+    await _cooling_from_everywhere(db)
     for collection, indexes in _INDEXES.items():
         await db[collection].create_indexes(indexes)
     for collection, names in RETIRED_INDEXES.items():
@@ -231,6 +239,21 @@ async def _keyed_executions(db: Database) -> None:
         await executions.drop_index("key_1")
     legacy_key = {"$concat": ["legacy|", {"$toString": "$_id"}]}
     await executions.update_many({"key": {"$exists": False}}, [{"$set": {"key": legacy_key}}])
+
+
+async def _cooling_from_everywhere(db: Database) -> None:
+    """Give ``cooling_from`` (its ``created_at``) to intents recorded before intents had one,
+    once: cooldowns are read by ``cooling_from`` alone. Done only while the cooling index is
+    missing — before it is created — so a normal start scans nothing."""
+    intents = db[c.ACTION_INTENTS]
+    if index_name(COOLING_INDEX) in await intents.index_information():
+        return
+    await intents.update_many({"cooling_from": None}, [{"$set": {"cooling_from": "$created_at"}}])
+
+
+def index_name(keys: list[tuple[str, int]]) -> str:
+    """The name MongoDB gives an index of ``keys`` (``rule_id_1_cooling_from_1``)."""
+    return "_".join(f"{name}_{direction}" for name, direction in keys)
 
 
 TtlChange = Literal["created", "unchanged", "updated", "recreated"]

@@ -42,8 +42,6 @@ import orjson
 
 from ruleengine import constants as c
 from ruleengine.store.db import (
-    BUDGET_HISTORY_INDEX,
-    EXECUTION_COUNT_INDEX,
     PENDING_INTENTS_INDEX,
     Database,
     Document,
@@ -169,6 +167,12 @@ class BudgetHistory:
 
 def _key(doc: Document) -> tuple[str, str, str]:
     return doc["batch_id"], doc["task_id"], doc["entity_id"]
+
+
+def _since(doc: Document, since: datetime) -> bool:
+    """True when the intent was resolved at or after ``since``."""
+    resolved = doc.get("resolved_at")
+    return isinstance(resolved, datetime) and resolved >= since
 
 
 def _resolution(status: IntentStatus, now: datetime, fields: dict[str, Any]) -> dict[str, Any]:
@@ -405,9 +409,11 @@ class IntentStore:
         self, entity_ids: Sequence[str], *, other_than: str
     ) -> list[Document]:
         """Pending intents on these entities left by *other* batches."""
+        # status first: the embedded server looks the first clause up (the pending intents,
+        # few), not each entity's every intent
         query = {
-            "entity_id": {"$in": list(entity_ids)},
             "status": "pending",
+            "entity_id": {"$in": list(entity_ids)},
             "batch_id": {"$ne": other_than},
         }
         return [d async for d in self._intents.find(query)]
@@ -416,33 +422,34 @@ class IntentStore:
         self, entity_ids: Sequence[str], *, now: datetime, too_low_since: datetime
     ) -> BudgetHistory:
         """The budget facts of some entities the write path checks before a budget write,
-        in one query: the engine's changes in the last hour, Meta's blocks (code 17) still in
+        in two queries: the engine's changes in the last hour, Meta's blocks (code 17) still in
         force, and the budgets Meta refused as too low since ``too_low_since``."""
         if not entity_ids:
             return BudgetHistory()
         budget = {"entity_id": {"$in": list(entity_ids)}, "field": {"$in": BUDGET_FIELDS}}
-        query = budget | {
-            "$or": [
-                {"status": "done", "changed": True, "applied_at": {"$gte": hour_ago(now)}},
-                {"status": "failed", "reason": BUDGET_LIMITED, "allowed_at": {"$gt": now}},
-                {
-                    "status": "failed",
-                    "reason": BUDGET_TOO_LOW,
-                    "resolved_at": {"$gte": too_low_since},
-                },
-            ]
-        }
-        projection = {"entity_id": 1, "field": 1, "status": 1, "reason": 1, "target": 1}
+        fields = {"entity_id": 1, "field": 1, "status": 1, "reason": 1, "target": 1}
         history = BudgetHistory(changes=defaultdict(list))
-        fields = projection | {"applied_at": 1, "allowed_at": 1}
-        async for doc in self._intents.find(query, fields).hint(BUDGET_HISTORY_INDEX):
+        # two queries, no $or: the changes applied in the hour (a range of the index's last
+        # key), and the refusals kept on what was never applied (applied_at null)
+        applied = budget | {"applied_at": {"$gte": hour_ago(now)}}
+        async for doc in self._intents.find(applied, fields | {"applied_at": 1, "changed": 1}):
+            if doc.get("status") == "done" and doc.get("changed") is True:
+                history.changes[doc["entity_id"]].append(
+                    AppliedChange(doc["applied_at"], doc.get("target"))
+                )
+        refused = budget | {
+            "applied_at": None,
+            "status": "failed",
+            "reason": {"$in": [BUDGET_LIMITED, BUDGET_TOO_LOW]},
+        }
+        async for doc in self._intents.find(refused, fields | {"allowed_at": 1, "resolved_at": 1}):
             entity = doc["entity_id"]
-            if doc["status"] == "done":
-                history.changes[entity].append(AppliedChange(doc["applied_at"], doc.get("target")))
-            elif doc.get("reason") == BUDGET_LIMITED:
-                blocked = history.blocked_until.get(entity)
-                history.blocked_until[entity] = max(blocked or doc["allowed_at"], doc["allowed_at"])
-            elif isinstance(target := doc.get("target"), int):
+            if doc.get("reason") == BUDGET_LIMITED:
+                allowed = doc.get("allowed_at")
+                if isinstance(allowed, datetime) and allowed > now:
+                    blocked = history.blocked_until.get(entity)
+                    history.blocked_until[entity] = max(blocked or allowed, allowed)
+            elif isinstance(target := doc.get("target"), int) and _since(doc, too_low_since):
                 key = (entity, doc["field"])
                 history.too_low[key] = max(history.too_low.get(key, target), target)
         for changes in history.changes.values():
@@ -495,35 +502,31 @@ class IntentStore:
 
         ``now`` is by MongoDB's clock (the job's ``db_now``), as each intent's ``cooling_from``
         is: a step of a worker's clock neither shortens nor stretches a cooldown. (An intent
-        recorded before intents had ``cooling_from`` cools down from its ``created_at``.)
-        Intents of the batch ``other_than`` are ignored: a redelivered batch meets its own
-        intents on the write path (``already_applied``), not as a cooldown. One query for
-        every pair, on the (rule, task, entity, status) index.
+        recorded before intents had ``cooling_from`` was given its ``created_at`` at start,
+        :func:`ruleengine.store.db.ensure_indexes`.) Intents of the batch ``other_than`` are
+        ignored: a redelivered batch meets its own intents on the write path
+        (``already_applied``), not as a cooldown.
+
+        One query, on the (rule, cooling_from) index: the rule's intents of the longest
+        cooldown's window, whatever its history before; the pairs are picked out here.
         """
         wanted = set(pairs)
         if not wanted or longest_minutes <= 0:
             return {}
         since = now - timedelta(minutes=longest_minutes)
-        query = {
-            "rule_id": rule_id,
-            "task_id": {"$in": sorted({task for task, _ in wanted})},
-            "entity_id": {"$in": sorted({entity for _, entity in wanted})},
-            "status": {"$in": list(FIRED)},
-            "batch_id": {"$ne": other_than},
-            "$or": [
-                {"cooling_from": {"$gt": since}},
-                {"cooling_from": None, "created_at": {"$gt": since}},
-            ],
-        }
+        query = {"rule_id": rule_id, "cooling_from": {"$gt": since}}
         projection = dict.fromkeys(
-            ("task_id", "entity_id", "created_at", "cooling_from", "cooldown_minutes"), 1
+            ("task_id", "entity_id", "status", "batch_id", "cooling_from", "cooldown_minutes"), 1
         )
         active: dict[tuple[str, str], datetime] = {}
-        async for doc in self._intents.find(query, projection).hint(EXECUTION_COUNT_INDEX):
-            key = (doc["task_id"], doc["entity_id"])
-            started = doc.get("cooling_from") or doc["created_at"]
-            until = started + timedelta(minutes=doc.get("cooldown_minutes") or 0)
-            if key in wanted and until > now and (key not in active or until > active[key]):
+        async for doc in self._intents.find(query, projection):
+            key = (doc.get("task_id"), doc.get("entity_id"))
+            if key not in wanted or doc.get("status") not in FIRED:
+                continue
+            if doc.get("batch_id") == other_than:
+                continue
+            until = doc["cooling_from"] + timedelta(minutes=doc.get("cooldown_minutes") or 0)
+            if until > now and (key not in active or until > active[key]):
                 active[key] = until
         return active
 
@@ -540,15 +543,14 @@ class IntentStore:
         Counted over every version of the rule: intents that are ``done``, and those still
         ``pending`` (their write may have landed). Intents of the batch ``other_than`` are
         left out: a redelivered batch meets its own on the write path (``already_applied``).
-        One aggregation, on the (rule, task, entity, status) index.
+        One aggregation (on the (rule, task, entity, status) index in MongoDB).
         """
         wanted = set(pairs)
         if not wanted:
             return {}
         pipeline = execution_count_pipeline(rule_id, wanted, other_than=other_than)
         counts: dict[tuple[str, str], int] = {}
-        hint = dict(EXECUTION_COUNT_INDEX)  # an object: a list is not a hint to aggregate
-        async for doc in await self._intents.aggregate(pipeline, hint=hint):
+        async for doc in await self._intents.aggregate(pipeline):
             key = (doc["_id"]["t"], doc["_id"]["e"])
             if key in wanted:
                 counts[key] = int(doc["n"])
@@ -558,8 +560,7 @@ class IntentStore:
 def execution_count_pipeline(
     rule_id: str, pairs: Iterable[tuple[str, str]], *, other_than: str
 ) -> list[dict[str, Any]]:
-    """The aggregation :meth:`IntentStore.execution_counts` runs (with the hint
-    :data:`~ruleengine.store.db.EXECUTION_COUNT_INDEX`)."""
+    """The aggregation :meth:`IntentStore.execution_counts` runs."""
     wanted = set(pairs)
     match = {
         "rule_id": rule_id,
