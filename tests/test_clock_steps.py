@@ -274,6 +274,18 @@ async def test_a_worker_clock_stepped_back_20_minutes_does_not_stop_periodic_job
         assert job.next_run - datetime.now(UTC) <= timedelta(minutes=1), name
 
 
+def test_a_run_planned_by_arq_a_second_early_is_not_taken_for_a_step(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """arq enqueues a cron job up to a poll and a second before it is due and plans the next
+    run from the due time: a period and a second ahead of now, which is no clock step."""
+    for name, job in cron_jobs(settings).items():
+        planned = datetime.now(UTC) + timedelta(minutes=1, seconds=1)
+        job.next_run = planned  # as arq sets it, from the due time of the run it enqueued
+        assert job.next_run == planned, name
+    assert "the clock stepped" not in caplog.text
+
+
 async def test_a_periodic_pass_less_than_a_minute_after_another_does_nothing(
     settings: Settings, db: Database, redis: Any
 ) -> None:

@@ -16,7 +16,7 @@ def test_defaults_are_todays_ports_and_urls() -> None:
     s = Settings()
     assert (s.web_port, s.sandbox_port, s.redis_port, s.mongodb_port) == (8080, 8081, 6380, 27018)
     assert (s.dispatcher_metrics_port, s.worker_metrics_port) == (9101, 9102)
-    assert s.mongodb_url == "mongodb://127.0.0.1:27018/?directConnection=true"
+    assert s.mongodb_url == "mongodb://127.0.0.1:27018/?directConnection=true&retryWrites=false"
     assert s.redis_url == "redis://127.0.0.1:6380/0"
     assert s.graph_url == "http://127.0.0.1:8081"
     assert s.model_fields_set == set()  # derived values do not count as set
@@ -25,7 +25,7 @@ def test_defaults_are_todays_ports_and_urls() -> None:
 def test_a_port_base_moves_every_port_and_the_urls_follow() -> None:
     s = Settings(port_base=20000)
     assert {name: getattr(s, name) - 20000 for name in PORT_LAYOUT} == PORT_LAYOUT
-    assert s.mongodb_url == "mongodb://127.0.0.1:20003/?directConnection=true"
+    assert s.mongodb_url == "mongodb://127.0.0.1:20003/?directConnection=true&retryWrites=false"
     assert s.redis_url == "redis://127.0.0.1:20002/0"
     assert s.graph_url == "http://127.0.0.1:20001"
 

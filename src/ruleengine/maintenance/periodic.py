@@ -56,9 +56,11 @@ class SteadyCron(CronJob):
         if planned is None:
             return None
         now = self.clock()
-        if planned - now > self.period:
+        # arq enqueues a job up to a poll (and a second) before it is due, and plans the next
+        # run from the due time: a next run a little more than a period ahead is not a step
+        if planned - now > self.period + STAMP_MARGIN:
             self.calculate_next(now)
-        elif now - planned > self.period:
+        elif now - planned > self.period + STAMP_MARGIN:
             self.calculate_next(now - self.period)
         else:
             return planned
