@@ -185,12 +185,18 @@ class FollowupStore:
     # ---------------------------------------------------------------- running one
 
     async def claim(self, key: str, generation: int, *, now: datetime) -> FollowupDoc | None:
-        """Take a due follow-up for running: only its own generation, only once."""
-        doc = await self._followups.find_one_and_update(
+        """Take a due follow-up for running: only its own generation, only once.
+
+        A compare-and-set, then a read of what it took (the embedded server answers a
+        findAndModify on more than ``_id`` by scanning the collection; an update finds the
+        document by ``_id``). Replaced by a newer generation between the two: not run."""
+        claimed = await self._followups.update_one(
             {"_id": key, "generation": generation, "status": {"$in": list(WAITING)}},
             {"$set": {"status": "running", "updated_at": now}},
-            return_document=ReturnDocument.AFTER,
         )
+        if claimed.modified_count != 1:
+            return None
+        doc = await self._followups.find_one({"_id": key, "generation": generation})
         return None if doc is None else FollowupDoc.from_mongo(doc)
 
     async def finish(
