@@ -158,16 +158,17 @@ class ErrorLog:
             "$setOnInsert": {"first_seen": now, "status": "active"},
             "$push": {"samples": {"$each": [sample], "$slice": -SAMPLES_KEPT}},
         }
+        # an upsert, then a read by the unique key: the embedded server answers a
+        # findAndModify on more than _id by scanning the collection
         for attempt in range(2):
             try:
-                doc = await self._groups.find_one_and_update(
-                    key, update, upsert=True, return_document=ReturnDocument.AFTER
-                )
+                await self._groups.update_one(key, update, upsert=True)
                 break
             except DuplicateKeyError:  # two first occurrences at once: the second one updates
                 if attempt:
                     raise
-        assert doc is not None
+        doc = await self._groups.find_one(key)
+        assert doc is not None, "the group was just upserted"
         oldest = hour_key(hours_ending(now)[0])  # the keys sort as the hours do
         stale = [k for k in doc.get("hourly") or {} if k < oldest]
         if stale:  # at most once an hour per group: the hours that fell out of the window
