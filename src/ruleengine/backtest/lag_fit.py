@@ -42,8 +42,6 @@ from ruleengine.rules.lag import (
     size_weights,
 )
 from ruleengine.store.db import (
-    EVALUATIONS_BY_ACCOUNT_INDEX,
-    EXECUTIONS_BY_ACCOUNT_INDEX,
     Database,
     Document,
 )
@@ -209,13 +207,7 @@ async def _read_range(
         "level": level,
         "conditions.metric": {"$regex": _CONVERSION_METRICS},
     }
-    cursor = (
-        db[c.EXECUTIONS]
-        .find(query, _PROJECTION)
-        .hint(EXECUTIONS_BY_ACCOUNT_INDEX)
-        .sort("created_at", DESCENDING)
-        .limit(limit)
-    )
+    cursor = db[c.EXECUTIONS].find(query, _PROJECTION).sort("created_at", DESCENDING).limit(limit)
     records = [d async for d in cursor]
     rows = await _chunk_rows(db, account_id, level, since, until, limit)
     newest = sorted(records + rows, key=lambda d: d["created_at"], reverse=True)
@@ -233,12 +225,7 @@ async def _chunk_rows(
         "level": level,
         "metrics": {"$regex": _CONVERSION_METRICS},
     }
-    chunks = (
-        db[c.EVALUATIONS]
-        .find(query)
-        .hint(EVALUATIONS_BY_ACCOUNT_INDEX)
-        .sort("created_at", DESCENDING)
-    )
+    chunks = db[c.EVALUATIONS].find(query).sort("created_at", DESCENDING)
     rows: list[Document] = []
     async for chunk in chunks:
         for row in decode(chunk):

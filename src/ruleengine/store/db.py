@@ -92,7 +92,7 @@ BUDGET_HISTORY_INDEX: Final = [
 PENDING_INTENTS_INDEX: Final = [("status", ASCENDING), ("created_at", ASCENDING)]
 
 #: The index of the lag model's reading of an ad account's execution records over a time
-#: range (``lag_history.py`` names it as its hint).
+#: range (``backtest/lag_fit.py``).
 EXECUTIONS_BY_ACCOUNT_INDEX: Final = [("account", ASCENDING), ("created_at", DESCENDING)]
 #: An entity's evaluations: the chunks holding it (``entity_ids`` is an array: a multikey
 #: index, one entry per entity of the chunk), newest first.

@@ -33,7 +33,7 @@ from bson.codec_options import CodecOptions
 from pymongo import DESCENDING, UpdateOne
 
 from ruleengine import constants as c
-from ruleengine.store.db import EVALUATIONS_BY_ENTITY_INDEX, Database, Document, insert_new
+from ruleengine.store.db import Database, Document, insert_new
 
 #: Entities per chunk: a chunk stays far below MongoDB's 16 MiB with room for wide rows.
 CHUNK_ENTITIES: Final = 1000
@@ -275,22 +275,13 @@ class EvaluationStore:
         return await self._chunks.count_documents({"batch_id": batch_id}, limit=1) > 0
 
     async def for_entity(self, entity_id: str, *, since: datetime, limit: int) -> list[Document]:
-        """An entity's evaluations since ``since``, newest first (by the entity-id index: only
-        the chunks that hold the entity are read)."""
+        """An entity's evaluations since ``since``, newest first, by the (entity_ids,
+        created_at) index: only the chunks that hold the entity are read. No hint: the
+        embedded server walks a hinted multikey index by scanning every chunk (761 ms at
+        3,000 chunks, 6 ms unhinted), where its planner looks this shape up."""
         query = {"entity_ids": entity_id, "created_at": {"$gte": since}}
-        cursor = (
-            self._chunks.find(query)
-            .hint(EVALUATIONS_BY_ENTITY_INDEX)
-            .sort("created_at", DESCENDING)
-            .limit(limit)
-        )
+        cursor = self._chunks.find(query).sort("created_at", DESCENDING).limit(limit)
         return [r async for doc in cursor for r in decode(doc, entity_id=entity_id)]
-
-    async def for_account(self, query: Document, *, hint: Any, limit: int) -> list[Document]:
-        """The evaluations of the chunks ``query`` selects (account, level, time, metrics),
-        newest first; at most ``limit`` chunks are read."""
-        cursor = self._chunks.find(query).hint(hint).sort("created_at", DESCENDING).limit(limit)
-        return [r async for doc in cursor for r in decode(doc)]
 
 
 def overlay(evaluations: Iterable[Document], records: Iterable[Document]) -> list[Document]:
