@@ -61,7 +61,7 @@ async def insert_new(collection: Any, docs: list[Document]) -> set[int]:
     return set()
 
 
-# No query names a hint on the hot path: the embedded server walks the WHOLE hinted index
+# No find or aggregate names a hint: the embedded server walks the WHOLE hinted index
 # (every entry, then filters), where its planner, unhinted, looks up the first clause an
 # index leads with (``{"rule_id": r, "cooling_from": {"$gt": t}}``: a range of the
 # (rule_id, cooling_from) index) — and a top-level ``$or`` scans the collection. Real MongoDB
@@ -87,8 +87,8 @@ BUDGET_HISTORY_INDEX: Final = [
 ]
 
 #: The index of pending intents: the reaper's orphans, and the claim each acquisition of an
-#: account's write lock makes on the account's pending intents (which names it as its hint,
-#: so it never walks the collection, however many settled intents it holds).
+#: account's write lock makes on the account's pending intents (an update: the embedded
+#: server looks its ``status`` up; MongoDB is told the index by a hint).
 PENDING_INTENTS_INDEX: Final = [("status", ASCENDING), ("created_at", ASCENDING)]
 
 #: The index of the lag model's reading of an ad account's execution records over a time
@@ -101,8 +101,7 @@ EVALUATIONS_BY_ENTITY_INDEX: Final = [("entity_ids", ASCENDING), ("created_at", 
 EVALUATIONS_BY_ACCOUNT_INDEX: Final = [("account", ASCENDING), ("created_at", DESCENDING)]
 
 #: The index of the history cache's one query: an account's buckets at a level and
-#: granularity over a range of months (``store/insights_history.py`` names it as its hint:
-#: the embedded server's planner scans the collection without it).
+#: granularity over a range of months (``store/insights_history.py``).
 INSIGHTS_HISTORY_INDEX: Final = [
     ("account", ASCENDING),
     ("level", ASCENDING),
