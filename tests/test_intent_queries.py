@@ -39,7 +39,7 @@ def intents(draw: st.DrawFn) -> dict[str, Any]:
     status = draw(st.sampled_from(["pending", "done", "failed"]))
     created = draw(minutes)
     doc: dict[str, Any] = {
-        "batch_id": draw(st.sampled_from(["b1", "b2", "own"])),
+        "batch_id": draw(st.sampled_from(["other", "other", "own"])),  # numbered below
         "rule_id": draw(st.sampled_from(["r", "r", "other"])),
         "task_id": draw(st.sampled_from(["t1", "t2"])),
         "entity_id": draw(st.sampled_from(ENTITIES)),
@@ -116,7 +116,8 @@ async def test_cooldowns_and_budget_facts_read_as_their_definitions(
     collection = db[c.ACTION_INTENTS]
     await collection.delete_many({})
     for n, doc in enumerate(docs):  # unique per (batch, task, entity): the store's own key
-        doc["batch_id"] = f"{doc['batch_id']}" if doc["batch_id"] == "own" else f"b{n}"
+        if doc["batch_id"] != "own":
+            doc["batch_id"] = f"b{n}"
     unique = {(d["batch_id"], d["task_id"], d["entity_id"]): d for d in docs}
     docs = list(unique.values())
     if docs:
