@@ -7,6 +7,7 @@ before anything is sent again.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -92,9 +93,20 @@ async def test_a_worker_killed_between_two_write_batches_applies_nothing_twice(
     await wait_for(lambda: sandbox_quiet(sandbox))
     await sandbox.clear_faults()
     first_batch = (await db[c.BATCHES].find_one({"rule_id": rule.id}) or {})["_id"]
-    assert {i["status"] for i in await intents(db, batch_id=first_batch)} >= {"pending"}
+    recorded = await intents(db, batch_id=first_batch)
+    landed_ids = {w["id"] for w in await sandbox.writes()}  # the calls it sent, all landed
+    # the worst moment: the next call's intents were recorded while a call was in flight,
+    # and it died before sending them
+    assert len(recorded) > len(landed_ids)
+    assert {i["status"] for i in recorded} >= {"pending"}
     await redis.delete(c.QUEUE_NAME)  # the dead worker's job would block an in-process burst
     await reap(settings, db, redis, now=start + timedelta(hours=1))
+    # settled from the live values: what was sent landed, what was recorded and never sent
+    # did not
+    settled_by_reaper = {i["entity_id"]: i for i in await intents(db, batch_id=first_batch)}
+    assert {e for e, i in settled_by_reaper.items() if i["status"] == "done"} == landed_ids
+    unsent = [i for e, i in settled_by_reaper.items() if e not in landed_ids]
+    assert {(i["status"], i["reason"]) for i in unsent} == {("failed", "not_applied")}
     # the next run writes what the dead one did not, and nothing it did (its cooldown)
     await dispatch(settings, db, now=start + timedelta(minutes=15))
     await work(settings)
@@ -108,6 +120,42 @@ async def test_a_worker_killed_between_two_write_batches_applies_nothing_twice(
     assert await intents(db, status="pending") == []
     batch = await db[c.BATCHES].find_one({"_id": first_batch})
     assert batch is not None and batch["status"] == "ABANDONED"
+
+
+# ---------------------------------------------------------------- the pipeline
+
+
+async def test_the_next_call_is_read_and_recorded_while_a_call_is_in_flight(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    await big_account(sandbox, db, settings, 150)  # calls of 50: three of them
+    await save_rule(db, budget_rule("act_2001"))
+    await dispatch(settings, db)
+    await sandbox.set_faults(write_latency_ms=2000)  # each call of writes lands after 2 s
+    await sandbox.clear_stats()
+
+    async def second_slice_recorded() -> bool:
+        return await db[c.ACTION_INTENTS].count_documents({}) >= 100
+
+    running = asyncio.create_task(work(settings))
+    try:
+        await wait_for(second_slice_recorded, timeout_s=30)
+        # the second call's writes were read, planned and recorded while the first call
+        # was in flight: none of its writes has landed yet
+        assert await sandbox.writes() == []
+        assert (await sandbox.stats())["writes_in_flight"] == 1  # the first call
+    finally:
+        await running
+    stats = await sandbox.stats()
+    await sandbox.clear_faults()
+    assert stats["write_calls_peak"] == 1  # the account's writes went out one call at a time
+    writes = await successful_writes(sandbox)
+    assert len(writes) == 150
+    done = await intents(db, status="done")
+    each_write_recorded_once(writes, done, await records(db, outcome="applied"))
+    # each planned from the value read just before it: +10 % of the budget it had
+    before = {i["entity_id"]: i["before"] for i in done}
+    assert all(int(w["params"]["daily_budget"]) == round(before[w["id"]] * 1.1) for w in writes)
 
 
 # ---------------------------------------------------------------- one sub-response each

@@ -108,9 +108,28 @@ async def _answer(request: web.Request) -> web.Response:
         state.stats.error(error.code)
         return _http(_failure(state, error))
     batch_writes = path == "/" and _carries_writes(raw_params.get("batch"))
+    writes = is_write(request.method, path, batch_writes=batch_writes)
+    stats = state.stats
+    stats.call_started(writes=writes)
+    try:
+        return await _run(request, state, version, path, raw_params, writes=writes)
+    finally:
+        stats.call_finished(writes=writes)
+
+
+async def _run(
+    request: web.Request,
+    state: SandboxState,
+    version: str | None,
+    path: str,
+    raw_params: dict[str, str],
+    *,
+    writes: bool,
+) -> web.Response:
+    batch_writes = writes and path == "/"
     delay_s = state.faults.delay_s(request.method, path, batch_writes=batch_writes)
     if delay_s:
-        stats, writes = state.stats, is_write(request.method, path, batch_writes=batch_writes)
+        stats = state.stats
         stats.writes_in_flight += writes
         try:
             await asyncio.sleep(delay_s)

@@ -25,6 +25,8 @@ class Stats:
         self.errors_by_code: Counter[str] = Counter()
         self.in_flight = 0  # Graph requests being answered now (a delayed write still lands)
         self.writes_in_flight = 0  # writes received and still delayed: not landed yet
+        self.write_calls_in_flight = 0  # calls carrying writes, from their arrival to the answer
+        self.write_calls_peak = 0  # the most such calls ever in flight at once
 
     def http(self, method: str) -> None:
         """One HTTP request to the Graph routes (a batch is one)."""
@@ -39,6 +41,16 @@ class Stats:
     def accounts(self, accounts: tuple[str, ...]) -> None:
         """The ad accounts the current call touched."""
         self.calls_by_account.update(accounts)
+
+    def call_started(self, *, writes: bool) -> None:
+        """A Graph call arrived (``writes``: it carries writes); answered: :meth:`call_finished`."""
+        if writes:
+            self.write_calls_in_flight += 1
+            self.write_calls_peak = max(self.write_calls_peak, self.write_calls_in_flight)
+
+    def call_finished(self, *, writes: bool) -> None:
+        """A Graph call was answered."""
+        self.write_calls_in_flight -= writes
 
     def error(self, code: int) -> None:
         """A call or a batch answered with Meta error ``code``."""
@@ -55,4 +67,5 @@ class Stats:
             "errors_by_code": dict(self.errors_by_code),
             "in_flight": self.in_flight,
             "writes_in_flight": self.writes_in_flight,
+            "write_calls_peak": self.write_calls_peak,
         }

@@ -69,6 +69,12 @@ MONEY_ACTIONS = (PercentBudgetAction, SetBudgetAction, ChangeBidAction, ScaleToT
 FIELD_ACTIONS = (StatusAction, RenameAction, NameTextAction, *MONEY_ACTIONS)
 
 
+def reads_the_account(action: Any) -> bool:
+    """True when carrying ``action`` out reads the ad account (its currency, timezone and
+    minimum daily budget: :func:`check_currency`, :func:`target_of`, the rebalance)."""
+    return isinstance(action, MONEY_ACTIONS) or getattr(action, "type", None) == "rebalance_budget"
+
+
 @dataclass
 class ActResult:
     """What an action did (or why not), for the execution record."""

@@ -143,6 +143,9 @@ def mongodb_argv(*, port: int, storage_path: str) -> list[str]:
         storage_path,
         "--log-level",
         "WARNING",
+        # standalone: no replica-set advertisement, hence no oplog written on every write
+        # (nothing of ours uses change streams or transactions)
+        "--standalone",
     ]
 
 

@@ -28,7 +28,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ruleengine.accounts.facts import AccountFacts
 from ruleengine.acting.holdout import held_out_result
-from ruleengine.acting.results import ActResult, JobRun
+from ruleengine.acting.results import ActResult, JobRun, reads_the_account
 from ruleengine.constants import STAGES
 from ruleengine.dispatching.payload import EvaluateJob
 from ruleengine.errors import ErrorReport, ListingExpired
@@ -241,13 +241,28 @@ class Evaluation:
         await self._apply_cooldowns(pairs)
         self._stage("cooldown", watch.lap(), pairs)
         live = [p for p in pairs if p.reason is None]
-        insights, custom = await self._fetch(live)
+        insights, custom = await self._fetch_reading_ahead(live)
         self._stage("fetch", watch.lap(), pairs)
         self._evaluate(live, insights, custom)
         passing = [p for p in live if p.verdict and p.verdict.passed]
         await self._hold_out([p for p in passing if self._is_held_out(p)])
         await self._act([p for p in passing if p.result is None])
         return pairs
+
+    async def _fetch_reading_ahead(
+        self, pairs: list[Pair]
+    ) -> tuple[InsightsResult, dict[str, Callable[[str], float | None]]]:
+        """The ``fetch`` stage; a rule whose actions read the ad account (a budget's
+        currency and minimum) has it read meanwhile, so the act stage does not wait for it."""
+        facts = self.run_ctx.facts
+        if (
+            not pairs
+            or facts is None
+            or not any(reads_the_account(t.action) for t in self.rule.tasks)
+        ):
+            return await self._fetch(pairs)
+        fetched, _ = await asyncio.gather(self._fetch(pairs), facts.ad_account())
+        return fetched
 
     def _is_held_out(self, pair: Pair) -> bool:
         return is_held_out(self.job.rule_id, pair.task.id, pair.entity.id, pair.task.holdout)

@@ -2,23 +2,25 @@
 
 The protocol of :mod:`ruleengine.writes.executor`, for many changes at once
 (``RULEENGINE_WRITE_BATCH_SIZE`` > 1). Under one hold of the account's fenced write
-lock: the batch's own intents, the cooldowns other runs left and other batches' pending
-intents on the round's entities are looked up once (one query each); then slice by
-slice of ≤ ``write_batch_size`` changes: the live values are re-read through the Batch
-API (≤ 50 GETs a call; the next slice's read is in flight while this slice is written,
-so a write is planned from a value read at most one round trip before it is sent);
-every change is planned from its live value (clamps, the account's minimum daily
-budget, Meta's ad-set budget limit — one query over the intents for the slice); the
-slice's intents are recorded in one insert; then its writes go out as one Batch API
-call, the lock (and its fence) checked before it, and each intent is resolved from its
-own sub-response (a token error stops the sending after that call: the writes not sent
-are ``token_refused``). The account's calls stay one at a time. A ``null`` sub-response
-(Meta did not process it) is reconciled against the live value, never sent blindly
-again: sent once more only when the live value shows it did not land.
+lock, the first slice's live values are read (the Batch API, ≤ 50 GETs a call) while the
+batch's own intents, the cooldowns other runs left, other batches' pending intents, the
+guards and the budget history of the round's entities are looked up (one query each, at
+once). Then slice by slice of ≤ ``write_batch_size`` changes, as a pipeline: while slice
+k's call is in flight, slice k+1's live values come in (read ahead), its changes are
+planned from them (clamps, the account's minimum daily budget, Meta's ad-set budget
+limit) and its intents recorded in one insert, and slice k-1's answers are settled; so
+the calls go out back to back, one at a time — the lock (and its fence) checked before
+each — and each write is planned from a value read at most one round trip before it is
+sent. Each intent is resolved from its own sub-response (a token error stops the
+sending after that call: the writes not sent are ``token_refused``, and a slice recorded
+meanwhile is given up the same way). A ``null`` sub-response (Meta did not process it) is
+reconciled against the live value, never sent blindly again: sent once more only when
+the live value shows it did not land.
 
-A crash between two calls leaves the sent call's intents pending (and the later slices
-unrecorded): the next delivery of the batch reconciles its own, the reaper settles them
-once their owner is gone — from the live values in both cases, so nothing lands twice.
+A crash between two calls leaves the sent call's intents pending, the next slice's
+recorded but never sent, and the later slices unrecorded: the next delivery of the batch
+reconciles its own, the reaper settles them once their owner is gone — from the live
+values in both cases (a write never sent did not land), so nothing lands twice.
 Intents are recorded and settled under the lock's fence: a round that finds another
 worker has taken the account over (:class:`~ruleengine.errors.Fenced`) records and sends
 nothing more — its writes already sent are ``write_unconfirmed``, the others
@@ -40,6 +42,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
+
+from pymongo.errors import PyMongoError
 
 from ruleengine.acting.results import (
     ACT_FAILURES,
@@ -198,6 +202,110 @@ class BatchedWrites:
         raise AssertionError("unreachable")
 
 
+#: Live values read (entity id → fields) and the reads that failed (entity id → error).
+_Live = tuple[dict[str, dict[str, Any]], dict[str, GraphError]]
+
+
+class _Pipe:
+    """The slices of one locked round on their way through the stages: read ahead, planned
+    and recorded while the slice before is in flight, then sent (see ``_LockedRound._go``).
+
+    The first slice is the round's first ``size`` changes, read while the round looks up
+    what decides which of them are still to do; the later slices hold only those."""
+
+    def __init__(self, locked: _LockedRound, todo: dict[int, FieldChange]) -> None:
+        self.locked = locked
+        self.todo = todo
+        self.slices: list[list[int]] = [list(todo)[: locked.owner.size]] if todo else []
+        self.fresh: dict[int, FieldChange] = {}  # to record and send
+        self.own: dict[int, Intent] = {}  # recorded by an earlier delivery, still pending
+        self.others: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self.reading: asyncio.Task[_Live] | None = None
+        self.preparing: asyncio.Task[list[_Send]] | None = None
+        if self.slices:
+            self._read(0)
+
+    async def run(
+        self,
+        fresh: dict[int, FieldChange],
+        own: dict[int, Intent],
+        others: dict[tuple[str, str], list[dict[str, Any]]],
+    ) -> None:
+        """Send the calls of the changes still to do (``fresh``, ``own``) one after the
+        other, each next one prepared meanwhile."""
+        self.fresh, self.own, self.others = fresh, own, others
+        size = self.locked.owner.size
+        first = set(self.slices[0]) if self.slices else set()
+        later = [i for i in self.todo if (i in fresh or i in own) and i not in first]
+        self.slices += [later[n : n + size] for n in range(0, len(later), size)]
+        if not self.slices:
+            return
+        ready = await self._prepare(0)
+        for number in range(len(self.slices)):
+            if number + 1 < len(self.slices):
+                self.preparing = asyncio.create_task(self._prepare(number + 1))
+            sent = await self.locked._send(ready)
+            ready = await self._prepared(sent)
+            if not sent:  # stopped: the slices after it are not written
+                self.locked._stopped([i for later in self.slices[number + 1 :] for i in later])
+                return
+
+    def _read(self, number: int) -> None:
+        part = {i: self.todo[i] for i in self.slices[number]}
+        self.reading = asyncio.create_task(self.locked._live(part))
+
+    async def _prepare(self, number: int) -> list[_Send]:
+        """Slice ``number``'s writes still to do, planned from their live values and
+        recorded; the next slice's read started as soon as this one's values are in."""
+        assert self.reading is not None
+        live, unread = await self.reading
+        self.reading = None
+        if number + 1 < len(self.slices):
+            self._read(number + 1)
+        part = [i for i in self.slices[number] if i in self.fresh or i in self.own]
+        locked = self.locked
+        for index in part:
+            error = unread.get(self.todo[index].entity.id)
+            if error is not None:
+                locked.results[index] = failure_result(error)
+        mine = {i: self.own[i] for i in part if i in self.own}
+        sends = await locked._reconcile_own(mine, self.todo, live)
+        ours = {i: self.fresh[i] for i in part if i in self.fresh}
+        sends += await locked._record(await locked._plan(ours, live, self.others))
+        locked.sends |= {send.index: send for send in sends}
+        return sends
+
+    async def _prepared(self, sent: bool) -> list[_Send]:
+        """The next slice, once prepared; when the round stopped, its recorded writes are
+        given up unsent (a failure to prepare it no longer matters then)."""
+        preparing, self.preparing = self.preparing, None
+        if preparing is None:
+            return []
+        if sent:
+            return await preparing
+        try:
+            ready = await preparing
+        except (*ACT_FAILURES, PyMongoError, Fenced) as exc:  # the round stops all the same
+            log.info("batch %s: the slice after a stop met %r", self.locked.run.batch_id, exc)
+            return []
+        await self.locked._settle_unsent(ready, *self.locked.stop_reason())
+        return []
+
+    async def close(self) -> None:
+        """Leave nothing running: a slice being prepared is let finish (its intents stay
+        pending: a retry of the round or the reaper settles them from the live values), a
+        read ahead is dropped."""
+        if self.preparing is not None:
+            with contextlib.suppress(*ACT_FAILURES, PyMongoError, Fenced):
+                await self.preparing
+            self.preparing = None
+        if self.reading is not None:
+            self.reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.reading
+            self.reading = None
+
+
 class _LockedRound:
     """One round under the account's write lock: look, plan, record, send, resolve."""
 
@@ -224,6 +332,8 @@ class _LockedRound:
         self.sent: set[int] = set()  # positions whose write went out to Meta
         self.stop: tuple[str, dict[str, Any]] | None = None  # why the round stopped early
         self.history = BudgetHistory()  # the round's entities' budget changes (Meta's limits)
+        self.settling: asyncio.Task[None] | None = None  # applied writes being settled
+        self.unsettled: list[tuple[_Send, Any]] = []  # the last call's, settled as the next goes
 
     async def go(self, todo: dict[int, FieldChange]) -> dict[int, ActResult]:
         try:
@@ -250,11 +360,26 @@ class _LockedRound:
                 self.results[index] = send.failed("lock_lost", error)
 
     async def _go(self, todo: dict[int, FieldChange]) -> None:
-        """Look up the round's own intents and re-check cooldowns once; then, slice by slice
-        of ≤ ``size`` changes, read the live values, plan, record the intents and send one
-        Batch API call — the next slice's live values read while this slice's call is in
-        flight, so each write is planned from a value read at most one round trip before it
-        is sent, and the account's writes stay one call at a time."""
+        """Read the first slice's live values while looking up the round's own intents and
+        re-checking cooldowns; then, slice by slice of ≤ ``size`` changes, plan, record the
+        intents and send one Batch API call. Slice k+1 is read, planned and recorded while
+        slice k's call is in flight, and slice k is settled while slice k+1's call is: the
+        account's calls go out back to back, one at a time, each planned from a live value
+        read at most one round trip before it is sent."""
+        pipe = _Pipe(self, todo)
+        try:
+            await pipe.run(*await self._look(todo))
+        finally:
+            await pipe.close()
+            await self._settled()
+
+    async def _look(
+        self, todo: dict[int, FieldChange]
+    ) -> tuple[
+        dict[int, FieldChange], dict[int, Intent], dict[tuple[str, str], list[dict[str, Any]]]
+    ]:
+        """The changes still to record (fresh), those an earlier delivery recorded and left
+        pending (own), and other batches' pending intents on the round's entities."""
         run = self.run
         existing = await self.intents.get_many(
             run.batch_id, [(c.key.task_id, c.entity.id) for c in todo.values()]
@@ -269,53 +394,27 @@ class _LockedRound:
                 own[index] = intent
             else:
                 self.results[index] = settled(intent)
-        await self._skip_fired_elsewhere(fresh)
-        ordered = [i for i in todo if i in fresh or i in own]
-        size = self.owner.size
-        slices = [ordered[n : n + size] for n in range(0, len(ordered), size)]
-        others = await self._pending_elsewhere(fresh)
-        await self._look_guards(fresh)
-        # one query for the round: a round changes each (entity, field) once, and under the
-        # lock no other writer records a budget change meanwhile
-        self.history = await budget_history(
-            self.intents, run, [(c.entity, c.target.field) for c in fresh.values()]
+        # the round's look-ups at once, each one query (a change another run's firing skips
+        # is looked up too: harmless); under the lock no other writer records meanwhile, and
+        # a round changes each (entity, field) once
+        looked = dict(fresh)
+        _, others, _, self.history = await asyncio.gather(
+            self._skip_fired_elsewhere(fresh),
+            self._pending_elsewhere(looked),
+            self._look_guards(looked),
+            budget_history(
+                self.intents, run, [(c.entity, c.target.field) for c in looked.values()]
+            ),
         )
-        await self._pipeline(slices, todo, fresh, own, others)
+        return fresh, own, others
 
-    async def _pipeline(
-        self,
-        slices: list[list[int]],
-        todo: dict[int, FieldChange],
-        fresh: dict[int, FieldChange],
-        own: dict[int, Intent],
-        others: dict[tuple[str, str], list[dict[str, Any]]],
-    ) -> None:
-        def read(part: list[int]) -> asyncio.Task[dict[str, dict[str, Any]]]:
-            return asyncio.create_task(self._live({i: todo[i] for i in part}))
-
-        reading = read(slices[0]) if slices else None
-        try:
-            for number, part in enumerate(slices):
-                assert reading is not None
-                live = await reading
-                reading = read(slices[number + 1]) if number + 1 < len(slices) else None
-                mine = {i: own[i] for i in part if i in own}
-                sends = await self._reconcile_own(mine, todo, live)
-                planned = await self._plan({i: fresh[i] for i in part if i in fresh}, live, others)
-                sends += await self._record(planned)
-                self.sends |= {send.index: send for send in sends}
-                if not await self._send(sends):  # stopped: the later slices are not written
-                    self._stopped([i for later in slices[number + 1 :] for i in later])
-                    return
-        finally:
-            if reading is not None:
-                reading.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await reading
+    def stop_reason(self) -> tuple[str, dict[str, Any]]:
+        """Why the round stopped early, and the error its unsent changes carry."""
+        return self.stop or ("lock_lost", {"message": "the round stopped"})
 
     def _stopped(self, unsent: list[int]) -> None:
         """Changes of later slices, neither recorded nor sent, once the round had to stop."""
-        reason, error = self.stop or ("lock_lost", {"message": "the round stopped"})
+        reason, error = self.stop_reason()
         for index in unsent:
             if index not in self.results:
                 self.results[index] = ActResult("failed", reason, error=error)
@@ -330,9 +429,9 @@ class _LockedRound:
             self.results[index] = result
             del fresh[index]
 
-    async def _live(self, changes: dict[int, FieldChange]) -> dict[str, dict[str, Any]]:
-        """Entity id → its live fields, through the Batch API; a change whose entity could
-        not be read gets ``live_read_failed`` (a rate limit is raised: waited out unlocked)."""
+    async def _live(self, changes: dict[int, FieldChange]) -> _Live:
+        """Entity id → its live fields, through the Batch API, and entity id → the error its
+        read met (a rate limit is raised: waited out unlocked)."""
         fields: dict[str, set[str]] = defaultdict(set)
         for change in changes.values():
             fields[change.entity.id].update(change.target.reads)
@@ -350,10 +449,7 @@ class _LockedRound:
                 live[entity_id] = answer.body
             else:
                 errors[entity_id] = answer.error or GraphError("no object in the answer")
-        for index in [i for i, c in changes.items() if c.entity.id in errors]:
-            self.results[index] = failure_result(errors[changes[index].entity.id])
-            del changes[index]
-        return live
+        return live, errors
 
     async def _reconcile_own(
         self, own: dict[int, Intent], todo: dict[int, FieldChange], live: dict[str, dict[str, Any]]
@@ -482,6 +578,7 @@ class _LockedRound:
     async def _send_chunk(self, chunk: list[_Send]) -> list[_Send]:
         """Send one call; resolve what it answered. Returns the writes to send again."""
         run = self.run
+        await self._settle_next()
         self.sent.update(send.index for send in chunk)
         try:
             answers = await self.writer.write_batch([s.write(run) for s in chunk], token=run.token)
@@ -498,8 +595,24 @@ class _LockedRound:
                 await self._failed(send, answer.error)
             else:
                 done.append((send, answer.body))
-        await self._resolve_done(done)
+        self.unsettled = done
         return await self._reconcile_unprocessed(unprocessed)
+
+    async def _settle_next(self) -> None:
+        """Start settling the last call's applied writes, as the next call goes out (so they
+        are settled while it is in flight; the settling before is awaited first, and its
+        failure — a newer holder's fence, :class:`Fenced` — raised here)."""
+        settling, self.settling = self.settling, None
+        if settling is not None:
+            await settling
+        if self.unsettled:
+            self.settling = asyncio.create_task(self._resolve_done(self.unsettled))
+        self.unsettled = []
+
+    async def _settled(self) -> None:
+        """Every applied write of the round settled (the last call's too)."""
+        await self._settle_next()
+        await self._settle_next()
 
     async def _resolve_done(self, done: list[tuple[_Send, Any]], **fields: Any) -> None:
         resolutions = [
