@@ -17,6 +17,7 @@ spend are 0 when Meta returns nothing; ratios and cost-per values are no data.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -226,8 +227,10 @@ def known_names() -> list[str]:
     return sorted(plain) + sorted(f"{f}.<action_type>" for f in _LIST_FIELDS) + list(SPECIAL_KEYS)
 
 
+@functools.lru_cache(maxsize=1024)
 def resolve_metric(name: str) -> MetricSpec:
-    """Look ``name`` up in the catalogue.
+    """Look ``name`` up in the catalogue (a name found is remembered: evaluation resolves
+    each condition's metric for every entity).
 
     Raises:
         UnknownMetricError: with a "did you mean" hint when the name is not known.
