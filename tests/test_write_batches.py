@@ -131,7 +131,7 @@ async def test_the_next_call_is_read_and_recorded_while_a_call_is_in_flight(
     await big_account(sandbox, db, settings, 150)  # calls of 50: three of them
     await save_rule(db, budget_rule("act_2001"))
     await dispatch(settings, db)
-    await sandbox.set_faults(write_latency_ms=2000)  # each call of writes lands after 2 s
+    await sandbox.set_faults(write_latency_ms=3000)  # each call of writes lands after 3 s
     await sandbox.clear_stats()
 
     async def second_slice_recorded() -> bool:
