@@ -30,13 +30,15 @@ from flow import (
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.acting.results import ActKey, Target
+from ruleengine.acting.results import ActKey, Target, reads_the_account
+from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
 from ruleengine.writes.batched import FieldChange, rounds
 from support import BENCH_ZONE, SANDBOX_NOW, SANDBOX_TOKEN
 from test_meta_budget_limits import ADSET, adset_id, adset_rule
+from test_rebalance import ACTION as REBALANCE
 
 HAS_BUDGET = {"metric": "daily_budget", "operator": ">", "value": 0}
 
@@ -156,6 +158,21 @@ async def test_the_next_call_is_read_and_recorded_while_a_call_is_in_flight(
     # each planned from the value read just before it: +10 % of the budget it had
     before = {i["entity_id"]: i["before"] for i in done}
     assert all(int(w["params"]["daily_budget"]) == round(before[w["id"]] * 1.1) for w in writes)
+
+
+def test_only_actions_that_need_the_ad_account_read_it_ahead() -> None:
+    """A budget or bid action reads the ad account (currency, minimum): during the fetch
+    stage, so the act stage does not wait for it; other actions never read it."""
+    actions = {
+        "increase_budget": ({"type": "increase_budget", "percent": 10}, True),
+        "set_budget": ({"type": "set_budget", "amount": 50}, True),
+        "rebalance_budget": (REBALANCE, True),
+        "pause": ({"type": "pause"}, False),
+        "rename": ({"type": "rename", "template": "{name} x"}, False),
+    }
+    for name, (action, reads) in actions.items():
+        rule = parse_rule(campaign_rule(action, [HAS_BUDGET]))
+        assert reads_the_account(rule.tasks[0].action) is reads, name
 
 
 # ---------------------------------------------------------------- one sub-response each

@@ -32,6 +32,7 @@ from ruleengine.rules.action_types import (
     ChangeBidAction,
     NameTextAction,
     PercentBudgetAction,
+    RebalanceBudgetAction,
     RenameAction,
     ScaleToTargetAction,
     SetBudgetAction,
@@ -72,7 +73,7 @@ FIELD_ACTIONS = (StatusAction, RenameAction, NameTextAction, *MONEY_ACTIONS)
 def reads_the_account(action: Any) -> bool:
     """True when carrying ``action`` out reads the ad account (its currency, timezone and
     minimum daily budget: :func:`check_currency`, :func:`target_of`, the rebalance)."""
-    return isinstance(action, MONEY_ACTIONS) or getattr(action, "type", None) == "rebalance_budget"
+    return isinstance(action, (*MONEY_ACTIONS, RebalanceBudgetAction))
 
 
 @dataclass
