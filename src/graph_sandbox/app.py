@@ -112,7 +112,9 @@ async def _answer(request: web.Request) -> web.Response:
     stats = state.stats
     stats.call_started(writes=writes)
     try:
-        return await _run(request, state, version, path, raw_params, writes=writes)
+        return await _run(
+            request, state, version, path, raw_params, batch_writes=batch_writes, writes=writes
+        )
     finally:
         stats.call_finished(writes=writes)
 
@@ -124,9 +126,10 @@ async def _run(
     path: str,
     raw_params: dict[str, str],
     *,
+    batch_writes: bool,
     writes: bool,
 ) -> web.Response:
-    batch_writes = writes and path == "/"
+    """Answer a call once read (``writes``: it is a write, or a batch carrying some)."""
     delay_s = state.faults.delay_s(request.method, path, batch_writes=batch_writes)
     if delay_s:
         stats = state.stats

@@ -202,6 +202,10 @@ class BatchedWrites:
         raise AssertionError("unreachable")
 
 
+#: What preparing a slice may meet (Meta, Redis, the lock, MongoDB, a newer holder's fence):
+#: no longer raised once the round has stopped or is being left.
+_PREPARE_FAILURES = (*ACT_FAILURES, PyMongoError, Fenced)
+
 #: Live values read (entity id → fields) and the reads that failed (entity id → error).
 _Live = tuple[dict[str, dict[str, Any]], dict[str, GraphError]]
 
@@ -285,7 +289,7 @@ class _Pipe:
             return await preparing
         try:
             ready = await preparing
-        except (*ACT_FAILURES, PyMongoError, Fenced) as exc:  # the round stops all the same
+        except _PREPARE_FAILURES as exc:  # the round stops all the same
             log.info("batch %s: the slice after a stop met %r", self.locked.run.batch_id, exc)
             return []
         await self.locked._settle_unsent(ready, *self.locked.stop_reason())
@@ -296,7 +300,7 @@ class _Pipe:
         pending: a retry of the round or the reaper settles them from the live values), a
         read ahead is dropped."""
         if self.preparing is not None:
-            with contextlib.suppress(*ACT_FAILURES, PyMongoError, Fenced):
+            with contextlib.suppress(*_PREPARE_FAILURES):
                 await self.preparing
             self.preparing = None
         if self.reading is not None:
@@ -397,15 +401,15 @@ class _LockedRound:
         # the round's look-ups at once, each one query (a change another run's firing skips
         # is looked up too: harmless); under the lock no other writer records meanwhile, and
         # a round changes each (entity, field) once
-        looked = dict(fresh)
-        _, others, _, self.history = await asyncio.gather(
-            self._skip_fired_elsewhere(fresh),
-            self._pending_elsewhere(looked),
-            self._look_guards(looked),
-            budget_history(
-                self.intents, run, [(c.entity, c.target.field) for c in looked.values()]
-            ),
+        skipped, others, _, self.history = await asyncio.gather(
+            self._fired_elsewhere(fresh),
+            self._pending_elsewhere(fresh),
+            self._look_guards(fresh),
+            budget_history(self.intents, run, [(c.entity, c.target.field) for c in fresh.values()]),
         )
+        for index, result in skipped.items():
+            self.results[index] = result
+            del fresh[index]
         return fresh, own, others
 
     def stop_reason(self) -> tuple[str, dict[str, Any]]:
@@ -421,13 +425,10 @@ class _LockedRound:
 
     # ---------------------------------------------------------------- before recording
 
-    async def _skip_fired_elsewhere(self, fresh: dict[int, FieldChange]) -> None:
-        """Another run of the rule may have fired since the job's cooldown stage."""
+    async def _fired_elsewhere(self, fresh: dict[int, FieldChange]) -> dict[int, ActResult]:
+        """The changes to skip: another run of the rule fired since the job's cooldown stage."""
         pairs = {i: FreshPair(c.key, c.entity.id, c.target.field) for i, c in fresh.items()}
-        skipped = await fired_elsewhere(self.intents, self.run, pairs)
-        for index, result in skipped.items():
-            self.results[index] = result
-            del fresh[index]
+        return await fired_elsewhere(self.intents, self.run, pairs)
 
     async def _live(self, changes: dict[int, FieldChange]) -> _Live:
         """Entity id → its live fields, through the Batch API, and entity id → the error its
