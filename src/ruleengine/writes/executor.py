@@ -70,7 +70,7 @@ from ruleengine.writes.batched import BatchedWrites, FieldChange
 from ruleengine.writes.copies import duplicate
 from ruleengine.writes.lock import AccountLocks, Fenced, HeldLock, LockLost
 from ruleengine.writes.meta_limits import budget_check, budget_history, counts_toward_limit, refuse
-from ruleengine.writes.notify import Notifier, send_once, task_message
+from ruleengine.writes.notify import Message, Notifier, send_many, send_once, task_message
 from ruleengine.writes.rebalance import Rebalancer
 from ruleengine.writes.settling import IntentSettler
 
@@ -181,6 +181,29 @@ class ActionExecutor:
         if rebalanced:
             results |= await self.rebalancer.apply(run, writer, rebalanced)
         return [results[i] for i in range(len(pairs))]
+
+    async def notify_many(
+        self, run: JobRun, pairs: Sequence[tuple[Entity, Task, TaskVerdict | None]]
+    ) -> list[ActResult]:
+        """Send the ``notify`` messages of one job, a chunk at a time
+        (:func:`~ruleengine.writes.notify.send_many`); each pair's result, in order."""
+        messages = []
+        for entity, task, verdict in pairs:
+            action = task.action
+            assert isinstance(action, NotifyAction)
+            messages.append(
+                Message(
+                    entity,
+                    ActKey.of(task),
+                    action.webhook,
+                    task_message(run, entity, task, action.template, verdict=verdict),
+                    {"batch_id": run.batch_id, "entity_id": entity.id},
+                )
+            )
+        try:
+            return await send_many(self.notifier, self.intents, run, messages)
+        except ACT_FAILURES as exc:
+            return [failure_result(exc) for _ in messages]
 
     async def act(
         self, run: JobRun, writer: GraphWriter, entity: Entity, task: Task, verdict: TaskVerdict

@@ -6,30 +6,41 @@ and come back as :class:`NotifyError`; they never crash a job. The ``notify``
 action (and a ``notify`` follow-up) sends at most once per (batch, task, entity):
 its intent is recorded first, and a pending one found later is given up rather
 than risk a second message.
+
+A job's messages go out :data:`NOTIFY_CHUNK` at a time (:func:`send_many`): one look-up of
+the batch's intents, then per chunk one insert of its intents and one update per outcome,
+instead of three commands a message. A worker killed inside a chunk leaves its intents
+pending: the redelivery gives them up (``pending_intent_unverifiable``), so a crash costs
+at most one chunk of messages — never a message twice.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import aiohttp
 
-from ruleengine.acting.results import ActKey, ActResult, JobRun, record_once
+from ruleengine.acting.results import ActKey, ActResult, JobRun, intent_doc, record_once, settled
 from ruleengine.errors import ErrorReport, ErrorSink, RuleEngineError
 from ruleengine.redact import REDACTOR
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import ConditionResult, TaskVerdict
 from ruleengine.rules.model import Task
+from ruleengine.rules.plan import Plan
 from ruleengine.rules.template import render_template
 from ruleengine.settings import Settings
-from ruleengine.store.intents import IntentStore
+from ruleengine.store.intents import Intent, IntentStore, Resolution
 
 log = logging.getLogger(__name__)
+
+#: Messages of a job recorded, sent and settled together (see the module): a crash gives up
+#: at most this many, each settled at most once.
+NOTIFY_CHUNK = 10
 
 
 class NotifyError(RuleEngineError):
@@ -194,3 +205,63 @@ async def send_once(
         return ActResult("failed", "notify_failed", "notify", None, message, error=error)
     await intents.resolve(intent.id, status="done", now=run.now)
     return ActResult("applied", None, "notify", None, message)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a job: to whom, about which (entity, task), and its text."""
+
+    entity: Entity
+    key: ActKey
+    webhook: str
+    text: str
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+async def send_many(
+    notifier: Notifier, intents: IntentStore, run: JobRun, messages: Sequence[Message]
+) -> list[ActResult]:
+    """Send each message at most once for (batch, key, entity), as :func:`send_once` does, a
+    chunk of :data:`NOTIFY_CHUNK` at a time; each message's result, in order."""
+    results: dict[int, ActResult] = {}
+    found = await intents.get_many(run.batch_id, [(m.key.task_id, m.entity.id) for m in messages])
+    fresh: list[int] = []
+    for index, message in enumerate(messages):
+        intent = found.get((message.key.task_id, message.entity.id))
+        if intent is None:
+            fresh.append(index)
+        elif intent.status == "pending":  # it may have gone out before a crash: never twice
+            await intents.resolve(intent.id, status="failed", now=run.now, reason="unverifiable")
+            results[index] = ActResult("skipped", "pending_intent_unverifiable", field="notify")
+        else:
+            results[index] = settled(intent)
+    for start in range(0, len(fresh), NOTIFY_CHUNK):
+        chunk = fresh[start : start + NOTIFY_CHUNK]
+        docs = [_intent(run, messages[i]) for i in chunk]
+        recorded = await intents.begin_many(docs, now=run.now)
+        resolutions: list[Resolution] = []
+        for index, intent in zip(chunk, recorded, strict=True):
+            results[index] = await _deliver(notifier, messages[index], intent, resolutions)
+        await intents.resolve_many(resolutions, now=run.now)
+    return [results[i] for i in range(len(messages))]
+
+
+def _intent(run: JobRun, message: Message) -> dict[str, Any]:
+    before: Any = None  # a message has no value before (as :func:`send_once` records it)
+    return intent_doc(run, message.entity, message.key, Plan("notify", before, message.webhook))
+
+
+async def _deliver(
+    notifier: Notifier, message: Message, intent: Intent, resolutions: list[Resolution]
+) -> ActResult:
+    """Send one recorded message; what settles its intent goes in ``resolutions``."""
+    if not intent.created:  # another delivery of the batch recorded it meanwhile
+        return settled(intent)
+    try:
+        await notifier.send(message.webhook, message.text, context=message.context)
+    except NotifyError as exc:
+        error = {"message": str(exc)}
+        resolutions.append(Resolution(intent.id, "failed", {"error": error}))
+        return ActResult("failed", "notify_failed", "notify", None, message.text, error=error)
+    resolutions.append(Resolution(intent.id, "done"))
+    return ActResult("applied", None, "notify", None, message.text)
