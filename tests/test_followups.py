@@ -3,24 +3,39 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import aiohttp
 import pytest
 from arq.connections import ArqRedis
-from arq.constants import job_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix
 from arq.utils import timestamp_ms
 from pydantic import SecretStr
 from redis.asyncio import Connection as RedisConnection
 from redis.asyncio import ConnectionPool
 
-from flow import LOSER, campaign_rule, dispatch, engine_for, records, run_rule, save_rule, work
+from flow import (
+    LOSER,
+    campaign_rule,
+    dispatch,
+    engine_for,
+    kill,
+    reap,
+    records,
+    run_rule,
+    sandbox_quiet,
+    save_rule,
+    start_worker,
+    wait_for,
+    work,
+)
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.devstack.embedded import ProcessGroup, start_redis
 from ruleengine.dispatching.payload import EvaluateJob
-from ruleengine.followups.running import run_followup
+from ruleengine.followups.running import RUN_TOGETHER, run_followup
 from ruleengine.followups.scheduling import FollowupScheduler, due_time
 from ruleengine.meta.reader import GraphReader
 from ruleengine.queue import connect_queue
@@ -32,6 +47,7 @@ from ruleengine.store.db import Database
 from ruleengine.store.followups import followup_job_id
 from ruleengine.worker.job import evaluate_account
 from support import SANDBOX_TOKEN
+from test_write_batches import HAS_BUDGET, big_account
 
 HUMAN_TOKEN = "EAAGhumanTOKEN0123456789abcdef"
 ONE_LOSER = [{"field": "name", "operator": "EQUAL", "value": "[AUTO] Prospecting US 2"}]
@@ -423,3 +439,110 @@ async def test_only_the_timers_redis_lost_are_re_armed(
         assert await redis.zscore(c.QUEUE_NAME, followup_job_id(key, 1)) is not None, key
     for key in kept:
         assert await redis.get(job_key_prefix + followup_job_id(key, 1)) == b"timer", key
+
+
+# ---------------------------------------------------------------- a batch's follow-ups together
+
+
+async def paused_with_followups(
+    settings: Settings, db: Database, sandbox: SandboxAdmin, count: int
+) -> list[dict[str, Any]]:
+    """``count`` campaigns of act_2001 paused by one batch, each with a follow-up to activate
+    it, all due now (by MongoDB's clock)."""
+    await big_account(sandbox, db, settings, count)
+    data = campaign_rule(
+        {"type": "pause", "then": {"after_minutes": 30, "do": "activate"}}, [HAS_BUDGET]
+    )
+    data["ad_accounts"] = ["act_2001"]
+    await save_rule(db, data)
+    await dispatch(settings, db)
+    await work(settings)
+    await db[c.FOLLOWUPS].update_many({}, {"$set": {"due_at": datetime.now(UTC)}})
+    followups = [d async for d in db[c.FOLLOWUPS].find({}).sort("_id", 1)]
+    assert len(followups) == count
+    assert {f["status"] for f in followups} == {"scheduled"}
+    return followups
+
+
+def each_activated_once(writes: list[dict[str, Any]], count: int) -> None:
+    statuses: dict[str, list[str]] = {}
+    for write in writes:
+        if write["ok"]:
+            statuses.setdefault(write["id"], []).append(write["params"].get("status"))
+    assert len(statuses) == count
+    assert {tuple(s) for s in statuses.values()} == {("PAUSED", "ACTIVE")}
+
+
+async def test_a_batch_s_follow_ups_due_together_run_in_one_job(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    count = RUN_TOGETHER + 5
+    followups = await paused_with_followups(settings, db, sandbox, count)
+    lead, sibling = followups[0], followups[1]
+    async with engine_for(settings, db) as engine:
+        result = await run_followup(engine, {"key": lead["_id"], "generation": 1}, now=now())
+        assert result["status"] == "done"
+        assert [r["status"] for r in result["together"]] == ["done"] * (RUN_TOGETHER - 1)
+        # the timers of those it ran with it are dropped (the lead's, run here by hand, is
+        # not); one that fires all the same does nothing
+        timers = await redis.zrange(c.QUEUE_NAME, 0, -1)
+        assert len(timers) == count - RUN_TOGETHER + 1
+        assert followup_job_id(lead["_id"], 1).encode() in timers
+        again = await run_followup(engine, {"key": sibling["_id"], "generation": 1}, now=now())
+        assert again["status"] == "already_handled"
+    await fast_forward(redis)  # the rest: their own timers (the first runs the others)
+    await work(settings)
+    done = [d async for d in db[c.FOLLOWUPS].find({})]
+    assert {d["status"] for d in done} == {"done"}
+    each_activated_once(await sandbox.writes(), count)
+    # each has its own intent (its generation's batch) and its own record
+    intents = [i async for i in db[c.ACTION_INTENTS].find({"batch_id": {"$regex": "^followup:"}})]
+    assert sorted(i["batch_id"] for i in intents) == sorted(
+        followup_job_id(d["_id"], 1) for d in done
+    )
+    assert {i["status"] for i in intents} == {"done"}
+    assert len(await records(db, kind="followup", outcome="applied")) == count
+
+
+async def test_a_worker_killed_among_a_batch_s_follow_ups_activates_each_once(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, tmp_path: Path
+) -> None:
+    count = 8
+    followups = await paused_with_followups(settings, db, sandbox, count)
+    await fast_forward(redis)
+    await sandbox.set_faults(write_latency_ms=1500)  # each write lands, then its answer waits
+    worker = start_worker(settings, tmp_path / "worker.log")
+    try:  # the worst moment: some of the group activated, the next write in flight
+        await wait_for(lambda: _activations_at_least(sandbox, 3), timeout_s=60)
+    finally:
+        kill(worker)
+    await wait_for(lambda: sandbox_quiet(sandbox))
+    await sandbox.clear_faults()
+    statuses = {d["status"] async for d in db[c.FOLLOWUPS].find({})}
+    assert "running" in statuses  # taken together, left running by the dead worker
+    # the dead worker's jobs stay queued; what marked them in progress goes with it
+    for key in await redis.keys(in_progress_key_prefix + "*"):
+        await redis.delete(key)
+    later = now() + timedelta(hours=1)
+    async with engine_for(settings, db) as engine:
+        assert engine.followups is not None
+        assert await engine.followups.store.release_stale(older_than=later, now=later) >= 1
+        for _pass in range(2):  # as the dispatcher re-arms: pending ones, and lost timers
+            await engine.followups.rearm(now=later, check_timers=True)
+            await fast_forward(redis)
+            await work(settings)
+    await reap(settings, db, redis, now=later)
+    done = [d async for d in db[c.FOLLOWUPS].find({})]
+    assert {d["_id"] for d in done} == {f["_id"] for f in followups}
+    assert {d["status"] for d in done} == {"done"}
+    each_activated_once(await sandbox.writes(), count)
+    assert [i async for i in db[c.ACTION_INTENTS].find({"status": "pending"})] == []
+
+
+async def _activations_at_least(sandbox: SandboxAdmin, count: int) -> bool:
+    writes = await sandbox.writes()
+    return sum(w["params"].get("status") == "ACTIVE" for w in writes) >= count
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

@@ -76,7 +76,8 @@ async def evaluate_account_job(ctx: dict[str, Any], payload: dict[str, Any]) -> 
 async def run_followup_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     """arq job: a follow-up's timer fired (see :mod:`ruleengine.followup_runner`)."""
     result = await run_followup(ctx["engine"], payload, now=datetime.now(UTC))
-    ctx["metrics"].followups.labels(result=result["status"]).inc()
+    for outcome in [result, *result.get("together", [])]:  # and those run with it
+        ctx["metrics"].followups.labels(result=outcome["status"]).inc()
     return result
 
 

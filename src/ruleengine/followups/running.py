@@ -6,6 +6,13 @@ same intent + instrumented-writer path as every action
 (:meth:`~ruleengine.writes.executor.ActionExecutor.apply`), then record an execution
 record linked to the batch of the original action, with how late it ran.
 
+A batch's follow-ups are due at one time: the job whose timer fires first also claims the
+others of its batch that are due (up to :data:`RUN_TOGETHER`, each in its own generation,
+once) and runs them one after the other, each with its own intent, record and lateness; it
+drops their timers, and a timer that fires all the same finds its follow-up taken. One
+claim, one read of the rule version and of the account serve them all, where each used to
+be a job of its own.
+
 The re-check: a follow-up skips with ``changed_by_someone_else`` when the field
 the original action changed no longer holds the value it left, and with
 ``entity_gone`` when the entity no longer exists.
@@ -15,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ruleengine.accounts.facts import AccountFacts
@@ -32,6 +39,7 @@ from ruleengine.acting.results import (
 from ruleengine.clocks import offset as clock_offset
 from ruleengine.constants import STAGES
 from ruleengine.errors import RuleEngineError
+from ruleengine.followups.scheduling import TIMER_TOLERANCE_MS
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.http import Cost
 from ruleengine.meta.writer import GraphWriter
@@ -39,7 +47,7 @@ from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Rule
 from ruleengine.rules.plan import Plan
 from ruleengine.rules.targets import Refused, follow_up_target, live_value, plan_follow_up
-from ruleengine.store.credentials import token_ref
+from ruleengine.store.credentials import Account, token_ref
 from ruleengine.store.followups import FollowupDoc, followup_batch, followup_record_key
 from ruleengine.writes.executor import ActionExecutor
 from ruleengine.writes.notify import MessageContext, render, send_once
@@ -49,13 +57,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Follow-ups one job runs: its own and, due with it, others of the same batch.
+RUN_TOGETHER = 25
 _STATUS = {"applied": "done", "no_change": "done", "skipped": "skipped", "failed": "failed"}
 # Meta's answers for an object that no longer exists (deleted, or never visible).
 _GONE_CODES = frozenset({100, 803})
 
 
 async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime) -> dict[str, Any]:
-    """Run one follow-up timer; returns what happened (for arq's log and the metrics)."""
+    """Run one follow-up timer, and the follow-ups of the same batch due with it (up to
+    :data:`RUN_TOGETHER`); returns what happened (for arq's log and the metrics)."""
     key, generation = str(payload["key"]), int(payload["generation"])
     store = engine.followups.store
     doc = await store.claim(key, generation, now=now)
@@ -66,34 +77,74 @@ async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime
         log.info("follow-up %s generation %d: %s, nothing to do", key, generation, status)
         return {"key": key, "status": status}
     db_now = await engine.intents.db_time()
+    # a batch's follow-ups are due at one time: those of the lead's batch due by now on
+    # MongoDB's clock (give or take how far a host's timers may run ahead of it) run in this
+    # job, one after the other; a timer fired early runs its own follow-up only
+    due_by = db_now + timedelta(milliseconds=TIMER_TOLERANCE_MS)
+    siblings = await store.claim_siblings(doc, due_by=due_by, now=now, limit=RUN_TOGETHER - 1)
+    await engine.followups.cancel_timers([s.job_id for s in siblings])
+    shared = _Shared(engine, now=now, db_now=db_now)
+    outcome = await _run_one(shared, doc)
+    if siblings:
+        outcome["together"] = [await _run_one(shared, sibling) for sibling in siblings]
+    return outcome
+
+
+class _Shared:
+    """What the follow-ups run in one job share: the clocks, each rule version and each
+    account's token, read once."""
+
+    def __init__(self, engine: Engine, *, now: datetime, db_now: datetime) -> None:
+        self.engine = engine
+        self.now = now
+        self.db_now = db_now
+        self._versions: dict[tuple[str, int], Rule] = {}
+        self._accounts: dict[str, tuple[Account, str]] = {}
+
+    async def rule(self, rule_id: str, version: int) -> Rule:
+        if (rule_id, version) not in self._versions:
+            doc = await self.engine.rules.version(rule_id, version)
+            rule = Rule.model_validate({**doc.definition, "status": "ACTIVE"})
+            self._versions[(rule_id, version)] = rule
+        return self._versions[(rule_id, version)]
+
+    async def account(self, account_id: str) -> tuple[Account, str]:
+        if account_id not in self._accounts:
+            credentials = self.engine.credentials
+            self._accounts[account_id] = await credentials.account_and_token(token_ref(account_id))
+        return self._accounts[account_id]
+
+
+async def _run_one(shared: _Shared, doc: FollowupDoc) -> dict[str, Any]:
+    """Act on one claimed follow-up, close it and record what it did."""
+    engine, now = shared.engine, shared.now
     # due_at is by MongoDB's clock: how late is measured there too, whatever this host's says
-    late_s = max(0.0, (now - clock_offset(now, db_now) - doc.due_at).total_seconds())
+    late_s = max(0.0, (now - clock_offset(now, shared.db_now) - doc.due_at).total_seconds())
     started = time.perf_counter()
     try:
-        result = await _act(engine, doc, now=now, db_now=db_now)
+        result = await _act(shared, doc)
     except RuleEngineError as exc:  # the rule version or the token cannot be found
         result = ActResult("failed", "cannot_run", error={"message": str(exc)})
     status = _STATUS.get(result.outcome, "failed")
-    await store.finish(doc, status, reason=result.reason, now=now, late_s=late_s)
+    await engine.followups.store.finish(doc, status, reason=result.reason, now=now, late_s=late_s)
     await engine.executions.upsert_many(
         [_record(doc, result, now, late_s, time.perf_counter() - started)]
     )
     log.info(
         "follow-up %s (%s) %s%s, %.0fs late",
-        key,
+        doc.id,
         doc.do,
         status,
         f": {result.reason}" if result.reason else "",
         late_s,
     )
-    return {"key": key, "status": status, "reason": result.reason, "late_s": late_s}
+    return {"key": doc.id, "status": status, "reason": result.reason, "late_s": late_s}
 
 
-async def _act(engine: Engine, doc: FollowupDoc, *, now: datetime, db_now: datetime) -> ActResult:
-    version = await engine.rules.version(doc.rule_id, doc.rule_version)
-    rule = Rule.model_validate({**version.definition, "status": "ACTIVE"})
-    token = await engine.credentials.usable_token(token_ref(doc.account))
-    account = await engine.credentials.get(doc.account)
+async def _act(shared: _Shared, doc: FollowupDoc) -> ActResult:
+    engine, now = shared.engine, shared.now
+    rule = await shared.rule(doc.rule_id, doc.rule_version)
+    account, token = await shared.account(doc.account)
     reader, _batch, writer = engine.graph(Cost())
     facts = AccountFacts(reader, account=account, token=token, now=now)
     run = JobRun(
@@ -106,7 +157,7 @@ async def _act(engine: Engine, doc: FollowupDoc, *, now: datetime, db_now: datet
         now=now,
         reader=reader,
         facts=facts,
-        db_now=db_now,
+        db_now=shared.db_now,
     )
     entity = Entity(id=doc.entity_id, name=doc.entity_name)
     return await follow_up(engine.executor, run, writer, entity, doc)

@@ -112,8 +112,11 @@ class FollowupScheduler:
             if existing is not None and existing.batch_id == origin.batch_id:
                 return existing
         doc = await self._store(key, origin, then, now=now, offset=offset)
-        await self._arm(doc, now=now, offset=offset)
-        return await self.store.get(key)
+        armed = await self._arm(doc, now=now, offset=offset)
+        # as _arm marked it (no read back: a timer due minutes from now has not fired yet)
+        if armed:
+            return doc.model_copy(update={"status": "scheduled", "reason": None})
+        return doc.model_copy(update={"status": "pending", "reason": "redis_unavailable"})
 
     async def schedule_late(
         self, origin: Origin, then: FollowUp, *, written_at: datetime
@@ -168,6 +171,22 @@ class FollowupScheduler:
             await self._queue.delete(job_key_prefix + job_id)
         except (RedisError, OSError):
             log.info("could not cancel replaced timer %s; it will find a newer generation", job_id)
+
+    async def cancel_timers(self, job_ids: list[str]) -> None:
+        """Drop the timers of follow-ups run ahead of them (one Redis round trip; best effort:
+        a timer that fires all the same finds its follow-up taken and does nothing)."""
+        if not job_ids:
+            return
+        try:
+            async with self._queue.pipeline(transaction=False) as pipe:
+                for job_id in job_ids:
+                    pipe.zrem(c.QUEUE_NAME, job_id)
+                    pipe.delete(job_key_prefix + job_id)
+                await pipe.execute()
+        except (RedisError, OSError):
+            log.info(
+                "could not drop %d timer(s) run ahead; they will find nothing to do", len(job_ids)
+            )
 
     async def _arm(self, doc: FollowupDoc, *, now: datetime, offset: timedelta) -> bool:
         """Enqueue the timer (at ``due_at`` on this host's clock, ``offset`` ahead of MongoDB's);

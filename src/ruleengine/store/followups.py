@@ -199,6 +199,35 @@ class FollowupStore:
         doc = await self._followups.find_one({"_id": key, "generation": generation})
         return None if doc is None else FollowupDoc.from_mongo(doc)
 
+    async def claim_siblings(
+        self, lead: FollowupDoc, *, due_by: datetime, now: datetime, limit: int
+    ) -> list[FollowupDoc]:
+        """Take, for running with ``lead``, up to ``limit`` other follow-ups of its batch that
+        wait and are due by ``due_by`` (a batch's follow-ups are due at one time): each in the
+        generation it holds, once — the same compare-and-set as :meth:`claim`, marked with
+        the lead's timer (``claimed_with``). Three commands for the lot: a read of candidates,
+        the update, a read of what it took."""
+        waiting = {
+            "batch_id": lead.batch_id,
+            "status": {"$in": list(WAITING)},
+            "due_at": {"$lte": due_by},
+        }
+        cursor = self._followups.find({**waiting, "_id": {"$ne": lead.id}}, {"_id": 1}).limit(limit)
+        ids = [d["_id"] async for d in cursor]
+        if not ids:
+            return []
+        mark = lead.job_id
+        await self._followups.update_many(
+            {**waiting, "_id": {"$in": ids}},
+            {"$set": {"status": "running", "updated_at": now, "claimed_with": mark}},
+        )
+        taken = self._followups.find(
+            {"_id": {"$in": ids}, "status": "running", "claimed_with": mark}
+        )
+        return sorted(
+            [FollowupDoc.from_mongo(d) async for d in taken], key=lambda d: ids.index(d.id)
+        )
+
     async def finish(
         self, doc: FollowupDoc, status: str, *, reason: str | None, now: datetime, late_s: float
     ) -> None:
