@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -47,8 +46,6 @@ from ruleengine.store.rules import RuleStore
 log = logging.getLogger(__name__)
 
 REARM_SCHEDULED_EVERY_S = 30.0
-#: Why a follow-up stays ``pending``: its timer could not be armed.
-REDIS_UNAVAILABLE = "redis_unavailable"
 REARM_CHUNK = 500  # scheduled follow-ups checked per Redis round trip
 # A timer this far from where it belongs is moved: a step of a host's clock, not a round trip.
 TIMER_TOLERANCE_MS = 2_000
@@ -77,20 +74,6 @@ class Origin:
     field: str | None
     set_value: Any
     previous: Any
-
-
-@dataclass(frozen=True)
-class Wanted:
-    """A follow-up an action asks for (``only_if_missing``: :meth:`FollowupScheduler.schedule`)."""
-
-    origin: Origin
-    then: FollowUp
-    only_if_missing: bool = False
-
-    @property
-    def key(self) -> str:
-        """The follow-up's key: one per (rule, task, entity)."""
-        return followup_key(self.origin.rule_id, self.origin.task_id, self.origin.entity_id)
 
 
 class FollowupScheduler:
@@ -123,36 +106,17 @@ class FollowupScheduler:
         redelivered job whose action was already applied), nothing changes when this batch
         already scheduled it.
         """
-        wanted = Wanted(origin, then, only_if_missing=only_if_missing)
-        return (await self.schedule_many([wanted], now=now, offset=offset))[0]
-
-    async def schedule_many(
-        self, wanted: Sequence[Wanted], *, now: datetime, offset: timedelta = timedelta(0)
-    ) -> list[FollowupDoc]:
-        """:meth:`schedule` for the actions of one job, in a few MongoDB commands for them all
-        (a read of those a redelivery may have scheduled, the upserts, a read of what they
-        stored, the marks) and one Redis round trip per timer; each follow-up as armed."""
-        keys = [w.key for w in wanted]
-        out: dict[int, FollowupDoc] = {}
-        if any(w.only_if_missing for w in wanted):
-            existing = await self.store.get_many([w.key for w in wanted if w.only_if_missing])
-            for index, want in enumerate(wanted):
-                found = existing.get(want.key)
-                if want.only_if_missing and found and found.batch_id == want.origin.batch_id:
-                    out[index] = found
-        todo = {
-            want.key: self._fields(want.origin, want.then, now=now, offset=offset)
-            for index, want in enumerate(wanted)
-            if index not in out
-        }
-        stored = await self.store.replace_many(todo, now=now)
-        await self._cancel(
-            [followup_job_id(d.id, d.generation - 1) for d in stored.values() if d.generation > 1]
-        )
-        armed = await self._arm_many(list(stored.values()), now=now, offset=offset)
-        for index, key in enumerate(keys):
-            out.setdefault(index, armed[key])
-        return [out[i] for i in range(len(wanted))]
+        key = followup_key(origin.rule_id, origin.task_id, origin.entity_id)
+        if only_if_missing:
+            existing = await self.store.get(key)
+            if existing is not None and existing.batch_id == origin.batch_id:
+                return existing
+        doc = await self._store(key, origin, then, now=now, offset=offset)
+        armed = await self._arm(doc, now=now, offset=offset)
+        # as _arm marked it (no read back: a timer due minutes from now has not fired yet)
+        if armed:
+            return doc.model_copy(update={"status": "scheduled", "reason": None})
+        return doc.model_copy(update={"status": "pending", "reason": "redis_unavailable"})
 
     async def schedule_late(
         self, origin: Origin, then: FollowUp, *, written_at: datetime
@@ -169,11 +133,10 @@ class FollowupScheduler:
             return None
         return await self.schedule(origin, then, now=written_at)
 
-    def _fields(
-        self, origin: Origin, then: FollowUp, *, now: datetime, offset: timedelta
-    ) -> Document:
-        """The follow-up document of an action (pending until armed)."""
-        return {
+    async def _store(
+        self, key: str, origin: Origin, then: FollowUp, *, now: datetime, offset: timedelta
+    ) -> FollowupDoc:
+        fields = {
             "rule_id": origin.rule_id,
             "rule_name": origin.rule.name,
             "rule_version": origin.rule_version,
@@ -196,9 +159,22 @@ class FollowupScheduler:
             "updated_at": now,
             "late_s": None,
         }
+        followup = await self.store.replace(key, fields, now=now)
+        if followup.generation > 1:
+            await self._cancel(followup_job_id(key, followup.generation - 1))
+        return followup
 
-    async def _cancel(self, job_ids: list[str]) -> None:
-        """Drop replaced timers from Redis (best effort: the generation check stops them)."""
+    async def _cancel(self, job_id: str) -> None:
+        """Drop a replaced timer from Redis (best effort: the generation check stops it anyway)."""
+        try:
+            await self._queue.zrem(c.QUEUE_NAME, job_id)
+            await self._queue.delete(job_key_prefix + job_id)
+        except (RedisError, OSError):
+            log.info("could not cancel replaced timer %s; it will find a newer generation", job_id)
+
+    async def cancel_timers(self, job_ids: list[str]) -> None:
+        """Drop the timers of follow-ups run ahead of them (one Redis round trip; best effort:
+        a timer that fires all the same finds its follow-up taken and does nothing)."""
         if not job_ids:
             return
         try:
@@ -209,56 +185,30 @@ class FollowupScheduler:
                 await pipe.execute()
         except (RedisError, OSError):
             log.info(
-                "could not cancel %d replaced timer(s); they find a newer generation", len(job_ids)
+                "could not drop %d timer(s) run ahead; they will find nothing to do", len(job_ids)
             )
-
-    async def cancel_timers(self, job_ids: list[str]) -> None:
-        """Drop the timers of follow-ups run ahead of them (one Redis round trip; best effort:
-        a timer that fires all the same finds its follow-up taken and does nothing)."""
-        await self._cancel(job_ids)
 
     async def _arm(self, doc: FollowupDoc, *, now: datetime, offset: timedelta) -> bool:
-        """Arm one timer (see :meth:`_arm_many`); False when Redis could not be reached."""
-        armed = await self._arm_many([doc], now=now, offset=offset)
-        return armed[doc.id].status == "scheduled"
-
-    async def _arm_many(
-        self, docs: Sequence[FollowupDoc], *, now: datetime, offset: timedelta
-    ) -> dict[str, FollowupDoc]:
-        """Enqueue the timers (each at ``due_at`` on this host's clock, ``offset`` ahead of
-        MongoDB's) and mark the follow-ups ``scheduled``; on Redis trouble leave one
-        ``pending`` with the reason. Each follow-up as marked, by key."""
-        scheduled: list[FollowupDoc] = []
-        pending: list[FollowupDoc] = []
-        for doc in docs:
-            fires_at = doc.due_at + offset
-            try:
-                await self._queue.enqueue_job(
-                    c.FOLLOWUP_JOB,
-                    {"key": doc.id, "generation": doc.generation},
-                    _job_id=doc.job_id,
-                    _queue_name=c.QUEUE_NAME,
-                    _defer_until=fires_at,
-                    _expires=max(fires_at - now, timedelta(0)) + timedelta(days=7),
-                )
-            except (RedisError, OSError) as exc:
-                log.warning("follow-up %s stays pending: Redis unavailable (%s)", doc.id, exc)
-                pending.append(doc)
-                continue
-            scheduled.append(doc)
-        await self.store.mark_many(scheduled, "scheduled", reason=None, now=now)
-        await self.store.mark_many(pending, "pending", reason=REDIS_UNAVAILABLE, now=now)
-        self._count("scheduled", len(scheduled))
-        self._count("pending", len(pending))
-        # as marked (no read back: a timer due minutes from now has not fired yet)
-        return {
-            d.id: d.model_copy(update={"status": status, "reason": reason})
-            for status, reason, marked in (
-                ("scheduled", None, scheduled),
-                ("pending", REDIS_UNAVAILABLE, pending),
+        """Enqueue the timer (at ``due_at`` on this host's clock, ``offset`` ahead of MongoDB's);
+        on Redis trouble leave the follow-up pending with the reason."""
+        fires_at = doc.due_at + offset
+        try:
+            await self._queue.enqueue_job(
+                c.FOLLOWUP_JOB,
+                {"key": doc.id, "generation": doc.generation},
+                _job_id=doc.job_id,
+                _queue_name=c.QUEUE_NAME,
+                _defer_until=fires_at,
+                _expires=max(fires_at - now, timedelta(0)) + timedelta(days=7),
             )
-            for d in marked
-        }
+        except (RedisError, OSError) as exc:
+            log.warning("follow-up %s stays pending: Redis unavailable (%s)", doc.id, exc)
+            await self.store.mark(doc, "pending", reason="redis_unavailable", now=now)
+            self._count("pending")
+            return False
+        await self.store.mark(doc, "scheduled", reason=None, now=now)
+        self._count("scheduled")
+        return True
 
     async def rearm(
         self, *, now: datetime, offset: timedelta = timedelta(0), check_timers: bool = False

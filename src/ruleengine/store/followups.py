@@ -15,13 +15,13 @@ it (is Redis down?).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
-from pymongo import ASCENDING, UpdateOne
+from pymongo import ASCENDING, ReturnDocument
 
 from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
@@ -138,50 +138,25 @@ class FollowupStore:
         doc = await self._followups.find_one({"_id": key})
         return None if doc is None else FollowupDoc.from_mongo(doc)
 
-    async def get_many(self, keys: Sequence[str]) -> dict[str, FollowupDoc]:
-        """The follow-ups of some keys, by key (those that exist)."""
-        if not keys:
-            return {}
-        cursor = self._followups.find({"_id": {"$in": list(keys)}})
-        return {d["_id"]: FollowupDoc.from_mongo(d) async for d in cursor}
-
-    async def replace_many(
-        self, fields_by_key: Mapping[str, Document], *, now: datetime
-    ) -> dict[str, FollowupDoc]:
-        """Store each key's follow-up as a new generation (pending until armed), in one
-        command, and read back what was stored (one more): each by key."""
-        if not fields_by_key:
-            return {}
-        ops = [
-            UpdateOne(
-                {"_id": key},
-                {"$set": fields, "$inc": {"generation": 1}, "$setOnInsert": {"created_at": now}},
-                upsert=True,
-            )
-            for key, fields in fields_by_key.items()
-        ]
-        await self._followups.bulk_write(ops, ordered=False)
-        return await self.get_many(list(fields_by_key))
-
-    async def mark_many(
-        self, docs: Sequence[FollowupDoc], status: str, *, reason: str | None, now: datetime
-    ) -> None:
-        """:meth:`mark` for several follow-ups, in one command."""
-        if docs:
-            await self._followups.bulk_write([self._mark(d, status, reason, now) for d in docs])
-
-    @staticmethod
-    def _mark(doc: FollowupDoc, status: str, reason: str | None, now: datetime) -> UpdateOne:
-        return UpdateOne(
-            {"_id": doc.id, "generation": doc.generation, "status": {"$nin": list(FINISHED)}},
-            {"$set": {"status": status, "reason": reason, "updated_at": now}},
+    async def replace(self, key: str, fields: Document, *, now: datetime) -> FollowupDoc:
+        """Store the follow-up of ``key`` as a new generation (pending until armed)."""
+        doc = await self._followups.find_one_and_update(
+            {"_id": key},
+            {"$set": fields, "$inc": {"generation": 1}, "$setOnInsert": {"created_at": now}},
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
         )
+        assert doc is not None
+        return FollowupDoc.from_mongo(doc)
 
     async def mark(
         self, doc: FollowupDoc, status: str, *, reason: str | None, now: datetime
     ) -> None:
         """Set the status of this generation unless it has finished meanwhile."""
-        await self.mark_many([doc], status, reason=reason, now=now)
+        await self._followups.update_one(
+            {"_id": doc.id, "generation": doc.generation, "status": {"$nin": list(FINISHED)}},
+            {"$set": {"status": status, "reason": reason, "updated_at": now}},
+        )
 
     async def pending(self) -> AsyncIterator[FollowupDoc]:
         """Follow-ups waiting for their timer to be armed."""

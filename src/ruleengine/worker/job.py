@@ -22,7 +22,7 @@ from ruleengine.accounts.currency import keep_finding
 from ruleengine.accounts.token_state import record_refusal, refusal
 from ruleengine.approvals.proposing import announce, open_result, open_results, propose
 from ruleengine.dispatching.payload import EvaluateJob
-from ruleengine.followups.scheduling import Origin, Wanted
+from ruleengine.followups.scheduling import Origin
 from ruleengine.meta.insights import InsightsResult
 from ruleengine.meta.writer import GraphWriter
 from ruleengine.rules.entity import Entity
@@ -48,9 +48,7 @@ class JobEvaluation(Evaluation):
         self.job_id = job_id
         self.writer = GraphWriter(engine.session.view(cost=self.cost), engine.errors)
         self.counts: BatchCounts | None = None
-        # the first progress update comes half a second in: a quick job's row is closed
-        # (with its whole progress) before anyone could have watched it move
-        self._last_progress = time.perf_counter()
+        self._last_progress = 0.0
         self._refused: TokenState | None = None  # a token error met so far
 
     async def _begin(self) -> None:
@@ -190,7 +188,7 @@ class JobEvaluation(Evaluation):
         for pair, result in zip(pairs, results, strict=True):
             pair.result = result
             refused = refused or refusal(result.error, token=self.run_ctx.token, now=self.now)
-        await self._follow_ups(pairs)
+            await self._follow_up(pair)
         # each pair's act time is its share of the batched writes
         elapsed = time.perf_counter() - started
         for pair in pairs:
@@ -206,7 +204,7 @@ class JobEvaluation(Evaluation):
         )
         for pair, result in zip(pairs, results, strict=True):
             pair.result = result
-        await self._follow_ups(pairs)
+            await self._follow_up(pair)
         elapsed = time.perf_counter() - started
         for pair in pairs:
             pair.trace["act"] = elapsed / len(pairs)
@@ -252,44 +250,36 @@ class JobEvaluation(Evaluation):
 
     async def _follow_up(self, pair: Pair) -> None:
         """Schedule the action's ``then`` (a redelivery only fills in a missing one)."""
-        await self._follow_ups([pair])
-
-    async def _follow_ups(self, pairs: list[Pair]) -> None:
-        """Schedule the ``then`` of these pairs' actions, together (a few MongoDB commands for
-        them all, :meth:`~ruleengine.followups.scheduling.FollowupScheduler.schedule_many`)."""
-        asking: list[tuple[Pair, Wanted]] = []
-        for pair in pairs:
-            result, then = pair.result, pair.task.action.then
-            if result is None or not result.fired or then is None:
-                continue
-            origin = Origin(
-                batch_id=self.job.batch_id,
-                rule_id=self.job.rule_id,
-                rule_version=self.job.rule_version,
-                rule=self.rule,
-                task_id=pair.task.id,
-                account=self.job.account,
-                entity_id=pair.entity.id,
-                entity_name=pair.entity.name,
-                field=result.field,
-                set_value=result.after,
-                previous=result.before,
-            )
-            only_if_missing = result.reason == "already_applied"
-            asking.append((pair, Wanted(origin, then, only_if_missing=only_if_missing)))
-        if not asking:
+        result, then = pair.result, pair.task.action.then
+        if result is None or not result.fired or then is None:
             return
+        origin = Origin(
+            batch_id=self.job.batch_id,
+            rule_id=self.job.rule_id,
+            rule_version=self.job.rule_version,
+            rule=self.rule,
+            task_id=pair.task.id,
+            account=self.job.account,
+            entity_id=pair.entity.id,
+            entity_name=pair.entity.name,
+            field=result.field,
+            set_value=result.after,
+            previous=result.before,
+        )
         try:
-            docs = await self.engine.followups.schedule_many(
-                [wanted for _, wanted in asking], now=self.now, offset=self.run_ctx.offset
+            doc = await self.engine.followups.schedule(
+                origin,
+                then,
+                now=self.now,
+                offset=self.run_ctx.offset,
+                only_if_missing=result.reason == "already_applied",
             )
-        except PyMongoError as exc:  # the actions are done and recorded; say what was lost
-            log.exception("could not store the follow-ups of %d action(s)", len(asking))
-            for pair, _ in asking:
-                pair.followup = {"error": str(exc)}
+        except PyMongoError as exc:  # the action is done and recorded; say what was lost
+            log.exception("could not store the follow-up of %s/%s", pair.task.id, pair.entity.id)
+            pair.followup = {"error": str(exc)}
             await self._report(exc)
             return
-        for (pair, _), doc in zip(asking, docs, strict=True):
+        if doc is not None:
             pair.followup = {
                 "key": doc.id,
                 "do": doc.do,
