@@ -46,6 +46,8 @@ from ruleengine.store.rules import RuleStore
 log = logging.getLogger(__name__)
 
 REARM_SCHEDULED_EVERY_S = 30.0
+#: Why a follow-up stays ``pending``: Redis could not take its timer.
+REDIS_UNAVAILABLE = "redis_unavailable"
 REARM_CHUNK = 500  # scheduled follow-ups checked per Redis round trip
 # A timer this far from where it belongs is moved: a step of a host's clock, not a round trip.
 TIMER_TOLERANCE_MS = 2_000
@@ -116,7 +118,7 @@ class FollowupScheduler:
         # as _arm marked it (no read back: a timer due minutes from now has not fired yet)
         if armed:
             return doc.model_copy(update={"status": "scheduled", "reason": None})
-        return doc.model_copy(update={"status": "pending", "reason": "redis_unavailable"})
+        return doc.model_copy(update={"status": "pending", "reason": REDIS_UNAVAILABLE})
 
     async def schedule_late(
         self, origin: Origin, then: FollowUp, *, written_at: datetime
@@ -161,20 +163,13 @@ class FollowupScheduler:
         }
         followup = await self.store.replace(key, fields, now=now)
         if followup.generation > 1:
-            await self._cancel(followup_job_id(key, followup.generation - 1))
+            await self.cancel_timers([followup_job_id(key, followup.generation - 1)])
         return followup
 
-    async def _cancel(self, job_id: str) -> None:
-        """Drop a replaced timer from Redis (best effort: the generation check stops it anyway)."""
-        try:
-            await self._queue.zrem(c.QUEUE_NAME, job_id)
-            await self._queue.delete(job_key_prefix + job_id)
-        except (RedisError, OSError):
-            log.info("could not cancel replaced timer %s; it will find a newer generation", job_id)
-
     async def cancel_timers(self, job_ids: list[str]) -> None:
-        """Drop the timers of follow-ups run ahead of them (one Redis round trip; best effort:
-        a timer that fires all the same finds its follow-up taken and does nothing)."""
+        """Drop timers from Redis — a replaced generation's, or those of follow-ups run ahead
+        of them — in one round trip. Best effort: a timer that fires all the same finds a
+        newer generation, or its follow-up taken, and does nothing."""
         if not job_ids:
             return
         try:
@@ -184,9 +179,7 @@ class FollowupScheduler:
                     pipe.delete(job_key_prefix + job_id)
                 await pipe.execute()
         except (RedisError, OSError):
-            log.info(
-                "could not drop %d timer(s) run ahead; they will find nothing to do", len(job_ids)
-            )
+            log.info("could not drop %d timer(s); they will find nothing to do", len(job_ids))
 
     async def _arm(self, doc: FollowupDoc, *, now: datetime, offset: timedelta) -> bool:
         """Enqueue the timer (at ``due_at`` on this host's clock, ``offset`` ahead of MongoDB's);
@@ -203,7 +196,7 @@ class FollowupScheduler:
             )
         except (RedisError, OSError) as exc:
             log.warning("follow-up %s stays pending: Redis unavailable (%s)", doc.id, exc)
-            await self.store.mark(doc, "pending", reason="redis_unavailable", now=now)
+            await self.store.mark(doc, "pending", reason=REDIS_UNAVAILABLE, now=now)
             self._count("pending")
             return False
         await self.store.mark(doc, "scheduled", reason=None, now=now)

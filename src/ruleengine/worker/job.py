@@ -189,11 +189,7 @@ class JobEvaluation(Evaluation):
             pair.result = result
             refused = refused or refusal(result.error, token=self.run_ctx.token, now=self.now)
             await self._follow_up(pair)
-        # each pair's act time is its share of the batched writes
-        elapsed = time.perf_counter() - started
-        for pair in pairs:
-            pair.trace["act"] = elapsed / len(pairs)
-        self.stage_totals["act"] += elapsed
+        self._shared_act(pairs, started)
         return refused
 
     async def _notify(self, pairs: list[Pair]) -> None:
@@ -205,6 +201,11 @@ class JobEvaluation(Evaluation):
         for pair, result in zip(pairs, results, strict=True):
             pair.result = result
             await self._follow_up(pair)
+        self._shared_act(pairs, started)
+
+    def _shared_act(self, pairs: list[Pair], started: float) -> None:
+        """Charge the ``act`` stage since ``started`` to ``pairs`` acted on together: each
+        pair's act time is its share."""
         elapsed = time.perf_counter() - started
         for pair in pairs:
             pair.trace["act"] = elapsed / len(pairs)

@@ -70,7 +70,7 @@ from ruleengine.writes.batched import BatchedWrites, FieldChange
 from ruleengine.writes.copies import duplicate
 from ruleengine.writes.lock import AccountLocks, Fenced, HeldLock, LockLost
 from ruleengine.writes.meta_limits import budget_check, budget_history, counts_toward_limit, refuse
-from ruleengine.writes.notify import Message, Notifier, send_many, send_once, task_message
+from ruleengine.writes.notify import Message, Notifier, send_many, task_message
 from ruleengine.writes.rebalance import Rebalancer
 from ruleengine.writes.settling import IntentSettler
 
@@ -214,18 +214,7 @@ class ActionExecutor:
             return (await self.rebalancer.apply(run, writer, [Pair(0, entity, task, verdict)]))[0]
         try:
             if isinstance(action, NotifyAction):
-                message = task_message(run, entity, task, action.template, verdict=verdict)
-                context = {"batch_id": run.batch_id, "entity_id": entity.id}
-                return await send_once(
-                    self.notifier,
-                    self.intents,
-                    run,
-                    entity,
-                    ActKey.of(task),
-                    webhook=action.webhook,
-                    message=message,
-                    context=context,
-                )
+                return (await self.notify_many(run, [(entity, task, verdict)]))[0]
             if isinstance(action, DuplicateAction):
                 return await duplicate(
                     run,

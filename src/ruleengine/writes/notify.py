@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 
 import aiohttp
 
-from ruleengine.acting.results import ActKey, ActResult, JobRun, intent_doc, record_once, settled
+from ruleengine.acting.results import ActKey, ActResult, JobRun, intent_doc, settled
 from ruleengine.errors import ErrorReport, ErrorSink, RuleEngineError
 from ruleengine.redact import REDACTOR
 from ruleengine.rules.entity import Entity
@@ -192,19 +192,10 @@ async def send_once(
     context: dict[str, Any],
 ) -> ActResult:
     """Send ``message`` to ``webhook`` at most once for (batch, key, entity)."""
-    intent = await record_once(
-        intents, run, entity, key, field="notify", before=None, target=webhook
+    (result,) = await send_many(
+        notifier, intents, run, [Message(entity, key, webhook, message, context)]
     )
-    if isinstance(intent, ActResult):
-        return intent
-    try:
-        await notifier.send(webhook, message, context=context)
-    except NotifyError as exc:
-        error = {"message": str(exc)}
-        await intents.resolve(intent.id, status="failed", now=run.now, error=error)
-        return ActResult("failed", "notify_failed", "notify", None, message, error=error)
-    await intents.resolve(intent.id, status="done", now=run.now)
-    return ActResult("applied", None, "notify", None, message)
+    return result
 
 
 @dataclass(frozen=True)
@@ -221,8 +212,10 @@ class Message:
 async def send_many(
     notifier: Notifier, intents: IntentStore, run: JobRun, messages: Sequence[Message]
 ) -> list[ActResult]:
-    """Send each message at most once for (batch, key, entity), as :func:`send_once` does, a
-    chunk of :data:`NOTIFY_CHUNK` at a time; each message's result, in order."""
+    """Send each message at most once for (batch, key, entity), a chunk of
+    :data:`NOTIFY_CHUNK` at a time: a message whose intent this batch recorded before is not
+    sent again (settled: its result; pending: given up, ``pending_intent_unverifiable``).
+    Each message's result, in order."""
     results: dict[int, ActResult] = {}
     found = await intents.get_many(run.batch_id, [(m.key.task_id, m.entity.id) for m in messages])
     fresh: list[int] = []
@@ -247,7 +240,7 @@ async def send_many(
 
 
 def _intent(run: JobRun, message: Message) -> dict[str, Any]:
-    before: Any = None  # a message has no value before (as :func:`send_once` records it)
+    before: Any = None  # a message has no value before
     return intent_doc(run, message.entity, message.key, Plan("notify", before, message.webhook))
 
 
