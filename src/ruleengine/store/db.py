@@ -61,6 +61,43 @@ async def insert_new(collection: Any, docs: list[Document]) -> set[int]:
     return set()
 
 
+async def bump_counter(
+    collection: Any,
+    key: str,
+    counter: str,
+    fields: Document,
+    *,
+    on_insert: Document,
+    likely_new: bool = False,
+) -> Document:
+    """Raise the counter ``counter`` of the document ``_id = key`` by one (created at 1, with
+    ``on_insert`` too), set ``fields`` with it, and return the document as it is then — what
+    ``findAndModify`` with ``$inc`` and upsert does, as a read and a compare-and-set on the
+    counter, retried when another writer raised it in between.
+
+    The embedded server answers a ``findAndModify`` that finds its document by scanning the
+    whole collection (~15 µs a document: 150 ms at 10,000), where a find and an update by
+    ``_id`` look it up by the index (~2 ms together); real MongoDB uses the index for both.
+    ``likely_new``: try the insert first (one command where the document is new).
+    """
+    new = {"_id": key, **on_insert, **fields, counter: 1}
+    if likely_new and not await insert_new(collection, [dict(new)]):
+        return new
+    while True:
+        doc = await collection.find_one({"_id": key})
+        if doc is None:
+            if not await insert_new(collection, [dict(new)]):
+                return new
+            continue  # another writer created it first: raise theirs
+        value = doc.get(counter)
+        raised = int(value or 0) + 1
+        done = await collection.update_one(
+            {"_id": key, counter: value}, {"$set": {**fields, counter: raised}}
+        )
+        if done.matched_count == 1:
+            return {**doc, **fields, counter: raised}
+
+
 # No find or aggregate names a hint: the embedded server walks the WHOLE hinted index
 # (every entry, then filters), where its planner, unhinted, looks up the first clause an
 # index leads with (``{"rule_id": r, "cooling_from": {"$gt": t}}``: a range of the

@@ -2,7 +2,8 @@
 
 Every acquisition of an ad account's write lock (:mod:`ruleengine.writes.lock`) takes the
 next value of the account's counter — one document per account in ``lock_fences``,
-``$inc`` upserted — so the values only grow. The counter lives in MongoDB, beside the
+raised by a compare-and-set (:func:`~ruleengine.store.db.bump_counter`) — so the values only
+grow. The counter lives in MongoDB, beside the
 intents it guards, and not in Redis: a Redis restart, which loses the lock keys, never
 starts it again at 1. A holder whose value is no longer the account's current one has
 been taken over and is fenced out (:class:`~ruleengine.errors.Fenced`); the intent
@@ -12,12 +13,11 @@ store refuses its transitions (:meth:`~ruleengine.store.intents.IntentStore.unde
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from pymongo import ReturnDocument
+from datetime import UTC, datetime
 
 from ruleengine import constants as c
 from ruleengine.errors import Fenced
-from ruleengine.store.db import Database
+from ruleengine.store.db import Database, bump_counter
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,8 @@ class FenceStore:
 
     async def take(self, account: str) -> Fence:
         """The next fence of ``account`` (the counter raised by one, created at 1)."""
-        doc = await self._fences.find_one_and_update(
-            {"_id": account},
-            {"$inc": {"fence": 1}, "$currentDate": {"taken_at": True}},
-            upsert=True,
-            return_document=ReturnDocument.AFTER,
-        )
-        assert doc is not None, "an upsert returning the document after it always finds one"
+        taken = {"taken_at": datetime.now(UTC)}
+        doc = await bump_counter(self._fences, account, "fence", taken, on_insert={})
         return Fence(account, int(doc["fence"]))
 
     async def current(self, account: str) -> int:

@@ -21,11 +21,11 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
-from pymongo import ASCENDING, ReturnDocument
+from pymongo import ASCENDING
 
 from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
-from ruleengine.store.db import Database, Document, Page
+from ruleengine.store.db import Database, Document, Page, bump_counter
 from ruleengine.store.intents import WRITE_UNCONFIRMED
 
 FollowupStatus = Literal["pending", "scheduled", "running", "done", "skipped", "failed"]
@@ -140,13 +140,9 @@ class FollowupStore:
 
     async def replace(self, key: str, fields: Document, *, now: datetime) -> FollowupDoc:
         """Store the follow-up of ``key`` as a new generation (pending until armed)."""
-        doc = await self._followups.find_one_and_update(
-            {"_id": key},
-            {"$set": fields, "$inc": {"generation": 1}, "$setOnInsert": {"created_at": now}},
-            upsert=True,
-            return_document=ReturnDocument.AFTER,
+        doc = await bump_counter(
+            self._followups, key, "generation", fields, on_insert={"created_at": now}
         )
-        assert doc is not None
         return FollowupDoc.from_mongo(doc)
 
     async def mark(

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from pymongo import DESCENDING, ReturnDocument, UpdateOne
-from pymongo.errors import DuplicateKeyError
+from pymongo import DESCENDING, UpdateOne
 
 from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
 from ruleengine.store.batchstats import RuleDurations, rule_durations
-from ruleengine.store.db import Database, Document, Page, insert_new
+from ruleengine.store.db import Database, Document, Page, bump_counter, insert_new
 from ruleengine.store.evaluations import EvaluationStore, acted, overlay
 
 BatchStatus = Literal["RUNNING", "DONE", "FAILED", "ABANDONED"]
@@ -106,47 +105,36 @@ class BatchStore:
         self._batches = db[c.BATCHES]
 
     async def start(self, start: BatchStart, *, now: datetime) -> Document:
-        """Upsert the row as RUNNING and count this delivery.
+        """Upsert the row as RUNNING and count this delivery (``execute_count``).
 
         Two deliveries starting the same row at once (two undos of one batch asked together)
-        race on the insert: the loser's upsert fails on the unique ``_id`` (MongoDB) or
-        answers nothing (the embedded server) — the row exists by then, so it is updated.
+        each count one: the count is raised by a compare-and-set (:func:`bump_counter`).
         """
-        for _attempt in range(2):
-            try:
-                doc = await self._upsert_start(start, now=now)
-            except DuplicateKeyError:
-                continue
-            if doc is not None:
-                return doc
-        raise RuntimeError(f"batch {start.batch_id} could not be started")
-
-    async def _upsert_start(self, start: BatchStart, *, now: datetime) -> Document | None:
-        return await self._batches.find_one_and_update(
-            {"_id": start.batch_id},
-            {
-                "$set": {
-                    "status": "RUNNING",
-                    "last_started_at": now,
-                    "progress": {"done": 0, "total": start.total},
-                    "job_id": start.job_id,
-                    "worker": start.worker,
-                    "finished_at": None,
-                    "error": None,
-                },
-                "$inc": {"execute_count": 1},
-                "$setOnInsert": {
-                    "rule_id": start.rule_id,
-                    "rule_name": start.rule_name,
-                    "rule_version": start.rule_version,
-                    "account": start.account,
-                    "level": start.level,
-                    "scheduled_at": start.scheduled_at,
-                    "started_at": now,
-                },
-            },
-            upsert=True,
-            return_document=ReturnDocument.AFTER,
+        running = {
+            "status": "RUNNING",
+            "last_started_at": now,
+            "progress": {"done": 0, "total": start.total},
+            "job_id": start.job_id,
+            "worker": start.worker,
+            "finished_at": None,
+            "error": None,
+        }
+        first = {
+            "rule_id": start.rule_id,
+            "rule_name": start.rule_name,
+            "rule_version": start.rule_version,
+            "account": start.account,
+            "level": start.level,
+            "scheduled_at": start.scheduled_at,
+            "started_at": now,
+        }
+        return await bump_counter(
+            self._batches,
+            start.batch_id,
+            "execute_count",
+            running,
+            on_insert=first,
+            likely_new=True,
         )
 
     async def progress(
