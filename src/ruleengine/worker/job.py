@@ -48,7 +48,9 @@ class JobEvaluation(Evaluation):
         self.job_id = job_id
         self.writer = GraphWriter(engine.session.view(cost=self.cost), engine.errors)
         self.counts: BatchCounts | None = None
-        self._last_progress = 0.0
+        # the first progress update comes PROGRESS_EVERY_S in: a quick job's row is closed,
+        # with its whole progress, before anyone could have watched it move
+        self._last_progress = time.perf_counter()
         self._refused: TokenState | None = None  # a token error met so far
 
     async def _begin(self) -> None:
