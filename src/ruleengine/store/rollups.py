@@ -137,8 +137,10 @@ class RollupStore:
         cursor = await self._batches.aggregate(_counts_pipeline(start))
         counts = _fold([d async for d in cursor])
         window = {"$gte": start, "$lt": start + DAY}
+        # the day first: the embedded server plans on the first clause an index leads with —
+        # ``status`` first walked every finished batch ever kept (2 s at 20,000 a day rolled up)
         timed_pipeline = duration_pipeline(
-            {"status": {"$in": list(FINISHED_TIMED)}, "started_at": window},
+            {"started_at": window, "status": {"$in": list(FINISHED_TIMED)}},
             fields=(),
             accumulators={"duration_sum_s": {"$sum": "$d"}},
         )
