@@ -77,7 +77,10 @@ def duration_pipeline(
     accumulators: Mapping[str, Any],
     quantiles: Sequence[int] = QUANTILES,
 ) -> list[dict[str, Any]]:
-    """Batches matching ``match`` → one document per ``rule_id``.
+    """Finished batches (:data:`FINISHED_TIMED`) matching ``match`` → one document per
+    ``rule_id``. The status clause goes last: the embedded server plans on the first clause
+    an index leads with, and ``status`` first walks every finished batch kept, not those of
+    ``match``'s rules or window.
 
     Each answer has ``_id`` (the rule id), ``count``, ``max_s``, ``p<q>_s`` per
     quantile and the given ``accumulators``, which may use ``$d`` (the duration,
@@ -90,7 +93,7 @@ def duration_pipeline(
         group[f"q{q}_low"] = _at_rank(q, "$floor")
         group[f"q{q}_high"] = _at_rank(q, "$ceil")
     return [
-        {"$match": dict(match)},
+        {"$match": {**match, "status": {"$in": list(FINISHED_TIMED)}}},
         {
             "$project": {
                 "_id": 0,
@@ -171,10 +174,8 @@ async def rule_durations(
     batches: AsyncCollection[Document], *, since: datetime
 ) -> list[RuleDurations]:
     """Per rule, its DONE and FAILED batches started since ``since`` (unordered)."""
-    # the window first: the embedded server plans on the first clause an index leads with,
-    # and ``status`` first would walk every finished batch kept, not the window's
     pipeline = duration_pipeline(
-        {"started_at": {"$gte": since}, "status": {"$in": list(FINISHED_TIMED)}},
+        {"started_at": {"$gte": since}},
         fields=_SLOW_RULE_FIELDS,
         accumulators=_SLOW_RULE_ACCUMULATORS,
     )

@@ -19,7 +19,7 @@ from datetime import date
 from typing import Final
 
 from ruleengine import constants as c
-from ruleengine.store.batchstats import FINISHED_TIMED, duration_pipeline
+from ruleengine.store.batchstats import duration_pipeline
 from ruleengine.store.db import Database
 from ruleengine.store.rollups import DAY, RollupStore, day_start
 
@@ -90,11 +90,7 @@ async def p95_per_day(
         if day in rolled:
             continue
         start = day_start(day)
-        match = {
-            "rule_id": {"$in": ids},
-            "status": {"$in": list(FINISHED_TIMED)},
-            "started_at": {"$gte": start, "$lt": start + DAY},
-        }
+        match = {"rule_id": {"$in": ids}, "started_at": {"$gte": start, "$lt": start + DAY}}
         pipeline = duration_pipeline(match, fields=(), accumulators={}, quantiles=(95,))
         async for doc in await db[c.BATCHES].aggregate(pipeline, allowDiskUse=True):
             if str(doc["_id"]) in series:
