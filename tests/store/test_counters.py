@@ -14,6 +14,7 @@ from ruleengine.settings import Settings
 from ruleengine.store.db import Database, bump_counter, create_client, database
 from ruleengine.store.fences import FenceStore
 from ruleengine.store.followups import FollowupStore
+from ruleengine.store.records import BatchStart, BatchStore
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
 
@@ -68,3 +69,34 @@ async def test_a_follow_up_replaced_while_another_replaces_it_gets_a_generation_
     assert sorted(d.generation for d in docs) == list(range(1, 9))
     stored = await store.get("r:t:e")
     assert stored is not None and stored.generation == 8 and stored.created_at == NOW
+
+
+async def test_deliveries_starting_one_batch_at_once_each_count_one(
+    db: Database, settings: Settings
+) -> None:
+    def start(n: int) -> BatchStart:
+        return BatchStart(
+            batch_id="r-act_7-20261201T120000Z",
+            rule_id="r",
+            rule_name=f"name seen by delivery {n}",
+            rule_version=1,
+            account="act_7",
+            level="campaign",
+            scheduled_at=NOW,
+            total=50,
+            job_id=f"job-{n}",
+            worker=f"worker-{n}",
+        )
+
+    clients = [create_client(settings) for _ in range(3)]
+    try:
+        stores = [BatchStore(database(client, settings)) for client in clients]
+        rows = await asyncio.gather(*(stores[n % 3].start(start(n), now=NOW) for n in range(6)))
+    finally:
+        for client in clients:
+            await client.close()
+    assert sorted(row["execute_count"] for row in rows) == list(range(1, 7))
+    stored = await BatchStore(db).get("r-act_7-20261201T120000Z")
+    assert stored["execute_count"] == 6 and stored["status"] == "RUNNING"
+    first = next(row for row in rows if row["execute_count"] == 1)
+    assert stored["rule_name"] == first["rule_name"]  # set when the row was created, kept
