@@ -6,7 +6,9 @@ answers (one per rule), next to the report's former way timed whole: loading eve
 of the window into Python *and* computing the same figures there (percentiles by
 interpolation, stage and Graph means per rule, ranked) — the code as it was before the
 report moved into MongoDB, kept here only to be measured. Then how long rolling up that
-day takes. Last line: one JSON object.
+day takes, and — the same batches kept — how long rolling up a day without batches and the
+report of an hour without batches take (finding a window's batches, not summing them). Last
+line: one JSON object.
 """
 
 from __future__ import annotations
@@ -136,6 +138,19 @@ async def main() -> None:
             rules = await RollupStore(db).roll_up(since.date(), now=datetime.now(UTC))
             rollup_s = time.perf_counter() - started
             say(f"rollup of the day: {rules} rules in {rollup_s:.2f}s")
+
+            # the same kept batches, questions about a day and an hour that have none: what
+            # they cost is what finding their batches costs, not what summing them does
+            started = time.perf_counter()
+            await RollupStore(db).roll_up(since.date() - timedelta(days=1), now=datetime.now(UTC))
+            empty_rollup_s = time.perf_counter() - started
+            started = time.perf_counter()
+            await BatchStore(db).durations(since=day_end + timedelta(hours=1))
+            empty_report_s = time.perf_counter() - started
+            say(
+                f"with {BATCHES} batches kept: an empty day rolled up in {empty_rollup_s:.3f}s,"
+                f" the report of an empty hour in {empty_report_s:.3f}s"
+            )
         finally:
             await client.close()
     figures(
@@ -148,6 +163,8 @@ async def main() -> None:
             "former_report_s": round(former_s, 2),
             "rollup_rules": rules,
             "rollup_s": round(rollup_s, 2),
+            "empty_day_rollup_s": round(empty_rollup_s, 3),
+            "empty_hour_report_s": round(empty_report_s, 3),
         }
     )
 
