@@ -17,7 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ruleengine import constants as c
-from ruleengine.store.db import COOLING_INDEX, Database, ensure_indexes, index_name
+from ruleengine.store.db import (
+    COOLING_INDEX,
+    UNCONFIRMED_INDEX,
+    Database,
+    ensure_indexes,
+    index_name,
+)
 from ruleengine.store.intents import FIRED, IntentStore
 from ruleengine.writes.meta_limits import BUDGET_LIMITED, BUDGET_TOO_LOW
 
@@ -162,3 +168,39 @@ async def test_an_intent_from_before_cooling_from_cools_down_from_its_creation(
     cooling = await store.cooling("r", PAIRS, now=NOW, longest_minutes=30, other_than="own")
     assert cooling == {("t1", "e1"): created + timedelta(minutes=30)}
     assert index_name(COOLING_INDEX) in await collection.index_information()
+
+
+async def test_flagged_intents_are_found_by_the_sparse_index_that_replaces_the_full_one(
+    db: Database,
+) -> None:
+    """A store indexed by the flag's first index (an entry for every intent) gets the sparse
+    one instead at start; the reaper's look finds exactly the settled intents still flagged."""
+    collection = db[c.ACTION_INTENTS]
+    await collection.drop_index(UNCONFIRMED_INDEX)
+    await collection.create_index("record_unconfirmed")
+    base = {"rule_id": "r", "task_id": "t1", "created_at": NOW}
+    await collection.insert_many(
+        [
+            base | {"batch_id": "b1", "entity_id": "e1", "status": "done"},
+            base
+            | {"batch_id": "b2", "entity_id": "e1", "status": "done", "record_unconfirmed": True},
+            base
+            | {
+                "batch_id": "b3",
+                "entity_id": "e1",
+                "status": "pending",
+                "record_unconfirmed": True,
+            },
+            base
+            | {"batch_id": "b4", "entity_id": "e2", "status": "failed", "record_unconfirmed": True},
+        ]
+    )
+    await ensure_indexes(db)
+    indexes = await collection.index_information()
+    assert "record_unconfirmed_1" not in indexes
+    assert indexes[UNCONFIRMED_INDEX]["sparse"] is True
+    store = IntentStore(db)
+    assert sorted(d["batch_id"] for d in await store.uncorrected()) == ["b2", "b4"]
+    (b2,) = [d for d in await store.uncorrected() if d["batch_id"] == "b2"]
+    await store.record_corrected(b2["_id"])
+    assert [d["batch_id"] for d in await store.uncorrected()] == ["b4"]

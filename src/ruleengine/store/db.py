@@ -128,6 +128,9 @@ BUDGET_HISTORY_INDEX: Final = [
 #: server looks its ``status`` up; MongoDB is told the index by a hint).
 PENDING_INTENTS_INDEX: Final = [("status", ASCENDING), ("created_at", ASCENDING)]
 
+#: The intents flagged ``record_unconfirmed`` (sparse: the flag is there or absent).
+UNCONFIRMED_INDEX: Final = "record_unconfirmed_sparse"
+
 #: The index of the lag model's reading of an ad account's execution records over a time
 #: range (``backtest/lag_fit.py``).
 EXECUTIONS_BY_ACCOUNT_INDEX: Final = [("account", ASCENDING), ("created_at", DESCENDING)]
@@ -183,8 +186,10 @@ _INDEXES: dict[str, list[IndexModel]] = {
         # cooldowns and execution counts (a task's execution_count_limit) are derived from intents
         IndexModel(COOLING_INDEX),
         IndexModel(EXECUTION_COUNT_INDEX),
-        # the reaper's look for settled intents whose batch's record was not corrected
-        IndexModel([("record_unconfirmed", ASCENDING)]),
+        # the reaper's look for settled intents whose batch's record was not corrected: sparse,
+        # for only intents whose write went unanswered carry the flag (every other insert and
+        # update of an intent then leaves this index alone)
+        IndexModel([("record_unconfirmed", ASCENDING)], sparse=True, name=UNCONFIRMED_INDEX),
     ],
     c.ERROR_LOG: [
         IndexModel([("function", ASCENDING), ("fingerprint", ASCENDING)], unique=True),
@@ -241,7 +246,11 @@ async def server_time(db: Database) -> datetime:
 #: update of its collection (on the embedded server, about as much as the write itself).
 RETIRED_INDEXES: Final = {
     # what cooldowns were first looked up by; EXECUTION_COUNT_INDEX serves them now
-    c.ACTION_INTENTS: ("rule_id_1_entity_id_1_created_at_-1",),
+    c.ACTION_INTENTS: (
+        "rule_id_1_entity_id_1_created_at_-1",
+        # the flag's first index held an entry for every intent; UNCONFIRMED_INDEX replaces it
+        "record_unconfirmed_1",
+    ),
 }
 
 
@@ -249,13 +258,15 @@ async def ensure_indexes(db: Database) -> None:
     """Create every index the engine relies on, drop the retired ones (safe on every start)."""
     await _keyed_executions(db)
     await _cooling_from_everywhere(db)
-    for collection, indexes in _INDEXES.items():
-        await db[collection].create_indexes(indexes)
+    # retired first: a replacement may have the same keys (MongoDB refuses a second index
+    # of one key pattern with other options)
     for collection, names in RETIRED_INDEXES.items():
         present = await db[collection].index_information()
         for name in names:
             if name in present:
                 await db[collection].drop_index(name)
+    for collection, indexes in _INDEXES.items():
+        await db[collection].create_indexes(indexes)
 
 
 async def _keyed_executions(db: Database) -> None:

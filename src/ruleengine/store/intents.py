@@ -199,14 +199,20 @@ class IntentStore:
         """A new fence for an acquisition of ``account``'s write lock; every pending intent
         of the account is handed to it, so no older holder can move one any more."""
         fence = await self.fences.take(account)
+        older = {
+            "status": "pending",
+            "account": account,
+            "holder_fence": {"$not": {"$gte": fence.value}},
+        }
+        # Looked up first: an account has a pending intent only while a write is in flight or
+        # its holder died, and a read does not queue behind the collection's other writes the
+        # way an update does on the embedded server (one writer per collection at a time).
+        # An intent recorded after this look under an older fence is caught by its recorder's
+        # own check after the insert (the fence taken above is newer), as after the update.
+        if await self._intents.find_one(older, {"_id": 1}) is None:
+            return fence
         await self._intents.update_many(
-            {
-                "account": account,
-                "status": "pending",
-                "holder_fence": {"$not": {"$gte": fence.value}},
-            },
-            {"$set": {"holder_fence": fence.value}},
-            hint=PENDING_INTENTS_INDEX,
+            older, {"$set": {"holder_fence": fence.value}}, hint=PENDING_INTENTS_INDEX
         )
         return fence
 
