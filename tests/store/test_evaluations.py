@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ruleengine import constants as c
+from ruleengine.store import evaluations
 from ruleengine.store.db import Database
 from ruleengine.store.evaluations import CHUNK_ENTITIES, acted, decode, encode
 from ruleengine.store.records import BatchCounts, ExecutionStore
@@ -179,6 +180,43 @@ async def test_a_batch_of_more_entities_than_a_chunk_keeps_each_entity_in_one_ch
     # a redelivery that listed fewer entities leaves no chunk of the first behind
     await store.evaluations.write(records[:10])
     assert await db[c.EVALUATIONS].count_documents({"batch_id": "b"}) == 1
+
+
+async def test_a_batch_of_many_chunks_is_read_whole_and_in_order_by_their_ids(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's chunks are looked up by ``_id``, a few first, then ever more: 13 chunks of 2
+    entities come back in order through looks of 1, 8 and 64; a redelivery of 3 chunks
+    deletes the other 10."""
+    monkeypatch.setattr(evaluations, "CHUNK_ENTITIES", 2)
+    monkeypatch.setattr(evaluations, "FIRST_LOOK", 1)
+    records = [
+        {
+            "key": f"b|a|{n}",
+            "batch_id": "b",
+            "task_id": "a",
+            "entity_id": str(n),
+            "outcome": "not_matched",
+            "reason": None,
+            "passed": False,
+            "conditions": [{"metric": "spend", "actual": n}],
+            "trace": {"evaluate": 0.0},
+            "created_at": NOW,
+        }
+        for n in range(25)
+    ]
+    store = ExecutionStore(db)
+    await store.evaluations.write(records, first=True)
+    assert await db[c.EVALUATIONS].count_documents({"batch_id": "b"}) == 13
+    assert [r["entity_id"] for r in await store.evaluations.of_batch("b")] == [
+        str(n) for n in range(25)
+    ]
+    assert await store.evaluations.has_batch("b")
+    assert not await store.evaluations.has_batch("b|0")
+    await store.evaluations.write(records[:5])
+    left = [d["_id"] async for d in db[c.EVALUATIONS].find({"batch_id": "b"}).sort("chunk", 1)]
+    assert left == ["b|0", "b|1", "b|2"]
+    assert len(await store.evaluations.of_batch("b")) == 5
 
 
 @pytest.mark.parametrize("layout", ["chunks", "records", "mixed"])

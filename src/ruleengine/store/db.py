@@ -172,7 +172,7 @@ _INDEXES: dict[str, list[IndexModel]] = {
         IndexModel(EXECUTIONS_BY_ACCOUNT_INDEX),
     ],
     c.EVALUATIONS: [
-        IndexModel([("batch_id", ASCENDING), ("chunk", ASCENDING)]),
+        # a batch's chunks are found by their _id (store/evaluations.py chunk_id)
         IndexModel(EVALUATIONS_BY_ENTITY_INDEX),
         IndexModel(EVALUATIONS_BY_ACCOUNT_INDEX),
     ],
@@ -251,6 +251,8 @@ RETIRED_INDEXES: Final = {
         # the flag's first index held an entry for every intent; UNCONFIRMED_INDEX replaces it
         "record_unconfirmed_1",
     ),
+    # a batch's chunks were first found by it; their _id serves (store/evaluations.py)
+    c.EVALUATIONS: ("batch_id_1_chunk_1",),
 }
 
 

@@ -23,7 +23,7 @@ page, an entity's evaluations, an account's conditions for the lag learner — a
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -37,6 +37,8 @@ from ruleengine.store.db import Database, Document, insert_new
 
 #: Entities per chunk: a chunk stays far below MongoDB's 16 MiB with room for wide rows.
 CHUNK_ENTITIES: Final = 1000
+#: Chunks of a batch looked up at first (a batch of up to 8,000 entities: one query).
+FIRST_LOOK: Final = 8
 #: The layout of ``rows_z`` (bumped if it ever changes; readers know every one they meet).
 FORMAT: Final = 1
 #: Fields every record of a run holds alike (factored out of the rows).
@@ -85,6 +87,11 @@ def acted(record: Document) -> bool:
     return not (outcome == "skipped" and record.get("reason") in QUIET_REASONS)
 
 
+def chunk_id(batch_id: str, number: int) -> str:
+    """The ``_id`` of a batch's chunk ``number`` (from 0)."""
+    return f"{batch_id}|{number}"
+
+
 def record_key_of(batch_id: str, task_id: str, entity_id: str) -> str:
     """The unique key of the record of (batch, task, entity) (as :func:`records.record_key`)."""
     return f"{batch_id}|{task_id}|{entity_id}"
@@ -119,7 +126,7 @@ def encode(records: Sequence[Document], *, expires_field: str = "created_at") ->
         entity_ids = [group[0]["entity_id"] for group in part]
         metrics = sorted({str(c.get("metric")) for g in part for r in g for c in _conds(r)})
         doc = {
-            "_id": f"{run['batch_id']}|{number}",
+            "_id": chunk_id(str(run["batch_id"]), number),
             "format": FORMAT,
             "chunk": number,
             **run,
@@ -257,7 +264,9 @@ class EvaluationStore:
         await self._replace(docs)
         batch_id = str(records[0]["batch_id"])
         # a former delivery with more chunks (more entities listed then) leaves none behind
-        await self._chunks.delete_many({"batch_id": batch_id, "chunk": {"$gte": len(chunks)}})
+        former = [d["_id"] async for d in self._of_batch(batch_id, start=len(chunks), only_id=True)]
+        if former:
+            await self._chunks.delete_many({"_id": {"$in": former}})
         return len(chunks)
 
     async def _replace(self, docs: Sequence[Document]) -> None:
@@ -267,12 +276,31 @@ class EvaluationStore:
 
     async def of_batch(self, batch_id: str) -> list[Document]:
         """Every record the batch's chunks hold, in evaluation order."""
-        cursor = self._chunks.find({"batch_id": batch_id}).sort("chunk", 1)
-        return [r async for doc in cursor for r in decode(doc)]
+        return [r async for doc in self._of_batch(batch_id) for r in decode(doc)]
+
+    async def _of_batch(
+        self, batch_id: str, *, start: int = 0, only_id: bool = False
+    ) -> AsyncIterator[Document]:
+        """The batch's chunks from number ``start`` on, in order, looked up by ``_id``
+        (``<batch_id>|<number>``, numbered from 0 without gaps): the first
+        :data:`FIRST_LOOK` in one query, then ever more while each look comes back full. No
+        index of their own is written with every chunk; the embedded server finds a list of
+        ``_id`` by its index (2 ms at 5,000 batches), where it walks every chunk for a range
+        of them."""
+        projection = {"_id": 1} if only_id else None
+        number, size = start, FIRST_LOOK
+        while True:
+            ids = [chunk_id(batch_id, n) for n in range(number, number + size)]
+            found = await self._chunks.find({"_id": {"$in": ids}}, projection).to_list()
+            for doc in sorted(found, key=lambda d: ids.index(d["_id"])):
+                yield doc
+            if len(found) < size:
+                return
+            number, size = number + size, size * 8
 
     async def has_batch(self, batch_id: str) -> bool:
         """True when the batch stored its evaluations in chunks."""
-        return await self._chunks.count_documents({"batch_id": batch_id}, limit=1) > 0
+        return await self._chunks.find_one({"_id": chunk_id(batch_id, 0)}, {"_id": 1}) is not None
 
     async def for_entity(self, entity_id: str, *, since: datetime, limit: int) -> list[Document]:
         """An entity's evaluations since ``since``, newest first, by the (entity_ids,
