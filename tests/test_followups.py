@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from flow import (
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.devstack.embedded import ProcessGroup, start_redis
-from ruleengine.dispatching.payload import EvaluateJob
+from ruleengine.dispatching.payload import EvaluateJob, deserialize
 from ruleengine.followups.running import RUN_TOGETHER, run_followup
 from ruleengine.followups.scheduling import FollowupScheduler, due_time
 from ruleengine.meta.reader import GraphReader
@@ -502,6 +503,31 @@ async def test_a_batch_s_follow_ups_due_together_run_in_one_job(
     )
     assert {i["status"] for i in intents} == {"done"}
     assert len(await records(db, kind="followup", outcome="applied")) == count
+
+
+async def test_a_batch_s_timers_firing_at_once_run_its_follow_ups_in_one_job(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    """Workers take many due timers at once: the timers of one batch take turns to claim, so
+    the first runs the batch's follow-ups and the others find theirs taken (without turns,
+    each claimed its own first and the batch ran as many jobs contending for one account)."""
+    count = 10
+    followups = await paused_with_followups(settings, db, sandbox, count)
+    armed = await redis.zrange(c.QUEUE_NAME, 0, -1)
+    payloads = [
+        deserialize(await redis.get(job_key_prefix + job_id.decode()))["a"][0] for job_id in armed
+    ]
+    assert {p["batch_id"] for p in payloads} == {followups[0]["batch_id"]}
+    async with engine_for(settings, db) as engine:
+        results = await asyncio.gather(*(run_followup(engine, p, now=now()) for p in payloads))
+    leads = [r for r in results if r["status"] == "done"]
+    assert len(leads) == 1
+    assert [r["status"] for r in leads[0]["together"]] == ["done"] * (count - 1)
+    assert sorted(r["status"] for r in results if r not in leads) == ["already_handled"] * (
+        count - 1
+    )
+    each_activated_once(await sandbox.writes(), count)
+    assert await redis.keys(c.FOLLOWUP_CLAIM_PREFIX + "*") == []  # every turn given back
 
 
 async def test_a_worker_killed_among_a_batch_s_follow_ups_activates_each_once(

@@ -32,6 +32,8 @@ LEASE_KEY: Final = "ruleengine:dispatcher:lease"
 FENCE_KEY: Final = "ruleengine:dispatcher:fence"
 DISPATCHED_KEY_PREFIX: Final = "ruleengine:dispatched:"
 ACCOUNT_LOCK_PREFIX: Final = "ruleengine:lock:account:"
+#: Redis key of the turn to claim one batch's due follow-ups (``followups/running.py``).
+FOLLOWUP_CLAIM_PREFIX: Final = "ruleengine:turn:followups:"
 
 # arq job function names
 EVALUATE_JOB: Final = "evaluate_account"

@@ -20,11 +20,14 @@ the original action changed no longer holds the value it left, and with
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ruleengine import constants as c
 from ruleengine.accounts.facts import AccountFacts
 from ruleengine.acting.results import (
     ACT_FAILURES,
@@ -50,6 +53,7 @@ from ruleengine.rules.targets import Refused, follow_up_target, live_value, plan
 from ruleengine.store.credentials import Account, token_ref
 from ruleengine.store.followups import FollowupDoc, followup_batch, followup_record_key
 from ruleengine.writes.executor import ActionExecutor
+from ruleengine.writes.lock import turn
 from ruleengine.writes.notify import MessageContext, render, send_once
 
 if TYPE_CHECKING:
@@ -59,6 +63,10 @@ log = logging.getLogger(__name__)
 
 #: Follow-ups one job runs: its own and, due with it, others of the same batch.
 RUN_TOGETHER = 25
+#: How long a timer waits for the turn to claim its batch's follow-ups (each holder claims
+#: in a few commands), and how long a turn outlives a holder that died holding it.
+CLAIM_TURN_WAIT_S = 5.0
+CLAIM_TURN_TTL_S = 10.0
 _STATUS = {"applied": "done", "no_change": "done", "skipped": "skipped", "failed": "failed"}
 # Meta's answers for an object that no longer exists (deleted, or never visible).
 _GONE_CODES = frozenset({100, 803})
@@ -69,25 +77,38 @@ async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime
     :data:`RUN_TOGETHER`); returns what happened (for arq's log and the metrics)."""
     key, generation = str(payload["key"]), int(payload["generation"])
     store = engine.followups.store
-    doc = await store.claim(key, generation, now=now)
-    if doc is None:
-        current = await store.get(key)
-        superseded = current is not None and current.generation != generation
-        status = "superseded" if superseded else "already_handled"
-        log.info("follow-up %s generation %d: %s, nothing to do", key, generation, status)
-        return {"key": key, "status": status}
-    db_now = await engine.intents.db_time()
-    # a batch's follow-ups are due at one time: those of the lead's batch due by now on
-    # MongoDB's clock (give or take how far a host's timers may run ahead of it) run in this
-    # job, one after the other; a timer fired early runs its own follow-up only
-    due_by = db_now + timedelta(milliseconds=TIMER_TOLERANCE_MS)
-    siblings = await store.claim_siblings(doc, due_by=due_by, now=now, limit=RUN_TOGETHER - 1)
+    async with _claiming(engine, payload.get("batch_id")):
+        doc = await store.claim(key, generation, now=now)
+        if doc is None:
+            current = await store.get(key)
+            superseded = current is not None and current.generation != generation
+            status = "superseded" if superseded else "already_handled"
+            log.info("follow-up %s generation %d: %s, nothing to do", key, generation, status)
+            return {"key": key, "status": status}
+        db_now = await engine.intents.db_time()
+        # a batch's follow-ups are due at one time: those of the lead's batch due by now on
+        # MongoDB's clock (give or take how far a host's timers may run ahead of it) run in
+        # this job, one after the other; a timer fired early runs its own follow-up only
+        due_by = db_now + timedelta(milliseconds=TIMER_TOLERANCE_MS)
+        siblings = await store.claim_siblings(doc, due_by=due_by, now=now, limit=RUN_TOGETHER - 1)
     await engine.followups.cancel_timers([s.job_id for s in siblings])
     shared = _Shared(engine, now=now, db_now=db_now)
     outcome = await _run_one(shared, doc)
     if siblings:
         outcome["together"] = [await _run_one(shared, sibling) for sibling in siblings]
     return outcome
+
+
+def _claiming(engine: Engine, batch_id: Any) -> AbstractAsyncContextManager[bool]:
+    """The turn of a timer to claim its batch's follow-ups. A batch's timers fire at one
+    time, and workers take many at once: each claiming its own first would run the batch as
+    many jobs, each writing to the one account — waiting on its lock, holding workers'
+    slots. Taking turns, the first claims the batch's due follow-ups and the others find
+    theirs taken. Timers armed before timers carried their batch claim without a turn."""
+    if not isinstance(batch_id, str):
+        return contextlib.nullcontext(False)
+    key = c.FOLLOWUP_CLAIM_PREFIX + batch_id
+    return turn(engine.followups.redis, key, ttl_s=CLAIM_TURN_TTL_S, wait_s=CLAIM_TURN_WAIT_S)
 
 
 class _Shared:

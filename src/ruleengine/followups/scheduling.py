@@ -87,6 +87,11 @@ class FollowupScheduler:
         self.on_result = on_result  # counts scheduled/pending/re-armed (metrics), optional
         self._last_scheduled_check: float | None = None  # time.monotonic(): no step moves it
 
+    @property
+    def redis(self) -> ArqRedis:
+        """The Redis of the timers."""
+        return self._queue
+
     def _count(self, result: str, amount: int = 1) -> None:
         if self.on_result is not None and amount:
             self.on_result(result, amount)
@@ -188,7 +193,8 @@ class FollowupScheduler:
         try:
             await self._queue.enqueue_job(
                 c.FOLLOWUP_JOB,
-                {"key": doc.id, "generation": doc.generation},
+                # the batch: its timers firing at once take turns to claim (running.py)
+                {"key": doc.id, "generation": doc.generation, "batch_id": doc.batch_id},
                 _job_id=doc.job_id,
                 _queue_name=c.QUEUE_NAME,
                 _defer_until=fires_at,

@@ -167,6 +167,33 @@ class AccountLocks:
             delay = min(delay * 2, 0.1)
 
 
+@contextlib.asynccontextmanager
+async def turn(redis: Any, key: str, *, ttl_s: float, wait_s: float) -> AsyncIterator[bool]:
+    """A short turn at ``key`` among processes, for work that only saves work when done one
+    at a time: wait up to ``wait_s`` for it, hold it (expiring after ``ttl_s``) while the
+    block runs. Yields whether it was taken: False when the wait ran out or Redis did not
+    answer — the caller goes on without it, so nothing may rely on it for safety."""
+    token = uuid.uuid4().hex
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    delay = 0.005
+    taken = False
+    try:
+        while not (taken := bool(await redis.set(key, token, nx=True, px=int(ttl_s * 1000)))):
+            if loop.time() > deadline:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
+    except (RedisError, OSError) as exc:
+        log.info("going on without the turn %s: Redis did not answer (%s)", key, exc)
+    try:
+        yield taken
+    finally:
+        if taken:
+            with contextlib.suppress(RedisError, OSError):
+                await redis.eval(_RELEASE, 1, key, token)
+
+
 async def _release(redis: Any, key: str, value: str, account: str) -> None:
     """Delete the lock key if it still holds ``value``; it expires by itself otherwise."""
     try:
@@ -175,4 +202,4 @@ async def _release(redis: Any, key: str, value: str, account: str) -> None:
         log.warning("could not release the write lock of %s; it expires by itself", account)
 
 
-__all__ = ["AccountLocks", "Fenced", "HeldLock", "LockLost", "LockTimeout"]
+__all__ = ["AccountLocks", "Fenced", "HeldLock", "LockLost", "LockTimeout", "turn"]
