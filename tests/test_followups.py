@@ -16,6 +16,7 @@ from arq.utils import timestamp_ms
 from pydantic import SecretStr
 from redis.asyncio import Connection as RedisConnection
 from redis.asyncio import ConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from flow import (
     LOSER,
@@ -47,6 +48,7 @@ from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.followups import followup_job_id
 from ruleengine.worker.job import evaluate_account
+from ruleengine.writes.lock import turn
 from support import SANDBOX_TOKEN
 from test_write_batches import HAS_BUDGET, big_account
 
@@ -572,3 +574,32 @@ async def _activations_at_least(sandbox: SandboxAdmin, count: int) -> bool:
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+async def test_the_claiming_turn_waits_for_its_holder_and_never_for_a_redis_that_is_down(
+    redis: Any,
+) -> None:
+    """The first to come takes the turn; a second waits until it is given back and goes on
+    without taking it; with Redis not answering nobody waits."""
+    order: list[str] = []
+
+    async def second() -> None:
+        async with turn(redis, "t:batch", ttl_s=10, wait_s=10) as taken:
+            order.append(f"second {taken}")
+
+    async with turn(redis, "t:batch", ttl_s=10, wait_s=10) as taken:
+        waiting = asyncio.create_task(second())
+        await asyncio.sleep(0.3)
+        order.append(f"first {taken}")
+    await waiting
+    assert order == ["first True", "second False"]
+    assert await redis.exists("t:batch") == 0
+
+    class Down:
+        async def set(self, *args: Any, **kwargs: Any) -> Any:
+            raise RedisConnectionError("down")
+
+    started = asyncio.get_running_loop().time()
+    async with turn(Down(), "t:batch", ttl_s=10, wait_s=10) as taken:
+        assert taken is False
+    assert asyncio.get_running_loop().time() - started < 1

@@ -63,8 +63,8 @@ log = logging.getLogger(__name__)
 
 #: Follow-ups one job runs: its own and, due with it, others of the same batch.
 RUN_TOGETHER = 25
-#: How long a timer waits for the turn to claim its batch's follow-ups (each holder claims
-#: in a few commands), and how long a turn outlives a holder that died holding it.
+#: How long a timer waits for another to claim its batch's follow-ups (a few commands), and
+#: how long a turn outlives a holder that died holding it.
 CLAIM_TURN_WAIT_S = 5.0
 CLAIM_TURN_TTL_S = 10.0
 _STATUS = {"applied": "done", "no_change": "done", "skipped": "skipped", "failed": "failed"}
@@ -103,8 +103,9 @@ def _claiming(engine: Engine, batch_id: Any) -> AbstractAsyncContextManager[bool
     """The turn of a timer to claim its batch's follow-ups. A batch's timers fire at one
     time, and workers take many at once: each claiming its own first would run the batch as
     many jobs, each writing to the one account — waiting on its lock, holding workers'
-    slots. Taking turns, the first claims the batch's due follow-ups and the others find
-    theirs taken. Timers armed before timers carried their batch claim without a turn."""
+    slots. The first to come claims the batch's due follow-ups with the turn; the others
+    wait until it is given back and find theirs taken. Timers armed before timers carried
+    their batch claim without waiting."""
     if not isinstance(batch_id, str):
         return contextlib.nullcontext(False)
     key = c.FOLLOWUP_CLAIM_PREFIX + batch_id

@@ -169,19 +169,19 @@ class AccountLocks:
 
 @contextlib.asynccontextmanager
 async def turn(redis: Any, key: str, *, ttl_s: float, wait_s: float) -> AsyncIterator[bool]:
-    """A short turn at ``key`` among processes, for work that only saves work when done one
-    at a time: wait up to ``wait_s`` for it, hold it (expiring after ``ttl_s``) while the
-    block runs. Yields whether it was taken: False when the wait ran out or Redis did not
-    answer — the caller goes on without it, so nothing may rely on it for safety."""
+    """A turn at ``key`` among processes, for work that only saves work when the first to
+    come does it alone: the first takes the turn (it expires after ``ttl_s``) while its block
+    runs; the others wait, up to ``wait_s``, until it is given back, then run their blocks
+    together without taking it. Yields whether it was taken. Redis not answering: nobody
+    waits — so nothing may rely on it for safety."""
     token = uuid.uuid4().hex
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
-    delay = 0.005
     taken = False
     try:
-        while not (taken := bool(await redis.set(key, token, nx=True, px=int(ttl_s * 1000)))):
-            if loop.time() > deadline:
-                break
+        taken = bool(await redis.set(key, token, nx=True, px=int(ttl_s * 1000)))
+        delay = 0.005
+        while not taken and await redis.exists(key) and loop.time() < deadline:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.1)
     except (RedisError, OSError) as exc:
