@@ -149,14 +149,12 @@ def test_encoding_is_exact_without_a_server(records: list[dict[str, Any]]) -> No
     assert [r for chunk in chunks for r in decode(chunk.doc)] == records
 
 
-async def test_a_batch_of_more_entities_than_a_chunk_keeps_each_entity_in_one_chunk(
-    db: Database,
-) -> None:
-    entities = CHUNK_ENTITIES + 7
-    records = [
+def not_matched(batch: str, entities: int, *, tasks: tuple[str, ...]) -> list[dict[str, Any]]:
+    """A run's records where nothing matched: entity ``n`` saw ``n`` spent, for each task."""
+    return [
         {
-            "key": f"b|{task}|{n}",
-            "batch_id": "b",
+            "key": f"{batch}|{task}|{n}",
+            "batch_id": batch,
             "task_id": task,
             "entity_id": str(n),
             "outcome": "not_matched",
@@ -167,8 +165,15 @@ async def test_a_batch_of_more_entities_than_a_chunk_keeps_each_entity_in_one_ch
             "created_at": NOW,
         }
         for n in range(entities)
-        for task in ("a", "b")
+        for task in tasks
     ]
+
+
+async def test_a_batch_of_more_entities_than_a_chunk_keeps_each_entity_in_one_chunk(
+    db: Database,
+) -> None:
+    entities = CHUNK_ENTITIES + 7
+    records = not_matched("b", entities, tasks=("a", "b"))
     chunks = encode(records)
     assert [len(ch.entity_ids) for ch in chunks] == [CHUNK_ENTITIES, 7]
     assert [ch.doc["rows"] for ch in chunks] == [2 * CHUNK_ENTITIES, 14]
@@ -190,21 +195,7 @@ async def test_a_batch_of_many_chunks_is_read_whole_and_in_order_by_their_ids(
     deletes the other 10."""
     monkeypatch.setattr(evaluations, "CHUNK_ENTITIES", 2)
     monkeypatch.setattr(evaluations, "FIRST_LOOK", 1)
-    records = [
-        {
-            "key": f"b|a|{n}",
-            "batch_id": "b",
-            "task_id": "a",
-            "entity_id": str(n),
-            "outcome": "not_matched",
-            "reason": None,
-            "passed": False,
-            "conditions": [{"metric": "spend", "actual": n}],
-            "trace": {"evaluate": 0.0},
-            "created_at": NOW,
-        }
-        for n in range(25)
-    ]
+    records = not_matched("b", 25, tasks=("a",))
     store = ExecutionStore(db)
     await store.evaluations.write(records, first=True)
     assert await db[c.EVALUATIONS].count_documents({"batch_id": "b"}) == 13
