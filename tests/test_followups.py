@@ -582,14 +582,25 @@ async def test_the_claiming_turn_waits_for_its_holder_and_never_for_a_redis_that
     """The first to come takes the turn; a second waits until it is given back and goes on
     without taking it; with Redis not answering nobody waits."""
     order: list[str] = []
+    looked = asyncio.Event()
+
+    class Watched:
+        """The real Redis; notes when the second looks whether the turn is still taken."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(redis, name)
+
+        async def exists(self, *keys: str) -> Any:
+            looked.set()
+            return await redis.exists(*keys)
 
     async def second() -> None:
-        async with turn(redis, "t:batch", ttl_s=10, wait_s=10) as taken:
+        async with turn(Watched(), "t:batch", ttl_s=10, wait_s=10) as taken:
             order.append(f"second {taken}")
 
     async with turn(redis, "t:batch", ttl_s=10, wait_s=10) as taken:
         waiting = asyncio.create_task(second())
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(looked.wait(), timeout=10)  # it found the turn taken
         order.append(f"first {taken}")
     await waiting
     assert order == ["first True", "second False"]
