@@ -46,6 +46,7 @@ from ruleengine.rules.model import parse_rule
 from ruleengine.rules.schedule import next_local_time
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.store.fences import FenceStore
 from ruleengine.store.followups import followup_job_id
 from ruleengine.worker.job import evaluate_account
 from ruleengine.writes.lock import turn
@@ -482,10 +483,19 @@ async def test_a_batch_s_follow_ups_due_together_run_in_one_job(
     count = RUN_TOGETHER + 5
     followups = await paused_with_followups(settings, db, sandbox, count)
     lead, sibling = followups[0], followups[1]
+    fence_before = await FenceStore(db).current("act_2001")
+    await sandbox.clear_stats()
     async with engine_for(settings, db) as engine:
         result = await run_followup(engine, {"key": lead["_id"], "generation": 1}, now=now())
         assert result["status"] == "done"
         assert [r["status"] for r in result["together"]] == ["done"] * (RUN_TOGETHER - 1)
+        # their writes went out together: one hold of the account's lock, the live values
+        # read in one Batch API call and the writes sent in one (one at a time, each took
+        # the lock and made two requests of its own)
+        assert await FenceStore(db).current("act_2001") == fence_before + 1
+        stats = await sandbox.stats()
+        assert stats["http_requests"] <= 3, stats
+        assert stats["counted_calls"] >= 2 * RUN_TOGETHER
         # the timers of those it ran with it are dropped (the lead's, run here by hand, is
         # not); one that fires all the same does nothing
         timers = await redis.zrange(c.QUEUE_NAME, 0, -1)
@@ -505,6 +515,47 @@ async def test_a_batch_s_follow_ups_due_together_run_in_one_job(
     )
     assert {i["status"] for i in intents} == {"done"}
     assert len(await records(db, kind="followup", outcome="applied")) == count
+
+
+async def test_a_follow_up_whose_entity_is_gone_steps_aside_and_the_others_of_its_job_act(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    """Run together, one follow-up whose campaign Meta no longer knows (its live read
+    answered "no such object") is skipped as ``entity_gone``; the others are written."""
+    followups = await paused_with_followups(settings, db, sandbox, 4)
+    gone = followups[2]
+    await db[c.FOLLOWUPS].update_one({"_id": gone["_id"]}, {"$set": {"entity_id": "2399999"}})
+    async with engine_for(settings, db) as engine:
+        lead = await run_followup(engine, {"key": followups[0]["_id"], "generation": 1}, now=now())
+    outcomes = {r["key"]: (r["status"], r["reason"]) for r in [lead, *lead["together"]]}
+    assert outcomes.pop(gone["_id"]) == ("skipped", "entity_gone")
+    assert set(outcomes.values()) == {("done", None)}
+    (record,) = await records(db, kind="followup", outcome="skipped")
+    assert (record["followup_key"], record["reason"]) == (gone["_id"], "entity_gone")
+    assert record["error"]["code"] == 100
+    activated = [w["id"] for w in await sandbox.writes() if w["params"].get("status") == "ACTIVE"]
+    assert sorted(activated) == sorted(f["entity_id"] for f in followups if f is not gone)
+    # the gone one recorded no intent; each other its own, done
+    intents = [i async for i in db[c.ACTION_INTENTS].find({"batch_id": {"$regex": "^followup:"}})]
+    assert sorted(i["batch_id"] for i in intents) == sorted(
+        followup_job_id(f["_id"], 1) for f in followups if f is not gone
+    )
+    assert {i["status"] for i in intents} == {"done"}
+
+
+async def test_follow_ups_written_one_at_a_time_when_writes_are_not_batched(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    """``RULEENGINE_WRITE_BATCH_SIZE=1``: each follow-up takes the account's lock and writes
+    on its own, as before writes were batched."""
+    followups = await paused_with_followups(settings, db, sandbox, 3)
+    fence_before = await FenceStore(db).current("act_2001")
+    alone = settings.model_copy(update={"write_batch_size": 1})
+    async with engine_for(alone, db) as engine:
+        lead = await run_followup(engine, {"key": followups[0]["_id"], "generation": 1}, now=now())
+    assert [r["status"] for r in [lead, *lead["together"]]] == ["done"] * 3
+    assert await FenceStore(db).current("act_2001") == fence_before + 3
+    each_activated_once(await sandbox.writes(), 3)
 
 
 async def test_a_batch_s_timers_firing_at_once_run_its_follow_ups_in_one_job(

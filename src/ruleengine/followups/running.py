@@ -8,10 +8,15 @@ record linked to the batch of the original action, with how late it ran.
 
 A batch's follow-ups are due at one time: the job whose timer fires first also claims the
 others of its batch that are due (up to :data:`RUN_TOGETHER`, each in its own generation,
-once) and runs them one after the other, each with its own intent, record and lateness; it
-drops their timers, and a timer that fires all the same finds its follow-up taken. One
-claim, one read of the rule version and of the account serve them all, where each used to
-be a job of its own.
+once); it drops their timers, and a timer that fires all the same finds its follow-up
+taken. Their field writes (resume, pause, a budget put back) go out together through the
+batched write path (:mod:`ruleengine.writes.batched`): one hold of the account's lock, the
+live values read in Batch API calls, the writes sent in them — each still recorded under its
+own follow-up's intent (:func:`~ruleengine.store.followups.followup_batch`), so a follow-up
+run again (a job killed, its follow-ups released) finds what it did. Messages go one at a
+time. The follow-ups are then closed in one command and recorded in one, each with its own
+outcome and lateness. One claim, one read of the rule version and of the account serve
+them all, where each used to be a job of its own, and then a hold of the lock of its own.
 
 The re-check: a follow-up skips with ``changed_by_someone_else`` when the field
 the original action changed no longer holds the value it left, and with
@@ -51,7 +56,13 @@ from ruleengine.rules.model import Rule
 from ruleengine.rules.plan import Plan
 from ruleengine.rules.targets import Refused, follow_up_target, live_value, plan_follow_up
 from ruleengine.store.credentials import Account, token_ref
-from ruleengine.store.followups import FollowupDoc, followup_batch, followup_record_key
+from ruleengine.store.followups import (
+    Finished,
+    FollowupDoc,
+    followup_batch,
+    followup_record_key,
+)
+from ruleengine.writes.batched import FieldChange
 from ruleengine.writes.executor import ActionExecutor
 from ruleengine.writes.lock import turn
 from ruleengine.writes.notify import MessageContext, render, send_once
@@ -93,9 +104,9 @@ async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime
         siblings = await store.claim_siblings(doc, due_by=due_by, now=now, limit=RUN_TOGETHER - 1)
     await engine.followups.cancel_timers([s.job_id for s in siblings])
     shared = _Shared(engine, now=now, db_now=db_now)
-    outcome = await _run_one(shared, doc)
-    if siblings:
-        outcome["together"] = [await _run_one(shared, sibling) for sibling in siblings]
+    outcome, *together = await _run_all(shared, [doc, *siblings])
+    if together:
+        outcome["together"] = together
     return outcome
 
 
@@ -137,33 +148,114 @@ class _Shared:
         return self._accounts[account_id]
 
 
-async def _run_one(shared: _Shared, doc: FollowupDoc) -> dict[str, Any]:
-    """Act on one claimed follow-up, close it and record what it did."""
+async def _run_all(shared: _Shared, docs: list[FollowupDoc]) -> list[dict[str, Any]]:
+    """Act on claimed follow-ups, close them and record what they did; what happened to
+    each, in order. Their status, budget and bid writes go out together through the batched
+    write path (one hold of the account's lock, the live values read in Batch API calls, the
+    writes sent in them), each under its own follow-up's intent; messages one at a time."""
     engine, now = shared.engine, shared.now
     # due_at is by MongoDB's clock: how late is measured there too, whatever this host's says
-    late_s = max(0.0, (now - clock_offset(now, shared.db_now) - doc.due_at).total_seconds())
-    started = time.perf_counter()
+    late = {
+        doc.id: max(0.0, (now - clock_offset(now, shared.db_now) - doc.due_at).total_seconds())
+        for doc in docs
+    }
+    together = engine.settings.write_batch_size > 1
+    acted = await _write_together(shared, [d for d in docs if together and d.do != "notify"])
+    for doc in docs:
+        if doc.id not in acted:
+            started = time.perf_counter()
+            result = await _act_alone(shared, doc)
+            acted[doc.id] = (result, time.perf_counter() - started)
+    finished: list[Finished] = []
+    records: list[dict[str, Any]] = []
+    for doc in docs:
+        result, act_s = acted[doc.id]
+        status = _STATUS.get(result.outcome, "failed")
+        finished.append(Finished(doc, status, result.reason, late[doc.id]))
+        records.append(_record(doc, result, now, late[doc.id], act_s))
+    await engine.followups.store.finish_many(finished, now=now)  # closed, then recorded
+    await engine.executions.upsert_many(records)
+    for f in finished:
+        log.info(
+            "follow-up %s (%s) %s%s, %.0fs late",
+            f.doc.id,
+            f.doc.do,
+            f.status,
+            f": {f.reason}" if f.reason else "",
+            f.late_s,
+        )
+    return [
+        {"key": f.doc.id, "status": f.status, "reason": f.reason, "late_s": f.late_s}
+        for f in finished
+    ]
+
+
+async def _write_together(
+    shared: _Shared, docs: list[FollowupDoc]
+) -> dict[str, tuple[ActResult, float]]:
+    """Follow-up id → the result of its write and its share of the time they took, for
+    follow-ups that change a field: those of one account and rule version at once."""
+    groups: dict[tuple[str, str, int], list[FollowupDoc]] = {}
+    for doc in docs:
+        groups.setdefault((doc.account, doc.rule_id, doc.rule_version), []).append(doc)
+    out: dict[str, tuple[ActResult, float]] = {}
+    executor = shared.engine.executor
+    max_change_pct = executor.settings.max_budget_change_pct
+    for group in groups.values():
+        started = time.perf_counter()
+        try:
+            run, writer = await _job_run(shared, group[0])
+        except RuleEngineError as exc:  # the rule version or the token cannot be found
+            results = [_cannot_run(exc)] * len(group)
+        else:
+            changes = [
+                FieldChange(
+                    _entity(doc),
+                    _act_key(doc),
+                    _target(doc, max_change_pct=max_change_pct),
+                    batch_id=followup_batch(doc.id, doc.generation),
+                )
+                for doc in group
+            ]
+            results = [_gone(r) for r in await executor.batched.apply(run, writer, changes)]
+        share = (time.perf_counter() - started) / len(group)
+        out |= {doc.id: (result, share) for doc, result in zip(group, results, strict=True)}
+    return out
+
+
+async def _act_alone(shared: _Shared, doc: FollowupDoc) -> ActResult:
+    """One follow-up on its own (a message; any when writes are not batched)."""
     try:
-        result = await _act(shared, doc)
-    except RuleEngineError as exc:  # the rule version or the token cannot be found
-        result = ActResult("failed", "cannot_run", error={"message": str(exc)})
-    status = _STATUS.get(result.outcome, "failed")
-    await engine.followups.store.finish(doc, status, reason=result.reason, now=now, late_s=late_s)
-    await engine.executions.upsert_many(
-        [_record(doc, result, now, late_s, time.perf_counter() - started)]
-    )
-    log.info(
-        "follow-up %s (%s) %s%s, %.0fs late",
-        doc.id,
-        doc.do,
-        status,
-        f": {result.reason}" if result.reason else "",
-        late_s,
-    )
-    return {"key": doc.id, "status": status, "reason": result.reason, "late_s": late_s}
+        run, writer = await _job_run(shared, doc)
+    except RuleEngineError as exc:
+        return _cannot_run(exc)
+    return await follow_up(shared.engine.executor, run, writer, _entity(doc), doc)
 
 
-async def _act(shared: _Shared, doc: FollowupDoc) -> ActResult:
+def _cannot_run(exc: RuleEngineError) -> ActResult:
+    return ActResult("failed", "cannot_run", error={"message": str(exc)})
+
+
+def _gone(result: ActResult) -> ActResult:
+    """A live read Meta answered with "no such object": the entity is gone (as
+    :func:`follow_up` says of one raised)."""
+    code = (result.error or {}).get("code")
+    if result.reason == "live_read_failed" and code in _GONE_CODES:
+        return ActResult("skipped", "entity_gone", error=result.error)
+    return result
+
+
+def _entity(doc: FollowupDoc) -> Entity:
+    return Entity(id=doc.entity_id, name=doc.entity_name)
+
+
+def _act_key(doc: FollowupDoc) -> ActKey:
+    """What a follow-up's intent is recorded under (in its own batch)."""
+    return ActKey(f"{doc.task_id}:then", f"then:{doc.do}")
+
+
+async def _job_run(shared: _Shared, doc: FollowupDoc) -> tuple[JobRun, GraphWriter]:
+    """The run a follow-up acts in (recorded under its own batch), and its writer."""
     engine, now = shared.engine, shared.now
     rule = await shared.rule(doc.rule_id, doc.rule_version)
     account, token = await shared.account(doc.account)
@@ -181,15 +273,14 @@ async def _act(shared: _Shared, doc: FollowupDoc) -> ActResult:
         facts=facts,
         db_now=shared.db_now,
     )
-    entity = Entity(id=doc.entity_id, name=doc.entity_name)
-    return await follow_up(engine.executor, run, writer, entity, doc)
+    return run, writer
 
 
 async def follow_up(
     executor: ActionExecutor, run: JobRun, writer: GraphWriter, entity: Entity, doc: FollowupDoc
 ) -> ActResult:
     """Carry out a follow-up after re-checking the live state it expects."""
-    key = ActKey(f"{doc.task_id}:then", f"then:{doc.do}")
+    key = _act_key(doc)
     try:
         if doc.do == "notify":
             return await _notify(executor, run, entity, key, doc)

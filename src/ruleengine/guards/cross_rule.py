@@ -106,15 +106,18 @@ class GuardRound:
         recent = [c for c in self.changes.get(key, []) if c.at >= since]
         return limit_change(plan, recent, self.limits)
 
-    async def landed(self, entity: Entity, key: ActKey, plan: Plan) -> dict[str, Any] | None:
-        """A change Meta applied: the oscillation it completes, if any (recorded, counted,
-        held if asked); the flag for its execution record."""
+    async def landed(
+        self, entity: Entity, key: ActKey, plan: Plan, *, batch_id: str | None = None
+    ) -> dict[str, Any] | None:
+        """A change Meta applied (recorded under ``batch_id``, the run's when None): the
+        oscillation it completes, if any (recorded, counted, held if asked); the flag for its
+        execution record."""
         if plan.field not in WATCHED_FIELDS:
             return None
         run = self.run
         change = PastChange(
             at=run.now,
-            batch_id=run.batch_id,
+            batch_id=batch_id or run.batch_id,
             rule_id=run.rule_id,
             task_id=key.task_id,
             entity_id=entity.id,

@@ -15,13 +15,13 @@ it (is Redis down?).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
-from pymongo import ASCENDING
+from pymongo import ASCENDING, UpdateOne
 
 from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
@@ -88,6 +88,16 @@ class ScheduledTimer:
     def job_id(self) -> str:
         """The arq job id of the timer."""
         return followup_job_id(self.key, self.generation)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a claimed follow-up ended: its status, the reason, how late it ran."""
+
+    doc: FollowupDoc
+    status: str
+    reason: str | None
+    late_s: float
 
 
 def followup_key(rule_id: str, task_id: str, entity_id: str) -> str:
@@ -228,18 +238,27 @@ class FollowupStore:
         self, doc: FollowupDoc, status: str, *, reason: str | None, now: datetime, late_s: float
     ) -> None:
         """Close a follow-up (done, skipped or failed)."""
-        await self._followups.update_one(
-            {"_id": doc.id, "generation": doc.generation},
-            {
-                "$set": {
-                    "status": status,
-                    "reason": reason,
-                    "updated_at": now,
-                    "done_at": now,
-                    "late_s": late_s,
-                }
-            },
-        )
+        await self.finish_many([Finished(doc, status, reason, late_s)], now=now)
+
+    async def finish_many(self, finished: Sequence[Finished], *, now: datetime) -> None:
+        """Close follow-ups run together, in one command."""
+        ops = [
+            UpdateOne(
+                {"_id": f.doc.id, "generation": f.doc.generation},
+                {
+                    "$set": {
+                        "status": f.status,
+                        "reason": f.reason,
+                        "updated_at": now,
+                        "done_at": now,
+                        "late_s": f.late_s,
+                    }
+                },
+            )
+            for f in finished
+        ]
+        if ops:
+            await self._followups.bulk_write(ops, ordered=False)
 
     async def settle_unconfirmed(
         self, key: str, generation: int, *, status: str, reason: str | None, now: datetime

@@ -274,13 +274,25 @@ class IntentStore:
         self, batch_id: str, keys: Iterable[tuple[str, str]]
     ) -> dict[tuple[str, str], Intent]:
         """(task, entity) → the intent of the batch recorded for it, for those that have one."""
+        found = await self.of_keys((batch_id, task, entity) for task, entity in keys)
+        return {(task, entity): intent for (_, task, entity), intent in found.items()}
+
+    async def of_keys(
+        self, keys: Iterable[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], Intent]:
+        """(batch, task, entity) → the intent recorded for it, for those that have one: one
+        query however many batches (the follow-ups of one job each record under their own)."""
         wanted = set(keys)
         if not wanted:
             return {}
-        query = {"batch_id": batch_id, "entity_id": {"$in": sorted({e for _, e in wanted})}}
-        found: dict[tuple[str, str], Intent] = {}
+        batches = sorted({b for b, _, _ in wanted})
+        query = {
+            "batch_id": batches[0] if len(batches) == 1 else {"$in": batches},
+            "entity_id": {"$in": sorted({e for _, _, e in wanted})},
+        }
+        found: dict[tuple[str, str, str], Intent] = {}
         async for doc in self._intents.find(query):
-            key = (doc["task_id"], doc["entity_id"])
+            key = (doc["batch_id"], doc["task_id"], doc["entity_id"])
             if key in wanted:
                 found[key] = Intent.from_mongo(doc, created=False)
         return found
@@ -412,16 +424,15 @@ class IntentStore:
         return [d async for d in self._intents.find({"batch_id": batch_id}).sort("_id")]
 
     async def pending_elsewhere(
-        self, entity_ids: Sequence[str], *, other_than: str
+        self, entity_ids: Sequence[str], *, other_than: str | None
     ) -> list[Document]:
-        """Pending intents on these entities left by *other* batches."""
+        """Pending intents on these entities left by *other* batches than ``other_than``
+        (None: by any batch — a caller acting for several batches tells them apart)."""
         # status first: the embedded server looks the first clause up (the pending intents,
         # few), not each entity's every intent
-        query = {
-            "status": "pending",
-            "entity_id": {"$in": list(entity_ids)},
-            "batch_id": {"$ne": other_than},
-        }
+        query: Document = {"status": "pending", "entity_id": {"$in": list(entity_ids)}}
+        if other_than is not None:
+            query["batch_id"] = {"$ne": other_than}
         return [d async for d in self._intents.find(query)]
 
     async def budget_history(

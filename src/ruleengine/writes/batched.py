@@ -28,6 +28,11 @@ nothing more — its writes already sent are ``write_unconfirmed``, the others
 
 When two tasks of the job change the same field of one entity, the second is planned
 in a later round, from the value the first left (as one write at a time would).
+
+The changes of one call to :meth:`BatchedWrites.apply` are one job's, recorded under its
+batch — or, for a follow-up job's, each under its own follow-up's (``FieldChange.batch_id``):
+its intent is looked up, recorded, guarded and settled under that batch, as it would be
+written alone (:mod:`ruleengine.followups.running`).
 """
 
 from __future__ import annotations
@@ -113,6 +118,13 @@ class FieldChange:
     target: Target
     #: more fields for the change's intent (a rebalance's plan of its group)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: the batch its intent is recorded under when not the run's: the changes of a follow-up
+    #: job, each under its follow-up's own (:func:`~ruleengine.store.followups.followup_batch`)
+    batch_id: str | None = None
+
+    def run_in(self, run: JobRun) -> JobRun:
+        """``run`` as this change is recorded, sent and settled in: under its own batch."""
+        return run if self.batch_id is None else dataclasses.replace(run, batch_id=self.batch_id)
 
 
 @dataclass
@@ -126,7 +138,8 @@ class _Send:
     resends: int = 0
 
     def write(self, run: JobRun) -> FieldWrite:
-        ctx = WriteContext(run.account, self.change.entity.id, run.rule_id, run.batch_id)
+        batch_id = self.change.batch_id or run.batch_id
+        ctx = WriteContext(run.account, self.change.entity.id, run.rule_id, batch_id)
         return FieldWrite(ctx, self.plan.field, self.plan.after)
 
     def applied(self, response: Any = None) -> ActResult:
@@ -385,13 +398,11 @@ class _LockedRound:
         """The changes still to record (fresh), those an earlier delivery recorded and left
         pending (own), and other batches' pending intents on the round's entities."""
         run = self.run
-        existing = await self.intents.get_many(
-            run.batch_id, [(c.key.task_id, c.entity.id) for c in todo.values()]
-        )
+        existing = await self.intents.of_keys(_key(run, c) for c in todo.values())
         fresh: dict[int, FieldChange] = {}
         own: dict[int, Intent] = {}
         for index, change in todo.items():
-            intent = existing.get((change.key.task_id, change.entity.id))
+            intent = existing.get(_key(run, change))
             if intent is None:
                 fresh[index] = change
             elif intent.status == "pending":
@@ -426,9 +437,17 @@ class _LockedRound:
     # ---------------------------------------------------------------- before recording
 
     async def _fired_elsewhere(self, fresh: dict[int, FieldChange]) -> dict[int, ActResult]:
-        """The changes to skip: another run of the rule fired since the job's cooldown stage."""
-        pairs = {i: FreshPair(c.key, c.entity.id, c.target.field) for i, c in fresh.items()}
-        return await fired_elsewhere(self.intents, self.run, pairs)
+        """The changes to skip: another run of the rule fired since the job's cooldown stage
+        (each change's own batch aside)."""
+        by_batch: dict[str | None, dict[int, FreshPair]] = defaultdict(dict)
+        for index, change in fresh.items():
+            pair = FreshPair(change.key, change.entity.id, change.target.field)
+            by_batch[change.batch_id][index] = pair
+        skipped: dict[int, ActResult] = {}
+        for pairs in by_batch.values():
+            run = fresh[next(iter(pairs))].run_in(self.run)
+            skipped |= await fired_elsewhere(self.intents, run, pairs)
+        return skipped
 
     async def _live(self, changes: dict[int, FieldChange]) -> _Live:
         """Entity id → its live fields, through the Batch API, and entity id → the error its
@@ -474,12 +493,14 @@ class _LockedRound:
         self, fresh: dict[int, FieldChange]
     ) -> dict[tuple[str, str], list[dict[str, Any]]]:
         """Other batches' pending intents on the round's entities, by (entity, field): one
-        query for the round (under the lock, no other writer records any meanwhile)."""
+        query for the round (under the lock, no other writer records any meanwhile). Changes
+        of several batches (a follow-up job's) get every pending intent, each change then
+        leaving out its own batch's (:meth:`_plan`)."""
         others: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
         ids = sorted({c.entity.id for c in fresh.values()})
-        for doc in (
-            await self.intents.pending_elsewhere(ids, other_than=self.run.batch_id) if ids else []
-        ):
+        several = any(c.batch_id is not None for c in fresh.values())
+        other_than = None if several else self.run.batch_id
+        for doc in await self.intents.pending_elsewhere(ids, other_than=other_than) if ids else []:
             others[(doc["entity_id"], doc["field"])].append(doc)
         return others
 
@@ -496,7 +517,9 @@ class _LockedRound:
         for index, change in readable.items():
             entity, field = change.entity, change.target.field
             value = live_value(live[entity.id], field)
-            blocked = await self.settler.blocking(run, field, value, others[(entity.id, field)])
+            mine = change.run_in(run)
+            elsewhere = [d for d in others[(entity.id, field)] if d["batch_id"] != mine.batch_id]
+            blocked = await self.settler.blocking(mine, field, value, elsewhere)
             plan = blocked or change.target.planner(live[entity.id])
             if isinstance(plan, ActResult):
                 self.results[index] = plan
@@ -535,7 +558,7 @@ class _LockedRound:
     async def _record(self, plans: dict[int, tuple[FieldChange, Plan]]) -> list[_Send]:
         """Every intent of the slice in one insert, before its call is sent."""
         docs = [
-            intent_doc(self.run, change.entity, change.key, plan)
+            intent_doc(change.run_in(self.run), change.entity, change.key, plan)
             | intent_fields(change.key)
             | dict(change.extra)
             for change, plan in plans.values()
@@ -629,8 +652,9 @@ class _LockedRound:
         for send, body in done:
             result = send.applied(body)
             if self.guard is not None and send.intent.created:  # not one a crash left pending
+                change = send.change
                 result.oscillation = await self.guard.landed(
-                    send.change.entity, send.change.key, send.plan
+                    change.entity, change.key, send.plan, batch_id=change.batch_id
                 )
             self.results[send.index] = result
 
@@ -647,7 +671,7 @@ class _LockedRound:
             self.intents,
             send.intent,
             send.plan,
-            self.run,
+            send.change.run_in(self.run),
             exc,
             now=self.owner.executor.clock(),
             own_answer=own_answer,
@@ -687,6 +711,11 @@ class _LockedRound:
                 self.results[send.index] = send.failed(reason)
         await self._resolve_done(landed, reconciled=True)
         return resend
+
+
+def _key(run: JobRun, change: FieldChange) -> tuple[str, str, str]:
+    """What a change's intent is recorded under: (batch, task, entity)."""
+    return (change.batch_id or run.batch_id, change.key.task_id, change.entity.id)
 
 
 __all__ = ["BatchedWrites", "FieldChange", "rounds"]
