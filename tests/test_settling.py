@@ -28,7 +28,7 @@ from ruleengine.undo.run import preview
 from ruleengine.worker.job import evaluate_account
 from ruleengine.writes.settling import Settled, SettledBy, corrected, from_live, owning_record
 from test_faults import ALWAYS, queued_job
-from test_followups import pause_then
+from test_followups import each_activated_once, pause_then, paused_with_followups
 
 PROSPECTING = "[AUTO] Prospecting US 1"
 
@@ -255,6 +255,40 @@ async def test_a_follow_up_whose_answer_was_lost_is_corrected_when_the_reaper_se
         "PAUSED",
         "ACTIVE",
     ]
+
+
+async def test_follow_ups_written_together_whose_call_went_unanswered_are_each_corrected(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    """A batch's follow-ups go out in one Batch API call; its answer is lost (the connection
+    reset after Meta applied them): each is ``write_unconfirmed``, under its own intent. The
+    reaper settles each from the live value and corrects each one's record and status."""
+    followups = await paused_with_followups(settings, db, sandbox, 4)
+    await lose_the_answer(sandbox, followups[0]["entity_id"], "reset")
+    now = datetime.now(UTC)
+    async with engine_for(settings, db) as engine:
+        lead = await run_followup(engine, {"key": followups[0]["_id"], "generation": 1}, now=now)
+    await sandbox.clear_faults()
+    assert {(r["status"], r["reason"]) for r in [lead, *lead["together"]]} == {
+        ("failed", "write_unconfirmed")
+    }
+    lost = await records(db, kind="followup")
+    assert {(r["outcome"], r["reason"]) for r in lost} == {("failed", "write_unconfirmed")}
+    pending = [i async for i in db[c.ACTION_INTENTS].find({"status": "pending"})]
+    assert sorted(i["batch_id"] for i in pending) == sorted(
+        followup_batch(f["_id"], 1) for f in followups
+    )
+    await reap(settings, db, redis, now=now + timedelta(hours=1))
+    corrected = await records(db, kind="followup")
+    assert sorted(r["key"] for r in corrected) == sorted(
+        followup_record_key(f["_id"], 1) for f in followups
+    )
+    assert {(r["outcome"], r["reason"], r["after"], r["recovered_by"]) for r in corrected} == {
+        ("applied", None, "ACTIVE", "reaper")
+    }
+    closed = [d async for d in db[c.FOLLOWUPS].find({})]
+    assert {(d["status"], d["reason"]) for d in closed} == {("done", None)}
+    each_activated_once(await sandbox.writes(), 4)
 
 
 # ---------------------------------------------------------------- pure: owners, corrections
