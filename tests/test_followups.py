@@ -14,6 +14,7 @@ from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix, job_key_prefix
 from arq.utils import timestamp_ms
 from pydantic import SecretStr
+from pymongo import monitoring
 from redis.asyncio import Connection as RedisConnection
 from redis.asyncio import ConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -45,7 +46,7 @@ from ruleengine.rules.action_types import FollowUp
 from ruleengine.rules.model import parse_rule
 from ruleengine.rules.schedule import next_local_time
 from ruleengine.settings import Settings
-from ruleengine.store.db import Database
+from ruleengine.store.db import Database, create_client, database
 from ruleengine.store.fences import FenceStore
 from ruleengine.store.followups import followup_job_id
 from ruleengine.worker.job import evaluate_account
@@ -515,6 +516,46 @@ async def test_a_batch_s_follow_ups_due_together_run_in_one_job(
     )
     assert {i["status"] for i in intents} == {"done"}
     assert len(await records(db, kind="followup", outcome="applied")) == count
+
+
+class _Writes(monitoring.CommandListener):
+    """The write commands a client sends, by collection."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name in ("insert", "update", "delete", "findAndModify"):
+            self.sent.append((event.command_name, str(event.command.get(event.command_name))))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+async def test_a_timer_whose_follow_up_was_taken_writes_nothing(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> None:
+    """A batch's timers fire together: those whose follow-up the first took only read it
+    (their claim, a compare-and-set, would match nothing). Without the read first, each
+    sent a write to the follow-ups collection (tried)."""
+    followups = await paused_with_followups(settings, db, sandbox, 3)
+    async with engine_for(settings, db) as engine:
+        lead = await run_followup(engine, {"key": followups[0]["_id"], "generation": 1}, now=now())
+    assert [r["status"] for r in lead["together"]] == ["done", "done"]
+    listener = _Writes()
+    client = create_client(settings, event_listeners=[listener])
+    try:
+        async with engine_for(settings, database(client, settings)) as engine:
+            payload = {"key": followups[1]["_id"], "generation": 1}
+            assert (await run_followup(engine, payload, now=now()))["status"] == "already_handled"
+            stale = {"key": followups[2]["_id"], "generation": 0}  # a replaced generation's
+            assert (await run_followup(engine, stale, now=now()))["status"] == "superseded"
+    finally:
+        await client.close()
+    assert listener.sent == []
 
 
 async def test_a_follow_up_whose_entity_is_gone_steps_aside_and_the_others_of_its_job_act(

@@ -57,6 +57,7 @@ from ruleengine.rules.plan import Plan
 from ruleengine.rules.targets import Refused, follow_up_target, live_value, plan_follow_up
 from ruleengine.store.credentials import Account, token_ref
 from ruleengine.store.followups import (
+    WAITING,
     Finished,
     FollowupDoc,
     followup_batch,
@@ -89,9 +90,13 @@ async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime
     key, generation = str(payload["key"]), int(payload["generation"])
     store = engine.followups.store
     async with _claiming(engine, payload.get("batch_id")):
-        doc = await store.claim(key, generation, now=now)
+        # a read first: the timers of a batch fire together, and those whose follow-up the
+        # first of them took write nothing (the claim stays the compare-and-set it was)
+        current = await store.get(key)
+        doc = await store.claim(key, generation, now=now) if _waits(current, generation) else None
         if doc is None:
-            current = await store.get(key)
+            if _waits(current, generation):  # another claimed it between the two: look again
+                current = await store.get(key)
             superseded = current is not None and current.generation != generation
             status = "superseded" if superseded else "already_handled"
             log.info("follow-up %s generation %d: %s, nothing to do", key, generation, status)
@@ -108,6 +113,11 @@ async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime
     if together:
         outcome["together"] = together
     return outcome
+
+
+def _waits(doc: FollowupDoc | None, generation: int) -> bool:
+    """True when ``doc`` is in ``generation`` and waits to be run."""
+    return doc is not None and doc.generation == generation and doc.status in WAITING
 
 
 def _claiming(engine: Engine, batch_id: Any) -> AbstractAsyncContextManager[bool]:
