@@ -104,7 +104,7 @@ async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime
         db_now = await engine.intents.db_time()
         # a batch's follow-ups are due at one time: those of the lead's batch due by now on
         # MongoDB's clock (give or take how far a host's timers may run ahead of it) run in
-        # this job, one after the other; a timer fired early runs its own follow-up only
+        # this job, their writes together; a timer fired early runs its own follow-up only
         due_by = db_now + timedelta(milliseconds=TIMER_TOLERANCE_MS)
         siblings = await store.claim_siblings(doc, due_by=due_by, now=now, limit=RUN_TOGETHER - 1)
     await engine.followups.cancel_timers([s.job_id for s in siblings])

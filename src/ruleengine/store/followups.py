@@ -234,14 +234,8 @@ class FollowupStore:
             [FollowupDoc.from_mongo(d) async for d in taken], key=lambda d: ids.index(d.id)
         )
 
-    async def finish(
-        self, doc: FollowupDoc, status: str, *, reason: str | None, now: datetime, late_s: float
-    ) -> None:
-        """Close a follow-up (done, skipped or failed)."""
-        await self.finish_many([Finished(doc, status, reason, late_s)], now=now)
-
     async def finish_many(self, finished: Sequence[Finished], *, now: datetime) -> None:
-        """Close follow-ups run together, in one command."""
+        """Close follow-ups (done, skipped or failed) run together, in one command."""
         ops = [
             UpdateOne(
                 {"_id": f.doc.id, "generation": f.doc.generation},

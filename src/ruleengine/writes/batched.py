@@ -122,6 +122,10 @@ class FieldChange:
     #: job, each under its follow-up's own (:func:`~ruleengine.store.followups.followup_batch`)
     batch_id: str | None = None
 
+    def batch_in(self, run: JobRun) -> str:
+        """The batch this change's intent is recorded under, in ``run``."""
+        return self.batch_id or run.batch_id
+
     def run_in(self, run: JobRun) -> JobRun:
         """``run`` as this change is recorded, sent and settled in: under its own batch."""
         return run if self.batch_id is None else dataclasses.replace(run, batch_id=self.batch_id)
@@ -138,7 +142,7 @@ class _Send:
     resends: int = 0
 
     def write(self, run: JobRun) -> FieldWrite:
-        batch_id = self.change.batch_id or run.batch_id
+        batch_id = self.change.batch_in(run)
         ctx = WriteContext(run.account, self.change.entity.id, run.rule_id, batch_id)
         return FieldWrite(ctx, self.plan.field, self.plan.after)
 
@@ -715,7 +719,7 @@ class _LockedRound:
 
 def _key(run: JobRun, change: FieldChange) -> tuple[str, str, str]:
     """What a change's intent is recorded under: (batch, task, entity)."""
-    return (change.batch_id or run.batch_id, change.key.task_id, change.entity.id)
+    return (change.batch_in(run), change.key.task_id, change.entity.id)
 
 
 __all__ = ["BatchedWrites", "FieldChange", "rounds"]
