@@ -142,6 +142,65 @@ async def test_chunks_decode_to_exactly_what_each_record_held(
     assert decoded == await stored_alone(db, records)
 
 
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(records=run())
+async def test_slim_records_read_back_whole_through_every_reader(
+    db: Database, records: list[dict[str, Any]]
+) -> None:
+    """An acting pair's stored record leaves what its chunk row holds for good to the row;
+    every reader gives back the very record the run built."""
+    await db[c.EVALUATIONS].delete_many({})
+    await db[c.EXECUTIONS].delete_many({})
+    store = ExecutionStore(db)
+    await store.keep_run(records, earlier={})
+    batch = records[0]["batch_id"]
+    acting = [r for r in records if acted(r)]
+    assert plain(await store.rows(batch)) == records
+    assert plain(await store.for_batch(batch)) == acting
+    assert plain((await store.by_key(batch)).values()) == acting
+    for record in acting[:3]:
+        assert plain([await store.get(record["key"]) or {}]) == [record]
+    stored = [d async for d in db[c.EXECUTIONS].find({"batch_id": batch})]
+    assert len(stored) == len(acting)
+    for doc in stored:  # slim: what the row holds for good is not stored twice
+        assert evaluations.IN_CHUNK in doc
+        assert not set(evaluations.SLIM_LEAVES_OUT) & set(doc)
+    # a redelivery rewrites the chunks from the records read back whole, and changes nothing
+    earlier = await store.by_key(batch)
+    merged = [earlier.get(r["key"], r) for r in records]
+    await store.keep_run(merged, earlier=earlier)
+    assert plain(await store.rows(batch)) == records
+
+
+def plain(docs: Any) -> list[dict[str, Any]]:
+    """Documents without MongoDB's ``_id``."""
+    return [{k: v for k, v in d.items() if k != "_id"} for d in docs]
+
+
+async def test_a_settled_slim_record_keeps_its_correction_and_its_chunk_fields(
+    db: Database,
+) -> None:
+    store = ExecutionStore(db)
+    records = _fixed_run()
+    records[0] |= {"outcome": "failed", "reason": "write_unconfirmed", "executed": False}
+    await store.keep_run(records, earlier={})
+    await store.correct("b|t|1", {"outcome": "applied", "reason": None, "executed": True})
+    whole = await store.get("b|t|1")
+    assert whole is not None and whole["outcome"] == "applied" and whole["reason"] is None
+    assert whole["conditions"] == [] and whole["trace"] == {"evaluate": 0.0}
+    assert whole["passed"] is True
+    assert await store.counts("b") == BatchCounts(evaluated=3, affected=1, applied=1, failed=0)
+    # a record whose chunk is gone (expired a moment before it) still reads, as it is stored
+    await db[c.EVALUATIONS].delete_many({})
+    alone = await store.get("b|t|1")
+    assert alone is not None and alone["outcome"] == "applied" and "conditions" not in alone
+    assert evaluations.IN_CHUNK not in alone
+
+
 @settings(max_examples=40, deadline=None)
 @given(records=run())
 def test_encoding_is_exact_without_a_server(records: list[dict[str, Any]]) -> None:

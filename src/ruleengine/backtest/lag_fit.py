@@ -45,7 +45,7 @@ from ruleengine.store.db import (
     Database,
     Document,
 )
-from ruleengine.store.evaluations import acted, decode
+from ruleengine.store.evaluations import SLIM, acted, decode
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +217,10 @@ async def _read_range(
 async def _chunk_rows(
     db: Database, account_id: str, level: str, since: datetime, until: datetime, limit: int
 ) -> list[Document]:
-    """The rows of the range's chunks that did not act (those that did are records), newest
-    chunk first, until ``limit`` rows with a conversion condition are read."""
+    """The rows of the range's chunks with a conversion condition, newest chunk first, until
+    ``limit`` are read: every row of a chunk whose records are slim (they leave their
+    conditions to it), the rows that did not act of an older chunk (its acting pairs' records
+    hold theirs)."""
     query = {
         "account": account_id,
         "created_at": {"$gte": since, "$lt": until},
@@ -228,8 +230,9 @@ async def _chunk_rows(
     chunks = db[c.EVALUATIONS].find(query).sort("created_at", DESCENDING)
     rows: list[Document] = []
     async for chunk in chunks:
+        every = chunk.get("records") == SLIM
         for row in decode(chunk):
-            if not acted(row) and _conversion_condition(row):
+            if (every or not acted(row)) and _conversion_condition(row):
                 rows.append({k: row.get(k) for k in ("entity_id", "created_at", "conditions")})
         if len(rows) >= limit:
             break

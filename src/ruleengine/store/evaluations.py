@@ -7,11 +7,13 @@ entities, holding the entity ids (uncompressed and indexed, for the entity timel
 rows, one per pair, BSON-encoded and zlib-compressed, with what every row of the run shares
 (batch, rule, account, scheduled and evaluated times, each task's action and match, the
 stages every pair waited for) factored out. An execution record — one document per pair,
-with its trace, before → after, Meta's answer, intent and follow-up — is kept as before, in
-``executions``, for the pairs where something happened or was attempted
-(:func:`acted`); a chunk holds those pairs' rows too, so a batch whose records were never
-written (its worker died between the two writes) is still whole, and the reaper writes the
-records from it.
+with before → after, Meta's answer, intent and follow-up — is kept in ``executions`` for the
+pairs where something happened or was attempted (:func:`acted`); a chunk holds those pairs'
+rows too, so a batch whose records were never written (its worker died between the two
+writes) is still whole, and the reaper writes the records from it. Such a record is slim
+(:func:`slim`): what its row holds for good (the entity, the conditions and what they saw,
+the action, the trace) stays in the row only, and readers put the two together
+(:func:`assemble`).
 
 :func:`encode` and :func:`decode` are pure and exact: decoding a batch's chunks gives back
 every record its run built, field for field (tests/store/test_evaluations.py).
@@ -74,6 +76,30 @@ DEFAULTS: Final[dict[str, Any]] = {
 DERIVED: Final = ("key", "executed", "duration_s", "task_id")
 #: Pre-fetch skips: nothing was attempted for these (a chunk row is the whole story).
 QUIET_REASONS: Final = frozenset({"next_execute_not_reached", "execution_count_limit"})
+#: What an acting pair's execution record leaves to its chunk row: the fields the run decided
+#: once and nothing changes afterwards (a settling, an approval, a follow-up change
+#: ``outcome``, ``reason``, ``after``, ``response``, ``followup`` and the like, which the
+#: record keeps). The record names its chunk (:data:`IN_CHUNK`) and readers put the two back
+#: together (:func:`assemble`). Queried fields stay in the record: ``rule_id``, ``account``,
+#: ``level``, ``entity_id``, ``entity_name``, ``outcome``, ``next_execute_at``, ``created_at``.
+SLIM_LEAVES_OUT: Final = (
+    "entity",
+    "conditions",
+    "action",
+    "match",
+    "action_metric",
+    "passed",
+    "trace",
+    "duration_s",
+    "rule_name",
+    "rule_version",
+    "scheduled_at",
+    "delivery",
+)
+#: The field of a slim record that holds the number of its batch's chunk with the rest.
+IN_CHUNK: Final = "in_chunk"
+#: A chunk's ``records`` when its acting pairs' records are slim.
+SLIM: Final = "slim"
 _CODEC: Final[CodecOptions[Document]] = CodecOptions(tz_aware=True, tzinfo=UTC)
 
 
@@ -85,6 +111,25 @@ def acted(record: Document) -> bool:
     if outcome == "not_matched":
         return False
     return not (outcome == "skipped" and record.get("reason") in QUIET_REASONS)
+
+
+def slim(record: Document, chunk: int) -> Document:
+    """The execution record stored for an acting pair whose row is in the batch's ``chunk``:
+    the record without what that row holds for good (:data:`SLIM_LEAVES_OUT`)."""
+    kept = {k: v for k, v in record.items() if k not in SLIM_LEAVES_OUT}
+    kept[IN_CHUNK] = chunk
+    return kept
+
+
+def assemble(record: Document, row: Document | None) -> Document:
+    """The whole record of a stored one: a slim record put together with its chunk row (the
+    record's fields win: they are the ones settled and corrected since), any other as it is.
+    A slim record whose chunk is gone (expired a moment before it) is given as it is, without
+    its marker."""
+    if IN_CHUNK not in record:
+        return record
+    own = {k: v for k, v in record.items() if k != IN_CHUNK}
+    return own if row is None else {**row, **own}
 
 
 def chunk_id(batch_id: str, number: int) -> str:
@@ -247,27 +292,33 @@ class EvaluationStore:
     def __init__(self, db: Database) -> None:
         self._chunks = db[c.EVALUATIONS]
 
-    async def write(self, records: Sequence[Document], *, first: bool = False) -> int:
-        """Store a run's records as its chunks (replacing a former delivery's); how many.
+    async def write(self, records: Sequence[Document], *, first: bool = False) -> dict[str, int]:
+        """Store a run's records as its chunks (replacing a former delivery's); the number
+        of the chunk each entity is in.
+
+        The chunks say ``records: "slim"``: their batch's execution records leave what the
+        rows hold to them (:func:`slim`), so a reader of conditions (the lag learner) reads
+        every row of these chunks, where older chunks' acting rows are in their records.
 
         ``first``: the batch's first delivery, which no chunk was written for before — its
         chunks are inserted (one command; a chunk found there all the same is replaced),
         with nothing to delete after them."""
         chunks = encode(records)
         if not chunks:
-            return 0
-        docs = [ch.doc for ch in chunks]
+            return {}
+        docs = [ch.doc | {"records": SLIM} for ch in chunks]
+        where = {entity: ch.number for ch in chunks for entity in ch.entity_ids}
         if first:
             taken = await insert_new(self._chunks, [dict(d) for d in docs])
             await self._replace([docs[i] for i in sorted(taken)])
-            return len(chunks)
+            return where
         await self._replace(docs)
         batch_id = str(records[0]["batch_id"])
         # a former delivery with more chunks (more entities listed then) leaves none behind
         former = [d["_id"] async for d in self._of_batch(batch_id, start=len(chunks), only_id=True)]
         if former:
             await self._chunks.delete_many({"_id": {"$in": former}})
-        return len(chunks)
+        return where
 
     async def _replace(self, docs: Sequence[Document]) -> None:
         if docs:
@@ -298,6 +349,22 @@ class EvaluationStore:
                 return
             number, size = number + size, size * 8
 
+    async def rows_for(self, records: Iterable[Document]) -> dict[str, Document]:
+        """The chunk rows of slim records, by ``key``: the chunks they name, in one query."""
+        slims = [r for r in records if IN_CHUNK in r]
+        if not slims:
+            return {}
+        keys = {str(r["key"]) for r in slims}
+        entities = {str(r["entity_id"]) for r in slims}
+        ids = sorted({chunk_id(str(r["batch_id"]), int(r[IN_CHUNK])) for r in slims})
+        only = next(iter(entities)) if len(entities) == 1 else None
+        rows: dict[str, Document] = {}
+        async for doc in self._chunks.find({"_id": {"$in": ids}}):
+            for row in decode(doc, entity_id=only):
+                if str(row["key"]) in keys:
+                    rows[str(row["key"])] = row
+        return rows
+
     async def has_batch(self, batch_id: str) -> bool:
         """True when the batch stored its evaluations in chunks."""
         return await self._chunks.find_one({"_id": chunk_id(batch_id, 0)}, {"_id": 1}) is not None
@@ -313,11 +380,12 @@ class EvaluationStore:
 
 
 def overlay(evaluations: Iterable[Document], records: Iterable[Document]) -> list[Document]:
-    """A batch's rows: each pair's execution record where it has one, its chunk row
-    otherwise, in evaluation order (records the chunks do not know — an older layout, a
-    follow-up's record — come after, in their own order)."""
+    """A batch's rows: each pair's execution record where it has one (a slim one put
+    together with the row), its chunk row otherwise, in evaluation order (records the chunks
+    do not know — an older layout, a follow-up's record — come after, in their own order)."""
     by_key = {str(r["key"]): r for r in records}
     rows = []
     for row in evaluations:
-        rows.append(by_key.pop(str(row["key"]), row))
-    return rows + list(by_key.values())
+        record = by_key.pop(str(row["key"]), None)
+        rows.append(row if record is None else assemble(record, row))
+    return rows + [assemble(r, None) for r in by_key.values()]

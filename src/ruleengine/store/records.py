@@ -22,7 +22,15 @@ from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
 from ruleengine.store.batchstats import RuleDurations, rule_durations
 from ruleengine.store.db import Database, Document, Page, bump_counter, insert_new
-from ruleengine.store.evaluations import EvaluationStore, acted, overlay
+from ruleengine.store.evaluations import (
+    IN_CHUNK,
+    SLIM_LEAVES_OUT,
+    EvaluationStore,
+    acted,
+    assemble,
+    overlay,
+    slim,
+)
 
 BatchStatus = Literal["RUNNING", "DONE", "FAILED", "ABANDONED"]
 # Batches whose job ended without writing (all) its records: the reaper recovers them.
@@ -243,6 +251,13 @@ class BatchStore:
         return await rule_durations(self._batches, since=since)
 
 
+def _replacing(record: Document) -> Document:
+    """The update that makes the stored record with the same key ``record``."""
+    if IN_CHUNK not in record:
+        return {"$set": record}
+    return {"$set": record, "$unset": dict.fromkeys(SLIM_LEAVES_OUT, "")}
+
+
 class ExecutionStore:
     """What a batch evaluated: its chunks of evaluations (:mod:`ruleengine.store.evaluations`)
     and an execution record per (entity, task) where something happened or was attempted."""
@@ -256,10 +271,18 @@ class ExecutionStore:
     ) -> None:
         """Store a run's records (every pair): its chunks first — the whole run — then a
         record for each pair that acted (``earlier``: what former deliveries recorded, kept).
-        A worker killed between the two leaves chunks the reaper writes the records from."""
+        A worker killed between the two leaves chunks the reaper writes the records from.
+
+        The records are slim (:func:`~ruleengine.store.evaluations.slim`): what the chunk row
+        holds for good — the entity, the conditions and the values they saw, the action, the
+        trace — is left to it, and every reader here puts the two back together."""
         first = not earlier and bool(records) and records[0].get("delivery") == 1
-        await self.evaluations.write(records, first=first)
-        mine = [r for r in records if acted(r) and r is not earlier.get(str(r["key"]))]
+        where = await self.evaluations.write(records, first=first)
+        mine = [
+            slim(r, where[str(r["entity_id"])]) if str(r["entity_id"]) in where else r
+            for r in records
+            if acted(r) and r is not earlier.get(str(r["key"]))
+        ]
         await self.upsert_many([r for r in mine if str(r["key"]) in earlier])
         await self._insert_or_replace([r for r in mine if str(r["key"]) not in earlier])
 
@@ -275,9 +298,9 @@ class ExecutionStore:
     async def rows(self, batch_id: str) -> list[Document]:
         """Every pair of a batch: its record where it has one, its chunk row otherwise (a batch
         of the older layout: its records), in evaluation order."""
-        records = await self.for_batch(batch_id, limit=0)
+        records = await self._find({"batch_id": batch_id}, limit=0)
         evaluations = await self.evaluations.of_batch(batch_id)
-        return overlay(evaluations, records) if evaluations else records
+        return overlay(evaluations, records) if evaluations else await self._assembled(records)
 
     async def counts(self, batch_id: str) -> BatchCounts:
         """The batch's counts, over every pair it evaluated (see :meth:`rows`)."""
@@ -298,12 +321,14 @@ class ExecutionStore:
         evaluations = await self.evaluations.of_batch(batch_id)
         if not evaluations:
             return []
-        keys = set(await self.by_key(batch_id))
+        cursor = self._executions.find({"batch_id": batch_id}, {"key": 1})
+        keys = {d["key"] async for d in cursor}
         return [r for r in evaluations if acted(r) and str(r["key"]) not in keys]
 
     async def upsert_many(self, records: Sequence[Document]) -> None:
-        """Write records in bulk, replacing the fields of the record with the same ``key``."""
-        ops = [UpdateOne({"key": r["key"]}, {"$set": r}, upsert=True) for r in records]
+        """Write records in bulk, replacing the fields of the record with the same ``key``
+        (a slim one also drops what an earlier, whole record held of its chunk row)."""
+        ops = [UpdateOne({"key": r["key"]}, _replacing(r), upsert=True) for r in records]
         if ops:
             await self._executions.bulk_write(ops, ordered=False)
 
@@ -315,8 +340,9 @@ class ExecutionStore:
         return (await self._executions.bulk_write(ops, ordered=False)).upserted_count
 
     async def get(self, key: str) -> Document | None:
-        """The record with ``key``, if any."""
-        return await self._executions.find_one({"key": key})
+        """The record with ``key``, if any (whole: a slim one with its chunk row)."""
+        record = await self._executions.find_one({"key": key})
+        return None if record is None else (await self._assembled([record]))[0]
 
     async def correct(self, key: str, fields: Document) -> None:
         """Change some fields of the record with ``key``."""
@@ -324,13 +350,30 @@ class ExecutionStore:
 
     async def by_key(self, batch_id: str) -> dict[str, Document]:
         """The batch's records by ``key`` (what earlier deliveries recorded)."""
-        cursor = self._executions.find({"batch_id": batch_id})
-        return {d["key"]: d async for d in cursor}
+        records = await self._find({"batch_id": batch_id}, limit=0, ordered=False)
+        return {d["key"]: d for d in await self._assembled(records)}
 
     async def for_batch(self, batch_id: str, *, limit: int = 5000) -> list[Document]:
         """Every record of a batch (``limit`` 0: all), in evaluation order."""
-        cursor = self._executions.find({"batch_id": batch_id}).sort("_id").limit(limit)
-        return [d async for d in cursor]
+        return await self._assembled(await self._find({"batch_id": batch_id}, limit=limit))
+
+    async def _find(self, query: Document, *, limit: int, ordered: bool = True) -> list[Document]:
+        """Stored records as they are (slim ones too), in the order they were written."""
+        cursor = self._executions.find(query)
+        if ordered:
+            cursor = cursor.sort("_id")
+        return [d async for d in cursor.limit(limit)]
+
+    async def _assembled(
+        self, records: list[Document], rows: Iterable[Document] = ()
+    ) -> list[Document]:
+        """Records whole: each slim one put together with its chunk row (from ``rows`` when
+        there, else read from the chunks it names)."""
+        known = {str(r["key"]): r for r in rows}
+        missing = [r for r in records if IN_CHUNK in r and str(r["key"]) not in known]
+        if missing:
+            known |= await self.evaluations.rows_for(missing)
+        return [assemble(r, known.get(str(r["key"]))) for r in records]
 
     async def held_out_until(
         self,
@@ -402,11 +445,8 @@ class ExecutionStore:
         ``entity_ids, created_at``) where it did not act."""
         query = {"entity_id": entity_id, "created_at": {"$gte": since}}
         cursor = self._executions.find(query).sort("created_at", DESCENDING).limit(limit)
-        records = [d async for d in cursor]
-        quiet = [
-            r
-            for r in await self.evaluations.for_entity(entity_id, since=since, limit=limit)
-            if not acted(r)
-        ]
+        rows = await self.evaluations.for_entity(entity_id, since=since, limit=limit)
+        records = await self._assembled([d async for d in cursor], rows)
+        quiet = [r for r in rows if not acted(r)]
         both = sorted(records + quiet, key=lambda r: r["created_at"], reverse=True)
         return both[:limit]
