@@ -17,8 +17,12 @@ install: $(STAMP)  ## create .venv and install ruleengine with its dev tools
 run: $(STAMP)  ## start everything on embedded defaults (Ctrl-C stops it)
 	$(BIN)/ruleengine up $(ARGS)
 
+# Test processes (pytest-xdist): one per core; each starts its own embedded servers.
+# PYTEST_WORKERS=0 runs the suite in one process.
+PYTEST_WORKERS ?= auto
+
 test: $(STAMP)  ## run the test suite against real embedded servers
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff check, ruff format --check, mypy --strict
 	$(BIN)/ruff check src tests bench

@@ -4,6 +4,10 @@ MongoDB-compatible server and Redis: the embedded binaries on free loopback
 ports, unless ``RULEENGINE_MONGODB_URL`` / ``RULEENGINE_REDIS_URL`` point at
 running ones. The Graph sandbox runs as its own process too. Every test gets a
 fresh database (dropped afterwards), an empty Redis and a reset sandbox.
+
+Under pytest-xdist (``make test``) each test process starts its own servers; a
+Redis given by URL is shared, so each process takes a database number of its own
+(``gw0`` → 1, ``gw1`` → 2, …).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from cryptography.fernet import Fernet
@@ -42,6 +47,15 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default")
 # Read before the autouse fixture below clears the environment for each test.
 _EXTERNAL_MONGODB = os.environ.get("RULEENGINE_MONGODB_URL")
 _EXTERNAL_REDIS = os.environ.get("RULEENGINE_REDIS_URL")
+
+
+def _own_redis_database(url: str, worker: str | None) -> str:
+    """``url`` with the database number of this xdist test process (tests empty their
+    Redis database: two processes sharing one would empty each other's)."""
+    if not worker or not worker.startswith("gw"):
+        return url
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{int(worker[2:]) + 1}"))
 
 
 @dataclass(frozen=True)
@@ -78,7 +92,9 @@ def servers(process_group: ProcessGroup) -> Servers:
         or start_mongodb(process_group, port=free_port(), storage_path=":memory:").address
     )
     redis_url = (
-        _EXTERNAL_REDIS or start_redis(process_group, port=free_port(), data_dir=None).address
+        _own_redis_database(_EXTERNAL_REDIS, os.environ.get("PYTEST_XDIST_WORKER"))
+        if _EXTERNAL_REDIS
+        else start_redis(process_group, port=free_port(), data_dir=None).address
     )
     return Servers(mongodb_url, redis_url, _start_sandbox(process_group))
 
