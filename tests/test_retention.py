@@ -14,14 +14,16 @@ from typing import Any, cast
 import pytest
 from pymongo.errors import OperationFailure
 
-from flow import DueBurstWorker, records, run_rule
+from flow import DueBurstWorker, campaign_rule, dispatch, records, run_rule, save_rule, work
 from flow import _Idle as Idle
 from ruleengine import constants as c
 from ruleengine.jobs import worker_kwargs
 from ruleengine.maintenance.retention import RetentionPolicy, apply_retention, retention_job
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database, TtlIndex, ensure_indexes, ensure_ttl_index
+from ruleengine.store.intents import KEPT_AFTER_COOLDOWN, expires_at
 from ruleengine.store.rollups import RollupStore, days_to_roll_up
+from ruleengine.writes.meta_limits import TOO_LOW_REMEMBERED
 
 NOW = datetime(2026, 12, 10, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -304,3 +306,50 @@ def test_retention_settings_are_read_from_the_environment(
 ) -> None:
     monkeypatch.setenv(f"RULEENGINE_{name.upper()}_RETENTION_DAYS", "12")
     assert getattr(Settings(), f"{name}_retention_days") == 12
+
+
+# ---------------------------------------------------------------- action intents
+
+HAS_BUDGET = {"metric": "daily_budget", "operator": ">", "value": 0}
+
+
+def _on(name: str) -> list[dict[str, Any]]:
+    return [{"field": "name", "operator": "CONTAIN", "value": name}]
+
+
+async def test_an_intent_expires_a_month_after_its_cooldown_unless_its_count_is_read(
+    settings: Settings, db: Database, accounts: list[str]
+) -> None:
+    """Intents are kept for good no more: one nothing reads again goes a month after its
+    cooldown ends; one a task's execution_count_limit counts stays (it counts them ever)."""
+    raise_budget = {"type": "increase_budget", "percent": 10}
+    cooled = campaign_rule(raise_budget, [HAS_BUDGET], name="cooled", cooldown_minutes=360)
+    counted = campaign_rule(raise_budget, [HAS_BUDGET], name="counted")
+    counted["tasks"][0]["execution_count_limit"] = 5
+    cooled_rule = await save_rule(db, cooled | {"filters": _on("Prospecting US 1")})
+    counted_rule = await save_rule(db, counted | {"filters": _on("Prospecting US 2")})
+    await dispatch(settings, db)
+    await work(settings)
+
+    (first,) = [d async for d in db[c.ACTION_INTENTS].find({"rule_id": cooled_rule.id})]
+    assert first["status"] == "done"
+    cooldown_over = first["cooling_from"] + timedelta(minutes=360)
+    assert first["expires_at"] == cooldown_over + KEPT_AFTER_COOLDOWN
+    (kept,) = [d async for d in db[c.ACTION_INTENTS].find({"rule_id": counted_rule.id})]
+    assert kept["status"] == "done" and "expires_at" not in kept
+
+    index = (await db[c.ACTION_INTENTS].index_information())["expires_at_ttl"]
+    assert index["expireAfterSeconds"] == 0 and index["sparse"] is True
+
+
+def test_an_intent_outlives_every_window_that_reads_intents_back() -> None:
+    longest_oscillation = next(
+        m.le for m in Settings.model_fields["oscillation_window_hours"].metadata if hasattr(m, "le")
+    )
+    assert timedelta(hours=longest_oscillation) < KEPT_AFTER_COOLDOWN
+    assert KEPT_AFTER_COOLDOWN > TOO_LOW_REMEMBERED
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    plain = {"cooling_from": at, "cooldown_minutes": 60, "counted": False}
+    assert expires_at(**plain, action="pause") == at + timedelta(hours=1) + KEPT_AFTER_COOLDOWN
+    assert expires_at(**plain | {"counted": True}, action="pause") is None
+    assert expires_at(**plain, action="rebalance_budget") is None  # its next run reads them

@@ -52,7 +52,13 @@ from ruleengine.rules.targets import (
     plan_change,
     reads_of,
 )
-from ruleengine.store.intents import EXECUTION_COUNT_LIMIT, Intent, IntentStore, Resolution
+from ruleengine.store.intents import (
+    EXECUTION_COUNT_LIMIT,
+    Intent,
+    IntentStore,
+    Resolution,
+    expires_at,
+)
 
 Outcome = Literal[
     "applied", "no_change", "skipped", "failed", "would_apply", "awaiting_approval", "held_out"
@@ -394,8 +400,15 @@ def settled(intent: Intent) -> ActResult:
 
 
 def intent_doc(run: JobRun, entity: Entity, key: ActKey, plan: Plan) -> dict[str, Any]:
-    """The ``action_intents`` document of a planned change."""
-    return {
+    """The ``action_intents`` document of a planned change (with its ``expires_at`` unless it
+    is kept for good, :func:`ruleengine.store.intents.expires_at`)."""
+    expiry = expires_at(
+        cooling_from=run.cooldown_now,
+        cooldown_minutes=key.cooldown_minutes,
+        counted=key.execution_count_limit is not None,
+        action=key.action_type,
+    )
+    doc = {
         "batch_id": run.batch_id,
         "task_id": key.task_id,
         "entity_id": entity.id,
@@ -412,6 +425,7 @@ def intent_doc(run: JobRun, entity: Entity, key: ActKey, plan: Plan) -> dict[str
         "cooldown_minutes": key.cooldown_minutes,
         "cooling_from": run.cooldown_now,  # a cooldown runs on MongoDB's clock
     }
+    return doc if expiry is None else doc | {"expires_at": expiry}
 
 
 @dataclass(frozen=True)

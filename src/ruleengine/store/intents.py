@@ -17,6 +17,13 @@ have landed. Both ends are read on MongoDB's clock (``cooling_from``, the job's
 Since the intent exists before the write is sent, a cooldown is in force from
 the moment the write lands, whatever happens to the worker after.
 
+**Retention.** An intent nothing reads again after a while expires
+(:func:`expires_at`, a TTL index): :data:`KEPT_AFTER_COOLDOWN` after its cooldown ends,
+longer than every window the write path and the guards look back over. Two kinds are
+kept for good, for they are read however old they are: those of a task with an
+``execution_count_limit`` (its count is over every intent ever) and a
+``rebalance_budget``'s (its next run reads what its latest run left the group).
+
 **Fenced transitions.** Each acquisition of an ad account's write lock takes a new fence
 (:meth:`IntentStore.take_fence`) and hands every pending intent of the account to it
 (``holder_fence``). A store :meth:`~IntentStore.under` a fence records intents with it
@@ -54,6 +61,25 @@ IntentStatus = Literal["pending", "done", "failed"]
 # Intents whose effect is (or may be) in place: they start a cooldown.
 FIRED: tuple[IntentStatus, ...] = ("pending", "done")
 BUDGET_FIELDS = ["daily_budget", "lifetime_budget"]
+#: How long an intent is kept once its cooldown is over, unless it is kept for good: longer
+#: than every window read back (Meta's budget hour, the 24 h of budgets refused as too low,
+#: the oscillation window of at most 30 days, ``Settings.oscillation_window_hours``).
+KEPT_AFTER_COOLDOWN = timedelta(days=31)
+#: The action whose intents its next run reads, however long ago its latest run was.
+_READ_AGAIN_ACTIONS = frozenset({"rebalance_budget"})
+
+
+def expires_at(
+    *, cooling_from: datetime, cooldown_minutes: int, counted: bool, action: str
+) -> datetime | None:
+    """When an intent may go (its ``expires_at``, a TTL index's date), or None when it is kept
+    for good: an intent a task's ``execution_count_limit`` counts (``counted``), or one of an
+    action whose next run reads it back."""
+    if counted or action in _READ_AGAIN_ACTIONS:
+        return None
+    return cooling_from + timedelta(minutes=cooldown_minutes) + KEPT_AFTER_COOLDOWN
+
+
 # Why a failed budget intent failed, when Meta said so (the engine reads them back).
 BUDGET_LIMITED = "meta_budget_change_limit"
 BUDGET_TOO_LOW = "at_min_budget"  # Meta answered "Your Budget Is Too Low"
