@@ -20,7 +20,13 @@ from ruleengine import constants as c
 from ruleengine.jobs import worker_kwargs
 from ruleengine.maintenance.retention import RetentionPolicy, apply_retention, retention_job
 from ruleengine.settings import Settings
-from ruleengine.store.db import Database, TtlIndex, ensure_indexes, ensure_ttl_index
+from ruleengine.store.db import (
+    Database,
+    TtlIndex,
+    ensure_indexes,
+    ensure_ttl_index,
+    server_time,
+)
 from ruleengine.store.intents import KEPT_AFTER_COOLDOWN, expires_at
 from ruleengine.store.rollups import RollupStore, days_to_roll_up
 from ruleengine.writes.meta_limits import TOO_LOW_REMEMBERED
@@ -338,8 +344,28 @@ async def test_an_intent_expires_a_month_after_its_cooldown_unless_its_count_is_
     (kept,) = [d async for d in db[c.ACTION_INTENTS].find({"rule_id": counted_rule.id})]
     assert kept["status"] == "done" and "expires_at" not in kept
 
-    index = (await db[c.ACTION_INTENTS].index_information())["expires_at_ttl"]
-    assert index["expireAfterSeconds"] == 0 and index["sparse"] is True
+    index = (await db[c.ACTION_INTENTS].index_information())["expires_at_1"]
+    assert index["sparse"] is True  # a count-limited task's intents have no entry
+
+
+async def test_the_retention_pass_deletes_the_intents_that_expired_and_no_other(
+    settings: Settings, db: Database
+) -> None:
+    now = await server_time(db)
+    base = {"task_id": "t", "rule_id": "r", "status": "done", "cooling_from": now}
+    await db[c.ACTION_INTENTS].insert_many(
+        [
+            base | {"batch_id": "old", "entity_id": "1", "expires_at": now - timedelta(minutes=1)},
+            base | {"batch_id": "new", "entity_id": "2", "expires_at": now + timedelta(days=1)},
+            base | {"batch_id": "counted", "entity_id": "3"},  # kept for good: no date
+        ]
+    )
+    report = await apply_retention(db, RetentionPolicy.from_settings(settings), now=NOW)
+    assert report.intents_expired == 1
+    left = {d["batch_id"] async for d in db[c.ACTION_INTENTS].find()}
+    assert left == {"new", "counted"}
+    again = await apply_retention(db, RetentionPolicy.from_settings(settings), now=NOW)
+    assert again.intents_expired == 0
 
 
 def test_an_intent_outlives_every_window_that_reads_intents_back() -> None:

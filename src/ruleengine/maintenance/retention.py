@@ -6,9 +6,11 @@ The Insights history cache (``insights_history``) keeps each month's bucket for
 
 TTL indexes do the deleting: MongoDB's TTL monitor (and the embedded server's,
 which has one too) removes expired documents about once a minute. The worker's
-minute cron (:func:`retention_job`) adds two things: it keeps the TTL indexes in
-line with the settings (a changed setting changes the existing index), and it
-rolls up each settled day into ``rollups`` long before that day's batches expire.
+minute cron (:func:`retention_job`) adds three things: it keeps the TTL indexes in
+line with the settings (a changed setting changes the existing index), it rolls up
+each settled day into ``rollups`` long before that day's batches expire, and it
+deletes the action intents whose ``expires_at`` has passed (by MongoDB's clock;
+:mod:`ruleengine.store.intents`).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from typing import Any, Final
 
 from ruleengine import constants as c
 from ruleengine.settings import Settings
-from ruleengine.store.db import Database, TtlChange, TtlIndex, ensure_ttl_index
+from ruleengine.store.db import Database, TtlChange, TtlIndex, ensure_ttl_index, server_time
 from ruleengine.store.insights_history import drop_day_documents
+from ruleengine.store.intents import IntentStore
 from ruleengine.store.rollups import RollupStore, days_to_roll_up
 
 log = logging.getLogger(__name__)
@@ -76,16 +79,19 @@ def _seconds(period: timedelta) -> int:
 
 @dataclass(frozen=True)
 class RetentionReport:
-    """What one pass changed: TTL indexes by collection, and the days rolled up."""
+    """What one pass changed: TTL indexes by collection, the days rolled up, and how many
+    expired intents it deleted."""
 
     ttl: dict[str, TtlChange]
     rolled_up: list[str]
+    intents_expired: int = 0
 
 
 async def apply_retention(
     db: Database, policy: RetentionPolicy, *, now: datetime, max_days: int = MAX_DAYS_PER_RUN
 ) -> RetentionReport:
-    """Bring the TTL indexes in line with ``policy``; roll up the settled days not yet done.
+    """Bring the TTL indexes in line with ``policy``; roll up the settled days not yet done;
+    delete the intents that expired.
 
     Also deletes the Insights history documents of the layout before month buckets,
     once (:func:`~ruleengine.store.insights_history.drop_day_documents`).
@@ -109,11 +115,16 @@ async def apply_retention(
     for day in days[:max_days]:
         rules = await rollups.roll_up(day, now=now)
         log.info("rolled up %s: %d rule(s)", day.isoformat(), rules)
-    return RetentionReport(ttl=ttl, rolled_up=[d.isoformat() for d in days[:max_days]])
+    expired = await IntentStore(db).drop_expired(now=await server_time(db))
+    if expired:
+        log.info("action_intents: %d expired intent(s) deleted", expired)
+    return RetentionReport(
+        ttl=ttl, rolled_up=[d.isoformat() for d in days[:max_days]], intents_expired=expired
+    )
 
 
 async def retention_job(ctx: dict[str, Any]) -> dict[str, Any]:
     """arq cron: keep the TTL indexes in line with the settings and roll up settled days."""
     policy = RetentionPolicy.from_settings(ctx["settings"])
     report = await apply_retention(ctx["db"], policy, now=datetime.now(UTC))
-    return {"rolled_up": report.rolled_up}
+    return {"rolled_up": report.rolled_up, "intents_expired": report.intents_expired}

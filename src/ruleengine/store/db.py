@@ -190,11 +190,10 @@ _INDEXES: dict[str, list[IndexModel]] = {
         # for only intents whose write went unanswered carry the flag (every other insert and
         # update of an intent then leaves this index alone)
         IndexModel([("record_unconfirmed", ASCENDING)], sparse=True, name=UNCONFIRMED_INDEX),
-        # an intent nothing reads again expires (store/intents.py `expires_at`); one kept for
-        # good has no date, and no entry: sparse
-        IndexModel(
-            [("expires_at", ASCENDING)], name="expires_at_ttl", expireAfterSeconds=0, sparse=True
-        ),
+        # an intent nothing reads again expires (store/intents.py `expires_at`, deleted by the
+        # retention cron; not a TTL index: the embedded server's TTL monitor walks the whole
+        # collection); one kept for good has no date, and no entry: sparse
+        IndexModel([("expires_at", ASCENDING)], sparse=True),
     ],
     c.ERROR_LOG: [
         IndexModel([("function", ASCENDING), ("fingerprint", ASCENDING)], unique=True),

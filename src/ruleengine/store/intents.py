@@ -18,7 +18,8 @@ Since the intent exists before the write is sent, a cooldown is in force from
 the moment the write lands, whatever happens to the worker after.
 
 **Retention.** An intent nothing reads again after a while expires
-(:func:`expires_at`, a TTL index): :data:`KEPT_AFTER_COOLDOWN` after its cooldown ends,
+(:func:`expires_at`; the worker's retention cron deletes it, :meth:`IntentStore.drop_expired`):
+:data:`KEPT_AFTER_COOLDOWN` after its cooldown ends,
 longer than every window the write path and the guards look back over. Two kinds are
 kept for good, for they are read however old they are: those of a task with an
 ``execution_count_limit`` (its count is over every intent ever) and a
@@ -72,7 +73,7 @@ _READ_AGAIN_ACTIONS = frozenset({"rebalance_budget"})
 def expires_at(
     *, cooling_from: datetime, cooldown_minutes: int, counted: bool, action: str
 ) -> datetime | None:
-    """When an intent may go (its ``expires_at``, a TTL index's date), or None when it is kept
+    """When an intent may go (its ``expires_at``), or None when it is kept
     for good: an intent a task's ``execution_count_limit`` counts (``counted``), or one of an
     action whose next run reads it back."""
     if counted or action in _READ_AGAIN_ACTIONS:
@@ -572,6 +573,15 @@ class IntentStore:
             if until > now and (key not in active or until > active[key]):
                 active[key] = until
         return active
+
+    async def drop_expired(self, *, now: datetime) -> int:
+        """Delete the intents whose ``expires_at`` has passed; how many.
+
+        Not a TTL index: the embedded server's TTL monitor walks every document of the
+        collection under its global lock each minute (1.4 s at 21,000 intents), where this
+        range of a sparse index (intents kept for good have no entry) reads only what
+        expired."""
+        return int((await self._intents.delete_many({"expires_at": {"$lt": now}})).deleted_count)
 
     async def db_time(self) -> datetime:
         """MongoDB's clock now: what cooldowns are stamped (``cooling_from``) and compared with."""
