@@ -174,6 +174,14 @@ async def test_slim_records_read_back_whole_through_every_reader(
     merged = [earlier.get(r["key"], r) for r in records]
     await store.keep_run(merged, earlier=earlier)
     assert plain(await store.rows(batch)) == records
+    # a delivery over records kept whole (as before records were slim) leaves them slim
+    await db[c.EXECUTIONS].delete_many({})
+    await store.upsert_many(acting)
+    await store.keep_run([dict(r) for r in records], earlier=await store.by_key(batch))
+    stored = [d async for d in db[c.EXECUTIONS].find({"batch_id": batch})]
+    assert len(stored) == len(acting)
+    assert not any(set(evaluations.SLIM_LEAVES_OUT) & set(doc) for doc in stored)
+    assert plain(await store.rows(batch)) == records
 
 
 def plain(docs: Any) -> list[dict[str, Any]]:
