@@ -299,8 +299,7 @@ class ExecutionStore:
         """Every pair of a batch: its record where it has one, its chunk row otherwise (a batch
         of the older layout: its records), in evaluation order."""
         records = await self._find({"batch_id": batch_id}, limit=0)
-        evaluations = await self.evaluations.of_batch(batch_id)
-        return overlay(evaluations, records) if evaluations else await self._assembled(records)
+        return overlay(await self.evaluations.of_batch(batch_id), records)
 
     async def counts(self, batch_id: str) -> BatchCounts:
         """The batch's counts, over every pair it evaluated (see :meth:`rows`)."""
