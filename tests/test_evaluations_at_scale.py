@@ -25,7 +25,8 @@ from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
-from ruleengine.store.evaluations import acted
+from ruleengine.store.evaluations import FORMAT, acted
+from ruleengine.store.evaluations import stored as stored_rows
 from ruleengine.web.app import create_app
 from ruleengine.worker.job import evaluate_account
 from support import SANDBOX_NOW, SANDBOX_TOKEN
@@ -88,6 +89,10 @@ async def test_a_batch_of_5000_where_3_act_keeps_3_records_and_shows_all_5000(
     assert len(stored) == 3  # slim: what they saw is in their chunks, and shown below
     assert all("conditions" not in d and 0 <= d["in_chunk"] < 5 for d in stored)
     assert await db[c.EVALUATIONS].count_documents({"batch_id": "big"}) == 5
+    async for chunk in db[c.EVALUATIONS].find({"batch_id": "big"}):
+        kept = stored_rows(chunk)  # no row kept whole, each ad set as listed once
+        assert chunk["format"] == FORMAT and len(kept["e"]) == 1000 and len(kept["r"]) == 1000
+        assert not any("!" in row or "entity" in row or "conditions" in row for row in kept["r"])
     batch = await db[c.BATCHES].find_one({"_id": "big"})
     assert batch is not None
     assert (batch["evaluated_count"], batch["applied_count"]) == (5000, 3)

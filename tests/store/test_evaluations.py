@@ -10,17 +10,19 @@ are the same with both layouts, and with a mix of both.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-from bson import ObjectId
+from bson import ObjectId, json_util
+from bson.json_util import CANONICAL_JSON_OPTIONS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ruleengine import constants as c
 from ruleengine.store import evaluations
 from ruleengine.store.db import Database
-from ruleengine.store.evaluations import CHUNK_ENTITIES, acted, decode, encode
+from ruleengine.store.evaluations import CHUNK_ENTITIES, FORMAT, acted, decode, encode, slim, stored
 from ruleengine.store.records import BatchCounts, ExecutionStore
 
 NOW = datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
@@ -406,3 +408,72 @@ async def test_the_timeline_and_the_lag_learners_reading_are_the_same_with_eithe
             assert len(read_after) == min(limit, 9)
     finally:
         await db.client.drop_database(f"{db.name}_old")
+
+
+def first_format() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Chunks as format 1 stored them (zlib; a row per pair with its entity and conditions
+    whole; a record kept whole), written by the code of that format, and the records they
+    were written from (tests/fixtures/evaluations/chunk_format1.json)."""
+    path = Path(__file__).parent.parent / "fixtures" / "evaluations" / "chunk_format1.json"
+    options = CANONICAL_JSON_OPTIONS.with_options(tz_aware=True, tzinfo=UTC)
+    data = json_util.loads(path.read_text(), json_options=options)
+    return data["chunks"], data["records"]
+
+
+async def test_chunks_of_the_first_format_read_as_before_beside_those_of_the_second(
+    db: Database,
+) -> None:
+    """Chunks written before format 2 stay readable until they expire: a batch of format 1
+    and one of format 2 in one store give every reader — the batch's rows, a slim record,
+    the entity timeline, the lag learner — what one document per pair gives."""
+    from ruleengine.backtest.lag_fit import _read_range
+    from ruleengine.store.db import ensure_indexes
+
+    chunks, older = first_format()
+    assert {chunk["format"] for chunk in chunks} == {1} and FORMAT == 2
+    assert any("!" in row for row in stored(chunks[0])["r"])  # a row kept whole, as it was
+    newer = _history()[2]
+    old = db.client[f"{db.name}_old"]
+    await ensure_indexes(old)
+    try:
+        for rows in (older, newer):
+            await ExecutionStore(old).upsert_many(rows)  # one document per pair
+        await db[c.EVALUATIONS].insert_many(chunks)
+        store = ExecutionStore(db)
+        await store.upsert_many([slim(r, 0) for r in older if acted(r)])
+        await store.keep_run(newer, earlier={})
+        assert (await db[c.EVALUATIONS].find_one({"batch_id": newer[0]["batch_id"]}) or {})[
+            "format"
+        ] == 2
+        assert plain(await store.rows(older[0]["batch_id"])) == older
+        assert plain(await store.rows(newer[0]["batch_id"])) == newer
+        for record in (r for r in older if acted(r)):
+            assert plain([await store.get(record["key"]) or {}]) == [record]
+        since = NOW - timedelta(days=2)
+
+        def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return sorted(
+                plain(rows), key=lambda r: (r["created_at"], r["entity_id"], str(r.get("task_id")))
+            )
+
+        for entity in ("111", "222", "333"):
+            before = await ExecutionStore(old).for_entity(entity, since=since)
+            after = await store.for_entity(entity, since=since)
+            assert comparable(after) == comparable(before) and len(after) == 4
+        read_before = await _read_range(old, "act_1001", "campaign", since, NOW, 100)
+        read_after = await _read_range(db, "act_1001", "campaign", since, NOW, 100)
+        assert comparable(read_after) == comparable(read_before) and len(read_after) == 6
+    finally:
+        await db.client.drop_database(f"{db.name}_old")
+
+
+def test_a_run_as_the_worker_builds_it_keeps_each_entity_once_and_no_row_whole() -> None:
+    """What makes format 2 smaller holds for a worker's run: its entities are stored once
+    each (not once per task), no row holds its entity or its conditions whole, and none is
+    kept whole."""
+    for rows in _history():
+        (chunk,) = encode(rows)
+        kept = stored(chunk.doc)
+        assert len(kept["e"]) == 3 and len(kept["r"]) == 6 and set(kept["f"]) == {"pause", "scale"}
+        assert not any({"!", "entity", "conditions", "entity_id"} & set(row) for row in kept["r"])
+        assert decode(chunk.doc) == rows

@@ -417,6 +417,7 @@ class Evaluation:
         outcome, reason = outcome_of(pair)
         result = pair.result
         action = pair.task.action.model_dump(mode="json", exclude_none=True)
+        trace = {k: round(v, 6) for k, v in pair.trace.items()}
         return {
             "key": record_key(self.job.batch_id, pair.task.id, pair.entity.id),
             "batch_id": self.job.batch_id,
@@ -451,8 +452,8 @@ class Evaluation:
             "response": result.response if result else None,
             "followup": pair.followup,
             "approval_id": pair.approval,
-            "trace": {k: round(v, 6) for k, v in pair.trace.items()},
-            "duration_s": round(sum(pair.trace.values()), 6),
+            "trace": trace,
+            "duration_s": round(sum(trace.values()), 6),  # the sum of the stages as shown
             "scheduled_at": self.job.scheduled_at,
             "created_at": self.now,
         }
