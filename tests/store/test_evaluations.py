@@ -22,7 +22,16 @@ from hypothesis import strategies as st
 from ruleengine import constants as c
 from ruleengine.store import evaluations
 from ruleengine.store.db import Database
-from ruleengine.store.evaluations import CHUNK_ENTITIES, FORMAT, acted, decode, encode, slim, stored
+from ruleengine.store.evaluations import (
+    CHUNK_ENTITIES,
+    DEFAULTS,
+    FORMAT,
+    acted,
+    decode,
+    encode,
+    slim,
+    stored,
+)
 from ruleengine.store.records import BatchCounts, ExecutionStore
 
 NOW = datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
@@ -178,6 +187,8 @@ async def test_slim_records_read_back_whole_through_every_reader(
     for doc in stored:  # slim: what the row holds for good is not stored twice
         assert evaluations.IN_CHUNK in doc
         assert not set(evaluations.SLIM_LEAVES_OUT) & set(doc)
+        usual = [k for k in evaluations.SLIM_DEFAULTS if doc.get(k, 0) == DEFAULTS[k]]
+        assert not usual  # nor what holds its usual value: the row holds that too
     # a redelivery rewrites the chunks from the records read back whole, and changes nothing
     earlier = await store.by_key(batch)
     merged = [earlier.get(r["key"], r) for r in records]
@@ -484,3 +495,26 @@ def test_a_run_as_the_worker_builds_it_keeps_each_entity_once_and_no_row_whole()
         assert len(kept["e"]) == 3 and len(kept["r"]) == 6 and set(kept["f"]) == {"pause", "scale"}
         assert not any({"!", "entity", "conditions", "entity_id"} & set(row) for row in kept["r"])
         assert decode(chunk.doc) == rows
+
+
+async def test_a_redelivery_that_clears_what_the_first_recorded_leaves_none_of_it(
+    db: Database,
+) -> None:
+    """A first delivery recorded a failed write with Meta's error; the redelivery finds it
+    applied, with no error: its slim record leaves the usual ``None`` to the row, and the
+    stored record drops the first delivery's error rather than keeping it."""
+    store = ExecutionStore(db)
+    rows = _history()[1]
+    (applied,) = [r for r in rows if r["outcome"] == "applied"]
+    error = {"code": 2, "message": "Service temporarily unavailable"}
+    failed = applied | {"outcome": "failed", "reason": "write_unconfirmed", "executed": False}
+    first = [failed | {"error": error} if r is applied else r for r in rows]
+    await store.keep_run(first, earlier={})
+    doc = await db[c.EXECUTIONS].find_one({"key": applied["key"]})
+    assert doc is not None and doc["error"] == error and "response" not in doc
+    again = [r | {"delivery": 2} for r in rows]
+    await store.keep_run(again, earlier=await store.by_key(applied["batch_id"]))
+    doc = await db[c.EXECUTIONS].find_one({"key": applied["key"]})
+    assert doc is not None and "error" not in doc and doc["outcome"] == "applied"
+    assert plain(await store.rows(applied["batch_id"])) == again
+    assert plain([await store.get(applied["key"]) or {}]) == [again[rows.index(applied)]]

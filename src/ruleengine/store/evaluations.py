@@ -110,6 +110,20 @@ SLIM_LEAVES_OUT: Final = (
     "scheduled_at",
     "delivery",
 )
+#: Fields a slim record keeps only where they do not hold their usual value (:data:`DEFAULTS`):
+#: where they do, so does the chunk row. ``next_execute_at`` stays: queries filter on it.
+SLIM_DEFAULTS: Final = (
+    "field",
+    "before",
+    "after",
+    "requested",
+    "clamped_by",
+    "oscillation",
+    "error",
+    "response",
+    "followup",
+    "approval_id",
+)
 #: The field of a slim record that holds the number of its batch's chunk with the rest.
 IN_CHUNK: Final = "in_chunk"
 #: A chunk's ``records`` when its acting pairs' records are slim.
@@ -136,21 +150,40 @@ def acted(record: Document) -> bool:
 
 def slim(record: Document, chunk: int) -> Document:
     """The execution record stored for an acting pair whose row is in the batch's ``chunk``:
-    the record without what that row holds for good (:data:`SLIM_LEAVES_OUT`)."""
-    kept = {k: v for k, v in record.items() if k not in SLIM_LEAVES_OUT}
+    the record without what that row holds for good (:data:`SLIM_LEAVES_OUT`), nor a field
+    of :data:`SLIM_DEFAULTS` holding its usual value (the row holds that too)."""
+    kept = {
+        k: v
+        for k, v in record.items()
+        if k not in SLIM_LEAVES_OUT and not (k in SLIM_DEFAULTS and _same(v, DEFAULTS[k]))
+    }
     kept[IN_CHUNK] = chunk
     return kept
+
+
+def left_to_row(record: Document) -> list[str]:
+    """The fields a stored slim ``record`` leaves to its chunk row (an update writing it over
+    an older record of its key removes them there)."""
+    return [*SLIM_LEAVES_OUT, *(k for k in SLIM_DEFAULTS if k not in record)]
 
 
 def assemble(record: Document, row: Document | None) -> Document:
     """The whole record of a stored one: a slim record put together with its chunk row (the
     record's fields win: they are the ones settled and corrected since), any other as it is.
-    A slim record whose chunk is gone (expired a moment before it) is given as it is, without
-    its marker."""
+    A slim record whose chunk is gone (expired a moment before it) is given as it is, with
+    the usual values of what it left out of :data:`SLIM_DEFAULTS`, without its marker."""
     if IN_CHUNK not in record:
         return record
     own = {k: v for k, v in record.items() if k != IN_CHUNK}
-    return own if row is None else {**row, **own}
+    if row is None:
+        usual = {k: _usual(k) for k in SLIM_DEFAULTS if k not in own}
+        return usual | own
+    return {**row, **own}
+
+
+def _usual(name: str) -> Any:
+    value = DEFAULTS[name]
+    return list(value) if isinstance(value, list) else value
 
 
 def chunk_id(batch_id: str, number: int) -> str:

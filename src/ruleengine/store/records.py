@@ -24,10 +24,10 @@ from ruleengine.store.batchstats import RuleDurations, rule_durations
 from ruleengine.store.db import Database, Document, Page, bump_counter, insert_new
 from ruleengine.store.evaluations import (
     IN_CHUNK,
-    SLIM_LEAVES_OUT,
     EvaluationStore,
     acted,
     assemble,
+    left_to_row,
     overlay,
     slim,
 )
@@ -255,7 +255,7 @@ def _replacing(record: Document) -> Document:
     """The update that makes the stored record with the same key ``record``."""
     if IN_CHUNK not in record:
         return {"$set": record}
-    return {"$set": record, "$unset": dict.fromkeys(SLIM_LEAVES_OUT, "")}
+    return {"$set": record, "$unset": dict.fromkeys(left_to_row(record), "")}
 
 
 class ExecutionStore:
