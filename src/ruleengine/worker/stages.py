@@ -189,6 +189,7 @@ class Evaluation:
         self.cost = Cost()
         self.stage_totals = dict.fromkeys(STAGES, 0.0)
         self.delivery = 1  # which delivery of the batch this is (execute_count)
+        self._actions: dict[str, dict[str, Any]] = {}  # each task's action, as records hold it
 
     async def run(self) -> Summary:
         """Evaluate, act, keep; never raises for a problem of the job's own."""
@@ -416,7 +417,10 @@ class Evaluation:
         """The execution record of one (entity, task)."""
         outcome, reason = outcome_of(pair)
         result = pair.result
-        action = pair.task.action.model_dump(mode="json", exclude_none=True)
+        action = self._actions.get(pair.task.id)
+        if action is None:  # one per task: a run's records of a task share it (read only)
+            action = pair.task.action.model_dump(mode="json", exclude_none=True)
+            self._actions[pair.task.id] = action
         trace = {k: round(v, 6) for k, v in pair.trace.items()}
         return {
             "key": record_key(self.job.batch_id, pair.task.id, pair.entity.id),
