@@ -30,7 +30,7 @@ import lzma
 import re
 import zlib
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -130,6 +130,8 @@ IN_CHUNK: Final = "in_chunk"
 SLIM: Final = "slim"
 #: An id :func:`_as_number` stores as a number: written out, without a leading zero, in int64.
 _DIGITS: Final = re.compile(r"[1-9][0-9]{0,17}")
+#: No value at all (what a field is compared with when decoding would not give it back).
+_UNSAID: Final = object()
 _CODEC: Final[CodecOptions[Document]] = CodecOptions(tz_aware=True, tzinfo=UTC)
 #: ``rows_z`` of format 2: raw LZMA2 (no container: a chunk's format says what it is).
 _LZMA: Final[dict[str, Any]] = {
@@ -286,6 +288,8 @@ class _Common:
     shared: dict[str, float]  # the stage times every pair waited for alike
     entity_ids: list[Any]  # of the chunk, in order (a row's ``i`` is a position in it)
     entities: list[Any]  # the entity as listed, by the same position (None: not a dict)
+    #: task id → what a row of it holds unless it says otherwise (encoding only)
+    usual: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _as_number(entity_id: Any) -> Any:
@@ -354,13 +358,23 @@ def _row(record: Document, index: int, common: _Common) -> Document:
     the usual values — or, should that not decode back to the very record, the record
     itself (``!``)."""
     task_id = str(record.get("task_id"))
-    common.tasks.setdefault(task_id, {k: record.get(k) for k in TASK_FIELDS})
-    firsts = common.firsts.setdefault(task_id, _conds(record))
+    usual = common.usual.get(task_id)
+    if usual is None:  # a task is described by its first row (in whichever chunk)
+        described = common.tasks.setdefault(task_id, {k: record.get(k) for k in TASK_FIELDS})
+        common.firsts.setdefault(task_id, _conds(record))
+        usual = common.usual[task_id] = {**common.run, **described, **DEFAULTS}
+    listed, entity_id = common.entities[index], common.entity_ids[index]
     row: Document = {"t": task_id, "i": index}
     for name, value in record.items():
-        if name == "_id" or _implied(name, value, record, task_id, common, index):
+        if name in usual:
+            expected = usual[name]
+        else:
+            expected = _expected(name, record, task_id, listed, entity_id)
+        if value is expected or (type(value) is type(expected) and value == expected):
+            continue  # (:func:`_same`, inline: every field of every row comes here)
+        if name == "_id":
             continue
-        if name == "conditions" and (compact := _compact(value, firsts)) is not None:
+        if name == "conditions" and (compact := _compact(value, common.firsts[task_id])):
             row["c"] = compact
             continue
         row[name] = value
@@ -373,30 +387,24 @@ def _row(record: Document, index: int, common: _Common) -> Document:
     return row
 
 
+def _expected(
+    name: str, record: Document, task_id: str, listed: Document | None, entity_id: Any
+) -> Any:
+    """What decoding gives a field of neither the run, the task nor :data:`DEFAULTS`
+    (:data:`_UNSAID`: nothing — the row keeps it)."""
+    if name in DERIVED:
+        return _derived(name, record, task_id)
+    if name == "entity_id":
+        return entity_id
+    if listed is not None and name == "entity":
+        return listed
+    if listed is not None and name == "entity_name":
+        return listed.get("name", _UNSAID)
+    return _UNSAID
+
+
 def _whole(record: Document, task_id: str, index: int) -> Document:
     return {"t": task_id, "i": index, "!": {k: v for k, v in record.items() if k != "_id"}}
-
-
-def _implied(
-    name: str, value: Any, record: Document, task_id: str, common: _Common, index: int
-) -> bool:
-    """True when the row need not keep this field: decoding gives it back as it is."""
-    if name in DERIVED:
-        return _same(value, _derived(name, record, task_id))
-    if name in RUN_FIELDS:
-        return _same(value, common.run[name])
-    if name in TASK_FIELDS:
-        return _same(value, common.tasks[task_id].get(name))
-    if name in DEFAULTS:
-        return _same(value, DEFAULTS[name])
-    listed = common.entities[index]
-    if name == "entity":
-        return listed is not None and _same(value, listed)
-    if name == "entity_id":
-        return _same(value, common.entity_ids[index])
-    if name == "entity_name":
-        return listed is not None and "name" in listed and _same(value, listed["name"])
-    return False
 
 
 def _compact(conditions: Any, firsts: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
