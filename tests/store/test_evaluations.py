@@ -209,6 +209,13 @@ def plain(docs: Any) -> list[dict[str, Any]]:
     return [{k: v for k, v in d.items() if k != "_id"} for d in docs]
 
 
+def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows without ``_id``, in an order both layouts give alike (time, entity, task)."""
+    return sorted(
+        plain(rows), key=lambda r: (r["created_at"], r["entity_id"], str(r.get("task_id")))
+    )
+
+
 async def test_a_settled_slim_record_keeps_its_correction_and_its_chunk_fields(
     db: Database,
 ) -> None:
@@ -403,12 +410,6 @@ async def test_the_timeline_and_the_lag_learners_reading_are_the_same_with_eithe
             await ExecutionStore(db).keep_run(rows, earlier={})  # chunks and acting records
         since = NOW - timedelta(days=2)
 
-        def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            plain = [{k: v for k, v in r.items() if k != "_id"} for r in rows]
-            return sorted(
-                plain, key=lambda r: (r["created_at"], r["entity_id"], str(r.get("task_id")))
-            )
-
         for entity in ("111", "222", "333"):
             before = await ExecutionStore(old).for_entity(entity, since=since)
             after = await ExecutionStore(db).for_entity(entity, since=since)
@@ -468,11 +469,6 @@ async def test_chunks_of_the_first_format_read_as_before_beside_those_of_the_sec
         for record in (r for r in older if acted(r)):
             assert plain([await store.get(record["key"]) or {}]) == [record]
         since = NOW - timedelta(days=2)
-
-        def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            return sorted(
-                plain(rows), key=lambda r: (r["created_at"], r["entity_id"], str(r.get("task_id")))
-            )
 
         for entity in ("111", "222", "333"):
             before = await ExecutionStore(old).for_entity(entity, since=since)
