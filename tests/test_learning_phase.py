@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from flow import campaign_rule, records, run_rule
 from graph_sandbox.admin import SandboxAdmin
+from ruleengine import constants as c
 from ruleengine.backtest.result import BacktestRequest
 from ruleengine.backtest.service import BacktestDeps, run_backtest
 from ruleengine.errors import RuleValidationError
@@ -72,6 +73,13 @@ async def test_while_learning_a_50_percent_rise_is_clamped_to_20(
     assert (changed["after"], changed["clamped_by"]) == (10500, [])
     written = {w["id"]: w["params"]["daily_budget"] for w in await sandbox.writes()}
     assert written == {clamped["entity_id"]: "8400", changed["entity_id"]: "10500"}
+    # an intent keeps what clamped it only where a limit did (and what was asked for where
+    # the action asks for a value: a pause's does not)
+    intents = {d["entity_id"]: d async for d in db[c.ACTION_INTENTS].find({"rule_id": rule.id})}
+    assert intents[clamped["entity_id"]]["requested"] == 10500
+    assert intents[clamped["entity_id"]]["clamped_by"] == ["learning_phase"]
+    assert intents[changed["entity_id"]]["requested"] == 10500
+    assert "clamped_by" not in intents[changed["entity_id"]]
 
 
 async def test_without_the_option_a_learning_ad_set_changes_as_before(

@@ -182,6 +182,12 @@ async def test_slim_records_read_back_whole_through_every_reader(
     assert sorted(plain(timeline), key=lambda r: r["key"]) == sorted(
         (r for r in records if r["entity_id"] == entity), key=lambda r: r["key"]
     )
+    # the rule's changes for its impact: each with its account, which its record leaves out
+    fields = ("task_id", "entity_id", "account", "outcome", "field", "before", "after")
+    changes = await store.decisions("r1", since=NOW - timedelta(days=1))
+    assert sorted(tuple(d[k] for k in fields) for d in changes) == sorted(
+        tuple(r[k] for k in fields) for r in acting if r["outcome"] == "applied"
+    )
     stored = [d async for d in db[c.EXECUTIONS].find({"batch_id": batch})]
     assert len(stored) == len(acting)
     for doc in stored:  # slim: what the row holds for good is not stored twice

@@ -420,11 +420,14 @@ def intent_doc(run: JobRun, entity: Entity, key: ActKey, plan: Plan) -> dict[str
         "field": plan.field,
         "before": plan.before,
         "target": plan.after,
-        "requested": plan.requested,
-        "clamped_by": plan.clamped_by,
         "cooldown_minutes": key.cooldown_minutes,
         "cooling_from": run.cooldown_now,  # a cooldown runs on MongoDB's clock
     }
+    # what was asked for and what clamped it, where a limit did (a reader takes none for absent)
+    if plan.requested is not None:
+        doc["requested"] = plan.requested
+    if plan.clamped_by:
+        doc["clamped_by"] = plan.clamped_by
     return doc if expiry is None else doc | {"expires_at": expiry}
 
 

@@ -71,6 +71,7 @@ RUN_FIELDS: Final = (
 TASK_FIELDS: Final = ("action", "match")
 #: A row leaves out a field that holds its usual value (restored on decoding).
 DEFAULTS: Final[dict[str, Any]] = {
+    "reason": None,
     "field": None,
     "before": None,
     "after": None,
@@ -94,9 +95,13 @@ QUIET_REASONS: Final = frozenset({"next_execute_not_reached", "execution_count_l
 #: once and nothing changes afterwards (a settling, an approval, a follow-up change
 #: ``outcome``, ``reason``, ``after``, ``response``, ``followup`` and the like, which the
 #: record keeps). The record names its chunk (:data:`IN_CHUNK`) and readers put the two back
-#: together (:func:`assemble`). Queried fields stay in the record: ``rule_id``, ``account``,
-#: ``level``, ``entity_id``, ``entity_name``, ``outcome``, ``next_execute_at``, ``created_at``.
+#: together (:func:`assemble`). Queried fields stay in the record: ``batch_id``, ``rule_id``,
+#: ``task_id``, ``entity_id``, ``outcome``, ``next_execute_at`` (where it is set),
+#: ``created_at``; ``account`` and ``level`` are the run's, ``entity_name`` its row's.
 SLIM_LEAVES_OUT: Final = (
+    "account",
+    "level",
+    "entity_name",
     "entity",
     "conditions",
     "action",
@@ -111,8 +116,11 @@ SLIM_LEAVES_OUT: Final = (
     "delivery",
 )
 #: Fields a slim record keeps only where they do not hold their usual value (:data:`DEFAULTS`):
-#: where they do, so does the chunk row. ``next_execute_at`` stays: queries filter on it.
+#: where they do, so does the chunk row. (``next_execute_at`` is queried only for a time after
+#: now, which a record without one never matches, as with null.)
 SLIM_DEFAULTS: Final = (
+    "reason",
+    "next_execute_at",
     "field",
     "before",
     "after",
@@ -552,6 +560,15 @@ class EvaluationStore:
                 if str(row["key"]) in keys:
                     rows[str(row["key"])] = row
         return rows
+
+    async def accounts_of(self, records: Iterable[Document]) -> dict[str, str]:
+        """batch → ad account, for the batches of some slim records: from their chunks'
+        top-level fields (one query, no row decoded)."""
+        ids = sorted({chunk_id(str(r["batch_id"]), int(r[IN_CHUNK])) for r in records})
+        if not ids:
+            return {}
+        found = self._chunks.find({"_id": {"$in": ids}}, {"batch_id": 1, "account": 1})
+        return {str(d["batch_id"]): str(d["account"]) async for d in found}
 
     async def has_batch(self, batch_id: str) -> bool:
         """True when the batch stored its evaluations in chunks."""

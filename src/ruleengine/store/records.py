@@ -410,7 +410,9 @@ class ExecutionStore:
 
     async def decisions(self, rule_id: str, *, since: datetime) -> list[Document]:
         """The rule's changes made and held out since ``since`` (what its impact compares),
-        oldest first: ``applied`` and ``held_out`` records, without their traces."""
+        oldest first: ``applied`` and ``held_out`` records, without their traces — the
+        entity, the account, the time, what changed. A slim record's account is its chunk's
+        (read with the chunk's other top-level fields, without decoding a row)."""
         query = {
             "rule_id": rule_id,
             "outcome": {"$in": ["applied", "held_out"]},
@@ -421,20 +423,25 @@ class ExecutionStore:
             (
                 "task_id",
                 "entity_id",
-                "entity_name",
                 "account",
-                "level",
                 "outcome",
                 "field",
                 "before",
                 "after",
                 "created_at",
                 "batch_id",
+                IN_CHUNK,
             ),
             1,
         )
         cursor = self._executions.find(query, projection).sort("created_at", 1)
-        return [d async for d in cursor]
+        records = [d async for d in cursor]
+        accounts = await self.evaluations.accounts_of(r for r in records if IN_CHUNK in r)
+        return [
+            {k: v for k, v in r.items() if k != IN_CHUNK}
+            | ({"account": accounts.get(str(r["batch_id"]))} if "account" not in r else {})
+            for r in records
+        ]
 
     async def for_entity(
         self, entity_id: str, *, since: datetime, limit: int = 2000
