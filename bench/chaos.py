@@ -91,6 +91,7 @@ from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.store.records import ExecutionStore
 from ruleengine.store.rules import RuleStore
 from ruleengine.worker.deps import build_engine, close_engine
 
@@ -758,7 +759,8 @@ class ChaosRun:
         return Observed(
             writes=[w for w in writes if w["ok"]],
             intents=[d async for d in db[c.ACTION_INTENTS].find({})],
-            records=[d async for d in db[c.EXECUTIONS].find({})],
+            # whole, as every reader sees them (a slim record leaves the rest to its row)
+            records=await ExecutionStore(db).whole([d async for d in db[c.EXECUTIONS].find({})]),
             batches=[d async for d in db[c.BATCHES].find({})],
             initial=initial,
             once_per_run=dict.fromkeys(sorted(fight), 2),

@@ -24,7 +24,6 @@ from ruleengine.store import evaluations
 from ruleengine.store.db import Database
 from ruleengine.store.evaluations import (
     CHUNK_ENTITIES,
-    DEFAULTS,
     FORMAT,
     acted,
     decode,
@@ -47,6 +46,8 @@ OUTCOMES = [
     ("no_change", "already_paused"),
     ("awaiting_approval", "approval_required"),
 ]
+#: What a stored slim record may hold.
+SLIM_FIELDS = {"_id", evaluations.IN_CHUNK, "next_execute_at", *evaluations.SLIM_KEEPS}
 numbers = st.one_of(st.none(), st.integers(-(10**9), 10**9), st.floats(allow_nan=False, width=64))
 stage = st.floats(0, 100, allow_nan=False).map(lambda x: round(x, 6))
 
@@ -183,18 +184,15 @@ async def test_slim_records_read_back_whole_through_every_reader(
         (r for r in records if r["entity_id"] == entity), key=lambda r: r["key"]
     )
     # the rule's changes for its impact: each with its account, which its record leaves out
-    fields = ("task_id", "entity_id", "account", "outcome", "field", "before", "after")
+    fields = ("task_id", "entity_id", "account", "outcome", "created_at", "batch_id")
     changes = await store.decisions("r1", since=NOW - timedelta(days=1))
     assert sorted(tuple(d[k] for k in fields) for d in changes) == sorted(
         tuple(r[k] for k in fields) for r in acting if r["outcome"] == "applied"
     )
     stored = [d async for d in db[c.EXECUTIONS].find({"batch_id": batch})]
     assert len(stored) == len(acting)
-    for doc in stored:  # slim: what the row holds for good is not stored twice
-        assert evaluations.IN_CHUNK in doc
-        assert not set(evaluations.SLIM_LEAVES_OUT) & set(doc)
-        usual = [k for k in evaluations.SLIM_DEFAULTS if doc.get(k, 0) == DEFAULTS[k]]
-        assert not usual  # nor what holds its usual value: the row holds that too
+    for doc in stored:  # slim: what finds the record, the rest is its row's
+        assert evaluations.IN_CHUNK in doc and set(doc) <= SLIM_FIELDS
     # a redelivery rewrites the chunks from the records read back whole, and changes nothing
     earlier = await store.by_key(batch)
     merged = [earlier.get(r["key"], r) for r in records]
@@ -206,7 +204,7 @@ async def test_slim_records_read_back_whole_through_every_reader(
     await store.keep_run([dict(r) for r in records], earlier=await store.by_key(batch))
     stored = [d async for d in db[c.EXECUTIONS].find({"batch_id": batch})]
     assert len(stored) == len(acting)
-    assert not any(set(evaluations.SLIM_LEAVES_OUT) & set(doc) for doc in stored)
+    assert all(set(doc) <= SLIM_FIELDS for doc in stored)
     assert plain(await store.rows(batch)) == records
 
 
@@ -503,8 +501,8 @@ async def test_a_redelivery_that_clears_what_the_first_recorded_leaves_none_of_i
     db: Database,
 ) -> None:
     """A first delivery recorded a failed write with Meta's error; the redelivery finds it
-    applied, with no error: its slim record leaves the usual ``None`` to the row, and the
-    stored record drops the first delivery's error rather than keeping it."""
+    applied, with no error: its slim record and the row written with it tell that, and
+    nothing of the first delivery's error is read back."""
     store = ExecutionStore(db)
     rows = _history()[1]
     (applied,) = [r for r in rows if r["outcome"] == "applied"]
@@ -513,10 +511,37 @@ async def test_a_redelivery_that_clears_what_the_first_recorded_leaves_none_of_i
     first = [failed | {"error": error} if r is applied else r for r in rows]
     await store.keep_run(first, earlier={})
     doc = await db[c.EXECUTIONS].find_one({"key": applied["key"]})
-    assert doc is not None and doc["error"] == error and "response" not in doc
+    assert doc is not None and set(doc) <= SLIM_FIELDS and doc["outcome"] == "failed"
+    assert (await store.get(applied["key"]) or {})["error"] == error
     again = [r | {"delivery": 2} for r in rows]
     await store.keep_run(again, earlier=await store.by_key(applied["batch_id"]))
     doc = await db[c.EXECUTIONS].find_one({"key": applied["key"]})
-    assert doc is not None and "error" not in doc and doc["outcome"] == "applied"
+    assert doc is not None and set(doc) <= SLIM_FIELDS and doc["outcome"] == "applied"
     assert plain(await store.rows(applied["batch_id"])) == again
     assert plain([await store.get(applied["key"]) or {}]) == [again[rows.index(applied)]]
+
+
+async def test_a_record_a_redelivery_does_not_act_on_again_reads_as_it_was_recorded(
+    db: Database,
+) -> None:
+    """The first delivery's write went unanswered; the redelivery finds the entity no longer
+    matching. The first delivery's record is the one a settling corrects (it looks for
+    ``write_unconfirmed``): it keeps reading as recorded, not as the new row says."""
+    store = ExecutionStore(db)
+    rows = _history()[1]
+    (applied,) = [r for r in rows if r["outcome"] == "applied"]
+    error = {"code": 2, "message": "Service temporarily unavailable"}
+    failed = applied | {
+        "outcome": "failed",
+        "reason": "write_unconfirmed",
+        "executed": False,
+        "error": error,
+    }
+    await store.keep_run([failed if r is applied else r for r in rows], earlier={})
+    quiet = applied | {"outcome": "not_matched", "passed": False, "field": None}
+    again = [(quiet if r is applied else r) | {"delivery": 2} for r in rows]
+    await store.keep_run(again, earlier=await store.by_key(applied["batch_id"]))
+    assert plain([await store.get(applied["key"]) or {}]) == [failed]
+    assert (await db[c.EVALUATIONS].find_one({"batch_id": applied["batch_id"]}) or {})[
+        "delivery"
+    ] == 2

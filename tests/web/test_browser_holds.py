@@ -22,6 +22,7 @@ from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.store.records import ExecutionStore
 from test_rules_that_fight import ONE, run_all, save_fighting_pair
 
 pytestmark = pytest.mark.browser
@@ -39,8 +40,15 @@ async def test_rule_logs_mark_the_oscillation_and_the_errors_screen_clears_its_h
     start = datetime.now(UTC)
     for run in range(3):
         await run_all(web_settings, db, start + timedelta(minutes=15 * run))
-    record = await db[c.EXECUTIONS].find_one({"oscillation": {"$ne": None}})
-    assert record is not None
+    executions = ExecutionStore(db)
+    held = [
+        r
+        async for batch in db[c.BATCHES].find({}, {"_id": 1})
+        for r in await executions.for_batch(batch["_id"])
+        if r.get("oscillation") is not None
+    ]
+    assert held
+    record = held[0]
     base = str(client.make_url("")).rstrip("/")
     console = await _open(page, f"{base}/logs#token={API_TOKEN}")
     await page.locator(f'tr.batch-row[data-batch-id="{record["batch_id"]}"]').click()

@@ -91,46 +91,22 @@ DERIVED: Final = ("key", "executed", "duration_s", "task_id")
 ROW_NAMES: Final = frozenset({"t", "i", "c", "!"})
 #: Pre-fetch skips: nothing was attempted for these (a chunk row is the whole story).
 QUIET_REASONS: Final = frozenset({"next_execute_not_reached", "execution_count_limit"})
-#: What an acting pair's execution record leaves to its chunk row: the fields the run decided
-#: once and nothing changes afterwards (a settling, an approval, a follow-up change
-#: ``outcome``, ``reason``, ``after``, ``response``, ``followup`` and the like, which the
-#: record keeps). The record names its chunk (:data:`IN_CHUNK`) and readers put the two back
-#: together (:func:`assemble`). Queried fields stay in the record: ``batch_id``, ``rule_id``,
-#: ``task_id``, ``entity_id``, ``outcome``, ``next_execute_at`` (where it is set),
-#: ``created_at``; ``account`` and ``level`` are the run's, ``entity_name`` its row's.
-SLIM_LEAVES_OUT: Final = (
-    "account",
-    "level",
-    "entity_name",
-    "entity",
-    "conditions",
-    "action",
-    "match",
-    "action_metric",
-    "passed",
-    "trace",
-    "duration_s",
-    "rule_name",
-    "rule_version",
-    "scheduled_at",
-    "delivery",
-)
-#: Fields a slim record keeps only where they do not hold their usual value (:data:`DEFAULTS`):
-#: where they do, so does the chunk row. (``next_execute_at`` is queried only for a time after
-#: now, which a record without one never matches, as with null.)
-SLIM_DEFAULTS: Final = (
-    "reason",
-    "next_execute_at",
-    "field",
-    "before",
-    "after",
-    "requested",
-    "clamped_by",
-    "oscillation",
-    "error",
-    "response",
-    "followup",
-    "approval_id",
+#: What an acting pair's execution record keeps of itself when its row is in a chunk (a
+#: **slim** record): what finds it and what queries of records filter on — its key, batch,
+#: rule, task and entity, its outcome and time (and ``next_execute_at`` where it is set; a
+#: record's ``kind`` where it has one). Everything else is the row's, which the run wrote from
+#: this very record just before; whatever corrects the record later (a settling) writes
+#: the fields it changes into it, and those win over the row. The record names its chunk
+#: (:data:`IN_CHUNK`) and readers put the two back together (:func:`assemble`).
+SLIM_KEEPS: Final = (
+    "key",
+    "batch_id",
+    "rule_id",
+    "task_id",
+    "entity_id",
+    "outcome",
+    "created_at",
+    "kind",
 )
 #: The field of a slim record that holds the number of its batch's chunk with the rest.
 IN_CHUNK: Final = "in_chunk"
@@ -159,34 +135,26 @@ def acted(record: Document) -> bool:
 
 
 def slim(record: Document, chunk: int) -> Document:
-    """The execution record stored for an acting pair whose row is in the batch's ``chunk``:
-    the record without what that row holds for good (:data:`SLIM_LEAVES_OUT`), nor a field
-    of :data:`SLIM_DEFAULTS` holding its usual value (the row holds that too)."""
-    kept = {
-        k: v
-        for k, v in record.items()
-        if k not in SLIM_LEAVES_OUT and not (k in SLIM_DEFAULTS and _same(v, DEFAULTS[k]))
-    }
+    """The execution record stored for an acting pair whose row is in the batch's ``chunk``
+    (:data:`SLIM_KEEPS`; ``next_execute_at`` where it is set: a query looks for one after
+    now, which a record without one never matches, as with null)."""
+    kept: Document = {k: record[k] for k in SLIM_KEEPS if k in record}
+    if record.get("next_execute_at") is not None:
+        kept["next_execute_at"] = record["next_execute_at"]
     kept[IN_CHUNK] = chunk
     return kept
-
-
-def left_to_row(record: Document) -> list[str]:
-    """The fields a stored slim ``record`` leaves to its chunk row (an update writing it over
-    an older record of its key removes them there)."""
-    return [*SLIM_LEAVES_OUT, *(k for k in SLIM_DEFAULTS if k not in record)]
 
 
 def assemble(record: Document, row: Document | None) -> Document:
     """The whole record of a stored one: a slim record put together with its chunk row (the
     record's fields win: they are the ones settled and corrected since), any other as it is.
     A slim record whose chunk is gone (expired a moment before it) is given as it is, with
-    the usual values of what it left out of :data:`SLIM_DEFAULTS`, without its marker."""
+    the usual values of :data:`DEFAULTS` for what it does not hold, without its marker."""
     if IN_CHUNK not in record:
         return record
     own = {k: v for k, v in record.items() if k != IN_CHUNK}
     if row is None:
-        usual = {k: _usual(k) for k in SLIM_DEFAULTS if k not in own}
+        usual = {k: _usual(k) for k in DEFAULTS if k not in own}
         return usual | own
     return {**row, **own}
 

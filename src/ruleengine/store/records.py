@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from pymongo import DESCENDING, UpdateOne
+from pymongo import DESCENDING, ReplaceOne, UpdateOne
 
 from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
@@ -27,7 +27,6 @@ from ruleengine.store.evaluations import (
     EvaluationStore,
     acted,
     assemble,
-    left_to_row,
     overlay,
     slim,
 )
@@ -251,11 +250,13 @@ class BatchStore:
         return await rule_durations(self._batches, since=since)
 
 
-def _replacing(record: Document) -> Document:
-    """The update that makes the stored record with the same key ``record``."""
-    if IN_CHUNK not in record:
-        return {"$set": record}
-    return {"$set": record, "$unset": dict.fromkeys(left_to_row(record), "")}
+def _writing(record: Document) -> UpdateOne | ReplaceOne[Document]:
+    """The operation that makes the stored record with the same key ``record``: a slim one
+    replaces it whole (nothing an older, whole record held is left beside the row), another
+    sets its fields."""
+    if IN_CHUNK in record:
+        return ReplaceOne({"key": record["key"]}, record, upsert=True)
+    return UpdateOne({"key": record["key"]}, {"$set": record}, upsert=True)
 
 
 class ExecutionStore:
@@ -273,9 +274,11 @@ class ExecutionStore:
         record for each pair that acted (``earlier``: what former deliveries recorded, kept).
         A worker killed between the two leaves chunks the reaper writes the records from.
 
-        The records are slim (:func:`~ruleengine.store.evaluations.slim`): what the chunk row
-        holds for good — the entity, the conditions and the values they saw, the action, the
-        trace — is left to it, and every reader here puts the two back together."""
+        The records are slim (:func:`~ruleengine.store.evaluations.slim`): all but what finds
+        them is left to the chunk row written from them, and every reader here puts the two
+        back together. A former delivery's record of a pair that did not act this time is
+        kept whole as it was read: the new row no longer tells it (a settling may still
+        correct it)."""
         first = not earlier and bool(records) and records[0].get("delivery") == 1
         where = await self.evaluations.write(records, first=first)
         mine = [
@@ -283,7 +286,12 @@ class ExecutionStore:
             for r in records
             if acted(r) and r is not earlier.get(str(r["key"]))
         ]
-        await self.upsert_many([r for r in mine if str(r["key"]) in earlier])
+        superseded = [
+            {k: v for k, v in earlier[key].items() if k != "_id"}
+            for r in records
+            if not acted(r) and (key := str(r["key"])) in earlier
+        ]
+        await self.upsert_many([r for r in mine if str(r["key"]) in earlier] + superseded)
         await self._insert_or_replace([r for r in mine if str(r["key"]) not in earlier])
 
     async def _insert_or_replace(self, records: Sequence[Document]) -> None:
@@ -327,7 +335,7 @@ class ExecutionStore:
     async def upsert_many(self, records: Sequence[Document]) -> None:
         """Write records in bulk, replacing the fields of the record with the same ``key``
         (a slim one also drops what an earlier, whole record held of its chunk row)."""
-        ops = [UpdateOne({"key": r["key"]}, _replacing(r), upsert=True) for r in records]
+        ops = [_writing(r) for r in records]
         if ops:
             await self._executions.bulk_write(ops, ordered=False)
 
@@ -362,6 +370,11 @@ class ExecutionStore:
         if ordered:
             cursor = cursor.sort("_id")
         return [d async for d in cursor.limit(limit)]
+
+    async def whole(self, records: list[Document]) -> list[Document]:
+        """Records read straight from the collection, whole (a slim one with its chunk row):
+        what a check over every record of the store compares."""
+        return await self._assembled(records)
 
     async def _assembled(
         self, records: list[Document], rows: Iterable[Document] = ()
@@ -410,9 +423,9 @@ class ExecutionStore:
 
     async def decisions(self, rule_id: str, *, since: datetime) -> list[Document]:
         """The rule's changes made and held out since ``since`` (what its impact compares),
-        oldest first: ``applied`` and ``held_out`` records, without their traces — the
-        entity, the account, the time, what changed. A slim record's account is its chunk's
-        (read with the chunk's other top-level fields, without decoding a row)."""
+        oldest first: of each ``applied`` and ``held_out`` record, its task, entity, account,
+        outcome, time and batch. A slim record's account is its chunk's (read with the
+        chunk's other top-level fields, without decoding a row)."""
         query = {
             "rule_id": rule_id,
             "outcome": {"$in": ["applied", "held_out"]},
@@ -425,9 +438,6 @@ class ExecutionStore:
                 "entity_id",
                 "account",
                 "outcome",
-                "field",
-                "before",
-                "after",
                 "created_at",
                 "batch_id",
                 IN_CHUNK,
