@@ -28,14 +28,27 @@ class Page:
     total: int
 
 
+#: How long a pooled connection may stay unused before the driver closes it (ms). A server
+#: closes a connection idle for long (the embedded one after 300 s; a load balancer or a
+#: firewall on the way often sooner): the first command sent on it then fails ("connection
+#: closed", AutoReconnect), and with retryable writes off nothing retries it. A busy worker's
+#: pool opens connections in bursts and leaves some unused for minutes. Closing them first
+#: costs a new connection now and then (a few ms). A ``maxIdleTimeMS`` in the URL wins.
+MAX_IDLE_MS: Final = 60_000
+
+
 def create_client(settings: Settings, **options: Any) -> AsyncMongoClient[Document]:
-    """An ``AsyncMongoClient`` that returns timezone-aware UTC datetimes."""
+    """An ``AsyncMongoClient`` that returns timezone-aware UTC datetimes and closes pooled
+    connections unused for :data:`MAX_IDLE_MS`."""
+    defaults: dict[str, Any] = {"serverSelectionTimeoutMS": 5000}
+    if "maxidletimems" not in settings.mongodb_url.lower():
+        defaults["maxIdleTimeMS"] = MAX_IDLE_MS
     return AsyncMongoClient(
         settings.mongodb_url,
         tz_aware=True,
         tzinfo=UTC,
         appname="ruleengine",
-        **({"serverSelectionTimeoutMS": 5000} | options),
+        **(defaults | options),
     )
 
 
