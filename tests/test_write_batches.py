@@ -82,9 +82,11 @@ async def test_a_worker_killed_between_two_write_batches_applies_nothing_twice(
     rule = await save_rule(db, budget_rule("act_2001", cooldown_minutes=60))
     start = datetime.now(UTC)
     await dispatch(settings, db, now=start)
-    # each call of writes is answered after 1.5 s (the writes land, then the answer leaves):
-    # once the first 50 have landed the worker is sending the second call, or about to
-    await sandbox.set_faults(write_latency_ms=1500)
+    # each call of writes is answered after 5 s (the writes land, then the answer leaves):
+    # once the first 50 have landed the worker has recorded the second call and waits for
+    # the first's answer to send it, for 5 s (1.5 s was too short a window on a loaded
+    # machine: the kill came after the second call had gone out)
+    await sandbox.set_faults(write_latency_ms=5000)
     worker = start_worker(settings, tmp_path / "worker.log")
     try:
         landed = await wait_for(lambda: writes_at_least(sandbox, 50), timeout_s=60)

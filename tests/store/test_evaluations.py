@@ -545,3 +545,18 @@ async def test_a_record_a_redelivery_does_not_act_on_again_reads_as_it_was_recor
     assert (await db[c.EVALUATIONS].find_one({"batch_id": applied["batch_id"]}) or {})[
         "delivery"
     ] == 2
+
+
+def test_a_row_of_another_shape_is_checked_on_its_own() -> None:
+    """Encoding decodes the first row of each shape to check it and trusts the rest of that
+    shape: a later row of the same task whose record lacks a field decoding would add, or
+    holds its stage times in another order, is checked on its own and decodes exactly."""
+    rows = _history()[1]
+    odd = {k: v for k, v in rows[-1].items() if k != "error"}
+    reordered = dict(rows[-2])
+    reordered["trace"] = dict(reversed(list(reordered["trace"].items())))
+    run = [*rows[:-2], reordered, odd]
+    (chunk,) = encode(run)
+    assert decode(chunk.doc) == run
+    kept = stored(chunk.doc)["r"]
+    assert "!" in kept[-1] and not any("!" in row for row in kept[:-1])
