@@ -13,8 +13,8 @@ document per pair, with before â†’ after, Meta's answer, intent and follow-up â€
 ``executions`` for the pairs where something happened or was attempted (:func:`acted`); a
 chunk holds those pairs' rows too, so a batch whose records were never written (its worker
 died between the two writes) is still whole, and the reaper writes the records from it. Such
-a record is slim (:func:`slim`): what its row holds for good (the entity, the conditions and
-what they saw, the action, the trace) stays in the row only, and readers put the two
+a record is slim (:func:`slim`): it keeps what finds it and what queries filter on, the rest
+is the row's (written from the same record a moment before), and readers put the two
 together (:func:`assemble`).
 
 :func:`encode` and :func:`decode` are pure and exact: decoding a batch's chunks gives back
