@@ -541,7 +541,7 @@ class EvaluationStore:
             return {}
         keys = {str(r["key"]) for r in slims}
         entities = {str(r["entity_id"]) for r in slims}
-        ids = sorted({chunk_id(str(r["batch_id"]), int(r[IN_CHUNK])) for r in slims})
+        ids = _chunk_ids(slims)
         only = next(iter(entities)) if len(entities) == 1 else None
         rows: dict[str, Document] = {}
         async for doc in self._chunks.find({"_id": {"$in": ids}}):
@@ -553,7 +553,7 @@ class EvaluationStore:
     async def accounts_of(self, records: Iterable[Document]) -> dict[str, str]:
         """batch → ad account, for the batches of some slim records: from their chunks'
         top-level fields (one query, no row decoded)."""
-        ids = sorted({chunk_id(str(r["batch_id"]), int(r[IN_CHUNK])) for r in records})
+        ids = _chunk_ids(records)
         if not ids:
             return {}
         found = self._chunks.find({"_id": {"$in": ids}}, {"batch_id": 1, "account": 1})
@@ -572,6 +572,11 @@ class EvaluationStore:
         query = {"entity_ids": ids_query(entity_id), "created_at": {"$gte": since}}
         cursor = self._chunks.find(query).sort("created_at", DESCENDING).limit(limit)
         return [r async for doc in cursor for r in decode(doc, entity_id=entity_id)]
+
+
+def _chunk_ids(slims: Iterable[Document]) -> list[str]:
+    """The ``_id`` of each chunk some slim records name, once each, in order."""
+    return sorted({chunk_id(str(r["batch_id"]), int(r[IN_CHUNK])) for r in slims})
 
 
 def overlay(evaluations: Iterable[Document], records: Iterable[Document]) -> list[Document]:

@@ -333,8 +333,8 @@ class ExecutionStore:
         return [r for r in evaluations if acted(r) and str(r["key"]) not in keys]
 
     async def upsert_many(self, records: Sequence[Document]) -> None:
-        """Write records in bulk, replacing the fields of the record with the same ``key``
-        (a slim one also drops what an earlier, whole record held of its chunk row)."""
+        """Write records in bulk over the record with the same ``key``: a whole one sets its
+        fields, a slim one replaces it whole (:func:`_writing`)."""
         ops = [_writing(r) for r in records]
         if ops:
             await self._executions.bulk_write(ops, ordered=False)
