@@ -26,7 +26,7 @@ from flow import (
     successful_writes,
     wait_for,
     work,
-    writes_at_least,
+    write_in_flight,
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
@@ -82,19 +82,29 @@ async def test_a_worker_killed_between_two_write_batches_applies_nothing_twice(
     rule = await save_rule(db, budget_rule("act_2001", cooldown_minutes=60))
     start = datetime.now(UTC)
     await dispatch(settings, db, now=start)
-    # each call of writes is answered after 5 s (the writes land, then the answer leaves):
-    # once the first 50 have landed the worker has recorded the second call and waits for
-    # the first's answer to send it, for 5 s (1.5 s was too short a window on a loaded
-    # machine: the kill came after the second call had gone out)
+    # each call of writes is held at the sandbox for 5 s, then its writes land and its answer
+    # leaves at once. The worker is killed while the first call is held and the second
+    # call's intents are recorded: it can send the second only once the first is answered.
+    # (Killing once the first 50 had landed raced with that answer: the worker sometimes
+    # had the second call out already.)
     await sandbox.set_faults(write_latency_ms=5000)
+
+    async def second_recorded_while_first_held() -> bool:
+        return (
+            not await successful_writes(sandbox)
+            and await write_in_flight(sandbox)
+            and len(await intents(db, rule_id=rule.id)) >= 100
+        )
+
     worker = start_worker(settings, tmp_path / "worker.log")
     try:
-        landed = await wait_for(lambda: writes_at_least(sandbox, 50), timeout_s=60)
+        await wait_for(second_recorded_while_first_held, timeout_s=60)
     finally:
         kill(worker)
-    assert landed == 50  # killed between the first call and the second
     # a call the dead worker had sent still lands: wait until the sandbox has answered it
     await wait_for(lambda: sandbox_quiet(sandbox))
+    landed = len(await successful_writes(sandbox))
+    assert landed == 50  # killed between the first call and the second
     await sandbox.clear_faults()
     first_batch = (await db[c.BATCHES].find_one({"rule_id": rule.id}) or {})["_id"]
     recorded = await intents(db, batch_id=first_batch)
