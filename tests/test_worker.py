@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import json
 import logging
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from flow import (
     successful_writes,
     wait_for,
     work,
+    worker_env,
 )
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
@@ -37,6 +41,7 @@ from ruleengine.jobs import WorkerSettings, worker_kwargs
 from ruleengine.queue import connect_queue
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from ruleengine.worker.process import GC_YOUNGEST_THRESHOLD
 from support import SANDBOX_NOW, SANDBOX_TOKEN
 
 
@@ -68,6 +73,39 @@ def test_worker_settings_reads_the_environment_only_when_arq_asks(
     fresh = type(WorkerSettings)()
     assert dict.__len__(fresh) == 0  # nothing read at import
     assert dict(fresh.items())["max_jobs"] == 7
+
+
+_STARTED_WORKER = """
+import asyncio, gc, json
+from ruleengine.worker.process import shutdown, startup
+before = gc.get_threshold()
+async def main():
+    ctx = {}
+    await startup(ctx)
+    try:
+        seen = {"before": before, "after": gc.get_threshold(), "frozen": gc.get_freeze_count()}
+        print(json.dumps(seen))
+    finally:
+        await shutdown(ctx)
+asyncio.run(main())
+"""
+
+
+def test_a_started_worker_has_its_garbage_collector_look_less_often(settings: Settings) -> None:
+    """The worker's startup raises the youngest generation's threshold (Python's default,
+    700, walks a worker's whole heap about once per job that builds thousands of records)
+    and freezes what it built, in the process ``arq ruleengine.jobs.WorkerSettings`` runs."""
+    done = subprocess.run(
+        [sys.executable, "-c", _STARTED_WORKER],
+        env=worker_env(settings),
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    seen = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert seen["before"][0] == 700  # what it starts from: Python's default
+    assert seen["after"] == [GC_YOUNGEST_THRESHOLD, *seen["before"][1:]]
+    assert seen["frozen"] > 0
 
 
 # ---------------------------------------------------------------- budgets

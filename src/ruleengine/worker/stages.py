@@ -190,6 +190,8 @@ class Evaluation:
         self.stage_totals = dict.fromkeys(STAGES, 0.0)
         self.delivery = 1  # which delivery of the batch this is (execute_count)
         self._actions: dict[str, dict[str, Any]] = {}  # each task's action, as records hold it
+        # each entity as records hold it: one snapshot for the records of all its tasks
+        self._snapshots: dict[str, dict[str, Any]] = {}
 
     async def run(self) -> Summary:
         """Evaluate, act, keep; never raises for a problem of the job's own."""
@@ -421,6 +423,9 @@ class Evaluation:
         if action is None:  # one per task: a run's records of a task share it (read only)
             action = pair.task.action.model_dump(mode="json", exclude_none=True)
             self._actions[pair.task.id] = action
+        entity = self._snapshots.get(pair.entity.id)
+        if entity is None:
+            entity = self._snapshots[pair.entity.id] = pair.entity.snapshot()
         trace = {k: round(v, 6) for k, v in pair.trace.items()}
         return {
             "key": record_key(self.job.batch_id, pair.task.id, pair.entity.id),
@@ -434,7 +439,7 @@ class Evaluation:
             "task_id": pair.task.id,
             "entity_id": pair.entity.id,
             "entity_name": pair.entity.name,
-            "entity": pair.entity.snapshot(),
+            "entity": entity,
             "outcome": outcome,
             "executed": outcome == "applied",
             "reason": reason,
