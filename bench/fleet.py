@@ -306,6 +306,30 @@ async def collection_sizes(db: Database) -> dict[str, tuple[int, int]]:
     return sizes
 
 
+#: What grows with each run (a batch row and its evaluation chunks) and with each change (an
+#: action intent, recorded before every write and notification, and its execution record).
+RUN_COLLECTIONS = ("batches", "evaluations")
+CHANGE_COLLECTIONS = ("action_intents", "executions")
+
+
+def sizing(by_collection: dict[str, dict[str, int]], accounts: int) -> dict[str, float]:
+    """How the store grows, split by what makes it grow: bytes per run and per change, and
+    how many of each an account has an hour (``by_collection``: each collection's documents
+    and bytes per hour). An operator sizes for their own cadence and write rate from these."""
+
+    def total(names: tuple[str, ...], what: str) -> int:
+        return sum(by_collection.get(name, {}).get(what, 0) for name in names)
+
+    runs = by_collection.get("batches", {}).get("docs", 0)
+    changes = by_collection.get("action_intents", {}).get("docs", 0)
+    return {
+        "runs_per_account_hour": round(runs / accounts, 1),
+        "bytes_per_run": round(total(RUN_COLLECTIONS, "bytes") / runs) if runs else 0,
+        "changes_per_account_hour": round(changes / accounts, 1),
+        "bytes_per_change": round(total(CHANGE_COLLECTIONS, "bytes") / changes) if changes else 0,
+    }
+
+
 def verdict(minutes: list[Minute], *, tick_s: float, dropped: int) -> tuple[bool, str]:
     """Sustained or not, and why."""
     worst = max((m.after_tick_p99_s for m in minutes), default=0.0)
@@ -559,6 +583,14 @@ class FleetRun:
         seconds = hours * 3600
         ok, why = verdict(self.minutes, tick_s=shape.tick_s, dropped=dropped)
         all_lags = [lag for m in self.minutes for lag in m.lags]
+        by_collection = {
+            name: {
+                "docs": round((count - sizes_before.get(name, (0, 0))[0]) / hours),
+                "bytes": round((size - sizes_before.get(name, (0, 0))[1]) / hours),
+            }
+            for name, (count, size) in sizes_after.items()
+            if (count, size) != sizes_before.get(name, (0, 0))
+        }
         result: dict[str, Any] = {
             "accounts": shape.accounts,
             "rules_per_account": shape.rules_per_account,
@@ -593,14 +625,8 @@ class FleetRun:
             "mongo_mb_per_account_hour": round(
                 (after["dataSize"] - before["dataSize"]) / hours / shape.accounts / 1e6, 3
             ),
-            "mongo_by_collection_per_hour": {
-                name: {
-                    "docs": round((count - sizes_before.get(name, (0, 0))[0]) / hours),
-                    "bytes": round((size - sizes_before.get(name, (0, 0))[1]) / hours),
-                }
-                for name, (count, size) in sizes_after.items()
-                if (count, size) != sizes_before.get(name, (0, 0))
-            },
+            "mongo_by_collection_per_hour": by_collection,
+            "mongo_sizing": sizing(by_collection, shape.accounts),
             "max_rss_mb": rss,
             "cpu_s": cpu,
         }

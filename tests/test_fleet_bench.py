@@ -23,6 +23,7 @@ from fleet import (
     lag_grows,
     next_step,
     scheduled_of,
+    sizing,
     summarise_profile,
     verdict,
 )
@@ -113,6 +114,31 @@ def test_a_profile_is_shared_out_by_package_and_engine_step_with_idle_apart() ->
 
 
 @pytest.mark.timeout(120)
+def test_growth_is_split_into_bytes_per_run_and_per_change() -> None:
+    # a 240-account run's collections (bytes and documents an hour)
+    by_collection = {
+        "action_intents": {"docs": 119_041, "bytes": 64_112_430},
+        "batches": {"docs": 25_598, "bytes": 18_384_891},
+        "evaluations": {"docs": 25_598, "bytes": 73_845_081},
+        "executions": {"docs": 119_041, "bytes": 43_298_349},
+        "followups": {"docs": 15_939, "bytes": 10_145_860},
+    }
+    assert sizing(by_collection, 240) == {
+        "runs_per_account_hour": 106.7,
+        "bytes_per_run": 3_603,  # (18,384,891 + 73,845,081) / 25,598
+        "changes_per_account_hour": 496.0,
+        "bytes_per_change": 902,  # (64,112,430 + 43,298,349) / 119,041
+    }
+    # a run that changed nothing: no division by zero, and nothing per change
+    quiet = sizing({"batches": {"docs": 10, "bytes": 7_000}}, 1)
+    assert quiet == {
+        "runs_per_account_hour": 10.0,
+        "bytes_per_run": 700,
+        "changes_per_account_hour": 0.0,
+        "bytes_per_change": 0,
+    }
+
+
 def test_a_tiny_run_prints_the_figures_as_its_last_line(tmp_path: Path) -> None:
     argv = [sys.executable, str(SCRIPT), "--accounts", "1", "--entities", "5", "--workers", "1"]
     argv += ["--minutes", "0.35", "--log-dir", str(tmp_path / "logs")]
@@ -126,6 +152,7 @@ def test_a_tiny_run_prints_the_figures_as_its_last_line(tmp_path: Path) -> None:
         "graph_calls_per_account_hour",
         "mongo_docs_per_hour",
         "mongo_bytes_per_hour",
+        "mongo_sizing",
         "sustained",
     ):
         assert key in result

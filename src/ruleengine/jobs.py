@@ -144,11 +144,10 @@ def worker_kwargs(settings: Settings) -> dict[str, Any]:
         "health_check_interval": 5,
         "job_serializer": serialize,
         "job_deserializer": deserialize,
-        # an idle worker looks for jobs every 20 ms: a job waits 10 ms on average before a
-        # worker takes it (100 ms cost a run that only looks ~6 % of its time, 50 ms ~3 %,
-        # measured by bench/worker_throughput.py's no_fire); a look is one Redis command, 50
-        # a second per worker
-        "poll_delay": 0.02,
+        # an idle worker looks for jobs every 50 ms: a job waits 25 ms on average before a
+        # worker takes it (100 ms cost a run that only looks ~6 % of its time, measured by
+        # bench/worker_throughput.py's no_fire); a look is one Redis command
+        "poll_delay": 0.05,
     }
 
 
