@@ -14,8 +14,9 @@ Each ad account gets ``--rules-per-account`` rules, cycling through a mix
 they are paused again on a later run), raising winners' budgets (6-minute
 cooldown), trimming middling ones (8-minute cooldown), notifying on spend without
 purchases, an ad-set-level notify-only watch, and a guard that evaluates
-everything and never fires. Intervals of 2 to 5 minutes, first runs spread
-evenly over each interval, so jobs recur all through the soak.
+everything and never fires. Intervals of 2 to 5 minutes (``--every-minutes N``: every
+rule every N minutes), first runs spread evenly over each interval, so jobs recur all
+through the soak.
 
 **Dispatch lag** of a job = its batch row's ``started_at`` (a worker took the
 job) − ``scheduled_at`` (the rule's ``next_execute_at`` the dispatcher read). It
@@ -222,12 +223,16 @@ MIX: list[tuple[str, str, list[dict[str, Any]], int, list[dict[str, Any]]]] = [
 ]
 
 
-def fleet_rules(accounts: list[str], per_account: int) -> list[dict[str, Any]]:
-    """``per_account`` rules on each account, one account per rule, cycling through MIX."""
+def fleet_rules(
+    accounts: list[str], per_account: int, *, every_minutes: int | None = None
+) -> list[dict[str, Any]]:
+    """``per_account`` rules on each account, one account per rule, cycling through MIX; each
+    on its interval in the mix, or every ``every_minutes``."""
     rules = []
     for account in accounts:
         for index in range(per_account):
             name, level, filters, every, tasks = MIX[index % len(MIX)]
+            every = every_minutes or every
             rules.append(
                 {
                     "name": f"{name} {account} {index:03d}",
@@ -475,11 +480,13 @@ class Shape:
     minutes: float = 2.0
     latency_ms: float = 150.0
     tick_s: float = 10.0
+    every_minutes: int | None = None  # every rule's interval (None: the mix's own, 2 to 5)
 
     def describe(self) -> str:
+        every = f", every rule every {self.every_minutes} min" if self.every_minutes else ""
         return (
             f"{self.accounts} accounts × {self.rules_per_account} rules × {self.entities}"
-            f" campaigns, {self.workers} workers, {self.minutes:g} min"
+            f" campaigns, {self.workers} workers, {self.minutes:g} min{every}"
         )
 
 
@@ -600,6 +607,7 @@ class FleetRun:
             "minutes": shape.minutes,
             "latency_ms": shape.latency_ms,
             "tick_s": shape.tick_s,
+            "every_minutes": shape.every_minutes,
             "sandbox_clock": FROZEN_AT.isoformat(),
             "sustained": ok,
             "verdict": why,
@@ -643,7 +651,9 @@ class FleetRun:
         store = RuleStore(db)
         started = time.perf_counter()
         saved = []
-        for data in fleet_rules(accounts, self.shape.rules_per_account):
+        for data in fleet_rules(
+            accounts, self.shape.rules_per_account, every_minutes=self.shape.every_minutes
+        ):
             rule = parse_rule(data, accounts=set(accounts), webhooks={WEBHOOK})
             doc = (await store.save(rule, now=now, author="fleet", source="bench")).rule
             saved.append((doc.id, int(data["schedule"]["every_minutes"])))
@@ -913,6 +923,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tick-s", type=float, default=10.0, help="dispatcher tick (default 10)")
     parser.add_argument(
+        "--every-minutes",
+        type=int,
+        metavar="N",
+        help="run every rule every N minutes (default: the mix's own intervals, 2 to 5 minutes;"
+        " e.g. 15 for an agency's usual cadence; follow-ups and cooldowns stay as they are)",
+    )
+    parser.add_argument(
         "--find-capacity",
         action="store_true",
         help="grow --accounts (doubling, then bisecting) until a step is not sustained",
@@ -963,6 +980,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         minutes=args.minutes,
         latency_ms=args.latency_ms,
         tick_s=args.tick_s,
+        every_minutes=args.every_minutes,
     )
     out: dict[str, Any] = {}
     capacity = args.capacity
@@ -980,6 +998,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "workers": base.workers,
                 "tick_s": base.tick_s,
                 "latency_ms": base.latency_ms,
+                "every_minutes": base.every_minutes,
             },
             "capacity_steps": steps,
         }

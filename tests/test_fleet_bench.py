@@ -46,6 +46,7 @@ def test_help_names_every_option() -> None:
         "--find-capacity",
         "--soak-at",
         "--profile",
+        "--every-minutes",
     ):
         assert option in done.stdout
 
@@ -91,6 +92,11 @@ def test_every_rule_of_the_mix_is_valid_and_each_account_gets_its_own() -> None:
         parse_rule(data, accounts={"act_2001", "act_2002"}, webhooks={"fleet"})
         assert len(data["ad_accounts"]) == 1
     assert len({r["name"] for r in rules}) == len(rules)
+    own = {r["schedule"]["every_minutes"] for r in rules}
+    assert own == {every for _, _, _, every, _ in MIX}  # the mix's own intervals, 2 to 5
+    agency = fleet_rules(["act_2001"], len(MIX), every_minutes=15)
+    assert {r["schedule"]["every_minutes"] for r in agency} == {15}
+    assert [r["tasks"] for r in agency] == [r["tasks"] for r in rules[: len(MIX)]]
 
 
 def test_a_profile_is_shared_out_by_package_and_engine_step_with_idle_apart() -> None:
