@@ -27,8 +27,8 @@ log = logging.getLogger(__name__)
 HEARTBEAT_EVERY_S = 5.0
 #: Container objects allocated (net) before the collector looks at the youngest generation.
 #: Python's default, 700, has a job that builds 4,000 records collect ~150 times and walk
-#: the whole heap once or twice (~45 ms each, a sixth of a run that only looks); at 10,000
-#: it collects ~10 times and walks the heap about once in ten jobs. A record is freed by its
+#: the whole heap once or twice (~45 ms each, 6 % of a run that only looks); at 10,000 it
+#: collects ~10 times and walks the heap in about one job of six. A record is freed by its
 #: reference count, not by the collector, so memory stays as it was
 #: (bench/worker_throughput.py's ``no_fire``, docs/performance.md).
 GC_YOUNGEST_THRESHOLD = 10_000
