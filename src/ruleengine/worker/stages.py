@@ -190,7 +190,8 @@ class Evaluation:
         self.stage_totals = dict.fromkeys(STAGES, 0.0)
         self.delivery = 1  # which delivery of the batch this is (execute_count)
         self._actions: dict[str, dict[str, Any]] = {}  # each task's action, as records hold it
-        # each entity as records hold it: one snapshot for the records of all its tasks
+        # each entity as records hold it: one snapshot shared by the records of all its tasks
+        # (read only, as the actions are)
         self._snapshots: dict[str, dict[str, Any]] = {}
 
     async def run(self) -> Summary:
