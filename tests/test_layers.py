@@ -30,6 +30,7 @@ BASICS = frozenset(
         "ruleengine.constants",
         "ruleengine.errors",
         "ruleengine.redact",
+        "ruleengine.secret_files",
         "ruleengine.settings",
     }
 )

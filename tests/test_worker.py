@@ -326,7 +326,7 @@ async def test_every_action_type_changes_the_sandbox_and_records_before_after(
     assert len(received) == 1
     name = (await sandbox.object(entity_id))["name"]
     assert received[0]["text"].startswith(f"every notify: {name} impressions (last_7d) ")
-    assert received[0]["text"].endswith("> 0 ✓")
+    assert received[0]["text"].endswith("&gt; 0 ✓")  # Slack shows "&gt;" as ">"
 
 
 async def test_append_never_doubles_across_runs(

@@ -18,13 +18,13 @@ from collections.abc import Sequence
 from redis.exceptions import RedisError
 
 from ruleengine.dispatching.sweep import Dispatcher, utcnow
-from ruleengine.errors import RuleEngineError
+from ruleengine.errors import ConfigurationError, RuleEngineError
 from ruleengine.meta.http import READ_ONLY, GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.observability import DispatcherMetrics, serve
 from ruleengine.queue import connect_queue
 from ruleengine.redact import setup_logging
-from ruleengine.settings import Settings
+from ruleengine.settings import Settings, load_settings
 from ruleengine.store.db import create_client, database, ensure_indexes
 from ruleengine.store.formats import migrate_rules
 from ruleengine.store.rules import RuleStore
@@ -86,7 +86,11 @@ async def run_dispatcher(settings: Settings, *, once: bool) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m ruleengine.dispatch``."""
     args = build_parser().parse_args(argv)
-    settings = Settings()
+    try:
+        settings = load_settings()
+    except ConfigurationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     setup_logging(settings.log_level)
     try:
         return asyncio.run(run_dispatcher(settings, once=args.once))

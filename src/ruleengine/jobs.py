@@ -17,6 +17,7 @@ do: :mod:`ruleengine.maintenance.periodic`).
 from __future__ import annotations
 
 import logging
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,6 +27,7 @@ from ruleengine import constants as c
 from ruleengine.approvals.applying import apply_approval
 from ruleengine.approvals.deciding import requeue_approved
 from ruleengine.dispatching.payload import EvaluateJob, deserialize, serialize
+from ruleengine.errors import ConfigurationError
 from ruleengine.followups.running import run_followup
 from ruleengine.maintenance.periodic import every_minute
 from ruleengine.maintenance.reaper import Reaper
@@ -33,7 +35,7 @@ from ruleengine.maintenance.retention import retention_job
 from ruleengine.observability import WorkerMetrics
 from ruleengine.queue import redis_settings
 from ruleengine.redact import setup_logging
-from ruleengine.settings import Settings
+from ruleengine.settings import Settings, load_settings
 from ruleengine.undo.run import undo_batch
 from ruleengine.worker.deps import Engine
 from ruleengine.worker.job import evaluate_account
@@ -157,7 +159,11 @@ class _LazyWorkerSettings(dict[str, Any]):
 
     def _fill(self) -> None:
         if not self:
-            settings = Settings()
+            try:
+                settings = load_settings()
+            except ConfigurationError as exc:  # arq would print a traceback: one line instead
+                print(f"error: {exc}", file=sys.stderr)
+                raise SystemExit(2) from None
             setup_logging(settings.log_level)
             super().update(worker_kwargs(settings))
 

@@ -12,12 +12,22 @@ address of the embedded server on its port. Whatever is set explicitly wins.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Final, Literal, Self
+from typing import Annotated, Any, Final, Literal, Self
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ruleengine.errors import ConfigurationError
+
 InsightsStrategy = Literal["account_level", "per_campaign"]
+#: An API token is an admin's key: shorter than this is guessable, so no process starts on it.
+API_TOKEN_MIN_CHARS: Final = 32
+#: Values a shipped example or a tutorial puts where the API token goes (compared ignoring
+#: case, spaces, "-" and "_"): a deployment that kept one would be anybody's to administer.
+PLACEHOLDER_TOKENS: Final = frozenset(
+    {"replaceme", "changeme", "placeholder", "secret", "token", "apitoken", "xxx", "x"}
+)
+MAKE_API_TOKEN: Final = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
 WRITE_LOCK_MARGIN_S = 5.0
 ORPHAN_GRACE_S = 60.0
 
@@ -162,6 +172,9 @@ class Settings(BaseSettings):
     web_port: PortNumber = 8080
     #: Where people reach the web app (links in notifications); unset: http://web_host:web_port
     web_public_url: str | None = None
+    #: Host names /api/ answers to besides loopback names, IP addresses, WEB_PUBLIC_URL's
+    #: host and WEB_HOST (web/hosts.py: a request for any other name is a rebinding's)
+    web_allowed_hosts: list[str] = Field(default_factory=list)
     api_token: SecretStr | None = None
     api_reads_require_token: bool = False
     backtest_concurrency: int = Field(
@@ -177,6 +190,20 @@ class Settings(BaseSettings):
         ge=1,
         description="entities (campaigns, ad sets or ads, over its accounts) one backtest replays;"
         " more: refused (API 422, CLI exit 1)",
+    )
+    costly_reads_concurrency: int = Field(
+        default=2,
+        ge=1,
+        description="computations of one kind of costly read (impact, ranking, slow rules,"
+        " conflict check, preview) a web process runs at once; one more: 429",
+    )
+    costly_reads_cache_s: float = Field(
+        default=30.0, ge=0, description="seconds a costly read's answer is kept for the same inputs"
+    )
+    preview_max_entities: int = Field(
+        default=2_000,
+        ge=1,
+        description="entities one preview evaluates (all its accounts together); more: 422",
     )
     refuse_conflicting_rules: bool = Field(
         default=False,
@@ -208,6 +235,15 @@ class Settings(BaseSettings):
     @classmethod
     def _strip_slash(cls, value: str) -> str:
         return value.rstrip("/")
+
+    @field_validator("api_token")
+    @classmethod
+    def _strong_api_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            problem = api_token_problem(value.get_secret_value())
+            if problem is not None:
+                raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _derive_ports_and_urls(self) -> Self:
@@ -276,3 +312,41 @@ class Settings(BaseSettings):
         if self.web_public_url:
             return self.web_public_url.rstrip("/")
         return f"http://{self.web_host}:{self.web_port}"
+
+
+def api_token_problem(token: str) -> str | None:
+    """Why ``token`` may not be the configured API token (an admin's), None when it may."""
+    folded = "".join(ch for ch in token.lower() if ch not in " -_")
+    if folded in PLACEHOLDER_TOKENS or folded.startswith("replaceme"):
+        what = "is a placeholder from an example"
+    elif len(token) < API_TOKEN_MIN_CHARS:
+        what = f"is {len(token)} characters long; it needs at least {API_TOKEN_MIN_CHARS}"
+    else:
+        return None
+    return f"{what}: make one with {MAKE_API_TOKEN} and set it"
+
+
+def settings_problems(exc: ValidationError) -> list[str]:
+    """One line per wrong setting: its variable and what is wrong with it."""
+    lines = []
+    for error in exc.errors():
+        name = "RULEENGINE_" + "_".join(str(p) for p in error["loc"]).upper()
+        message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(
+            f"setting {name} {message}"
+            if error["type"] == "value_error"
+            else f"setting {name}: {message}"
+        )
+    return lines
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """The process's settings from ``RULEENGINE_*`` variables (``overrides`` win).
+
+    Raises:
+        ConfigurationError: a setting is wrong; one line per setting, naming it.
+    """
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigurationError("; ".join(settings_problems(exc))) from None

@@ -145,7 +145,7 @@ def test_require_role_refuses_a_request_no_token_identified(role: Any) -> None:
 def test_the_whole_analysis_needs_a_token_even_when_reads_are_open(
     route: str | None, expected: bool
 ) -> None:
-    open_reads = Settings(api_token=SecretStr("t" * 20), api_reads_require_token=False)
+    open_reads = Settings(api_token=SecretStr("t" * 32), api_reads_require_token=False)
     path = route or "/api/rules/conflicts/nowhere"
     assert needs_token("GET", path, open_reads, route=route) is expected
 

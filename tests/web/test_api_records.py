@@ -69,7 +69,7 @@ async def test_bad_query_parameters_are_422_naming_the_parameter(client: Client)
         response = await client.get(f"/api/batches?{query}")
         assert response.status == 422, query
         assert (await response.json())["errors"][0]["path"] == name
-    slow = await client.get("/api/benchmark/slow-rules?since_hours=abc")
+    slow = await client.get("/api/benchmark/slow-rules?since_hours=abc", headers=AUTH)
     assert slow.status == 422
 
 
@@ -141,7 +141,9 @@ async def test_slow_rules_are_ranked_by_p95(client: Client, db: Database) -> Non
         started_at=now - timedelta(minutes=1),
         status="RUNNING",
     )
-    report = await (await client.get("/api/benchmark/slow-rules?since_hours=24")).json()
+    report = await (
+        await client.get("/api/benchmark/slow-rules?since_hours=24", headers=AUTH)
+    ).json()
     rules = report["rules"]
     assert [r["rule_id"] for r in rules] == ["spiky", "steady", "fast"]
     spiky = rules[0]
@@ -152,7 +154,7 @@ async def test_slow_rules_are_ranked_by_p95(client: Client, db: Database) -> Non
     assert spiky["stages_mean_s"]["fetch"] == round(sum(durations["spiky"]) * 0.6 / 4, 6)
     assert set(spiky["stages_mean_s"]) == {"cooldown", "fetch", "evaluate", "act"}
     assert spiky["graph_calls_mean"] == 3.5
-    wide = await (await client.get("/api/benchmark/slow-rules?since_hours=48")).json()
+    wide = await (await client.get("/api/benchmark/slow-rules?since_hours=48", headers=AUTH)).json()
     assert wide["rules"][0]["rule_id"] == "ancient"
 
 

@@ -21,6 +21,8 @@ from ruleengine.store.api_tokens import ApiTokenStore
 from ruleengine.store.db import Database
 
 pytestmark = pytest.mark.browser
+#: The screen has read the link's token (same screen, new hash: no new page load, so wait).
+TOKEN_TAKEN = "() => !location.hash.includes('token=')"
 
 
 async def test_the_versions_table_names_the_editor_and_a_viewer_is_refused(
@@ -42,7 +44,16 @@ async def test_the_versions_table_names_the_editor_and_a_viewer_is_refused(
     await _shot(page, "tokens-versions-by-editor")
     assert console.errors == []
 
+    asked: list[str] = []
+
+    async def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        await dialog.accept()
+
+    page.once("dialog", accept)  # the link's token replaces the kept one only when asked
     await _open(page, f"{client.make_url('/rules')}#token={wall}")
+    await page.wait_for_function(TOKEN_TAKEN)
+    assert asked and "Replace the kept token" in asked[0]
     await page.click("#new-rule")
     await page.wait_for_selector("#validity.ok")
     await page.click("#save-rule")
@@ -51,3 +62,30 @@ async def test_the_versions_table_names_the_editor_and_a_viewer_is_refused(
     assert "'wall-screen' is a viewer token" in shown
     assert "needs the editor role" in shown
     assert await db["rules"].count_documents({}) == 1
+
+
+async def test_a_link_never_swaps_the_kept_token_without_asking(
+    page: Any,  # noqa: F811
+    client: Client,
+    db: Database,
+) -> None:
+    store = ApiTokenStore(db)
+    _, mine = await store.add("mine", "editor", now=datetime.now(UTC))
+    _, theirs = await store.add("theirs", "admin", now=datetime.now(UTC))
+    await _open(page, f"{client.make_url('/rules')}#token={mine}")
+    kept = "localStorage.getItem('ruleengine.apiToken')"
+    assert await page.evaluate(kept) == mine
+    asked: list[str] = []
+
+    async def dismiss(dialog: Any) -> None:
+        asked.append(dialog.message)
+        await dialog.dismiss()
+
+    page.once("dialog", dismiss)
+    await _open(page, f"{client.make_url('/rules')}#token={theirs}")
+    await page.wait_for_function(TOKEN_TAKEN)
+    assert len(asked) == 1
+    assert await page.evaluate(kept) == mine  # a link someone sent did not make us them
+    assert "token=" not in page.url  # and it left the address bar anyway
+    await page.wait_for_selector("#flash")
+    assert "was not taken" in await page.inner_text("#flash")

@@ -103,7 +103,7 @@ async def test_a_put_with_a_non_ascii_expected_version_is_422(client: Client) ->
 async def test_an_authorization_header_that_is_not_utf8_is_401(client: Client) -> None:
     answer = await raw_exchange(
         client,
-        b"POST /api/rules HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+        b"POST /api/rules HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
         b"Authorization: Bearer \xff\xfe\xc3token\r\nContent-Length: 2\r\n\r\n{}",
     )
     assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
@@ -169,7 +169,8 @@ async def test_a_client_that_hangs_up_is_logged_as_info_without_a_traceback(
         host, port = runner.addresses[0][:2]
         _, writer = await asyncio.open_connection(host, port)
         writer.write(
-            b"POST /api/rules/validate HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"POST /api/rules/validate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\n"
             b'Content-Length: 100000\r\n\r\n{"name": "half a bo'
         )
         await writer.drain()

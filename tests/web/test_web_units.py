@@ -61,5 +61,5 @@ def test_slow_rules_rank_by_p95_then_max_then_name_and_round_the_figures() -> No
 def test_which_requests_need_the_token(
     method: str, path: str, reads_closed: bool, expected: bool
 ) -> None:
-    settings = Settings(api_token=SecretStr("t" * 20), api_reads_require_token=reads_closed)
+    settings = Settings(api_token=SecretStr("t" * 32), api_reads_require_token=reads_closed)
     assert needs_token(method, path, settings) is expected

@@ -30,7 +30,7 @@ from ruleengine.rules.conflicts import (
 from ruleengine.rules.filtering import LocalFilter, wire
 from ruleengine.rules.model import Rule
 from ruleengine.store.credentials import CredentialStore, token_ref
-from ruleengine.store.ruledocs import StoredRuleError
+from ruleengine.store.ruledocs import Loaded, StoredRuleError
 from ruleengine.store.rules import RuleStore
 
 log = logging.getLogger(__name__)
@@ -44,10 +44,16 @@ ANALYSED = ("ACTIVE", "PAUSED")  # the statuses of the stored rules the analysis
 
 
 async def stored_entries(store: RuleStore, *, active_only: bool = False) -> list[RuleEntry]:
-    """Every stored rule that reads (ACTIVE and PAUSED, or ACTIVE only)."""
-    entries: list[RuleEntry] = []
+    """Every stored rule that reads (ACTIVE and PAUSED, or ACTIVE only); the definitions are
+    parsed off the event loop (a thousand rules take about a second)."""
     statuses = ("ACTIVE",) if active_only else ANALYSED
-    for item in await store.page(statuses=statuses):
+    items = await store.page(statuses=statuses)
+    return await asyncio.to_thread(_entries, items, statuses)
+
+
+def _entries(items: Sequence[Loaded], statuses: Sequence[str]) -> list[RuleEntry]:
+    entries: list[RuleEntry] = []
+    for item in items:
         if isinstance(item, StoredRuleError) or item.status not in statuses:
             continue
         try:
@@ -85,6 +91,19 @@ class StoredAnalysis:
         self._key: str | None = None
         self._analysis: Analysis | None = None
         self._lock = asyncio.Lock()
+        self._active_key: str | None = None
+        self._active: list[RuleEntry] = []
+        self._active_lock = asyncio.Lock()
+
+    async def active(self, store: RuleStore) -> list[RuleEntry]:
+        """The ACTIVE rules, parsed once per state of the active rules (what a draft's
+        conflict check compares against)."""
+        key = await store.fingerprint(statuses=("ACTIVE",))
+        async with self._active_lock:
+            if key != self._active_key:
+                self._active = await stored_entries(store, active_only=True)
+                self._active_key = key
+            return self._active
 
     async def get(self, store: RuleStore) -> Analysis:
         """The analysis of the rules as stored now."""
@@ -147,7 +166,9 @@ class ConflictGate:
     ) -> list[Finding]:
         """The findings of ``rule``; raises :class:`ConflictingRuleError` to refuse it."""
         active = await stored_entries(store, active_only=True)
-        findings = against_active(rule, active, rule_id=rule_id or NEW_RULE_ID)
+        findings = await asyncio.to_thread(
+            against_active, rule, active, rule_id=rule_id or NEW_RULE_ID
+        )
         fights = any(f.severity == "conflict" for f in findings)
         if fights and self.refuse and rule.status == "ACTIVE":
             raise ConflictingRuleError(what, findings)

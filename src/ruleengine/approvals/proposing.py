@@ -17,6 +17,7 @@ from datetime import timedelta
 from ruleengine.acting.results import ActResult, JobRun
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Task, approval_webhook
+from ruleengine.rules.template import message_text
 from ruleengine.store.approvals import ApprovalStore, approval_id
 from ruleengine.store.db import Document
 from ruleengine.writes.notify import Notifier, NotifyError
@@ -125,8 +126,10 @@ async def announce(
 
 def message(doc: Document, *, base_url: str) -> str:
     """The announcement of a proposal: what would change, until when, and where to decide."""
+    text = {k: message_text(doc.get(k)) for k in ("rule_name", "entity_name", "entity_id")}
+    change = " → ".join(message_text(doc.get(k)) for k in ("before", "after"))
     return (
-        f"{doc['rule_name']}: {doc['entity_name']} ({doc['entity_id']}) {doc['field']}"
-        f" {doc['before']} → {doc['after']} waits for approval until"
+        f"{text['rule_name']}: {text['entity_name']} ({text['entity_id']})"
+        f" {message_text(doc['field'])} {change} waits for approval until"
         f" {doc['expires_at']:%Y-%m-%d %H:%M} UTC: {base_url.rstrip('/')}/approvals/{doc['_id']}"
     )

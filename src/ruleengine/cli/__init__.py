@@ -30,7 +30,7 @@ from ruleengine.cli import accounts, approvals, batches, rules, tokens, up
 from ruleengine.cli.common import Handler
 from ruleengine.cli.stack import UNREACHABLE_EXIT, StackUnreachable
 from ruleengine.errors import RuleEngineError
-from ruleengine.settings import Settings
+from ruleengine.settings import Settings, settings_problems
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,9 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except ValidationError as exc:
-        for error in exc.errors():
-            name = "RULEENGINE_" + "_".join(str(p) for p in error["loc"]).upper()
-            print(f"error: setting {name}: {error['msg']}", file=sys.stderr)
+        for line in settings_problems(exc):
+            print(f"error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -9,7 +9,7 @@ import re
 import sys
 from typing import Any
 
-from ruleengine.cli.common import now, run_async
+from ruleengine.cli.common import now, run_async, say
 from ruleengine.cli.stack import all_accounts, credentials, graph_reader, open_database
 from ruleengine.errors import MetaUnreachable, RuleEngineError
 from ruleengine.settings import Settings
@@ -90,7 +90,7 @@ async def _accounts_list(args: argparse.Namespace, settings: Settings) -> int:
         accounts = await all_accounts(db, settings)
     for account in accounts:
         refused, mismatch = account.token_state, account.currency_state
-        print(
+        say(
             f"{account.id:<20} {account.currency:<4} {account.timezone:<22}"
             f" token …{account.token_fingerprint}  {account.name}"
             + (f"  [TOKEN REFUSED: {refused.describe()}]" if refused else "")

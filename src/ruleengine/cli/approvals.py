@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Literal
 
 from ruleengine.approvals.deciding import REQUEUE_AFTER, decide
-from ruleengine.cli.common import cli_actor, now, run_async, whole_number
+from ruleengine.cli.common import cli_actor, now, run_async, say, whole_number
 from ruleengine.cli.stack import StackUnreachable, open_database, open_queue, shown_url
 from ruleengine.settings import Settings
 from ruleengine.store.approvals import STATUSES, ApprovalStore
@@ -53,7 +53,7 @@ async def _approvals_list(args: argparse.Namespace, settings: Settings) -> int:
         await store.expire_due(now=now())
         docs = await store.page(status=args.status, limit=args.limit, skip=0)
     for doc in docs:
-        print(_approval_line(doc))
+        say(_approval_line(doc))
     if not docs:
         print(f"no {args.status or ''} approvals".replace("  ", " "))
     return 0
@@ -68,7 +68,7 @@ async def _approvals_decide(args: argparse.Namespace, settings: Settings) -> int
         decision = await decide(
             ApprovalStore(db), queue, args.id, status=status, by=args.by, now=now()
         )
-    print(_approval_line(decision.doc))
+    say(_approval_line(decision.doc))
     if not decision.changed:
         print(f"error: not {status}: {decision.reason}", file=sys.stderr)
         return 1

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ruleengine.cli.common import cli_actor, now, run_async
+from ruleengine.cli.common import cli_actor, now, one_line, run_async
 from ruleengine.cli.stack import open_database, open_queue
 from ruleengine.settings import Settings
 
@@ -98,8 +98,9 @@ def undo_table(data: dict[str, Any]) -> str:
             ]
             for f in data.get("followups", [])
         ]
+    rows = [[one_line(cell) for cell in row] for row in rows]
     widths = [max(len(x) for x in column) for column in zip(header, *rows, strict=False)]
-    lines = [head, "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines = [one_line(head), "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
     return "\n".join(line.rstrip() for line in lines) + "\n"
 

@@ -7,9 +7,10 @@ import argparse
 import asyncio
 import getpass
 import re
+import sys
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 from ruleengine.settings import Settings
 
@@ -32,6 +33,12 @@ def one_line(text: str) -> str:
     return "".join(
         ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
     )
+
+
+def say(line: str, *, file: TextIO | None = None) -> None:
+    """Print one line of a listing or a table: names from Meta or a rule (``one_line``) can
+    neither add lines nor send the terminal escape sequences."""
+    print(one_line(line), file=file or sys.stdout)
 
 
 def cli_actor() -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from ruleengine.cli.common import now, run_async
+from ruleengine.cli.common import now, one_line, run_async
 from ruleengine.cli.stack import open_database
 from ruleengine.settings import Settings
 
@@ -65,7 +65,7 @@ def impact_text(report: dict[str, Any]) -> str:
                 f"    estimated total profit effect: {task['total_profit_effect']:+,.2f}"
                 f" over {counts['acted']} decisions acted on"
             )
-    return "\n".join(lines) + "\n"
+    return "\n".join(one_line(line) for line in lines) + "\n"
 
 
 def add_impact(rules: Any) -> None:

@@ -14,7 +14,7 @@ import orjson
 
 from ruleengine.analysis.conflicts import ConflictingRuleError
 from ruleengine.cli.backtest import add_backtest
-from ruleengine.cli.common import now, run_async, whole_number
+from ruleengine.cli.common import now, run_async, say, whole_number
 from ruleengine.cli.conflicts import add_conflicts, print_findings
 from ruleengine.cli.files import is_old_format, migrate_file, print_problems, validate_files
 from ruleengine.cli.impact import add_impact
@@ -41,7 +41,7 @@ def cmd_rules_validate(args: argparse.Namespace, settings: Settings) -> int:
     """Validate rule files offline; exit 1 when any has a problem."""
     valid = validate_files(args.files, sys.stdout, explain_in=args.currency)
     for path, rule in valid:
-        print(f"{path}: ok ({rule.name}, {len(rule.tasks)} task(s))")
+        say(f"{path}: ok ({rule.name}, {len(rule.tasks)} task(s))")
     return 0 if len(valid) == len(args.files) else 1
 
 
@@ -60,12 +60,12 @@ async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
                 result = await store.save(rule, now=now(), author=args.author, source=str(path))
             except ConflictingRuleError as exc:
                 refused += 1
-                print(f"{path}: not applied ({rule.name}): it fights active rules", file=sys.stderr)
+                say(f"{path}: not applied ({rule.name}): it fights active rules", file=sys.stderr)
                 print_findings(exc.findings, sys.stderr, prefix=f"{path}: ")
                 continue
             state = "created" if result.created else "unchanged"
             state = "new version" if result.new_version and not result.created else state
-            print(f"{path}: {result.rule.id} v{result.rule.version} {state} ({rule.name})")
+            say(f"{path}: {result.rule.id} v{result.rule.version} {state} ({rule.name})")
             print_findings(result.warnings, sys.stdout, prefix=f"{path}: warning: ")
         if refused:
             print(
@@ -90,7 +90,7 @@ async def _rules_rollback(args: argparse.Namespace, settings: Settings) -> int:
             print_findings(exc.findings, sys.stderr)
             return 1
     doc = changed.rule
-    print(f"{doc.id} v{doc.version} is active ({doc.name}, {doc.status})")
+    say(f"{doc.id} v{doc.version} is active ({doc.name}, {doc.status})")
     print_findings(changed.warnings, sys.stdout, prefix="warning: ")
     return 0
 
@@ -130,7 +130,7 @@ async def _rules_list(args: argparse.Namespace, settings: Settings) -> int:
     async with open_database(settings) as db:
         rules = await RuleStore(db).page()
     for item in rules:
-        print(_rule_line(item))
+        say(_rule_line(item))
     if not rules:
         print("no rules yet; add some with `ruleengine rules apply FILE…`")
     return 0

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from ruleengine.cli.common import now, run_async
+from ruleengine.cli.common import now, run_async, say
 from ruleengine.cli.stack import open_database
 from ruleengine.settings import Settings
 from ruleengine.store.api_tokens import ROLES, ApiToken, ApiTokenStore
@@ -52,7 +52,7 @@ async def _tokens_list(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     print(f"{'NAME':<24} {'ROLE':<9} {'CREATED':<21} {'LAST USED':<21} REVOKED")
     for t in tokens:
-        print(
+        say(
             f"{t.name:<24} {t.role:<9} {_when(t.created_at):<21} {_when(t.last_used_at):<21}"
             f" {_when(t.revoked_at)}"
         )
@@ -62,7 +62,7 @@ async def _tokens_list(args: argparse.Namespace, settings: Settings) -> int:
 async def _tokens_revoke(args: argparse.Namespace, settings: Settings) -> int:
     async with open_database(settings) as db:
         token = await ApiTokenStore(db).revoke(args.name, now=now())
-    print(f"API token '{token.name}' revoked at {_when(token.revoked_at)}")
+    say(f"API token '{token.name}' revoked at {_when(token.revoked_at)}")
     return 0
 
 

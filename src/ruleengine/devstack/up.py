@@ -39,6 +39,7 @@ from ruleengine.devstack.ports import EmbeddedServers, PortUse, check_ports
 from ruleengine.devstack.supervise import Supervisor
 from ruleengine.errors import RuleEngineError
 from ruleengine.rules.model import parse_rule
+from ruleengine.secret_files import read_secret
 from ruleengine.settings import PORT_LAYOUT, Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, create_client, database, ensure_indexes
@@ -68,10 +69,7 @@ def _api_token(settings: Settings, data_dir: Path) -> str:
     if settings.api_token is not None:
         return settings.api_token.get_secret_value()
     path = data_dir / API_TOKEN_FILE
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(24))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    return read_secret(path, create=lambda: secrets.token_urlsafe(32).encode()).decode()
 
 
 def _examples_dir() -> Path | None:

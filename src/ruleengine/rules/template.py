@@ -11,9 +11,17 @@ that rule existed, so rendering never raises.
 from __future__ import annotations
 
 import string
+import unicodedata
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 _PARSER = string.Formatter()
+#: What Slack-compatible message text treats as markup: ``<…>`` is a link, a mention or
+#: ``<!channel>``; ``&`` starts an entity. Escaped as Slack's message formatting asks.
+_MRKDWN: Final = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+#: Invisible characters that reorder how text is shown (bidirectional overrides and
+#: isolates): a name could show one thing and say another.
+_BIDI: Final = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def _known(allowed: Iterable[str]) -> str:
@@ -57,6 +65,27 @@ def check_template(template: str, allowed: frozenset[str]) -> str:
         if problem:
             raise ValueError(problem)
     return template
+
+
+def one_line_text(value: object) -> str:
+    """``value`` as one line of text: control characters, line and paragraph separators and
+    bidirectional overrides each become a space, so a name cannot start a line of its own,
+    rewrite a terminal or reorder what is shown around it."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(" " if _folded(ch) else ch for ch in text)
+
+
+def _folded(ch: str) -> bool:
+    return ch in _BIDI or unicodedata.category(ch) in ("Cc", "Zl", "Zp")
+
+
+def message_text(value: object) -> str:
+    """``value`` (a name from Meta or a user, a value) made safe to put into a
+    Slack-compatible message: on one line (:func:`one_line_text`) and with ``&``, ``<``, ``>``
+    escaped, so ``<!channel>`` pings nobody and ``<https://x|Approve>`` links nowhere."""
+    return one_line_text(value).translate(_MRKDWN)
 
 
 def render_template(template: str, values: Mapping[str, object]) -> str:

@@ -39,6 +39,7 @@ from ruleengine.errors import (
     TokenUnusableError,
 )
 from ruleengine.rules.basics import is_account_id, timezone_problem
+from ruleengine.secret_files import read_secret
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database, Document
 
@@ -67,23 +68,20 @@ def check_account(account_id: str, timezone: str | None, currency: str | None) -
 def load_key(settings: Settings, *, create: bool = False) -> bytes:
     """The Fernet key from the setting, else from ``<data_dir>/token-encryption.key``.
 
-    With ``create`` (embedded mode) a missing key file is generated (mode 0600).
+    With ``create`` (embedded mode) a missing key file is generated, 0600 from the start;
+    a key file others may read is tightened (:mod:`ruleengine.secret_files`).
     """
     if settings.token_encryption_key is not None:
         key = settings.token_encryption_key.get_secret_value().encode()
     else:
         path = Path(settings.data_dir) / KEY_FILE
-        if not path.exists():
-            if not create:
-                raise ConfigurationError(
-                    "no token encryption key: set RULEENGINE_TOKEN_ENCRYPTION_KEY (generate one"
-                    " with `ruleengine accounts new-key`) or run `ruleengine up` once to create"
-                    f" {path}"
-                )
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(Fernet.generate_key())
-            path.chmod(0o600)
-        key = path.read_bytes().strip()
+        if not path.exists() and not create:
+            raise ConfigurationError(
+                "no token encryption key: set RULEENGINE_TOKEN_ENCRYPTION_KEY (generate one"
+                " with `ruleengine accounts new-key`) or run `ruleengine up` once to create"
+                f" {path}"
+            )
+        key = read_secret(path, create=Fernet.generate_key if create else None)
     try:
         Fernet(key)
     except ValueError:

@@ -13,11 +13,10 @@ import sys
 from collections.abc import Sequence
 
 from aiohttp import web
-from pydantic import ValidationError
 
-from ruleengine.errors import RuleEngineError
+from ruleengine.errors import ConfigurationError, RuleEngineError
 from ruleengine.redact import setup_logging
-from ruleengine.settings import Settings
+from ruleengine.settings import Settings, load_settings
 from ruleengine.web.app import create_app
 
 
@@ -68,9 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     args = parse_args(argv)
     try:
-        settings = Settings()
-    except ValidationError as exc:
-        print(f"error: invalid RULEENGINE_* setting:\n{exc}", file=sys.stderr)
+        settings = load_settings()
+    except ConfigurationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.host is not None:
         settings = settings.model_copy(update={"web_host": args.host})

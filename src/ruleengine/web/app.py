@@ -1,7 +1,8 @@
 """The web app: ``create_app(settings)`` composes the API, the screens, health and metrics.
 
-Middlewares, outermost first: request metrics → errors as JSON → bearer-token
-auth. Clients are opened in a cleanup context (see :mod:`ruleengine.web.state`).
+Middlewares, outermost first: request metrics → errors as JSON → the request's ``Host``
+(:mod:`ruleengine.web.hosts`) → bearer-token auth. Clients are opened in a cleanup context
+(see :mod:`ruleengine.web.state`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ruleengine.store.ruledocs import StoredRuleError
 from ruleengine.web import api, health, views
 from ruleengine.web.api import backtests as api_backtests
 from ruleengine.web.auth import auth_middleware
+from ruleengine.web.hosts import host_middleware
 from ruleengine.web.jsonio import ApiError, error_response
 from ruleengine.web.prometheus import setup_metrics
 from ruleengine.web.state import SETTINGS, services_context
@@ -135,6 +137,7 @@ def create_app(settings: Settings, *, dev: bool = False) -> web.Application:
     app[SETTINGS] = settings
     setup_metrics(app)  # first: its middleware sees every final status
     app.middlewares.append(errors_middleware)
+    app.middlewares.append(host_middleware(settings))
     app.middlewares.append(auth_middleware(settings))
     app.cleanup_ctx.append(services_context)
     app.on_response_prepare.append(_secure)

@@ -55,6 +55,8 @@ ROUTE_ROLES: Final[dict[tuple[str, str], Role]] = {
     # a rule's impact: the history cache, and Graph for the hours it lacks
     ("GET", "/api/rules/{id}/impact"): "viewer",
     ("GET", "/api/benchmark/impact"): "viewer",
+    # an aggregation over a week of batches, in the MongoDB the workers share
+    ("GET", "/api/benchmark/slow-rules"): "viewer",
     # analysis that changes nothing
     ("POST", "/api/rules/validate"): "viewer",
     ("POST", "/api/rules/conflicts"): "viewer",
@@ -82,8 +84,15 @@ ROUTE_ROLES: Final[dict[tuple[str, str], Role]] = {
 }
 
 
+def as_read(method: str) -> str:
+    """The method a role or token is decided for: ``HEAD`` runs its route's ``GET`` handler
+    (aiohttp serves it for every ``add_get``), so it is decided exactly as that ``GET``."""
+    return "GET" if method == "HEAD" else method
+
+
 def needs_token(method: str, path: str, settings: Settings, *, route: str | None = None) -> bool:
     """Whether a request to ``path`` (matched to the ``route`` pattern) must carry a token."""
+    method = as_read(method)
     if not path.startswith("/api/"):
         return False  # UI shells, health, metrics, static files
     if method in WRITE_METHODS:
@@ -113,8 +122,9 @@ def route_role(request: web.Request) -> Role:
     route = _route(request)
     if route is None:  # no such route: the router answers 404/405
         return "viewer"
-    default: Role = "admin" if request.method in WRITE_METHODS else "viewer"
-    return ROUTE_ROLES.get((request.method, route), default)
+    method = as_read(request.method)
+    default: Role = "admin" if method in WRITE_METHODS else "viewer"
+    return ROUTE_ROLES.get((method, route), default)
 
 
 def _identified(request: web.Request, name: str, role: Role) -> None:

@@ -31,6 +31,7 @@ from ruleengine.store.heartbeats import Heartbeats
 from ruleengine.store.records import BatchStore, ExecutionStore
 from ruleengine.store.rollups import RollupStore
 from ruleengine.store.rules import RuleStore
+from ruleengine.web.costly import CostlyReads
 from ruleengine.worker.preview import open_preview
 from ruleengine.worker.stages import Reading
 
@@ -54,6 +55,7 @@ class Services:
     heartbeats: Heartbeats
     followups: FollowupStore
     conflicts: StoredAnalysis  # the conflict analysis of the stored rules, kept until they change
+    costly: CostlyReads  # the limit, single flight and memory of the costly reads
 
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -91,6 +93,9 @@ def _open(settings: Settings) -> Services:
         heartbeats=Heartbeats(db),
         followups=FollowupStore(db),
         conflicts=StoredAnalysis(),
+        costly=CostlyReads(
+            concurrency=settings.costly_reads_concurrency, cache_s=settings.costly_reads_cache_s
+        ),
     )
 
 

@@ -14,8 +14,10 @@ no ad object), nothing else, and no import path from this module reaches
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -34,6 +36,7 @@ from ruleengine.acting.results import (
 from ruleengine.dispatching.payload import EvaluateJob
 from ruleengine.errors import RuleEngineError
 from ruleengine.meta.http import READ_AND_REPORT, GraphSession
+from ruleengine.meta.insights import InsightsResult
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.action_types import DuplicateAction, NotifyAction, RebalanceBudgetAction
 from ruleengine.rules.model import Rule
@@ -147,16 +150,35 @@ class PreviewEvaluation(Evaluation):
         live = await read_live(run.reader, run, pair.entity, target.reads)
         return would_do(target.planner(live))
 
+    async def _evaluate_stage(
+        self,
+        pairs: list[Pair],
+        insights: InsightsResult,
+        custom: dict[str, Callable[[str], float | None]],
+    ) -> None:
+        # The web app runs previews: its loop must keep answering meanwhile.
+        await asyncio.to_thread(self._evaluate, pairs, insights, custom)
+
     async def _keep(self, pairs: list[Pair], summary: Summary) -> None:
         summary.records = [self.record(p) for p in pairs]
+
+
+class PreviewTooBig(RuleEngineError):
+    """The rule's accounts hold more entities than one preview evaluates."""
 
 
 async def preview_rule(
     reading: Reading, rule: Rule, *, rule_id: str, version: int, now: datetime
 ) -> Preview:
-    """Evaluate ``rule`` now on every account, writing nothing anywhere."""
+    """Evaluate ``rule`` now on every account, writing nothing anywhere.
+
+    Raises:
+        PreviewTooBig: the accounts hold more than ``RULEENGINE_PREVIEW_MAX_ENTITIES``
+            entities together (counted as they are listed, before any Insights are read).
+    """
     result = Preview()
     reader = GraphReader.from_settings(reading.session.view())
+    limit, listed = reading.settings.preview_max_entities, 0
     for account in rule.ad_accounts:
         try:
             token = await reading.credentials.usable_token(token_ref(account))
@@ -164,6 +186,14 @@ async def preview_rule(
         except (RuleEngineError, ValueError) as exc:
             result.errors[account] = str(exc)
             continue
+        listed += len(entities)
+        if listed > limit:
+            raise PreviewTooBig(
+                f"the rule's accounts hold more than {limit:,} {rule.level}s to evaluate"
+                f" ({listed:,} listed up to {account}), the most a preview evaluates"
+                " (RULEENGINE_PREVIEW_MAX_ENTITIES): narrow the rule's filters or accounts, or"
+                " run a backtest"
+            )
         job = EvaluateJob.of(
             rule,
             batch_id=f"preview-{rule_id}-{account}",

@@ -247,7 +247,7 @@ class Evaluation:
         live = [p for p in pairs if p.reason is None]
         insights, custom = await self._fetch_reading_ahead(live)
         self._stage("fetch", watch.lap(), pairs)
-        self._evaluate(live, insights, custom)
+        await self._evaluate_stage(live, insights, custom)
         passing = [p for p in live if p.verdict and p.verdict.passed]
         await self._hold_out([p for p in passing if self._is_held_out(p)])
         await self._act([p for p in passing if p.result is None])
@@ -385,6 +385,15 @@ class Evaluation:
             return {}  # every custom metric is then "no data"
         entities = {p.entity.id: p.entity for p in pairs}.values()
         return {entity.id: _lookup(table, entity) for entity in entities}
+
+    async def _evaluate_stage(
+        self,
+        pairs: list[Pair],
+        insights: InsightsResult,
+        custom: dict[str, Callable[[str], float | None]],
+    ) -> None:
+        """The ``evaluate`` stage; a worker runs it on its loop (its jobs are its work)."""
+        self._evaluate(pairs, insights, custom)
 
     def _evaluate(
         self,

@@ -32,7 +32,7 @@ from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import ConditionResult, TaskVerdict
 from ruleengine.rules.model import Task
 from ruleengine.rules.plan import Plan
-from ruleengine.rules.template import render_template
+from ruleengine.rules.template import message_text, render_template
 from ruleengine.settings import Settings
 from ruleengine.store.intents import Intent, IntentStore, Resolution
 
@@ -88,9 +88,14 @@ class MessageContext:
     conditions: str = ""
 
     def values(self, *, now: datetime, tz: ZoneInfo) -> dict[str, Any]:
-        """Placeholder values, including ``{date}`` and ``{time}`` in the rule's timezone."""
+        """Placeholder values, including ``{date}`` and ``{time}`` in the rule's timezone.
+
+        Each value is message text (:func:`~ruleengine.rules.template.message_text`): an ad's
+        name is whatever whoever may rename it wrote, and must not ping a channel, link
+        elsewhere or start a line of its own. The template, the rule author's, stays as written.
+        """
         local = now.astimezone(tz)
-        return {
+        values = {
             "rule": self.rule,
             "task": self.task,
             "level": self.level,
@@ -104,6 +109,7 @@ class MessageContext:
             "date": local.date().isoformat(),
             "time": local.strftime("%H:%M"),
         }
+        return {name: message_text(value) for name, value in values.items()}
 
 
 def render(template: str, values: Mapping[str, Any]) -> str:

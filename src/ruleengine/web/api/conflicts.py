@@ -14,17 +14,19 @@ See docs/api.md.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 
 from ruleengine.analysis.conflicts import (
+    ANALYSED,
     NEW_RULE_ID,
     add_live_entities,
     against_active,
     findings_json,
-    stored_entries,
 )
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.conflicts import Finding, RuleEntry, conflicting_rule_ids
@@ -63,30 +65,42 @@ def _severities(findings: Sequence[Finding]) -> dict[str, int]:
 
 
 async def list_conflicts(request: web.Request) -> web.Response:
-    """``GET /api/rules/conflicts?live=&rule_id=&limit=&offset=``: a page of the findings."""
+    """``GET /api/rules/conflicts?live=&rule_id=&limit=&offset=``: a page of the findings
+    (a costly read, :mod:`ruleengine.web.costly`, keyed on the state of the rules too)."""
     live = _live(request)
     limit = int_param(request, "limit", default=DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
     offset = int_param(request, "offset", default=0, low=0, high=10_000_000)
+    rule_id = request.query.get("rule_id")
+    svc = services(request)
+    state = await svc.rules.fingerprint(statuses=ANALYSED)
+
+    async def compute() -> dict[str, Any]:
+        return await _page(request, live=live, limit=limit, offset=offset, rule_id=rule_id)
+
+    inputs = (state, live, limit, offset, rule_id)
+    return json_response(await svc.costly.answer("conflicts", inputs, compute))
+
+
+async def _page(
+    request: web.Request, *, live: bool, limit: int, offset: int, rule_id: str | None
+) -> dict[str, Any]:
     analysis = await services(request).conflicts.get(services(request).rules)
     findings = analysis.findings
-    rule_id = request.query.get("rule_id")
     if rule_id is not None:
         findings = [f for f in findings if rule_id in (f.a.rule_id, f.b.rule_id)]
     page = findings[offset : offset + limit]
     if live:
         page = await _with_live(request, page, analysis.entries)
-    return json_response(
-        {
-            "findings": findings_json(page),
-            "total": len(findings),
-            "limit": limit,
-            "offset": offset,
-            "conflicting_rules": conflicting_rule_ids(findings),
-            **_severities(findings),
-            "checked_rules": len(analysis.entries),
-            "live": live,
-        }
-    )
+    return {
+        "findings": findings_json(page),
+        "total": len(findings),
+        "limit": limit,
+        "offset": offset,
+        "conflicting_rules": conflicting_rule_ids(findings),
+        **_severities(findings),
+        "checked_rules": len(analysis.entries),
+        "live": live,
+    }
 
 
 async def conflict_counts(request: web.Request) -> web.Response:
@@ -102,25 +116,36 @@ async def conflict_counts(request: web.Request) -> web.Response:
 
 
 async def check_draft(request: web.Request) -> web.Response:
-    """``POST /api/rules/conflicts``: a draft (an edit of ``?rule_id=``) vs the active rules."""
-
+    """``POST /api/rules/conflicts``: a draft (an edit of ``?rule_id=``) vs the active rules
+    (a costly read, :mod:`ruleengine.web.costly`: keyed on the body and the active rules)."""
     live = _live(request)
-    rule = await validated_rule(request, await read_json(request, what="rule"))
     rule_id = request.query.get("rule_id") or NEW_RULE_ID
-    active = await stored_entries(services(request).rules, active_only=True)
-    findings = against_active(rule, active, rule_id=rule_id)
+    body = hashlib.sha256(await request.read()).hexdigest()
+    svc = services(request)
+    state = await svc.rules.fingerprint(statuses=("ACTIVE",))
+
+    async def compute() -> dict[str, Any]:
+        return await _check(request, live=live, rule_id=rule_id)
+
+    return json_response(
+        await svc.costly.answer("conflict_check", (state, body, rule_id, live), compute)
+    )
+
+
+async def _check(request: web.Request, *, live: bool, rule_id: str) -> dict[str, Any]:
+    rule = await validated_rule(request, await read_json(request, what="rule"))
+    active = await services(request).conflicts.active(services(request).rules)
+    findings = await asyncio.to_thread(against_active, rule, active, rule_id=rule_id)
     if live:
         entries = [*active, RuleEntry(rule_id, rule.name, rule, rule.status)]
         findings = await _with_live(request, findings, entries)
-    return json_response(
-        {
-            "findings": findings_json(findings),
-            "conflicting_rules": conflicting_rule_ids(findings),
-            **_severities(findings),
-            "checked_rules": len(active) + 1,
-            "live": live,
-        }
-    )
+    return {
+        "findings": findings_json(findings),
+        "conflicting_rules": conflicting_rule_ids(findings),
+        **_severities(findings),
+        "checked_rules": len(active) + 1,
+        "live": live,
+    }
 
 
 def add_routes(app: web.Application) -> None:

@@ -37,13 +37,15 @@ def _query(request: web.Request) -> tuple[int, str]:
 
 async def get_impact(request: web.Request) -> web.Response:
     """Per task: the counts, the effect with its 95 % interval (or why there is none), the
-    estimated total, and the chart's series."""
+    estimated total, and the chart's series (a costly read: :mod:`ruleengine.web.costly`)."""
     days, window = _query(request)
-    state = services(request)
-    async with BacktestDeps.open(settings_of(request), state.db) as deps:
-        report = await rule_impact(
-            deps, request.match_info["id"], days=days, window=window, now=datetime.now(UTC)
-        )
+    rule_id = request.match_info["id"]
+
+    async def compute() -> dict[str, Any]:
+        async with BacktestDeps.open(settings_of(request), services(request).db) as deps:
+            return await rule_impact(deps, rule_id, days=days, window=window, now=_now())
+
+    report = await services(request).costly.answer("impact", (rule_id, days, window), compute)
     return json_response(report)
 
 
@@ -51,9 +53,18 @@ async def impact_ranking(request: web.Request) -> web.Response:
     """``GET /api/benchmark/impact?days=14&window=72h``: the rules that held entities out in the
     period, each task's measured profit effect, ranked: measured effects first (largest
     estimated total first), then those without enough data yet. Rules without a holdout
-    are not measured and not listed."""
+    are not measured and not listed. A costly read (:mod:`ruleengine.web.costly`)."""
     days, window = _query(request)
-    state, now = services(request), datetime.now(UTC)
+
+    async def compute() -> dict[str, Any]:
+        return await _ranking(request, days=days, window=window)
+
+    answer = await services(request).costly.answer("impact_ranking", (days, window), compute)
+    return json_response(answer)
+
+
+async def _ranking(request: web.Request, *, days: int, window: str) -> dict[str, Any]:
+    state, now = services(request), _now()
     since = now - timedelta(days=days)
     items: list[dict[str, Any]] = []
     async with BacktestDeps.open(settings_of(request), state.db) as deps:
@@ -64,7 +75,11 @@ async def impact_ranking(request: web.Request) -> web.Response:
                 continue  # deleted since
             items.extend(_ranked_item(report, task) for task in report["tasks"] if task["measured"])
     items.sort(key=lambda i: (i["total_profit_effect"] is None, -(i["total_profit_effect"] or 0)))
-    return json_response({"days": days, "window": window, "items": items[:MAX_RANKED]})
+    return {"days": days, "window": window, "now": now, "items": items[:MAX_RANKED]}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _ranked_item(report: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:

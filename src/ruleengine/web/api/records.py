@@ -18,7 +18,8 @@ MAX_PAGE: Final = 500
 #: Rows of a batch's executions per page, by default and at most.
 EXECUTIONS_PAGE: Final = 1000
 MAX_EXECUTIONS_PAGE: Final = 5000
-MAX_SINCE_HOURS: Final = 24 * 90
+#: The slow-rule report's widest window: a week of batches (the Benchmark screen's widest).
+MAX_SINCE_HOURS: Final = 24 * 7
 MAX_DAYS: Final = 3660
 
 
@@ -86,11 +87,17 @@ async def batch_executions(request: web.Request) -> web.Response:
 
 
 async def slow_rule_report(request: web.Request) -> web.Response:
-    """``GET /api/benchmark/slow-rules?since_hours=24``: rules by p95 batch duration."""
+    """``GET /api/benchmark/slow-rules?since_hours=24``: rules by p95 batch duration, over at
+    most :data:`MAX_SINCE_HOURS` (the daily rollups hold the longer history); a costly read
+    (:mod:`ruleengine.web.costly`): MongoDB aggregates every batch of the window."""
     hours = float_param(request, "since_hours", default=24.0, low=0.0, high=MAX_SINCE_HOURS)
-    since = datetime.now(UTC) - timedelta(hours=hours)
-    rows = await services(request).batches.durations(since=since)
-    return json_response({"since": since, "since_hours": hours, "rules": slow_rules(rows)})
+
+    async def compute() -> dict[str, Any]:
+        since = datetime.now(UTC) - timedelta(hours=hours)
+        rows = await services(request).batches.durations(since=since)
+        return {"since": since, "since_hours": hours, "rules": slow_rules(rows)}
+
+    return json_response(await services(request).costly.answer("slow_rules", hours, compute))
 
 
 def rollup_row(doc: Document) -> dict[str, Any]:

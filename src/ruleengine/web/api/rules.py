@@ -11,6 +11,7 @@ See ``docs/api.md`` for the reference.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -33,7 +34,7 @@ from ruleengine.web.jsonio import (
     read_object,
 )
 from ruleengine.web.state import services
-from ruleengine.worker.preview import preview_rule
+from ruleengine.worker.preview import PreviewTooBig, preview_rule
 
 MAX_VERSION = 2**63 - 1  # what MongoDB's int64 holds
 SOURCE = "web"
@@ -293,14 +294,29 @@ async def preview_draft(request: web.Request) -> web.Response:
 
 
 async def _preview(request: web.Request, rule: Rule, *, rule_id: str, version: int) -> web.Response:
-    now = _now()
-    preview = await preview_rule(
-        services(request).preview, rule, rule_id=rule_id, version=version, now=now
-    )
-    return json_response(
-        preview.as_dict()
-        | {"rule_id": rule_id, "rule_version": version, "draft": version == 0, "previewed_at": now}
-    )
+    """A preview is a costly read (:mod:`ruleengine.web.costly`): accounts listed, Insights
+    fetched, every entity evaluated in the web process, at most
+    ``RULEENGINE_PREVIEW_MAX_ENTITIES`` of them (422 past that)."""
+    svc = services(request)
+
+    async def compute() -> dict[str, Any]:
+        now = _now()
+        try:
+            preview = await preview_rule(
+                svc.preview, rule, rule_id=rule_id, version=version, now=now
+            )
+        except PreviewTooBig as exc:
+            error = FieldError("ad_accounts", str(exc))
+            raise invalid("too many entities to preview", [error]) from None
+        return preview.as_dict() | {
+            "rule_id": rule_id,
+            "rule_version": version,
+            "draft": version == 0,
+            "previewed_at": now,
+        }
+
+    digest = hashlib.sha256(rule.model_dump_json().encode()).hexdigest()
+    return json_response(await svc.costly.answer("preview", (rule_id, version, digest), compute))
 
 
 async def validate_rule(request: web.Request) -> web.Response:

@@ -27,13 +27,23 @@ const RE = (() => {
   }
 
   /* The all-in-one demo opens the UI as …#token=XYZ: keep the token, then drop it
-   * from the address bar so it is not left in history or shared by copy-paste. */
+   * from the address bar so it is not left in history or shared by copy-paste.
+   * A link must not swap the token this browser keeps for another without asking:
+   * anybody can send a link, and with their token every change would be made as them. */
   function takeTokenFromHash() {
     if (!location.hash || location.hash.length < 2) return;
     const params = new URLSearchParams(location.hash.slice(1));
     const value = params.get("token");
     if (!value) return;
-    setToken(value);
+    const kept = token();
+    if (!kept) setToken(value);
+    else if (kept !== value) {
+      const replace = window.confirm(
+        "This link carries an API token other than the one this browser keeps. " +
+        "Replace the kept token with the link's? (Cancel keeps yours.)");
+      if (replace) setToken(value);
+      else flash("the link's API token was not taken: this browser keeps its own", "info");
+    }
     params.delete("token");
     const rest = params.toString();
     history.replaceState(null, "", location.pathname + location.search + (rest ? "#" + rest : ""));
@@ -244,6 +254,8 @@ const RE = (() => {
   }
 
   takeTokenFromHash();
+  // a link to the same screen with only "#token=…" changed does not load the page again
+  window.addEventListener("hashchange", takeTokenFromHash);
   document.addEventListener("DOMContentLoaded", initTokenBox);
 
   return {
