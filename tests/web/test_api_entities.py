@@ -123,3 +123,45 @@ async def test_an_entity_without_records_has_an_empty_timeline(client: Client) -
 async def test_days_out_of_range_is_refused(client: Client, days: str) -> None:
     response = await client.get(f"/api/entities/1/timeline?days={days}", headers=AUTH)
     assert response.status == 422
+
+
+async def make_one_tick_of_three_rules(
+    client: Client, settings: Settings, db: Database, sandbox: SandboxAdmin
+) -> tuple[str, int]:
+    """One tick: "Margin guard" lowers ONE's budget by 10 %; "Watch" and "Scale later" look
+    at ONE in the same tick (their listing taken before the guard wrote) and do nothing.
+    The campaign's id and its budget before."""
+    campaign = (await campaign_ids(sandbox))[ONE]
+    before = int((await sandbox.object(campaign))["daily_budget"])
+    only = [{"field": "name", "operator": "CONTAIN", "value": ONE}]
+    never = {"metric": "spend", "period": "today", "operator": "<", "value": 0}
+    # the two that look read the budget in a condition: their listings carry it
+    rules = [
+        campaign_rule({"type": "decrease_budget", "percent": 10}, [SPENT], name="Margin guard"),
+        campaign_rule(
+            {"type": "increase_budget", "percent": 20}, [HAS_BUDGET, never], name="Scale later"
+        ),
+        campaign_rule({"type": "pause"}, [HAS_BUDGET, never], name="Watch"),
+    ]
+    for rule in rules:
+        response = await client.post("/api/rules", json=rule | {"filters": only}, headers=AUTH)
+        assert response.status == 201, await response.text()
+    await dispatch(settings, db, now=datetime.now(UTC))
+    # one job at a time, in the order dispatched: the guard writes, then the others record
+    # what their listing (taken before the write) saw
+    await work(settings.model_copy(update={"worker_max_jobs": 1}))
+    return campaign, before
+
+
+async def test_rules_that_looked_in_the_same_tick_as_a_change_invent_no_change(
+    client: Client, web_settings: Settings, db: Database, sandbox: SandboxAdmin
+) -> None:
+    campaign, before = await make_one_tick_of_three_rules(client, web_settings, db, sandbox)
+    assert await db[c.EXECUTIONS].count_documents({"entity_id": campaign}) >= 1
+    body = await (await client.get(f"/api/entities/{campaign}/timeline", headers=AUTH)).json()
+    budget = body["fields"]["daily_budget"]
+    assert [(ch["before"], ch["after"], ch["by"]["label"]) for ch in budget["changes"]] == [
+        (before, round(before * 0.9), "Margin guard v1")
+    ]
+    live = int((await sandbox.object(campaign))["daily_budget"])
+    assert budget["steps"][-1]["value"] == live == round(before * 0.9)

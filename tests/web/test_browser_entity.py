@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_api_entities import make_history
+from test_api_entities import make_history, make_one_tick_of_three_rules
 from test_browser import (  # noqa: F401  (page and the autouse check are fixtures)
     _browser_required,
     _open,
@@ -62,4 +62,25 @@ async def test_the_timeline_opened_from_rule_logs_marks_the_rules_changes(
     assert await page.locator("#entity-executions tbody tr").count() == 4
     await page.wait_for_load_state("networkidle")
     await _shot(page, "entity-timeline")
+    assert console.errors == []
+
+
+async def test_the_timeline_of_a_change_two_other_rules_saw_coming_shows_one_change(
+    page: Any,  # noqa: F811
+    client: Client,
+    web_settings: Settings,
+    db: Database,
+    sandbox: SandboxAdmin,
+) -> None:
+    campaign, _ = await make_one_tick_of_three_rules(client, web_settings, db, sandbox)
+    base = str(client.make_url("")).rstrip("/")
+    console = await _open(page, f"{base}/entities/{campaign}#token={API_TOKEN}")
+    await page.wait_for_selector("#changes-table tbody tr.change-row")
+    await page.wait_for_load_state("networkidle")
+    markers = page.locator("#entity-chart .change-marker")
+    assert await markers.count() == 1
+    assert await markers.locator(".change-label").all_inner_texts() == ["Margin guard v1"]
+    assert await page.locator("#changes-table tbody tr.change-row").count() == 1
+    assert "outside the engine" not in await page.inner_text("#changes-table")
+    await _shot(page, "entity-timeline-one-tick")
     assert console.errors == []

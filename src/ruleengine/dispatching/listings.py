@@ -42,6 +42,7 @@ from ruleengine.rules.filtering import EVERY_STATUS, Item, LocalFilter, Wire, wi
 from ruleengine.rules.model import Rule
 from ruleengine.store.credentials import CredentialStore, token_ref
 from ruleengine.store.errorlog import ErrorLog
+from ruleengine.store.fences import FenceStore
 
 
 @dataclass(frozen=True)
@@ -95,14 +96,22 @@ _Raw = list[dict[str, Any]] | RuleEngineError
 class SweepListings:
     """A sweep's listings, and what each rule sees of them (its filters, its fields)."""
 
-    def __init__(self, raw: dict[ListingKey, _Raw]) -> None:
+    def __init__(
+        self, raw: dict[ListingKey, _Raw], *, fences: dict[str, int] | None = None
+    ) -> None:
         self._raw = raw
+        self._fences = fences or {}
         self._seen: dict[tuple[str, str, str, tuple[str, ...]], Listing] = {}
         self._parsed: dict[tuple[ListingKey, tuple[str, ...]], dict[str, Entity]] = {}
         self._parents: dict[ListingKey, dict[str, Item]] = {}
 
     def __len__(self) -> int:
         return len(self._raw)
+
+    def fence(self, account: str) -> int | None:
+        """The account's newest fence whose changes all came before its listings (None: not
+        read)."""
+        return self._fences.get(account)
 
     def entities(self, rule: Rule, account: str) -> Listing:
         """The entities ``rule`` applies to on ``account``, or why they could not be listed.
@@ -155,9 +164,11 @@ class Listings:
         errors: ErrorLog,
         metrics: DispatcherMetrics,
         limit: asyncio.Semaphore,
+        fences: FenceStore | None = None,
     ) -> None:
         self.reader = reader
         self.credentials = credentials
+        self.fences = fences
         self.errors = errors
         self.metrics = metrics
         self._limit = limit
@@ -172,10 +183,13 @@ class Listings:
             except RuleEngineError as exc:
                 tokens[account] = exc
         when = now or datetime.now(UTC)
+        # Read before listing: a listing is then known to be later than every change written
+        # under an older fence (see EvaluateJob.listed_fence).
+        fences = {} if self.fences is None else await self.fences.settled_many(tokens)
         results = await asyncio.gather(
             *(self._list(k, p, tokens[k.account], when) for k, p in plans.items())
         )
-        return SweepListings(dict(zip(plans, results, strict=True)))
+        return SweepListings(dict(zip(plans, results, strict=True)), fences=fences)
 
     async def _list(
         self, key: ListingKey, plan: ListingPlan, token: str | RuleEngineError, now: datetime

@@ -75,6 +75,10 @@ class EvaluateJob(BaseModel):
     scheduled_at: datetime
     dispatched_at: datetime
     fence: int | None = None
+    #: The account's newest write-lock fence every change of which (and of every older fence)
+    #: was behind us before its entities were listed (None: unknown): the listing follows
+    #: those changes by the store's order, not by anyone's clock (the entity timeline).
+    listed_fence: int | None = None
 
     @classmethod
     def of(
@@ -89,6 +93,7 @@ class EvaluateJob(BaseModel):
         scheduled_at: datetime,
         dispatched_at: datetime,
         fence: int | None = None,
+        listed_fence: int | None = None,
     ) -> EvaluateJob:
         """The job evaluating ``rule`` (that version's full definition) on ``account``.
 
@@ -107,6 +112,7 @@ class EvaluateJob(BaseModel):
             scheduled_at=scheduled_at,
             dispatched_at=dispatched_at,
             fence=fence,
+            listed_fence=listed_fence,
         )
 
     @property

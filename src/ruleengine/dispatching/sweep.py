@@ -52,6 +52,7 @@ from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, server_time
 from ruleengine.store.errorlog import ErrorLog
+from ruleengine.store.fences import FenceStore
 from ruleengine.store.heartbeats import Heartbeats
 from ruleengine.store.ruledocs import RuleDoc, StoredRuleError
 from ruleengine.store.rules import RuleStore
@@ -148,6 +149,7 @@ class Dispatcher:
         self.listings = Listings(
             reader=reader,
             credentials=self.credentials,
+            fences=FenceStore(db),
             errors=self.errors,
             metrics=self.metrics,
             limit=self._limit,
@@ -378,7 +380,8 @@ class Dispatcher:
                         )
                         report.skipped.append(f"{doc.id}/{account}")
                         continue
-                    await self._enqueue(run, account, listing, report)
+                    listed_fence = listings.fence(account)
+                    await self._enqueue(run, account, listing, report, listed_fence=listed_fence)
             except (RedisError, OSError, LostLease) as exc:
                 report.degraded = (
                     "lost_lease" if isinstance(exc, LostLease) else "redis_unreachable"
@@ -388,7 +391,13 @@ class Dispatcher:
         return doc.id, scheduled, next_at
 
     async def _enqueue(
-        self, run: _RuleRun, account: str, entities: list[Entity], report: SweepReport
+        self,
+        run: _RuleRun,
+        account: str,
+        entities: list[Entity],
+        report: SweepReport,
+        *,
+        listed_fence: int | None,
     ) -> None:
         doc, scheduled, now = run.doc, run.scheduled, run.now
         batch_id = batch_id_for(doc.id, account, scheduled)
@@ -410,6 +419,7 @@ class Dispatcher:
             scheduled_at=scheduled,
             dispatched_at=now,
             fence=run.fence,
+            listed_fence=listed_fence,
         )
         # One script checks the lease and enqueues (with the dispatched marker) atomically.
         enqueued = await self.lease.enqueue(

@@ -12,6 +12,7 @@ store refuses its transitions (:meth:`~ruleengine.store.intents.IntentStore.unde
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -44,6 +45,24 @@ class FenceStore:
         """The account's latest fence (0 before its lock was ever taken)."""
         doc = await self._fences.find_one({"_id": account}, {"fence": 1})
         return 0 if doc is None else int(doc["fence"])
+
+    async def finish(self, fence: Fence) -> None:
+        """Note that the holder of ``fence`` has written and been answered all it will: what
+        is read of the account from now on follows every change made under it."""
+        await self._fences.update_one(
+            {"_id": fence.account, "fence": fence.value}, {"$set": {"done": fence.value}}
+        )
+
+    async def settled_many(self, accounts: Iterable[str]) -> dict[str, int]:
+        """Per account of ``accounts``, the newest fence every change of which — and of every
+        older fence — is behind us: the latest fence when its holder finished, else the one
+        before it (its holder may be writing). 0 for an account never locked. One query."""
+        wanted = list(dict.fromkeys(accounts))
+        found = dict.fromkeys(wanted, 0)
+        async for doc in self._fences.find({"_id": {"$in": wanted}}, {"fence": 1, "done": 1}):
+            fence = int(doc["fence"])
+            found[str(doc["_id"])] = fence if doc.get("done") == fence else fence - 1
+        return found
 
     async def check(self, fence: Fence) -> None:
         """Raise :class:`~ruleengine.errors.Fenced` unless ``fence`` is still the account's

@@ -446,6 +446,18 @@ class IntentStore:
             return []
         return [d async for d in self._intents.find({**query, "batch_id": last[0]["batch_id"]})]
 
+    async def fences_of(
+        self, entity_id: str, batch_ids: Iterable[str]
+    ) -> dict[tuple[str, str], int | None]:
+        """(batch id, task id) → the write-lock fence each intent of ``entity_id`` in those
+        batches was recorded under (None: recorded outside a lock), by the unique index."""
+        query = {"batch_id": {"$in": list(dict.fromkeys(batch_ids))}, "entity_id": entity_id}
+        projection = {"batch_id": 1, "task_id": 1, "lock_fence": 1}
+        return {
+            (str(d["batch_id"]), str(d["task_id"])): d.get("lock_fence")
+            async for d in self._intents.find(query, projection)
+        }
+
     async def for_batch(self, batch_id: str) -> list[Document]:
         """Every intent of a batch."""
         return [d async for d in self._intents.find({"batch_id": batch_id}).sort("_id")]

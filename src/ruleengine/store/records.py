@@ -103,6 +103,9 @@ class BatchStart:
     total: int
     job_id: str | None
     worker: str
+    #: when its entities were listed, and the account's write-lock fence read before that
+    dispatched_at: datetime | None = None
+    listed_fence: int | None = None
 
 
 class BatchStore:
@@ -135,6 +138,8 @@ class BatchStore:
             "scheduled_at": start.scheduled_at,
             "started_at": now,
         }
+        if start.listed_fence is not None:
+            first |= {"dispatched_at": start.dispatched_at, "listed_fence": start.listed_fence}
         return await bump_counter(
             self._batches,
             start.batch_id,
@@ -196,6 +201,16 @@ class BatchStore:
         """The status of a batch, None when there is no such row."""
         doc = await self._batches.find_one({"_id": batch_id}, {"status": 1})
         return None if doc is None else str(doc["status"])
+
+    async def listings(self, batch_ids: Iterable[str]) -> dict[str, tuple[int, datetime]]:
+        """batch id → (the account's fence read before its listing, when it was listed), for
+        the batches of ``batch_ids`` whose job said (a job from before it says nothing)."""
+        ids = list(dict.fromkeys(batch_ids))
+        found: dict[str, tuple[int, datetime]] = {}
+        query = {"_id": {"$in": ids}, "listed_fence": {"$ne": None}}
+        async for doc in self._batches.find(query, {"listed_fence": 1, "dispatched_at": 1}):
+            found[str(doc["_id"])] = (int(doc["listed_fence"]), doc["dispatched_at"])
+        return found
 
     async def page(self, *, filters: dict[str, Any], limit: int = 50, skip: int = 0) -> Page:
         """Batch rows matching ``filters`` (equality on rule_id/account/status), newest first."""

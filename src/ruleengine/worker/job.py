@@ -66,6 +66,8 @@ class JobEvaluation(Evaluation):
                 total=self.job.entity_count,
                 job_id=self.job_id,
                 worker=self.engine.worker,
+                dispatched_at=self.job.dispatched_at,
+                listed_fence=self.job.listed_fence,
             ),
             now=self.now,
         )

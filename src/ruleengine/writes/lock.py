@@ -152,6 +152,9 @@ class AccountLocks:
         )
         try:
             yield held
+            # the block ended without an error: every write it sent was answered
+            with contextlib.suppress(PyMongoError):
+                await self._intents.fences.finish(fence)
         finally:
             await held.release()
 
