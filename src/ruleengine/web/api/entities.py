@@ -179,7 +179,7 @@ def _observe_unordered(fields: dict[str, _Field], records: list[Document]) -> No
     (a listing's time cannot be placed against a change's), in the order they were made; a
     listing only starts a field no change has touched yet."""
     for record in records:
-        name = record.get("field")
+        name = str(record.get("field"))
         acted = record.get("outcome") == "applied" and name in fields
         for other, value in (record.get("entity") or {}).items():
             if other in fields and other != (name if acted else None) and not fields[other].steps:
