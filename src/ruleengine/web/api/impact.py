@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ruleengine.analysis.impact import rule_impact
+from ruleengine.analysis.impact import rank, ranked_items, rule_impact
 from ruleengine.backtest.service import BacktestDeps
 from ruleengine.errors import FieldError, NotFoundError
 from ruleengine.rules.impact import WINDOW_HOURS
@@ -36,8 +36,8 @@ def _query(request: web.Request) -> tuple[int, str]:
 
 
 async def get_impact(request: web.Request) -> web.Response:
-    """Per task: the counts, the effect with its 95 % interval (or why there is none), the
-    estimated total, and the chart's series."""
+    """Per task: the counts, and per currency the effect with its 95 % interval (or why
+    there is none), the entities it rests on, the estimated total, and the chart's series."""
     days, window = _query(request)
     state = services(request)
     async with BacktestDeps.open(settings_of(request), state.db) as deps:
@@ -49,9 +49,9 @@ async def get_impact(request: web.Request) -> web.Response:
 
 async def impact_ranking(request: web.Request) -> web.Response:
     """``GET /api/benchmark/impact?days=14&window=72h``: the rules that held entities out in the
-    period, each task's measured profit effect, ranked: measured effects first (largest
-    estimated total first), then those without enough data yet. Rules without a holdout
-    are not measured and not listed."""
+    period, each task's measured profit effect per currency, ranked
+    (:func:`~ruleengine.analysis.impact.rank`). Rules without a holdout are not measured and
+    not listed."""
     days, window = _query(request)
     state, now = services(request), datetime.now(UTC)
     since = now - timedelta(days=days)
@@ -62,24 +62,8 @@ async def impact_ranking(request: web.Request) -> web.Response:
                 report = await rule_impact(deps, rule_id, days=days, window=window, now=now)
             except NotFoundError:
                 continue  # deleted since
-            items.extend(_ranked_item(report, task) for task in report["tasks"] if task["measured"])
-    items.sort(key=lambda i: (i["total_profit_effect"] is None, -(i["total_profit_effect"] or 0)))
-    return json_response({"days": days, "window": window, "items": items[:MAX_RANKED]})
-
-
-def _ranked_item(report: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
-    profit = task["effects"].get("profit")
-    return {
-        "rule_id": report["rule_id"],
-        "rule_name": report["rule_name"],
-        "task_id": task["task_id"],
-        "holdout_percent": task["holdout_percent"],
-        "counts": task["counts"],
-        "enough_data": task["enough_data"],
-        "profit": profit,
-        "total_profit_effect": task["total_profit_effect"],
-        "note": task["note"],
-    }
+            items.extend(ranked_items(report))
+    return json_response({"days": days, "window": window, "items": rank(items)[:MAX_RANKED]})
 
 
 def add_routes(app: web.Application) -> None:
