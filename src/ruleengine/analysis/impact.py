@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Final
 from zoneinfo import ZoneInfo
@@ -26,6 +26,7 @@ import orjson
 from ruleengine.backtest.history import HistoryRequest, HistoryResult
 from ruleengine.backtest.service import BacktestDeps
 from ruleengine.errors import RuleEngineError
+from ruleengine.rules.entity import currency_offset
 from ruleengine.rules.history import MAX_DAYS, DayRange
 from ruleengine.rules.impact import (
     WINDOW_HOURS,
@@ -36,7 +37,7 @@ from ruleengine.rules.impact import (
     TaskImpact,
     measure,
 )
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.model import Rule, parse_rule
 from ruleengine.store.approvals import ApprovalStore, approval_id
 from ruleengine.store.credentials import Account, token_ref
 from ruleengine.store.records import ExecutionStore
@@ -46,15 +47,30 @@ log = logging.getLogger(__name__)
 
 #: Action types whose value is a purchase, the first present wins.
 PURCHASE_TYPES: Final = ("omni_purchase", "purchase", "offsite_conversion.fb_pixel_purchase")
+# Meta leaves off-Meta action metrics (pixel purchases among them) out of hourly breakdowns
+# since April 2021 ("Restrictions for off-Meta action metrics",
+# https://developers.facebook.com/docs/marketing-api/insights/breakdowns): where they are
+# absent an hour has spend and no purchase (docs/impact.md says what that means).
 HOURLY_FIELDS: Final = ("spend", "actions", "action_values")
 #: The stratum of a decision whose rule version is not stored (nothing to compare it with).
 _UNKNOWN_SETTING: Final = "unknown version"
 
 
-async def rule_impact(
+@dataclass(frozen=True)
+class ImpactInputs:
+    """What a rule's impact is measured from: the rule, each task's decisions, and the
+    hourly series of the entities its measured tasks decided on."""
+
+    rule_name: str
+    rule: Rule
+    decisions: dict[str, list[Decision]]
+    series: dict[str, Series]
+
+
+async def impact_inputs(
     deps: BacktestDeps, rule_id: str, *, days: int, window: str, now: datetime
-) -> dict[str, Any]:
-    """The JSON-ready impact of each task of the rule over its last ``days`` days.
+) -> ImpactInputs:
+    """The decisions of the rule's last ``days`` days and its measured entities' delivery.
 
     Raises:
         NotFoundError: no such rule.
@@ -71,12 +87,26 @@ async def rule_impact(
     measured = {task.id for task in rule.tasks if task.holdout is not None}
     wanted = [r for r in decisions if r[0] in measured]
     series = await _delivery(deps, wanted, level=rule.level, window=window, now=now)
+    by_task = {task.id: [d for t, _, d in decisions if t == task.id] for task in rule.tasks}
+    return ImpactInputs(doc.name, rule, by_task, series)
+
+
+async def rule_impact(
+    deps: BacktestDeps, rule_id: str, *, days: int, window: str, now: datetime
+) -> dict[str, Any]:
+    """The JSON-ready impact of each task of the rule over its last ``days`` days.
+
+    Raises:
+        NotFoundError: no such rule.
+        ValueError: an unknown window, or ``days`` out of 1…90.
+    """
+    inputs = await impact_inputs(deps, rule_id, days=days, window=window, now=now)
     tasks = []
-    for task in rule.tasks:
+    for task in inputs.rule.tasks:
         impact = measure(
             task.id,
-            [d for task_id, _, d in decisions if task_id == task.id],
-            series,
+            inputs.decisions[task.id],
+            inputs.series,
             window=window,
             now=now,
             measured=task.holdout is not None,
@@ -84,7 +114,7 @@ async def rule_impact(
         tasks.append(task_json(impact, task.holdout.percent if task.holdout else None))
     return {
         "rule_id": rule_id,
-        "rule_name": doc.name,
+        "rule_name": inputs.rule_name,
         "days": days,
         "window": window,
         "now": now.isoformat(),
@@ -187,7 +217,7 @@ async def _account_series(
     since_day, until_day = (moment.astimezone(tz).date() for moment in span)
     hours: dict[str, dict[datetime, Hourly]] = {entity: {} for entity in ids}
     failed: set[str] = set()
-    for days in _day_ranges(since_day, until_day):
+    for days in DayRange.spanning(since_day, until_day):
         request = HistoryRequest(
             account.id, level, ids, fields=("spend",), days=days, hourly_fields=HOURLY_FIELDS
         )
@@ -203,14 +233,6 @@ async def _account_series(
         for entity, by_hour in hours.items()
         if entity not in failed
     }
-
-
-def _day_ranges(since: date, until: date) -> Iterator[DayRange]:
-    """``since`` to ``until`` in ranges of at most :data:`MAX_DAYS` days."""
-    while since <= until:
-        end = min(until, since + timedelta(days=MAX_DAYS - 1))
-        yield DayRange(since, end)
-        since = end + timedelta(days=1)
 
 
 def _midnight(day: date, tz: ZoneInfo) -> datetime:
@@ -290,6 +312,8 @@ def currency_json(impact: CurrencyImpact) -> dict[str, Any]:
     total = impact.total_profit_effect
     return {
         "currency": impact.currency,
+        # how many decimals its amounts are shown with (none for JPY: Meta's offset 1)
+        "decimals": 0 if currency_offset(impact.currency) == 1 else 2,
         "enough_data": impact.enough,
         "note": impact.note,
         "counts": {
@@ -321,6 +345,7 @@ def ranked_items(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "task_id": task["task_id"],
                     "holdout_percent": task["holdout_percent"],
                     "currency": part["currency"] if part else None,
+                    "decimals": part["decimals"] if part else None,
                     "counts": part["counts"] if part else None,
                     "enough_data": bool(part and part["enough_data"]),
                     "profit": part["effects"].get("profit") if part else None,
