@@ -83,6 +83,15 @@ async def truth(
     return {currency: sum(v) / len(v) for currency, v in sums.items()}
 
 
+def pause_all(name: str, holdout: dict[str, Any]) -> dict[str, Any]:
+    """Pause every campaign of act_1001 (about a dozen), ``holdout`` held out."""
+    data = campaign_rule(
+        {"type": "pause"}, [{"metric": "current_hour", "operator": ">=", "value": 0}], name=name
+    )
+    data["tasks"][0]["holdout"] = holdout
+    return data
+
+
 def by_currency(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     (task,) = report["tasks"]
     return {part["currency"]: part for part in task["currencies"]}
@@ -95,6 +104,26 @@ async def measure(
         return await rule_impact(deps, rule_id, days=days, window=window, now=now)
 
 
+async def run_and_measure(
+    settings: Settings,
+    db: Database,
+    sandbox: SandboxAdmin,
+    rule_id: str,
+    runs: list[datetime],
+    *,
+    now: datetime,
+    window: str,
+) -> dict[str, Any]:
+    """The rule run at each of ``runs``, then its report at ``now`` (the sandbox's clock)."""
+    for at in runs:
+        await run_on_day(settings, db, sandbox, rule_id, at)
+    await sandbox.set_clock(now)
+    return await measure(settings, db, rule_id, days=10, window=window, now=now)
+
+
+DAILY = [SANDBOX_NOW + timedelta(days=day) for day in range(3)]
+
+
 async def test_a_half_hour_zone_account_is_measured_on_its_own_hours(
     settings: Settings, db: Database, sandbox: SandboxAdmin
 ) -> None:
@@ -103,11 +132,8 @@ async def test_a_half_hour_zone_account_is_measured_on_its_own_hours(
     await sandbox.reset(seed=1, scenario="demo", campaigns_per_account=192, timezones=zones)
     await register(settings, db, zones)
     rule = await pinned(db, await save_rule(db, losers_rule(30), now=SANDBOX_NOW), "kolkata-30")
-    for day in range(3):
-        await run_on_day(settings, db, sandbox, rule.id, SANDBOX_NOW + timedelta(days=day))
     now = SANDBOX_NOW + timedelta(days=8)
-    await sandbox.set_clock(now)
-    report = await measure(settings, db, rule.id, days=10, window="72h", now=now)
+    report = await run_and_measure(settings, db, sandbox, rule.id, DAILY, now=now, window="72h")
     usd = by_currency(report)["USD"]
     assert usd["enough_data"], usd
     profit = usd["effects"]["profit"]
@@ -126,11 +152,8 @@ async def test_a_dollar_and_a_yen_account_are_measured_apart_never_added(
     data = losers_rule(30)
     data["ad_accounts"] = ["act_1001", "act_1004"]  # dollars and yen
     rule = await pinned(db, await save_rule(db, data, now=SANDBOX_NOW), "usd-jpy-30")
-    for day in range(3):
-        await run_on_day(settings, db, sandbox, rule.id, SANDBOX_NOW + timedelta(days=day))
     now = SANDBOX_NOW + timedelta(days=8)
-    await sandbox.set_clock(now)
-    report = await measure(settings, db, rule.id, days=10, window="72h", now=now)
+    report = await run_and_measure(settings, db, sandbox, rule.id, DAILY, now=now, window="72h")
     parts = by_currency(report)
     assert sorted(parts) == ["JPY", "USD"]
     truths = await truth(sandbox, db, rule.id, 72, now)
@@ -166,11 +189,9 @@ async def test_hourly_runs_inside_a_24h_window_count_each_entity_once(
     data["tasks"][0]["holdout"] = {"percent": 40}
     data["filters"] = [{"field": "effective_status", "operator": "IN", "value": ["ACTIVE"]}]
     rule = await pinned(db, await save_rule(db, data, now=SANDBOX_NOW), "hourly-raise-40")
-    for hour in range(24):
-        await run_on_day(settings, db, sandbox, rule.id, SANDBOX_NOW + timedelta(hours=hour))
+    hourly = [SANDBOX_NOW + timedelta(hours=hour) for hour in range(24)]
     now = SANDBOX_NOW + timedelta(days=3)
-    await sandbox.set_clock(now)
-    report = await measure(settings, db, rule.id, days=5, window="24h", now=now)
+    report = await run_and_measure(settings, db, sandbox, rule.id, hourly, now=now, window="24h")
     (task,) = report["tasks"]
     counts = task["counts"]
     firsts = await first_decisions(db, rule.id)
@@ -235,10 +256,7 @@ async def test_a_changed_salt_never_puts_an_entity_in_both_groups(
     settings: Settings, db: Database, sandbox: SandboxAdmin
 ) -> None:
     await register(settings, db)
-    data = campaign_rule(
-        {"type": "pause"}, [{"metric": "current_hour", "operator": ">=", "value": 0}], name="Salt"
-    )
-    data["tasks"][0]["holdout"] = {"percent": 50, "salt": "a"}
+    data = pause_all("Salt", {"percent": 50, "salt": "a"})
     rule = await save_rule(db, data, now=SANDBOX_NOW)
     await run_on_day(settings, db, sandbox, rule.id, SANDBOX_NOW)
     # the holdout drawn again: some held-out entities are now acted on, and the other way
@@ -256,7 +274,8 @@ async def test_a_changed_salt_never_puts_an_entity_in_both_groups(
         groups.setdefault(row["entity_id"], set()).add(row["outcome"])
     both = {e for e, g in groups.items() if len(g) == 2}
     assert both, "the new salt moved no entity: pick another pair of salts"
-    report = await measure(settings, db, rule.id, days=2, window="24h", now=SANDBOX_NOW)
+    later = SANDBOX_NOW + timedelta(hours=2)
+    report = await measure(settings, db, rule.id, days=2, window="24h", now=later)
     counts = report["tasks"][0]["counts"]
     assert counts["switched_groups"] == len(both)
     assert counts["acted_entities"] + counts["held_out_entities"] == len(groups)
@@ -267,11 +286,7 @@ async def test_an_undone_change_is_counted_and_stays_in_the_acted_group(
     settings: Settings, db: Database, sandbox: SandboxAdmin
 ) -> None:
     await register(settings, db)
-    data = campaign_rule(
-        {"type": "pause"}, [{"metric": "current_hour", "operator": ">=", "value": 0}], name="Undo"
-    )
-    data["tasks"][0]["holdout"] = {"percent": 30}
-    rule = await save_rule(db, data, now=SANDBOX_NOW)
+    rule = await save_rule(db, pause_all("Undo", {"percent": 30}), now=SANDBOX_NOW)
     await run_on_day(settings, db, sandbox, rule.id, SANDBOX_NOW)
     applied = [r for r in await records(db, rule_id=rule.id) if r["outcome"] == "applied"]
     assert applied
