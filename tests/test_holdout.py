@@ -119,28 +119,28 @@ def losers_rule(percent: float | None, account: str = "act_1001") -> dict[str, A
 async def run_on_day(
     settings: Settings, db: Database, sandbox: SandboxAdmin, rule_id: str, at: datetime
 ) -> None:
-    """One run of the rule on its account at ``at``, the sandbox's clock there (as the worker
-    runs a job)."""
+    """One run of the rule on each of its accounts at ``at``, the sandbox's clock there (as
+    the worker runs a job)."""
     doc = await db[c.RULES].find_one({"_id": rule_id})
     assert doc is not None
     rule = parse_rule(doc["definition"] | {"status": "ACTIVE"})
-    (account,) = rule.ad_accounts
     await sandbox.set_clock(at)
     async with engine_for(settings, db) as engine:
         reader = GraphReader.from_settings(engine.session)
-        entities = await reader.list_for_rule(rule, account, token=SANDBOX_TOKEN)
-        job = EvaluateJob.of(
-            rule,
-            batch_id=f"{rule_id}-{account}-{at:%Y%m%d%H}",
-            rule_id=rule_id,
-            version=1,
-            account=account,
-            entities=entities,
-            scheduled_at=at,
-            dispatched_at=at,
-        )
-        summary = await evaluate_account(engine, job, now=at)
-    assert summary.status == "DONE", summary.error
+        for account in rule.ad_accounts:
+            entities = await reader.list_for_rule(rule, account, token=SANDBOX_TOKEN)
+            job = EvaluateJob.of(
+                rule,
+                batch_id=f"{rule_id}-{account}-{at:%Y%m%d%H%M}",
+                rule_id=rule_id,
+                version=doc.get("version", 1),
+                account=account,
+                entities=entities,
+                scheduled_at=at,
+                dispatched_at=at,
+            )
+            summary = await evaluate_account(engine, job, now=at)
+            assert summary.status == "DONE", summary.error
 
 
 async def true_profit_effect(sandbox: SandboxAdmin, record: dict[str, Any], hours: int) -> float:
@@ -201,19 +201,22 @@ async def test_a_30_pct_holdout_measures_the_true_effect_of_pausing_losers(
         report = await rule_impact(deps, measured.id, days=10, window="72h", now=now)
         plain = await rule_impact(deps, unmeasured.id, days=10, window="72h", now=now)
     (task,) = report["tasks"]
-    assert task["enough_data"], task["counts"]
+    assert task["enough_data"], task
+    (usd,) = task["currencies"]
+    assert usd["currency"] == "USD" and usd["enough_data"], usd["counts"]
     acted = [r for r in await records(db, rule_id=measured.id) if r["outcome"] == "applied"]
-    assert task["counts"]["acted"] == len(acted) and task["counts"]["held_out"] >= 5
+    # a weekly cooldown: one decision per entity, so decisions and entities agree
+    assert task["counts"]["acted"] == task["counts"]["acted_entities"] == len(acted)
+    assert usd["counts"]["held_out_complete"] >= 5
     truths = [await true_profit_effect(sandbox, r, 72) for r in acted]
     truth = sum(truths) / len(truths)
-    profit = task["effects"]["profit"]
+    profit = usd["effects"]["profit"]
     assert truth > 0  # pausing ad sets that lose money raises profit
-    assert profit["low"] <= truth <= profit["high"], (truth, task["effects"], truths)
-    assert task["total_profit_effect"] == round(profit["effect"] * len(acted), 2)
+    assert profit["low"] <= truth <= profit["high"], (truth, usd["effects"], truths)
+    assert profit["acted_entities"] == len(acted)
+    assert usd["total_profit_effect"] == round(profit["effect"] * len(acted), 2)
     # the same rule without a holdout (on another account) acts on every loser, claims nothing
     (bare,) = plain["tasks"]
-    assert (
-        bare["measured"] is False and bare["effects"] == {} and bare["chart"] == {"bucket": "hour"}
-    )
+    assert bare["measured"] is False and bare["currencies"] == []
     assert bare["counts"]["acted"] > 0 and bare["counts"]["held_out"] == 0
     assert bare["note"].startswith("not measured")

@@ -10,9 +10,10 @@ Usage::
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time, timedelta
 from types import TracebackType
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import aiohttp
 
@@ -73,7 +74,8 @@ class SandboxAdmin:
 
     async def reset(self, **config: Any) -> dict[str, Any]:
         """Rebuild the world (``seed``, ``scenario``, ``accounts``, ``campaigns_per_account``,
-        ``adsets_per_campaign``; missing ones take the app's defaults) and clear everything else."""
+        ``adsets_per_campaign``, ``timezones`` — ``{"act_1001": "Asia/Kolkata"}``; missing ones
+        take the app's defaults) and clear everything else."""
         result: dict[str, Any] = await self._call("POST", "reset", config)
         return result
 
@@ -260,3 +262,28 @@ class SandboxAdmin:
             "GET", f"counterfactual/{object_id}", params=query
         )
         return result
+
+    async def true_effect(
+        self, object_id: str, *, since: datetime, start: datetime, end: datetime
+    ) -> dict[str, Any]:
+        """The true effect of the Graph API's writes at or after ``since`` on a node over the
+        instants ``start`` to ``end`` (aware): the sum of ``actual − counterfactual`` over the
+        account-local hours that start in that span — a half-hour zone's start at :30 UTC —
+        as ``{"currency", "spend_cents", "purchases", "purchase_value_cents", …}`` (money in
+        minor units, whole units for a zero-decimal currency)."""
+        answer = await self.counterfactual(
+            object_id,
+            since=since,
+            # every account-local day the span touches, whatever the zone (UTC−12…UTC+14)
+            date_start=(start - timedelta(days=1)).date(),
+            date_stop=(end + timedelta(days=1)).date(),
+            increment="hour",
+        )
+        tz = ZoneInfo(answer["timezone"])
+        total: dict[str, Any] = {}
+        for row in answer["rows"]:
+            local = datetime.combine(date.fromisoformat(row["date_start"]), time(row["hour"]), tz)
+            if start <= local.astimezone(UTC) < end:
+                for name, value in row["effect"].items():
+                    total[name] = total.get(name, 0) + value
+        return {"currency": answer["currency"], **total}

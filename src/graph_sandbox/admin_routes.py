@@ -41,6 +41,8 @@ class _Reset(BaseModel):
     accounts: int | None = Field(default=None, ge=1)
     campaigns_per_account: int | None = Field(default=None, ge=1)
     adsets_per_campaign: int | None = Field(default=None, ge=1)
+    # ad account id → IANA time zone, replacing that account's
+    timezones: dict[str, str] | None = Field(default=None, max_length=100)
 
 
 class _Clock(BaseModel):
@@ -219,6 +221,8 @@ async def _clear_stats(request: web.Request) -> web.Response:
 async def _reset(request: web.Request) -> web.Response:
     state = request.app[STATE]
     changes = _validated(_Reset, await _body(request)).model_dump(exclude_none=True)
+    if "timezones" in changes:
+        changes["timezones"] = tuple(sorted(changes["timezones"].items()))
     try:
         state.reset(dataclasses.replace(state.defaults, **changes))
     except ValueError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from graph_sandbox.adrule_specs import validate_rule
 from graph_sandbox.delivery import Archetype, Profile
@@ -47,6 +48,9 @@ class WorldConfig:
 
     ``None`` sizes take the scenario's defaults (demo: 3 accounts × 12
     campaigns × 2–3 ad sets, and a yen account with 4 campaigns; bench: 3 × 500 × 1).
+    ``timezones``: ``(account id, IANA name)`` pairs that replace those accounts' time
+    zones (a half-hour zone such as ``Asia/Kolkata``, say); the rest of the world is the
+    same as without them.
     """
 
     seed: int = 1
@@ -54,6 +58,7 @@ class WorldConfig:
     accounts: int | None = None
     campaigns_per_account: int | None = None
     adsets_per_campaign: int | None = None
+    timezones: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -165,26 +170,34 @@ def build_world(config: WorldConfig) -> World:
     """Build the world ``config`` describes.
 
     Raises:
-        ValueError: Unknown scenario or a size below 1.
+        ValueError: Unknown scenario, a size below 1, or an unknown time zone.
     """
     if config.scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {config.scenario!r}; choose one of {SCENARIOS}")
     for size in (config.accounts, config.campaigns_per_account, config.adsets_per_campaign):
         if size is not None and size < 1:
             raise ValueError("accounts, campaigns_per_account and adsets_per_campaign must be >= 1")
+    zones = dict(config.timezones)
+    for name in zones.values():
+        try:
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {name!r}: use an IANA name") from exc
     world = World(seed=config.seed, scenario=config.scenario)
     rng = random.Random(f"{config.seed}:{config.scenario}")
     if config.scenario == "demo":
-        _build_demo(world, rng, config)
+        _build_demo(world, rng, config, zones)
     else:
-        _build_bench(world, rng, config)
+        _build_bench(world, rng, config, zones)
     _add_ads(world)
     if config.scenario == "demo":
         _add_demo_rules(world)
     return world
 
 
-def _build_demo(world: World, rng: random.Random, config: WorldConfig) -> None:
+def _build_demo(
+    world: World, rng: random.Random, config: WorldConfig, zones: dict[str, str]
+) -> None:
     # act_1001–act_1003, then the yen account act_1004, then copies of the first three.
     for index in range(config.accounts or len(_DEMO_ACCOUNTS) + 1):
         number, name, currency, tz, cc = _DEMO_ACCOUNTS[index % len(_DEMO_ACCOUNTS)]
@@ -193,7 +206,7 @@ def _build_demo(world: World, rng: random.Random, config: WorldConfig) -> None:
             (number, name, currency, tz, cc), campaigns = _JPY_ACCOUNT, _JPY_CAMPAIGNS
         elif index > len(_DEMO_ACCOUNTS):
             number, name = str(1001 + index), f"Demo Store {index + 1}"
-        world.add_account(Account(number, name, currency, tz))
+        world.add_account(Account(number, name, currency, zones.get(f"act_{number}", tz)))
         for position in range(config.campaigns_per_account or len(campaigns)):
             spec = campaigns[position % len(campaigns)]
             if position >= len(campaigns):
@@ -206,10 +219,12 @@ def _build_demo(world: World, rng: random.Random, config: WorldConfig) -> None:
             _add_campaign(world, extra, number, spec, cc, None)
 
 
-def _build_bench(world: World, rng: random.Random, config: WorldConfig) -> None:
+def _build_bench(
+    world: World, rng: random.Random, config: WorldConfig, zones: dict[str, str]
+) -> None:
     for index in range(config.accounts or 3):
         number = str(2001 + index)
-        tz = _TIMEZONES[index % len(_TIMEZONES)]
+        tz = zones.get(f"act_{number}", _TIMEZONES[index % len(_TIMEZONES)])
         world.add_account(Account(number, f"Bench Account {index + 1}", "USD", tz))
         for position in range(config.campaigns_per_account or 500):
             capped = position % len(_BENCH_MIX) == len(_BENCH_MIX) - 1  # every fifth: a bid cap

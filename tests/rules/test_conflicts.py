@@ -431,3 +431,36 @@ def test_another_rule_changing_what_a_holdout_leaves_alone_is_a_note() -> None:
     # the same rules without the holdout do not meet: both raise budgets
     plain = rule("measured", {"type": "increase_budget", "percent": 10})
     assert find_conflicts(entries(plain, other)) == []
+
+
+def test_a_budget_or_rebalance_task_on_a_pause_tasks_held_out_entities_is_a_note() -> None:
+    """Another field counts too: a budget cut or a rebalance changes the held-out ad sets a
+    pause task leaves alone to measure itself."""
+    measured = rule("measured", {"type": "pause"})
+    doc = measured.model_dump(mode="json", exclude_none=True)
+    doc["tasks"][0]["holdout"] = {"percent": 30}
+    measured = parse_rule(doc)
+    rebalance = {
+        "type": "rebalance_budget",
+        "metric": "purchase_roas.omni_purchase",
+        "period": "last_7d",
+    }
+    for action in (DOWN, rebalance):
+        other = rule("other", action)
+        (finding,) = find_conflicts(entries(measured, other))
+        assert (finding.kind, finding.severity, finding.field) == (
+            "holdout_touched",
+            "note",
+            "daily_budget",
+        )
+        assert (finding.a.rule_id, finding.b.rule_id) == ("r0", "r1")
+        assert "'measured' task 't' holds out" in finding.why
+        # the other way round, the same finding: the measured task stays side a
+        (again,) = find_conflicts(entries(other, measured))
+        assert (again.a.rule_id, again.field) == ("r1", "daily_budget")
+    # without the holdout a pause and a budget cut do not fight
+    plain = rule("measured", {"type": "pause"})
+    assert find_conflicts(entries(plain, rule("other", DOWN))) == []
+    # another level or another account never meets
+    assert find_conflicts(entries(measured, rule("other", DOWN, level="adset"))) == []
+    assert find_conflicts(entries(measured, rule("other", DOWN, accounts=("act_9",)))) == []

@@ -38,6 +38,18 @@ def test_a_day_range_reads_back_what_it_writes(since: date, extra: int) -> None:
     assert span.days()[0] == span.since and span.days()[-1] == span.until
 
 
+@given(DAYS, st.integers(min_value=0, max_value=400))
+def test_a_long_span_is_read_in_consecutive_ranges_of_at_most_90_days(
+    since: date, extra: int
+) -> None:
+    """90 days of decisions and the baselines before them: more than one request holds."""
+    until = since + timedelta(days=extra)
+    ranges = DayRange.spanning(since, until)
+    every = [d for r in ranges for d in r.days()]
+    assert every == [since + timedelta(days=n) for n in range(extra + 1)]
+    assert all(len(r) <= MAX_DAYS for r in ranges) and len(ranges) == -(-(extra + 1) // MAX_DAYS)
+
+
 @given(st.text(max_size=40))
 def test_any_text_is_a_day_range_or_a_value_error(text: str) -> None:
     try:

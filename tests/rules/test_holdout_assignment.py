@@ -1,9 +1,8 @@
 """Holdouts, pure: the option parsed strictly, the assignment stable and converging to its
-share, and the impact measure (difference in differences with a bootstrap interval)."""
+share (the impact measure: tests/rules/test_impact_measure.py)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,10 +11,7 @@ from hypothesis import strategies as st
 
 from ruleengine.errors import RuleValidationError
 from ruleengine.rules.holdout import Holdout, holdout_draw, is_held_out
-from ruleengine.rules.impact import MIN_ENTITIES, Decision, Hourly, measure
 from ruleengine.rules.model import parse_rule
-
-T0 = datetime(2026, 11, 20, 14, 30, tzinfo=UTC)
 
 
 def rule_with(holdout: Any = None) -> dict[str, Any]:
@@ -87,67 +83,3 @@ def test_assignment_never_flips_while_the_setting_is_unchanged(
     more = Holdout(percent=min(50, percent + 10), salt=salt)
     assert not first or is_held_out(rule_id, task_id, entity_id, more)
     assert not is_held_out(rule_id, task_id, entity_id, None)
-
-
-def _series(
-    profit_per_hour: float, *, from_: datetime, hours: int, spend: float = 10.0
-) -> dict[datetime, Hourly]:
-    start = from_.replace(minute=0, second=0, microsecond=0)
-    return {
-        start + timedelta(hours=h): Hourly(
-            spend=spend, purchases=1, revenue=spend + profit_per_hour
-        )
-        for h in range(hours)
-    }
-
-
-def _world(
-    effect_per_hour: float, *, acted: int, held: int
-) -> tuple[list[Decision], dict[str, Any]]:
-    """Entities with a baseline of +1/h; acted ones earn ``effect_per_hour`` more after T0."""
-    decisions, hours = [], {}
-    for i in range(acted + held):
-        entity, is_held = f"e{i}", i >= acted
-        before = _series(1.0, from_=T0 - timedelta(hours=30), hours=30)
-        after_profit = 1.0 + (0 if is_held else effect_per_hour) + (i % 3) * 0.1
-        after = _series(after_profit, from_=T0 + timedelta(hours=1), hours=30)
-        hours[entity] = before | after
-        decisions.append(Decision(entity, T0, is_held))
-    return decisions, hours
-
-
-def test_the_effect_is_acted_minus_held_out_change_with_an_interval_around_it() -> None:
-    decisions, hours = _world(2.0, acted=12, held=6)
-    impact = measure("t", decisions, hours, window="24h", now=T0 + timedelta(days=2), measured=True)
-    assert (impact.acted, impact.held_out, impact.enough) == (12, 6, True)
-    profit = impact.effects["profit"]
-    assert profit.low <= 48 <= profit.high and profit.effect == pytest.approx(48, abs=3)
-    assert impact.total_profit_effect == pytest.approx(profit.effect * 12)
-    assert len(impact.chart["acted"]) == 24 and impact.chart["acted"][0] > 1.5
-
-
-def test_below_the_minimum_or_before_the_window_ends_there_is_not_enough_data() -> None:
-    decisions, hours = _world(2.0, acted=12, held=MIN_ENTITIES - 1)
-    impact = measure("t", decisions, hours, window="24h", now=T0 + timedelta(days=2), measured=True)
-    assert not impact.enough and not impact.effects and "not enough data yet" in impact.note
-    decisions, hours = _world(2.0, acted=12, held=6)
-    early = measure(
-        "t", decisions, hours, window="24h", now=T0 + timedelta(hours=20), measured=True
-    )
-    assert (early.acted_complete, early.enough) == (0, False)
-
-
-def test_without_a_holdout_the_effect_is_not_measured() -> None:
-    decisions, hours = _world(2.0, acted=12, held=0)
-    impact = measure(
-        "t", decisions, hours, window="24h", now=T0 + timedelta(days=2), measured=False
-    )
-    assert (impact.acted, impact.effects, impact.chart) == (12, {}, {})
-    assert impact.note.startswith("not measured")
-
-
-def test_an_entity_whose_delivery_could_not_be_read_is_counted_not_measured() -> None:
-    decisions, hours = _world(2.0, acted=12, held=6)
-    del hours["e0"]  # e.g. Graph refused its rows: not the same as "delivered nothing"
-    impact = measure("t", decisions, hours, window="24h", now=T0 + timedelta(days=2), measured=True)
-    assert (impact.acted, impact.acted_complete) == (12, 11)

@@ -31,7 +31,7 @@ from ruleengine.store.evaluations import (
     slim,
     stored,
 )
-from ruleengine.store.records import BatchCounts, ExecutionStore
+from ruleengine.store.records import DECISIONS, BatchCounts, ExecutionStore
 
 NOW = datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
 OUTCOMES = [
@@ -183,11 +183,12 @@ async def test_slim_records_read_back_whole_through_every_reader(
     assert sorted(plain(timeline), key=lambda r: r["key"]) == sorted(
         (r for r in records if r["entity_id"] == entity), key=lambda r: r["key"]
     )
-    # the rule's changes for its impact: each with its account, which its record leaves out
-    fields = ("task_id", "entity_id", "account", "outcome", "created_at", "batch_id")
+    # the rule's decisions for its impact: each with its account and rule version, which
+    # its record leaves out
+    fields = ("key", "task_id", "entity_id", "account", "rule_version", "outcome", "created_at")
     changes = await store.decisions("r1", since=NOW - timedelta(days=1))
     assert sorted(tuple(d[k] for k in fields) for d in changes) == sorted(
-        tuple(r[k] for k in fields) for r in acting if r["outcome"] == "applied"
+        tuple(r[k] for k in fields) for r in acting if r["outcome"] in DECISIONS
     )
     stored = [d async for d in db[c.EXECUTIONS].find({"batch_id": batch})]
     assert len(stored) == len(acting)

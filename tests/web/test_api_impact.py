@@ -50,23 +50,32 @@ async def test_a_half_held_out_rule_answers_counts_and_not_enough_data_yet(
     task = _task(await reply.json())
     counts = task["counts"]
     assert counts["acted"] > 0 and counts["held_out"] > 0
-    assert (counts["acted_complete"], counts["held_out_complete"]) == (0, 0)
+    assert (counts["acted_entities"], counts["held_out_entities"]) == (
+        counts["acted"],
+        counts["held_out"],
+    )
     assert task["holdout_percent"] == 50 and task["measured"] is True
     assert task["enough_data"] is False and task["note"].startswith("not enough data yet")
-    assert task["effects"] == {} and task["total_profit_effect"] is None
+    (usd,) = task["currencies"]  # act_1001 bills in dollars
+    assert usd["currency"] == "USD" and usd["enough_data"] is False
+    assert (usd["counts"]["acted_complete"], usd["counts"]["held_out_complete"]) == (0, 0)
+    assert usd["counts"]["acted_entities"] == counts["acted_entities"]
+    assert usd["effects"] == {} and usd["total_profit_effect"] is None
 
     code, out, err = await _cli(web_settings, "rules", "impact", rule.id, "--json", "--days", "7")
     assert code == 0, err
     from_cli = _task(orjson.loads(out))
     assert from_cli["counts"] == counts and from_cli["note"].startswith("not enough data yet")
     code, out, _ = await _cli(web_settings, "rules", "impact", rule.id)
-    assert code == 0 and "held out" in out and "not enough data yet" in out
+    assert code == 0 and "held-out decisions" in out and "not enough data yet" in out
+    assert "USD: 0 acted and 0 held-out entities" in out
 
     ranked = await client.get("/api/benchmark/impact?days=7&window=24h", headers=AUTH)
     assert ranked.status == 200
     (item,) = (await ranked.json())["items"]
     assert (item["rule_id"], item["task_id"], item["enough_data"]) == (rule.id, "t", False)
-    assert item["profit"] is None and item["counts"] == counts
+    assert item["currency"] == "USD" and item["profit"] is None
+    assert item["counts"] == usd["counts"]
 
     bad = await client.get(f"/api/rules/{rule.id}/impact?window=2d", headers=AUTH)
     assert bad.status == 422 and "window" in await bad.text()

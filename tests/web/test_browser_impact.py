@@ -40,10 +40,13 @@ async def test_the_impact_panel_shows_the_effect_its_interval_and_the_chart(
     await page.keyboard.press("Enter")  # reachable from the keyboard
     await page.wait_for_selector("#impact-block:not(.hidden)")
     task = await page.wait_for_selector(
-        "#impact-tasks .impact-task[data-task='t'] .impact-headline", timeout=MEASURE_TIMEOUT_MS
+        "#impact-tasks .impact-task[data-task='t']"
+        " .impact-currency[data-currency='USD'] .impact-headline",
+        timeout=MEASURE_TIMEOUT_MS,
     )
     headline = await task.inner_text()
-    assert "profit per decision" in headline and "95 % interval" in headline
+    assert "profit per entity" in headline and "95 % interval" in headline
+    assert "$" in headline  # act_1001 bills in dollars: shown as such, with cents
     assert await page.locator("#impact-tasks .impact-effects tr[data-metric='profit']").count() == 1
     await page.wait_for_selector("#impact-tasks .impact-chart .uplot canvas")
     await page.locator("#impact-block").scroll_into_view_if_needed()

@@ -590,12 +590,20 @@ def _holdout_findings(p: _Pair, q: _Pair, scope: Scope, where: str, fx: str) -> 
     """A task measured against a holdout (docs/impact.md) and another task that changes the
     same field of the same entities: the held-out ones are not left alone, and the measured
     effect is the difference between the two rules' work, not the task's own."""
-    held = [pair for pair in (p, q) if pair.task.holdout is not None]
-    if not held:
-        return []
     x = next((e for e in p.effects if e.field == fx and not e.followup), None)
     y = next((e for e in q.effects if e.field == fx and not e.followup), None)
     if x is None or y is None:
+        return []
+    return _holdout_finding(p, x, q, y, scope, where)
+
+
+def _holdout_finding(
+    p: _Pair, x: Effect, q: _Pair, y: Effect, scope: Scope, where: str
+) -> list[Finding]:
+    """The ``holdout_touched`` note of ``p`` and ``q`` (one has a holdout) over ``y``'s field:
+    what the other task changes on the held-out entities."""
+    held = [pair for pair in (p, q) if pair.task.holdout is not None]
+    if not held:
         return []
     rule = p.entry.rule
     names = " and ".join(f"'{pair.entry.name}' task '{pair.task.id}'" for pair in held)
@@ -603,17 +611,49 @@ def _holdout_findings(p: _Pair, q: _Pair, scope: Scope, where: str, fx: str) -> 
         Finding(
             a=_side(p, x),
             b=_side(q, y),
-            field=fx,
+            field=y.field,
             kind="holdout_touched",
             scope=scope,
             conditions="may_fire_together",
             why=f"{names} holds out a share of its entities to measure its effect, and the"
-            f" other task changes their {fx} too: the held-out entities are not left alone,"
-            f" so the measured effect is blurred; on {where}",
+            f" other task changes their {y.field} too: the held-out entities are not left"
+            f" alone, so the measured effect is blurred; on {where}",
             level=rule.level,
             accounts=tuple(sorted(set(rule.ad_accounts) & set(q.entry.rule.ad_accounts))),
         )
     ]
+
+
+def _holdouts_across_fields(
+    pairs: Sequence[_Pair], found: Sequence[Finding], wanted: set[str] | None
+) -> list[Finding]:
+    """A measured task and another task of the same level that changes a *different* field
+    of its entities — a budget cut or a rebalance on a pause task's held-out ad sets: those
+    are not left alone either. Pairs already found over a shared field are not repeated."""
+    met = {frozenset({(f.a.rule_id, f.a.task_id), (f.b.rule_id, f.b.task_id)}) for f in found}
+    out: list[Finding] = []
+    for p, q in combinations(pairs, 2):
+        if p.task.holdout is None and q.task.holdout is None:
+            continue
+        if wanted is not None and not ({p.entry.id, q.entry.id} & wanted):
+            continue
+        if frozenset({p.key, q.key}) in met or p.accounts.isdisjoint(q.accounts):
+            continue
+        if p.task.holdout is None:  # the measured task first: the other's field is the touch
+            p, q = q, p
+        x = next((e for e in p.effects if not e.followup), None)
+        y = (
+            next((e for e in q.effects if not e.followup and e.field != x.field), None)
+            if x
+            else None
+        )
+        if x is None or y is None:
+            continue
+        moving = _moving(x.field, p, q) | _moving(y.field, p, q)
+        scope, where = scope_overlap(p.entry.rule, q.entry.rule, moving=moving)
+        if scope is not None:
+            out.extend(_holdout_finding(p, x, q, y, scope, where))
+    return out
 
 
 def _fire_words(fire: Fire) -> str:
@@ -653,6 +693,7 @@ def find_conflicts(
             scope, where = scopes[ids]
             if scope is not None:
                 found.extend(_pair_findings(p, q, scope, where, fx))
+    found.extend(_holdouts_across_fields(_pairs(entries), found, wanted))
     found.sort(key=lambda f: (f.a.rule_id, f.a.task_id, f.b.rule_id, f.b.task_id, f.field))
     return found
 

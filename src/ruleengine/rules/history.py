@@ -76,6 +76,17 @@ class DayRange:
         return cls(until - timedelta(days=days - 1), until)
 
     @classmethod
+    def spanning(cls, since: date, until: date) -> list[DayRange]:
+        """``since`` to ``until`` as consecutive ranges of at most :data:`MAX_DAYS` days (a
+        span longer than one request may hold: 90 days of decisions and their baselines)."""
+        ranges = []
+        while since <= until:
+            end = min(until, since + timedelta(days=MAX_DAYS - 1))
+            ranges.append(cls(since, end))
+            since = end + timedelta(days=1)
+        return ranges
+
+    @classmethod
     def parse(cls, text: str) -> DayRange:
         """``YYYY-MM-DD..YYYY-MM-DD`` (or one ``YYYY-MM-DD``, a single day).
 

@@ -12,13 +12,18 @@ rounding so that a bound is never crossed — a maximum rounds down, a minimum u
 amount to the nearest minor unit (half up). Any number of decimals is accepted; the
 rounding happens here, once. :func:`migrate_definition` is the other direction, for
 moving a stored format-1 definition to format 2 (exact: a minor unit ÷ the offset).
+
+:func:`format_money` is how an amount in currency units is shown to a person (CLI tables,
+reports): the currency's symbol and its decimals — none for JPY and Meta's other
+zero-decimal currencies.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal, localcontext
 from typing import Any, Final
 
 from ruleengine.rules.action_types import PercentBudgetAction, SetBudgetAction
@@ -50,6 +55,40 @@ def to_currency(minor: int, offset: int) -> int | float:
     """``minor`` minor units as currency units: an int when whole (50000/100 → 500)."""
     exact = Decimal(minor) / offset
     return int(exact) if exact == exact.to_integral_value() else float(exact)
+
+
+#: Symbols of common account currencies; any other is shown with its code after the amount.
+CURRENCY_SYMBOLS: Final = {
+    "USD": "$",
+    "EUR": "€",
+    "GBP": "£",
+    "JPY": "¥",
+    "INR": "₹",
+    "AUD": "A$",
+    "CAD": "CA$",
+    "NZD": "NZ$",
+    "BRL": "R$",
+    "MXN": "MX$",
+    "KRW": "₩",
+    "IDR": "Rp",
+}
+
+
+def format_money(amount: float, currency: str, *, signed: bool = False) -> str:
+    """``amount`` currency units as a person reads them: ``$1,234.50``, ``¥1,235``,
+    ``-€3.10``, ``1,234.50 CHF`` (``signed``: ``+`` before a positive amount). Rounded half
+    up to the currency's decimals (none for zero-decimal currencies such as JPY)."""
+    code = currency.upper()
+    if not math.isfinite(amount):
+        return f"{amount} {code}"
+    places = Decimal(1) if currency_offset(code) == 1 else Decimal("0.01")
+    with localcontext() as context:
+        context.prec = 400  # any finite float's digits, and its decimals
+        exact = Decimal(str(amount)).quantize(places, rounding=ROUND_HALF_UP)
+    sign = "-" if exact < 0 else ("+" if signed and exact > 0 else "")
+    digits = f"{exact.copy_abs():,f}"
+    symbol = CURRENCY_SYMBOLS.get(code)
+    return f"{sign}{symbol}{digits}" if symbol else f"{sign}{digits} {code}"
 
 
 def amount_scale(rule_format: int, offset: int) -> int:

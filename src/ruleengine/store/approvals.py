@@ -126,6 +126,14 @@ class ApprovalStore:
             found[(doc["task_id"], doc["entity_id"])] = doc
         return found
 
+    async def statuses(self, approvals: Iterable[str]) -> dict[str, str]:
+        """approval id → its status, for those of ``approvals`` that exist."""
+        ids = sorted(set(approvals))
+        if not ids:
+            return {}
+        found = self._approvals.find({"_id": {"$in": ids}}, {"status": 1})
+        return {str(d["_id"]): str(d["status"]) async for d in found}
+
     async def get(self, approval: str) -> Document:
         """One approval; NotFoundError if there is none with that id."""
         doc = await self._approvals.find_one({"_id": approval})

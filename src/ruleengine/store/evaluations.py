@@ -550,14 +550,19 @@ class EvaluationStore:
                     rows[str(row["key"])] = row
         return rows
 
-    async def accounts_of(self, records: Iterable[Document]) -> dict[str, str]:
-        """batch → ad account, for the batches of some slim records: from their chunks'
-        top-level fields (one query, no row decoded)."""
+    async def runs_of(self, records: Iterable[Document]) -> dict[str, Document]:
+        """batch → its ad account and rule version (``account``, ``rule_version``), for the
+        batches of some slim records: from their chunks' top-level fields (one query, no row
+        decoded)."""
         ids = _chunk_ids(records)
         if not ids:
             return {}
-        found = self._chunks.find({"_id": {"$in": ids}}, {"batch_id": 1, "account": 1})
-        return {str(d["batch_id"]): str(d["account"]) async for d in found}
+        fields = {"batch_id": 1, "account": 1, "rule_version": 1}
+        found = self._chunks.find({"_id": {"$in": ids}}, fields)
+        return {
+            str(d["batch_id"]): {"account": d["account"], "rule_version": d.get("rule_version")}
+            async for d in found
+        }
 
     async def has_batch(self, batch_id: str) -> bool:
         """True when the batch stored its evaluations in chunks."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pymongo import DESCENDING, ReplaceOne, UpdateOne
 
@@ -32,6 +32,9 @@ from ruleengine.store.evaluations import (
 )
 
 BatchStatus = Literal["RUNNING", "DONE", "FAILED", "ABANDONED"]
+#: The outcomes of a run's record that are a decision a rule's impact compares: a change
+#: made, one proposed for approval, and one held out (docs/impact.md).
+DECISIONS: Final = ("applied", "awaiting_approval", "held_out")
 # Batches whose job ended without writing (all) its records: the reaper recovers them.
 _UNRECORDED: tuple[BatchStatus, ...] = ("ABANDONED", "FAILED")
 
@@ -437,21 +440,25 @@ class ExecutionStore:
         return sorted(str(r) for r in await self._executions.distinct("rule_id", query))
 
     async def decisions(self, rule_id: str, *, since: datetime) -> list[Document]:
-        """The rule's changes made and held out since ``since`` (what its impact compares),
-        oldest first: of each ``applied`` and ``held_out`` record, its task, entity, account,
-        outcome, time and batch. A slim record's account is its chunk's (read with the
-        chunk's other top-level fields, without decoding a row)."""
+        """The rule's decisions since ``since`` (what its impact compares), oldest first:
+        changes made, proposed for approval and held out, as the runs recorded them (an
+        approved change's later write, an undo and a follow-up are not decisions). Of each:
+        its key, task, entity, account, rule version, outcome, time and batch. A slim
+        record's account and version are its chunk's (read with the chunk's other top-level
+        fields, without decoding a row)."""
         query = {
             "rule_id": rule_id,
-            "outcome": {"$in": ["applied", "held_out"]},
-            "kind": {"$ne": "followup"},
+            "outcome": {"$in": list(DECISIONS)},
+            "kind": {"$nin": ["followup", "approval", "undo"]},
             "created_at": {"$gte": since},
         }
         projection = dict.fromkeys(
             (
+                "key",
                 "task_id",
                 "entity_id",
                 "account",
+                "rule_version",
                 "outcome",
                 "created_at",
                 "batch_id",
@@ -461,12 +468,24 @@ class ExecutionStore:
         )
         cursor = self._executions.find(query, projection).sort("created_at", 1)
         records = [d async for d in cursor]
-        accounts = await self.evaluations.accounts_of(r for r in records if IN_CHUNK in r)
+        runs = await self.evaluations.runs_of(r for r in records if IN_CHUNK in r)
         return [
             {k: v for k, v in r.items() if k != IN_CHUNK}
-            | ({"account": accounts.get(str(r["batch_id"]))} if "account" not in r else {})
+            | {k: v for k, v in runs.get(str(r["batch_id"]), {}).items() if k not in r}
             for r in records
         ]
+
+    async def undone(self, rule_id: str, *, since: datetime) -> set[str]:
+        """The keys of the rule's execution records whose change an undo since ``since``
+        put back (the undo's own record, outcome ``applied``, names the one it undoes)."""
+        query = {
+            "rule_id": rule_id,
+            "kind": "undo",
+            "outcome": "applied",
+            "created_at": {"$gte": since},
+        }
+        cursor = self._executions.find(query, {"undoes": 1})
+        return {str(d["undoes"]) async for d in cursor if d.get("undoes")}
 
     async def for_entity(
         self, entity_id: str, *, since: datetime, limit: int = 2000

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ruleengine.analysis.impact import rule_impact
+from ruleengine.analysis.impact import rank, ranked_items, rule_impact
 from ruleengine.backtest.service import BacktestDeps
 from ruleengine.errors import FieldError, NotFoundError
 from ruleengine.rules.impact import WINDOW_HOURS
@@ -36,8 +36,9 @@ def _query(request: web.Request) -> tuple[int, str]:
 
 
 async def get_impact(request: web.Request) -> web.Response:
-    """Per task: the counts, the effect with its 95 % interval (or why there is none), the
-    estimated total, and the chart's series (a costly read: :mod:`ruleengine.web.costly`)."""
+    """Per task: the counts, and per currency the effect with its 95 % interval (or why
+    there is none), the entities it rests on, the estimated total, and the chart's series
+    (a costly read: :mod:`ruleengine.web.costly`)."""
     days, window = _query(request)
     rule_id = request.match_info["id"]
 
@@ -51,9 +52,9 @@ async def get_impact(request: web.Request) -> web.Response:
 
 async def impact_ranking(request: web.Request) -> web.Response:
     """``GET /api/benchmark/impact?days=14&window=72h``: the rules that held entities out in the
-    period, each task's measured profit effect, ranked: measured effects first (largest
-    estimated total first), then those without enough data yet. Rules without a holdout
-    are not measured and not listed. A costly read (:mod:`ruleengine.web.costly`)."""
+    period, each task's measured profit effect per currency, ranked
+    (:func:`~ruleengine.analysis.impact.rank`). Rules without a holdout are not measured and
+    not listed. A costly read (:mod:`ruleengine.web.costly`)."""
     days, window = _query(request)
 
     async def compute() -> dict[str, Any]:
@@ -73,28 +74,12 @@ async def _ranking(request: web.Request, *, days: int, window: str) -> dict[str,
                 report = await rule_impact(deps, rule_id, days=days, window=window, now=now)
             except NotFoundError:
                 continue  # deleted since
-            items.extend(_ranked_item(report, task) for task in report["tasks"] if task["measured"])
-    items.sort(key=lambda i: (i["total_profit_effect"] is None, -(i["total_profit_effect"] or 0)))
-    return {"days": days, "window": window, "now": now, "items": items[:MAX_RANKED]}
+            items.extend(ranked_items(report))
+    return {"days": days, "window": window, "now": now, "items": rank(items)[:MAX_RANKED]}
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _ranked_item(report: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
-    profit = task["effects"].get("profit")
-    return {
-        "rule_id": report["rule_id"],
-        "rule_name": report["rule_name"],
-        "task_id": task["task_id"],
-        "holdout_percent": task["holdout_percent"],
-        "counts": task["counts"],
-        "enough_data": task["enough_data"],
-        "profit": profit,
-        "total_profit_effect": task["total_profit_effect"],
-        "note": task["note"],
-    }
 
 
 def add_routes(app: web.Application) -> None:

@@ -100,9 +100,8 @@
     $("daily-next").disabled = daily.offset + DAILY_LIMIT >= page.total;
   }
 
-  const signed = new Intl.NumberFormat(undefined, { minimumFractionDigits: 2, maximumFractionDigits: 2, signDisplay: "always" });
-
-  /* Rules with a holdout, ranked by their measured effect (GET /api/benchmark/impact). */
+  /* Rules with a holdout, ranked by their measured effect per currency (GET
+     /api/benchmark/impact): amounts of two currencies are never compared or added. */
   async function loadImpact() {
     if (!RE.token()) {  // the ranking reads Insights: it needs a token, so do not ask without one
       $("impact-empty").textContent = "Paste the API token at the top to see the rules' measured effects.";
@@ -117,16 +116,23 @@
       failed(err, "could not load the measured effects");
       return;
     }
-    $("impact-table").tBodies[0].replaceChildren(...report.items.map((r, i) => el("tr", { dataset: { ruleId: r.rule_id, task: r.task_id } },
-      el("td", { class: "num" }, i + 1),
-      el("td", {}, el("a", { href: "/rules/" + encodeURIComponent(r.rule_id) }, r.rule_name)),
-      el("td", {}, r.task_id),
-      el("td", { class: "num" }, r.holdout_percent + " %"),
-      el("td", { class: "num" }, r.counts.acted),
-      el("td", { class: "num" }, r.counts.held_out),
-      el("td", { class: "num strong" }, r.profit ? signed.format(r.profit.effect) : "—"),
-      el("td", { class: r.profit ? "" : "muted" }, r.profit ? signed.format(r.profit.low) + " … " + signed.format(r.profit.high) : "not enough data yet"),
-      el("td", { class: "num" }, r.total_profit_effect === null ? "—" : signed.format(r.total_profit_effect)))));
+    const money = (r, v) => RE.fmtMoney(v, r.currency, r.decimals, true);
+    $("impact-table").tBodies[0].replaceChildren(...report.items.map((r, i) => {
+      const counts = r.counts || {};
+      const acted = r.profit ? r.profit.acted_entities : counts.acted_complete;
+      const held = r.profit ? r.profit.held_out_entities : counts.held_out_complete;
+      return el("tr", { dataset: { ruleId: r.rule_id, task: r.task_id, currency: r.currency || "" } },
+        el("td", { class: "num" }, i + 1),
+        el("td", {}, el("a", { href: "/rules/" + encodeURIComponent(r.rule_id) }, r.rule_name)),
+        el("td", {}, r.task_id),
+        el("td", {}, r.currency || "—"),
+        el("td", { class: "num" }, r.holdout_percent + " %"),
+        el("td", { class: "num" }, acted === undefined ? "—" : acted),
+        el("td", { class: "num" }, held === undefined ? "—" : held),
+        el("td", { class: "num strong" }, r.profit ? money(r, r.profit.effect) : "—"),
+        el("td", { class: r.profit ? "" : "muted" }, r.profit ? money(r, r.profit.low) + " … " + money(r, r.profit.high) : "not enough data yet"),
+        el("td", { class: "num" }, r.total_profit_effect === null ? "—" : money(r, r.total_profit_effect)));
+    }));
     $("impact-empty").classList.toggle("hidden", report.items.length > 0);
   }
 

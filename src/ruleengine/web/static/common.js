@@ -165,6 +165,28 @@ const RE = (() => {
     return String(value);
   }
 
+  /* An amount in a currency as a person reads it: the currency's symbol and its decimals
+     (``decimals``: 0 for JPY and Meta's other zero-decimal currencies, as the API says;
+     rules/money.py format_money is the server's twin). ``signed``: "+" before a gain. */
+  const moneyFormats = new Map();
+  function fmtMoney(value, currency, decimals, signed) {
+    if (value === null || value === undefined) return "—";
+    const places = decimals === undefined || decimals === null ? 2 : decimals;
+    const key = [currency, places, Boolean(signed)].join("|");
+    let format = moneyFormats.get(key);
+    if (format === undefined) {
+      const options = { minimumFractionDigits: places, maximumFractionDigits: places, signDisplay: signed ? "exceptZero" : "auto" };
+      try {
+        format = new Intl.NumberFormat(undefined, Object.assign({ style: "currency", currency, currencyDisplay: "narrowSymbol" }, options));
+      } catch (_err) {  // a code this browser does not know: the number, then the code
+        const plain = new Intl.NumberFormat(undefined, options);
+        format = { format: (v) => plain.format(v) + " " + currency };
+      }
+      moneyFormats.set(key, format);
+    }
+    return format.format(Number(value));
+  }
+
   function badge(status) {
     const text = status === null || status === undefined ? "—" : String(status);
     return el("span", { class: "badge status-" + text.toLowerCase().replace(/[^a-z_]/g, "") }, text);
@@ -260,7 +282,7 @@ const RE = (() => {
 
   return {
     api, el, badge, pretty, flash, failed, fmtTime, fmtAgo, fmtDuration, fmtRelative, fmtSeconds,
-    fmtValue, timeCell,
+    fmtValue, fmtMoney, timeCell,
     pager, debounce, token, ApiFailure, conditionList, changeText,
   };
 })();

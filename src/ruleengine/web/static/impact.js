@@ -1,14 +1,16 @@
-/* The rule page's Impact panel: per task the measured effect with its 95 % interval (or why
-   there is none), the counts, and a chart of the mean profit above baseline of acted and
-   held-out entities since the decision, with bands (GET /api/rules/{id}/impact, docs/impact.md).
-   Charts are drawn by uPlot (static/vendor/uplot). */
+/* The rule page's Impact panel: per task the counts, then per currency the measured effect
+   with its 95 % interval (or why there is none) in that currency, the entities it rests on,
+   and a chart of the mean profit above baseline of acted and held-out entities since their
+   decision, with bands (GET /api/rules/{id}/impact, docs/impact.md). Amounts in two
+   currencies are never added. Charts are drawn by uPlot (static/vendor/uplot). */
 "use strict";
 
 (() => {
-  const { api, el, failed } = RE;
+  const { api, el, failed, fmtMoney } = RE;
   const $ = (id) => document.getElementById(id);
   const state = { ruleId: null, charts: [], seq: 0 };
-  const money = new Intl.NumberFormat(undefined, { minimumFractionDigits: 2, maximumFractionDigits: 2, signDisplay: "always" });
+  const plain = new Intl.NumberFormat(undefined, { minimumFractionDigits: 2, maximumFractionDigits: 2, signDisplay: "exceptZero" });
+  const MONEY = new Set(["profit", "spend", "revenue", "cpa"]);  // the others: a count, a ratio
   const ACTED = "#2f6fde";
   const HELD = "#c2571a";
   const LABELS = { profit: "Profit", spend: "Spend", revenue: "Revenue", purchases: "Purchases", roas: "ROAS", cpa: "CPA" };
@@ -24,25 +26,33 @@
     state.charts = [];
   }
 
-  function effectLine(effect) {
-    return el("tr", { dataset: { metric: effect.metric } },
-      el("th", { scope: "row" }, LABELS[effect.metric] || effect.metric),
-      el("td", { class: "num strong" }, money.format(effect.effect)),
-      el("td", { class: "num" }, money.format(effect.low) + " … " + money.format(effect.high)),
-      el("td", { class: "num" }, money.format(effect.acted_mean)),
-      el("td", { class: "num" }, money.format(effect.held_out_mean)));
+  /* A metric's value as people read it: money in the part's currency, with its decimals. */
+  function shown(part, metric, value) {
+    return MONEY.has(metric) ? fmtMoney(value, part.currency, part.decimals, true) : plain.format(value);
   }
 
-  function effectsTable(task) {
+  function effectLine(part, effect) {
+    const m = effect.metric;
+    return el("tr", { dataset: { metric: m } },
+      el("th", { scope: "row" }, LABELS[m] || m),
+      el("td", { class: "num strong" }, shown(part, m, effect.effect)),
+      el("td", { class: "num" }, shown(part, m, effect.low) + " … " + shown(part, m, effect.high)),
+      el("td", { class: "num" }, shown(part, m, effect.acted_mean)),
+      el("td", { class: "num" }, shown(part, m, effect.held_out_mean)),
+      el("td", { class: "num" }, `${effect.acted_entities} / ${effect.held_out_entities}`));
+  }
+
+  function effectsTable(part) {
     const order = ["profit", "spend", "revenue", "purchases", "roas", "cpa"];
-    const rows = order.filter((m) => task.effects[m]).map((m) => effectLine(task.effects[m]));
+    const rows = order.filter((m) => part.effects[m]).map((m) => effectLine(part, part.effects[m]));
     return el("table", { class: "grid compact impact-effects" },
-      el("thead", {}, el("tr", {}, ["Per decision", "Effect", "95 % interval", "Acted change", "Held-out change"].map((h) => el("th", {}, h)))),
+      el("caption", { class: "muted" }, `Per entity, in ${part.currency}`),
+      el("thead", {}, el("tr", {}, ["Metric", "Effect", "95 % interval", "Acted change", "Held-out change", "Entities (acted / held out)"].map((h) => el("th", { scope: "col" }, h)))),
       el("tbody", {}, ...rows));
   }
 
-  function chart(task, node, bucket) {
-    const c = task.chart;
+  function chart(part, node, bucket) {
+    const c = part.chart;
     const xs = (c.acted || []).map((_, i) => i + 1);
     if (!xs.length || typeof uPlot === "undefined") return;
     const band = (fill) => ({ fill, width: 0, points: { show: false } });
@@ -53,7 +63,7 @@
       scales: { x: { time: false } },
       axes: [
         { stroke: "#5e6678", label: bucket === "day" ? "days since the decision" : "hours since the decision" },
-        { stroke: "#5e6678", size: 56, label: "profit above baseline" },
+        { stroke: "#5e6678", size: 64, label: "profit above baseline, " + part.currency },
       ],
       series: [
         {},
@@ -73,35 +83,61 @@
     state.charts.push(new uPlot(opts, data, node));
   }
 
+  /* What became of acted entities' changes, where not all were simply made. */
+  function caveats(counts) {
+    const said = Object.entries(counts.approvals || {}).map(([status, n]) => `${n} proposal(s) ${status}`);
+    if (counts.undone) said.push(`${counts.undone} undone`);
+    if (counts.switched_groups) said.push(`${counts.switched_groups} decided in both groups (counted in their first)`);
+    if (counts.unread) said.push(`${counts.unread} without delivery read`);
+    return said.length ? "Of the acted: " + said.join(", ") + "." : "";
+  }
+
+  function currencyBlock(part) {
+    const counts = part.counts;
+    const parts = [
+      el("h5", {}, part.currency),
+      el("p", { class: "impact-counts" },
+        `${counts.acted_complete} acted and ${counts.held_out_complete} held-out entities with the window over` +
+        (counts.outside_history ? ` (${counts.outside_history} outside the hours read)` : "") + "."),
+      el("p", { class: part.enough_data ? "impact-note" : "impact-note muted", role: "note" }, part.note),
+    ];
+    const profit = part.effects.profit;
+    if (profit) {
+      const money = (v) => fmtMoney(v, part.currency, part.decimals, true);
+      const [low, high] = part.total_profit_interval || [null, null];
+      parts.push(el("p", { class: "impact-headline" },
+        el("strong", {}, money(profit.effect) + " profit per entity"),
+        ` (95 % interval ${money(profit.low)} … ${money(profit.high)}; ${profit.acted_entities} acted and ${profit.held_out_entities} held-out entities)`,
+        part.total_profit_effect !== null ? `; about ${money(part.total_profit_effect)} (${money(low)} … ${money(high)}) over the ${profit.acted_entities} entities acted on` : ""));
+      parts.push(effectsTable(part));
+    }
+    if ((part.chart.acted || []).length) {
+      const figure = el("figure", { class: "impact-chart" });
+      const node = el("div", { role: "img", "aria-label": `Mean profit above baseline since the decision in ${part.currency}, acted and held-out entities, with 95 % bands` });
+      const legend = el("div", { class: "legend" },
+        el("span", { class: "legend-item" }, swatch(ACTED), "acted"),
+        el("span", { class: "legend-item" }, swatch(HELD), "held out"),
+        el("span", { class: "muted" }, "bands: 95 % of the mean"));
+      figure.append(el("figcaption", {}, `Mean profit above baseline (${part.currency}), by ` + (part.chart.bucket || "hour") + " since the decision"), legend, node);
+      parts.push(figure);
+      requestAnimationFrame(() => chart(part, node, part.chart.bucket));
+    }
+    return el("section", { class: "impact-currency", dataset: { currency: part.currency } }, ...parts);
+  }
+
   function taskBlock(task) {
     const counts = task.counts;
     const share = task.holdout_percent ? `holdout ${task.holdout_percent} %` : "no holdout";
     const head = el("h4", {}, "Task ", el("code", {}, task.task_id), " ", el("span", { class: "muted" }, share));
     const countLine = el("p", { class: "impact-counts" },
-      `${counts.acted} acted, ${counts.held_out} held out; ${counts.acted_complete} and ${counts.held_out_complete} with the window over.`);
-    const note = el("p", { class: task.enough_data ? "impact-note" : "impact-note muted", role: "note" }, task.note);
-    const parts = [head, countLine, note];
-    if (task.enough_data) {
-      const profit = task.effects.profit;
-      if (profit) {
-        parts.push(el("p", { class: "impact-headline" },
-          el("strong", {}, money.format(profit.effect) + " profit per decision"),
-          ` (95 % interval ${money.format(profit.low)} … ${money.format(profit.high)})`,
-          task.total_profit_effect !== null ? `; about ${money.format(task.total_profit_effect)} over ${counts.acted} decisions acted on` : ""));
-      }
-      parts.push(effectsTable(task));
+      `${counts.acted} acted and ${counts.held_out} held-out decisions on ${counts.acted_entities} and ${counts.held_out_entities} entities.`);
+    const parts = [head, countLine];
+    const more = caveats(counts);
+    if (more) parts.push(el("p", { class: "impact-caveats muted" }, more));
+    if (task.currencies.length !== 1) {
+      parts.push(el("p", { class: task.enough_data ? "impact-note" : "impact-note muted", role: "note" }, task.note));
     }
-    const figure = el("figure", { class: "impact-chart" });
-    if (task.measured && (task.chart.acted || []).length) {
-      const node = el("div", { role: "img", "aria-label": "Mean profit above baseline since the decision, acted and held-out entities, with 95 % bands" });
-      const legend = el("div", { class: "legend" },
-        el("span", { class: "legend-item" }, swatch(ACTED), "acted"),
-        el("span", { class: "legend-item" }, swatch(HELD), "held out"),
-        el("span", { class: "muted" }, "bands: 95 % of the mean"));
-      figure.append(el("figcaption", {}, "Mean profit above baseline, by " + (task.chart.bucket || "hour") + " since the decision"), legend, node);
-      parts.push(figure);
-      requestAnimationFrame(() => chart(task, node, task.chart.bucket));
-    }
+    parts.push(...task.currencies.map(currencyBlock));
     return el("section", { class: "impact-task", dataset: { task: task.task_id } }, ...parts);
   }
 
