@@ -30,7 +30,7 @@ async def graph(sandbox: SandboxAdmin, path: str, **params: str) -> Any:
     query = {"access_token": SANDBOX_TOKEN, "limit": "100", **params}
     async with (
         aiohttp.ClientSession() as http,
-        http.get(f"{sandbox.base_url}/v25.0/{path}", params=query) as response,
+        http.get(f"{sandbox.base_url}/v27.0/{path}", params=query) as response,
     ):
         return await response.json()
 

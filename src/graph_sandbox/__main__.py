@@ -41,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m graph_sandbox",
         description=(
-            "A local simulator of Meta's Graph API v25.0 (ad accounts, campaigns, ad sets, "
-            "Insights, writes, copies, the Batch API, rate-limit headers, fault injection). "
+            "A local simulator of Meta's Marketing API v25.0–v27.0 (ad accounts, campaigns, "
+            "ad sets, Insights, writes, copies, the Batch API, rate-limit headers, fault "
+            "injection). "
             "Only tokens it issued are accepted: one per ad account (GET /_sandbox/tokens), "
             "the --token ones, and those made through POST /_sandbox/tokens. See docs/sandbox.md."
         ),

@@ -28,6 +28,7 @@ from graph_sandbox.protocol import (
     as_param,
     split_token,
     split_version,
+    version_error,
 )
 from graph_sandbox.router import execute
 from graph_sandbox.scenarios import WorldConfig
@@ -141,10 +142,14 @@ async def _run(
     params, token = split_token(raw_params, request.headers.get("Authorization"))
     origin = f"{request.scheme}://{request.host}"
     if request.method == "POST" and path == "/":
+        if (wrong_version := version_error(version, state.now())) is not None:
+            state.stats.error(wrong_version.code)
+            return _http(_failure(state, wrong_version))
         return _deliver(request, run_batch(state, params, token, origin))
     lost = state.faults.lost_answer(request.method, path, in_batch=False)
     base_url = f"{origin}/{version or DEFAULT_VERSION}"
-    response = execute(state, GraphRequest(request.method, path, params, token, base_url))
+    graph_request = GraphRequest(request.method, path, params, token, base_url, version=version)
+    response = execute(state, graph_request)
     return _deliver(request, dataclasses.replace(response, lost=lost))
 
 

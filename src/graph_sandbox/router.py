@@ -20,7 +20,7 @@ from graph_sandbox.errors import (
     nonexistent_object,
 )
 from graph_sandbox.limits import UseCase
-from graph_sandbox.protocol import GraphRequest, GraphResponse
+from graph_sandbox.protocol import GraphRequest, GraphResponse, version_error
 from graph_sandbox.state import SandboxState, WriteRecord
 from graph_sandbox.tokens import Grant
 
@@ -109,6 +109,8 @@ def execute(state: SandboxState, req: GraphRequest) -> GraphResponse:
     state.stats.call(kind)
     accounts: tuple[str, ...] = ()
     try:
+        if (wrong_version := version_error(req.version, now)) is not None:
+            raise wrong_version
         grant = _check_token(state, req)
         accounts = scope(state, req, kind)
         _authorize(state, req, grant, accounts, kind)

@@ -28,9 +28,11 @@ from facebook_business.exceptions import FacebookRequestError
 from facebook_business.session import FacebookSession
 from sandbox_helpers import TOKEN, Sandbox
 
+from ruleengine.rules.meta_versions import DEFAULT_GRAPH_VERSION
+
 T = TypeVar("T")
 
-API_VERSION = "v25.0"
+API_VERSION = DEFAULT_GRAPH_VERSION  # the engine's default (the SDK itself defaults to v26.0)
 CAMPAIGN_FIELDS = [Campaign.Field.id, Campaign.Field.name, Campaign.Field.daily_budget]
 INSIGHTS_FIELDS = [
     AdsInsights.Field.campaign_id,
