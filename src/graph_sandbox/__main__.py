@@ -11,6 +11,7 @@ import sys
 from aiohttp import web
 
 from graph_sandbox.app import create_app
+from graph_sandbox.legacy import APP_MODES
 from graph_sandbox.scenarios import SCENARIOS
 
 _EPILOG = """\
@@ -82,6 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept TOKEN for every ad account, also after resets (repeatable)",
     )
     parser.add_argument(
+        "--app",
+        choices=APP_MODES,
+        default="new",
+        help="new: an app created since 2026-11-04, refused Graph's legacy features (multi-ID,"
+        " date_format, method override, field aliases, JSONP, asynchronous batch requests);"
+        " legacy: an older app (default new)",
+    )
+    parser.add_argument(
         "--access-log", action="store_true", help="log every request to stderr (off by default)"
     )
     return parser
@@ -120,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             campaigns_per_account=args.campaigns,
             adsets_per_campaign=args.adsets,
             tokens=args.token,
+            app=args.app,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -41,6 +41,7 @@ class _Reset(BaseModel):
     accounts: int | None = Field(default=None, ge=1)
     campaigns_per_account: int | None = Field(default=None, ge=1)
     adsets_per_campaign: int | None = Field(default=None, ge=1)
+    app: str | None = None
 
 
 class _Clock(BaseModel):
@@ -354,6 +355,7 @@ def _world_summary(state: SandboxState) -> dict[str, Any]:
         "adsets": kinds.count("adset"),
         "ads": kinds.count("ad"),
         "adrules": len(world.adrules.rules),
+        "app": state.config.app,
     }
 
 

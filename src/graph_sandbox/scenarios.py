@@ -54,6 +54,9 @@ class WorldConfig:
     accounts: int | None = None
     campaigns_per_account: int | None = None
     adsets_per_campaign: int | None = None
+    #: ``new``: an app created since 2026-11-04, refused Graph's legacy features
+    #: (:mod:`graph_sandbox.legacy`); ``legacy``: an older app, which may still use them.
+    app: str = "new"
 
 
 @dataclass(frozen=True)

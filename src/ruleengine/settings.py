@@ -129,9 +129,6 @@ class Settings(BaseSettings):
         le=50,
         description="writes per Batch API call (Meta allows 50); 1: each write alone, as before",
     )
-    copy_wait_s: float = Field(
-        default=60.0, ge=0, description="how long a duplicate waits for Meta's background copy"
-    )
     # rules that fight (docs/rules.md "Rules that fight"): limits over every rule, per entity
     max_daily_budget_change_pct: float | None = Field(
         default=None,

@@ -123,7 +123,8 @@ async def test_unknown_filter_field_operator_or_field_is_error_100(sandbox: Sand
         assert (reply.status, reply.error["code"]) == (400, 100), params
 
 
-async def test_reads_by_id_and_by_ids(sandbox: Sandbox) -> None:
+async def test_reads_by_id_and_by_ids(legacy_sandbox: Sandbox) -> None:
+    sandbox = legacy_sandbox
     ids = [c["id"] for c in (await sandbox.get("/act_1001/campaigns", limit="2")).body["data"]]
     adset = (await sandbox.get("/act_1001/adsets", limit="1")).body["data"][0]["id"]
     one = await sandbox.get(f"/{ids[0]}", fields="id,name,objective")

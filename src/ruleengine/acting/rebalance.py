@@ -11,6 +11,7 @@ intents (:func:`~ruleengine.rules.rebalance.owed`). The arithmetic is
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -87,7 +88,7 @@ async def plan_group(
     previous = previous_of(docs)
     ids = sorted({p.entity.id for p in group} | set(previous.befores if previous else ()))
     fields = ["id", *READS] + (["learning_stage_info"] if run.rule.level == "adset" else [])
-    live = await run.reader.get_objects(ids, token=run.token, fields=fields, account_id=run.account)
+    live = await read_live(run, ids, fields)
     refusals: dict[int, ActResult] = {}
     members: list[Member] = []
     for pair in group:
@@ -122,6 +123,22 @@ async def limits_of(
         respect_learning=task.respect_learning_phase,
         learning_pct=task.max_change_pct_while_learning,
     )
+
+
+async def read_live(run: JobRun, ids: Sequence[str], fields: list[str]) -> dict[str, Any]:
+    """The live fields of ``ids``: Batch API GETs where the run has a batch reader, else one
+    GET each (never a multi-ID request, which new apps may not use)."""
+    if run.batch is not None:
+        return await run.batch.get_objects(
+            ids, token=run.token, fields=fields, account_id=run.account
+        )
+    bodies = await asyncio.gather(
+        *(
+            run.reader.get_object(i, token=run.token, fields=fields, account_id=run.account)
+            for i in ids
+        )
+    )
+    return dict(zip(ids, bodies, strict=True))
 
 
 def member_of(

@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 from ruleengine.accounts.facts import AccountFacts
 from ruleengine.clocks import offset as clock_offset
 from ruleengine.errors import AccountMismatch, Fenced, LockLost, LockTimeout
+from ruleengine.meta.batch import BatchReader
 from ruleengine.meta.errors import GraphError, MalformedResponseError, TransientError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.action_types import (
@@ -120,6 +121,8 @@ class JobRun:
     #: the job's start by MongoDB's clock, which a step of this host's does not move: what
     #: cooldowns are stamped and compared with (None: this host's ``now`` stands in)
     db_now: datetime | None = None
+    #: Batch API reads (several live values in one call); None where the caller has none
+    batch: BatchReader | None = None
 
     @property
     def cooldown_now(self) -> datetime:

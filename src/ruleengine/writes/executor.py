@@ -224,7 +224,6 @@ class ActionExecutor:
                     action,
                     intents=self.intents,
                     locks=self.locks,
-                    wait_s=self.settings.copy_wait_s,
                 )
             target = await target_of(
                 action, run, max_change_pct=self.settings.max_budget_change_pct, verdict=verdict
