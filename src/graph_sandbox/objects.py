@@ -62,6 +62,10 @@ _CAMPAIGN: dict[str, Getter] = {
     "objective": lambda s, o: o.objective,
     "buying_type": lambda s, o: "AUCTION",
     "source_campaign_id": lambda s, o: o.source_id or "0",
+    # Meta's read-only Advantage+ state (its Advantage+ campaigns guide names the
+    # advantage_plus_* values; "DISABLED" for the others is the sandbox's word)
+    "advantage_state_info": lambda s, o: {"advantage_state": o.advantage_state or "DISABLED"},
+    "smart_promotion_type": lambda s, o: o.smart_promotion_type,
 }
 
 _ADSET: dict[str, Getter] = {

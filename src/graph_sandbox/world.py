@@ -94,6 +94,11 @@ class AdObject:
     bid_amount: int | None = None
     #: An ad set's ``optimization_goal`` (:mod:`graph_sandbox.results`); ``None`` otherwise.
     optimization_goal: str | None = None
+    #: A campaign made through Meta's old Advantage+ APIs (``AUTOMATED_SHOPPING_ADS``,
+    #: ``SMART_APP_PROMOTION``): the API may no longer change it but for its status.
+    smart_promotion_type: str | None = None
+    #: A campaign's ``advantage_state_info.advantage_state`` (None: not Advantage+).
+    advantage_state: str | None = None
 
 
 class World:

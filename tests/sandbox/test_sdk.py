@@ -18,6 +18,7 @@ import orjson
 import pytest
 from facebook_business.adobjects.ad import Ad
 from facebook_business.adobjects.adaccount import AdAccount
+from facebook_business.adobjects.adcampaigngroupadvantagestate import AdCampaignGroupAdvantageState
 from facebook_business.adobjects.adreportrun import AdReportRun
 from facebook_business.adobjects.adset import AdSet
 from facebook_business.adobjects.adsinsights import AdsInsights
@@ -441,3 +442,27 @@ async def test_ads_list_pause_and_copy(sandbox: Sandbox, api: FacebookAdsApi) ->
         lambda: Ad(copy["copied_ad_id"]).api_get(fields=[Ad.Field.name, Ad.Field.status])
     )
     assert (copied[Ad.Field.name], copied[Ad.Field.status]) == (f"{first['name']} - Copy", "ACTIVE")
+
+
+async def test_advantage_state_read_through_the_sdk(sandbox: Sandbox, api: FacebookAdsApi) -> None:
+    """A legacy Advantage+ shopping campaign (Meta's v25.0 changelog): its read-only
+    ``advantage_state_info`` in the SDK's own object, and an update the API refuses."""
+    fields = [
+        Campaign.Field.name,
+        Campaign.Field.advantage_state_info,
+        Campaign.Field.smart_promotion_type,
+    ]
+    campaigns = await sdk(
+        lambda: list(AdAccount("act_1003").get_campaigns(fields=fields, params={"limit": 50}))
+    )
+    legacy = next(c for c in campaigns if c.get(Campaign.Field.smart_promotion_type))
+    state = legacy[Campaign.Field.advantage_state_info]
+    assert isinstance(state, AdCampaignGroupAdvantageState)
+    assert state[AdCampaignGroupAdvantageState.Field.advantage_state] == "advantage_plus_sales"
+    assert legacy[Campaign.Field.smart_promotion_type] == "AUTOMATED_SHOPPING_ADS"
+    with pytest.raises(FacebookRequestError) as refused:
+        await sdk(lambda: legacy.api_update(params={"daily_budget": 30000}))
+    assert refused.value.api_error_code() == 100
+    await sdk(lambda: legacy.api_update(params={"status": Campaign.Status.paused}))
+    read = await sdk(lambda: Campaign(legacy["id"]).api_get(fields=[Campaign.Field.status]))
+    assert read[Campaign.Field.status] == "PAUSED"

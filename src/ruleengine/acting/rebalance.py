@@ -18,6 +18,8 @@ from typing import Any, Final
 
 from ruleengine.acting.results import ActResult, JobRun, check_currency
 from ruleengine.rules.action_types import RebalanceBudgetAction
+from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
+from ruleengine.rules.advantage import advantage_fields, legacy_kind, refusal_message
 from ruleengine.rules.catalog import resolve_metric, scaling_direction
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
@@ -87,7 +89,8 @@ async def plan_group(
     )
     previous = previous_of(docs)
     ids = sorted({p.entity.id for p in group} | set(previous.befores if previous else ()))
-    fields = ["id", *READS] + (["learning_stage_info"] if run.rule.level == "adset" else [])
+    fields = ["id", *READS, *advantage_fields(run.rule.level)]
+    fields += ["learning_stage_info"] if run.rule.level == "adset" else []
     live = await read_live(run, ids, fields)
     refusals: dict[int, ActResult] = {}
     members: list[Member] = []
@@ -147,6 +150,9 @@ def member_of(
     """A group member from its live fields, or why it is not one (no budget, not read)."""
     if body is None:
         return ActResult("failed", "live_read_failed", "daily_budget")
+    if (kind := legacy_kind(body)) is not None:
+        error = {"message": refusal_message(kind, ACTION)}
+        return ActResult("skipped", ADVANTAGE_REASON, "daily_budget", error=error)
     refusal = budget_refusal(level, body)
     if refusal is not None:
         return ActResult("skipped", refusal.reason, "daily_budget")

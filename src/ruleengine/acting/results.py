@@ -39,6 +39,7 @@ from ruleengine.rules.action_types import (
     SetBudgetAction,
     StatusAction,
 )
+from ruleengine.rules.advantage import advantage_fields, refuses
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
 from ruleengine.rules.model import Rule, Task, needs_approval
@@ -274,7 +275,9 @@ async def target_of(
     def plan(live: dict[str, Any]) -> Plan | ActResult:
         return as_result(plan_change(action, live, ctx))
 
-    return Target(field_of(action), reads_of(action), plan)
+    # the campaign's Advantage+ state too: legacy ones refuse all but status changes
+    extra = advantage_fields(run.rule.level) if refuses(action.type) else []
+    return Target(field_of(action), [*reads_of(action), *extra], plan)
 
 
 async def _context(

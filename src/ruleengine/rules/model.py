@@ -34,6 +34,7 @@ from ruleengine.rules.action_types import (
     Action,
     check_then,
 )
+from ruleengine.rules.advantage import advantage_fields
 from ruleengine.rules.basics import (
     RANGE_OPERATORS,
     Level,
@@ -615,6 +616,7 @@ class Rule(RuleModel):
             fields.append("campaign_id")
         elif self.level == "ad":
             fields += ["adset_id", "campaign_id"]
+        fields += advantage_fields(self.level)  # legacy Advantage+ refuse most actions
         return fields + sorted(wanted - set(fields))
 
     def definition(self) -> dict[str, Any]:

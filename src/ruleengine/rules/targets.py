@@ -25,6 +25,8 @@ from ruleengine.rules.action_types import (
     SetBudgetAction,
     StatusAction,
 )
+from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
+from ruleengine.rules.advantage import legacy_kind, refusal_message, refuses
 from ruleengine.rules.plan import Plan, plan_budget, plan_name, plan_status
 from ruleengine.rules.scaling import plan_bid, plan_scale
 
@@ -140,6 +142,10 @@ def plan_change(action: FieldAction, live: Mapping[str, Any], ctx: PlanContext) 
     """The change ``action`` makes to an object whose fields are ``live`` — or why it makes
     none. Every guard and clamp of the write path is here (the learning phase, approval,
     the change budget and Meta's hourly limit are applied around it by its callers)."""
+    if refuses(action.type) and (kind := legacy_kind(live)) is not None:
+        # Meta no longer lets the API change legacy Advantage+ campaigns (rules/advantage.py)
+        message = refusal_message(kind, action.type)
+        return Refused(ADVANTAGE_REASON, field_of(action), message=message)
     if isinstance(action, StatusAction):
         return plan_status(action, live=str(live.get("status")))
     if isinstance(action, RenameAction | NameTextAction):

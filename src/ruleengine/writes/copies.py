@@ -35,6 +35,8 @@ from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
 from ruleengine.rules.action_types import DuplicateAction
+from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
+from ruleengine.rules.advantage import refusal_message
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Task
 from ruleengine.store.intents import Intent, IntentStore
@@ -59,6 +61,9 @@ async def duplicate(
     locks: AccountLocks,
 ) -> ActResult:
     """Copy ``entity`` as ``action`` says; the record's ``after`` is the copy's id."""
+    if (kind := entity.legacy_advantage) is not None:  # Meta refuses to copy it: not sent
+        error = {"message": refusal_message(kind, "duplicate")}
+        return ActResult("skipped", ADVANTAGE_REASON, "copies", entity.id, None, error=error)
     earlier = await intents.get(run.batch_id, task.id, entity.id)
     if earlier is not None and earlier.status == "pending" and answered(earlier.response):
         return await _resume(run, entity, earlier, intents)  # read back, never sent again
