@@ -42,10 +42,16 @@ from support import SANDBOX_TOKEN
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 OPERATORS = list(get_args(FilterOperator))
 _NAMES = itertools.count()
-_ADVANTAGE = ["campaign{smart_promotion_type,advantage_state_info}"]
+_ADVANTAGE = ["campaign{smart_promotion_type,advantage_state_info,is_adset_budget_sharing_enabled}"]
 _BASE = ["id", "name", "created_time", "effective_status", "status"]
 FIELDS = {
-    "campaign": [*_BASE, "smart_promotion_type", "advantage_state_info", "objective"],
+    "campaign": [
+        *_BASE,
+        "smart_promotion_type",
+        "advantage_state_info",
+        "is_adset_budget_sharing_enabled",
+        "objective",
+    ],
     "adset": [*_BASE, "campaign_id", *_ADVANTAGE],
     "ad": [*_BASE, "adset_id", "campaign_id", *_ADVANTAGE],
 }
@@ -351,8 +357,9 @@ async def test_archived_objects_reach_only_the_rules_that_ask_for_them(stack: St
     (clearance,) = jobs[saved[0].id, "act_1003"]
     assert clearance not in jobs[saved[1].id, "act_1003"]
     # Brand Awareness and Seasonal Promo (2 ad sets each), Payment Hold, New Launch, and
-    # the late-2026 campaigns (docs/sandbox.md): the legacy Advantage+ shopping one
-    assert len(jobs[saved[2].id, "act_1003"]) == 7
+    # the late-2026 campaigns (docs/sandbox.md): legacy Advantage+ shopping (1 ad set), spend
+    # caps (3), budget sharing (3)
+    assert len(jobs[saved[2].id, "act_1003"]) == 13
 
 
 async def test_every_rule_gets_the_entities_and_fields_its_own_listing_gave_it(

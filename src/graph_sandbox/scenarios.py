@@ -79,6 +79,9 @@ class _CampaignSpec:
     edited_days_ago: int | None = None
     smart_promotion_type: str | None = None
     advantage_state: str | None = None
+    budget_sharing: bool | None = None
+    # the ad sets' spend limits, by position: ({"daily_spend_cap": 8000}, …)
+    spend_limits: tuple[dict[str, int], ...] = ()
 
 
 _W, _M, _L = Archetype.WINNER, Archetype.MIDDLING, Archetype.LOSER
@@ -150,6 +153,17 @@ _DEMO_2027_CAMPAIGNS = (
         smart_promotion_type="AUTOMATED_SHOPPING_ADS",
         advantage_state="advantage_plus_sales",
     ),
+    # An Advantage campaign budget whose ad sets are steered by spend limits.
+    _CampaignSpec(
+        "Advantage Budget {cc} (spend caps)",
+        _W,
+        "daily",
+        30000,
+        adsets=3,
+        spend_limits=({"daily_spend_cap": 8000}, {"daily_min_spend_target": 5000}),
+    ),
+    # Ad set budgets shared with the campaign's other ad sets (up to 20 %, since v24.0).
+    _CampaignSpec("Budget Sharing {cc}", _M, "adset", 6000, adsets=3, budget_sharing=True),
 )
 
 _DEMO_ACCOUNTS = (
@@ -298,9 +312,13 @@ def _add_campaign(
         held_as=spec.held_as,
         smart_promotion_type=spec.smart_promotion_type,
         advantage_state=spec.advantage_state,
+        budget_sharing=spec.budget_sharing,
     )
     world.add(campaign)
     _add_adsets(world, rng, campaign, spec, adsets_override or spec.adsets)
+    for adset, limits in zip(world.adsets_of(campaign.id), spec.spend_limits, strict=False):
+        for field, value in limits.items():
+            setattr(adset, field, value)
     return campaign
 
 

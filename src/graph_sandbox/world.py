@@ -99,6 +99,14 @@ class AdObject:
     smart_promotion_type: str | None = None
     #: A campaign's ``advantage_state_info.advantage_state`` (None: not Advantage+).
     advantage_state: str | None = None
+    #: A campaign's ``is_adset_budget_sharing_enabled`` (ad set budgets, since v24.0: up to
+    #: 20 % of an ad set's daily budget may go to the campaign's other ad sets).
+    budget_sharing: bool | None = None
+    #: An ad set's spend limits under an Advantage campaign budget, minor units (None: unset).
+    daily_spend_cap: int | None = None
+    daily_min_spend_target: int | None = None
+    lifetime_spend_cap: int | None = None
+    lifetime_min_spend_target: int | None = None
 
 
 class World:

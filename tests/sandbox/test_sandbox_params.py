@@ -250,7 +250,7 @@ async def test_the_demo_world_has_metas_other_effective_statuses(sandbox: Sandbo
     assert statuses["Payment Hold ID"] == "WITH_ISSUES"
     assert statuses["New Launch ID"] == "IN_PROCESS"
     assert "Clearance ID" not in statuses  # archived: listed only when asked for
-    assert len(statuses) == 15  # with the late-2026 campaigns (docs/sandbox.md)
+    assert len(statuses) == 17  # with the late-2026 campaigns (docs/sandbox.md)
     tagged = await sandbox.get(
         "/act_1003/campaigns",
         filtering=[{"field": "name", "operator": "CONTAIN", "value": "[AUTO]"}],

@@ -12,18 +12,27 @@ intents (:func:`~ruleengine.rules.rebalance.owed`). The arithmetic is
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_DOWN, Decimal
 from typing import Any, Final
 
 from ruleengine.acting.results import ActResult, JobRun, check_currency
 from ruleengine.rules.action_types import RebalanceBudgetAction
+from ruleengine.rules.advantage import (
+    META_SHARED_PCT,
+    advantage_fields,
+    legacy_kind,
+    refusal_message,
+    shares_budget,
+)
 from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
-from ruleengine.rules.advantage import advantage_fields, legacy_kind, refusal_message
 from ruleengine.rules.catalog import resolve_metric, scaling_direction
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
 from ruleengine.rules.model import Task
+from ruleengine.rules.plan import percent_of
 from ruleengine.rules.rebalance import Limits, Member, Move, Previous, owed, plan_rebalance
 from ruleengine.rules.scaling import lower_bound, upper_bound
 from ruleengine.rules.targets import BUDGET_FIELDS, budget_refusal, live_value
@@ -100,6 +109,7 @@ async def plan_group(
             refusals[pair.index] = member
         else:
             members.append(member)
+    members = [_with_meta_share(m, live.get(m.id), action.max_change_percent) for m in members]
     budgets = {i: int(b["daily_budget"]) for i, b in live.items() if b.get("daily_budget")}
     give_back = owed(previous, budgets)
     limits = await limits_of(run, task, action, max_change_pct=max_change_pct)
@@ -142,6 +152,18 @@ async def read_live(run: JobRun, ids: Sequence[str], fields: list[str]) -> dict[
         )
     )
     return dict(zip(ids, bodies, strict=True))
+
+
+def _with_meta_share(member: Member, body: dict[str, Any] | None, max_pct: float) -> Member:
+    """A member whose campaign shares ad set budgets: Meta moves up to 20 % of its daily
+    budget between the campaign's ad sets itself, so the engine's own move per run is held
+    to what is left of ``max_change_percent`` beyond that share (0 at the default of 20)."""
+    if body is None or not shares_budget(body):
+        return member
+    left = Decimal(str(max(0.0, max_pct - META_SHARED_PCT)))
+    share_room = percent_of(member.budget, left, rounding=ROUND_DOWN)
+    room = share_room if member.room is None else min(member.room, share_room)
+    return dataclasses.replace(member, room=room)
 
 
 def member_of(

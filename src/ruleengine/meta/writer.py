@@ -28,6 +28,7 @@ from ruleengine.meta.copies import CopyResult, parse_copy, too_large
 from ruleengine.meta.errors import GraphError, MalformedResponseError
 from ruleengine.meta.http import READ_WRITE, GraphSession
 from ruleengine.redact import REDACTOR
+from ruleengine.rules.targets import INTEGER_FIELDS, SPEND_LIMIT_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +59,8 @@ class FieldWrite:
         return _FUNCTIONS[self.field]
 
     def form(self) -> dict[str, str]:
-        """The POST parameters: budgets and bids as integers in minor units."""
-        if self.field in ("daily_budget", "lifetime_budget", "bid_amount"):
+        """The POST parameters: budgets, spend limits and bids as integers in minor units."""
+        if self.field in INTEGER_FIELDS:
             return {self.field: str(int(self.value))}
         return {self.field: str(self.value)}
 
@@ -70,7 +71,7 @@ _FUNCTIONS = {
     "lifetime_budget": "set_budget",
     "name": "set_name",
     "bid_amount": "set_bid",
-}
+} | {field: "set_spend_limit" for field in SPEND_LIMIT_FIELDS}
 
 
 class GraphWriter:
@@ -89,6 +90,14 @@ class GraphWriter:
     ) -> Any:
         """Write an absolute budget in minor units."""
         return await self._write("set_budget", ctx.entity_id, {field: str(amount)}, token, ctx)
+
+    async def set_spend_limit(
+        self, field: str, amount: int, *, token: str, ctx: WriteContext
+    ) -> Any:
+        """Write an ad set's absolute spend cap or minimum spend target in minor units."""
+        if field not in SPEND_LIMIT_FIELDS:
+            raise ValueError(f"{field} is not a spend limit")
+        return await self._write("set_spend_limit", ctx.entity_id, {field: str(amount)}, token, ctx)
 
     async def set_bid(self, amount: int, *, token: str, ctx: WriteContext) -> Any:
         """Write an ad set's absolute ``bid_amount`` in minor units."""

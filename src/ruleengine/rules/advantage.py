@@ -32,15 +32,37 @@ REASON: Final = "advantage_plus_legacy"
 #: The action types a legacy Advantage+ campaign still takes (status, and messages).
 ALLOWED_ACTIONS: Final = frozenset({"pause", "activate", "notify"})
 
-_STATE_FIELDS: Final = "smart_promotion_type,advantage_state_info"
+_STATE_FIELDS: Final = "smart_promotion_type,advantage_state_info,is_adset_budget_sharing_enabled"
+#: How much of an ad set's daily budget Meta may move to the campaign's other ad sets itself
+#: when the campaign shares ad set budgets (``is_adset_budget_sharing_enabled``; Meta's
+#: SDK 24.0.0 release notes: "up to 20% of an ad set's daily budget").
+META_SHARED_PCT: Final = 20
 
 
 def advantage_fields(level: str) -> list[str]:
-    """What a listing or a live read asks for to know an object's Advantage+ state: the
-    campaign's own fields, or its campaign's through field expansion."""
+    """What a listing or a live read asks for to know the campaign's state: Advantage+ (a
+    legacy one refuses most actions) and ad set budget sharing — the campaign's own fields,
+    or its campaign's through field expansion."""
     if level == "campaign":
         return _STATE_FIELDS.split(",")
     return [f"campaign{{{_STATE_FIELDS}}}"]
+
+
+def merged_fields(fields: list[str]) -> list[str]:
+    """``fields`` with each parent's expansions merged into one, in order: Graph answers
+    one ``campaign`` per object, so ``campaign{a}`` and ``campaign{b}`` become ``campaign{a,b}``."""
+    plain: list[str] = []
+    subfields: dict[str, list[str]] = {}
+    for name in fields:
+        parent, brace, rest = name.partition("{")
+        if not brace:
+            plain += [] if name in plain else [name]
+            continue
+        if parent not in subfields:
+            subfields[parent] = []
+            plain.append(parent + "{")
+        subfields[parent] += [s for s in rest.rstrip("}").split(",") if s not in subfields[parent]]
+    return [f"{n}{','.join(subfields[n[:-1]])}}}" if n.endswith("{") else n for n in plain]
 
 
 def _own_or_campaigns(obj: Mapping[str, Any], name: str) -> Any:
@@ -61,6 +83,11 @@ def advantage_state(obj: Mapping[str, Any]) -> str | None:
     info = _own_or_campaigns(obj, "advantage_state_info")
     state = info.get("advantage_state") if isinstance(info, Mapping) else None
     return str(state) if state else None
+
+
+def shares_budget(obj: Mapping[str, Any]) -> bool:
+    """True when the object's campaign lets Meta move ad set budget between its ad sets."""
+    return _own_or_campaigns(obj, "is_adset_budget_sharing_enabled") in (True, "true", "1")
 
 
 def refusal_message(kind: str, action_type: str) -> str:

@@ -50,6 +50,7 @@ class Entity(BaseModel):
     #: ``campaign`` (the listing's ``campaign{…}`` expansion).
     smart_promotion_type: str | None = None
     advantage_state_info: dict[str, Any] | None = None
+    is_adset_budget_sharing_enabled: bool | None = None
     campaign: dict[str, Any] | None = None
 
     @field_validator("created_time", mode="before")

@@ -509,6 +509,9 @@ ACTION_LABELS: Final[dict[str, str]] = {
     "change_bid": "Change bid",
     "scale_to_target": "Scale budget towards a target",
     "rebalance_budget": "Rebalance budget among the matched, by a metric",
+    "set_spend_limit": "Set an ad set's spend cap or minimum spend target",
+    "increase_spend_limit": "Increase an ad set's spend cap or minimum spend target by %",
+    "decrease_spend_limit": "Decrease an ad set's spend cap or minimum spend target by %",
 }
 FOLLOWUP_LABELS: Final[dict[str, str]] = {
     "activate": "Activate",
