@@ -466,3 +466,27 @@ async def test_advantage_state_read_through_the_sdk(sandbox: Sandbox, api: Faceb
     await sdk(lambda: legacy.api_update(params={"status": Campaign.Status.paused}))
     read = await sdk(lambda: Campaign(legacy["id"]).api_get(fields=[Campaign.Field.status]))
     assert read[Campaign.Field.status] == "PAUSED"
+
+
+async def test_spend_caps_read_and_written_through_the_sdk(
+    sandbox: Sandbox, api: FacebookAdsApi
+) -> None:
+    """An ad set's spend limits under an Advantage campaign budget, with the SDK's AdSet."""
+    fields = [
+        AdSet.Field.name,
+        AdSet.Field.daily_spend_cap,
+        AdSet.Field.daily_min_spend_target,
+        AdSet.Field.campaign_id,
+    ]
+    adsets = await sdk(
+        lambda: list(AdAccount("act_1003").get_ad_sets(fields=fields, params={"limit": 100}))
+    )
+    capped = next(a for a in adsets if a.get(AdSet.Field.daily_spend_cap))
+    assert capped[AdSet.Field.daily_spend_cap] == "8000"
+    await sdk(lambda: capped.api_update(params={AdSet.Field.daily_spend_cap: 9000}))
+    read = await sdk(lambda: AdSet(capped["id"]).api_get(fields=[AdSet.Field.daily_spend_cap]))
+    assert read[AdSet.Field.daily_spend_cap] == "9000"
+    outside = next(a for a in adsets if "Sharing" in a[AdSet.Field.name])
+    with pytest.raises(FacebookRequestError) as refused:  # no campaign budget: not allowed
+        await sdk(lambda: outside.api_update(params={AdSet.Field.daily_spend_cap: 9000}))
+    assert refused.value.api_error_code() == 100
