@@ -253,7 +253,7 @@ def test_metrics_off_and_a_moved_sandbox_make_a_working_stack_that_stops_with_it
     lines = stack.ready()
     assert f"127.0.0.1:{sandbox}" in lines["sandbox"]
     assert "act_1001" in lines["accounts"]  # registered from the sandbox on its own port
-    assert "10 demo rule(s)" in lines["rules"]
+    assert "13 demo rule(s)" in lines["rules"]
     for name in ("dispatcher", "worker-1", "worker-2"):
         assert "metrics off" in lines[name], lines[name]
     assert not any(port_answers(p) for p in (base + 1, base + 4, base + 5, base + 6))
