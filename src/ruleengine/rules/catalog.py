@@ -141,11 +141,16 @@ SPECIAL_KEYS: Final = (
     "hours_since_creation",
     "budget_spent_pct",
     "estimated_budget_spending_percentage",
+    "budget_utilization",
 )
 #: Meta's Ad Rules names that mean exactly one of ours.
 AGE_KEYS: Final = frozenset({"age_hours", "hours_since_creation"})
 #: Keys computed from today's ``spend`` and the daily budget.
-SPEND_KEYS: Final = frozenset({"budget_spent_pct", "estimated_budget_spending_percentage"})
+SPEND_KEYS: Final = frozenset(
+    {"budget_spent_pct", "estimated_budget_spending_percentage", "budget_utilization"}
+)
+#: Spend keys read over the condition's own period (default ``today``), not today alone.
+PERIOD_SPEND_KEYS: Final = frozenset({"budget_utilization"})
 
 # fullmatch, not match with "$": "$" also matches before a trailing newline
 _ACTION_TYPE_RE: Final = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)*")
