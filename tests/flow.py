@@ -215,7 +215,7 @@ async def objects_named(
 async def campaign_ids(sandbox: SandboxAdmin, account: str = "act_1001") -> dict[str, str]:
     """Campaign ids of ``account`` by name, listed through the sandbox's Graph API."""
     async with aiohttp.ClientSession() as http:
-        url = f"{sandbox.base_url}/v25.0/{account}/campaigns"
+        url = f"{sandbox.base_url}/v27.0/{account}/campaigns"
         params = {"fields": "id,name", "limit": "500", "access_token": SANDBOX_TOKEN}
         async with http.get(url, params=params) as response:
             body = await response.json()

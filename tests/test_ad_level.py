@@ -35,7 +35,7 @@ WEEK = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 async def graph_get(sandbox: SandboxAdmin, path: str, **params: str) -> Any:
     """A Graph read of the sandbox with the demo token."""
     async with aiohttp.ClientSession() as http:
-        url = f"{sandbox.base_url}/v25.0/{path}"
+        url = f"{sandbox.base_url}/v27.0/{path}"
         async with http.get(url, params=params | {"access_token": SANDBOX_TOKEN}) as response:
             return await response.json()
 

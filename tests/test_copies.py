@@ -1,24 +1,25 @@
-"""The duplicate action: copies Meta makes at once, and those it makes in the background."""
+"""The duplicate action: copies Meta makes at once, and bigger ones made as a tree (new apps
+may not use asynchronous batch requests)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
-from flow import campaign_rule, dispatch, engine_for, reap, records, run_rule, save_rule, work
+from flow import campaign_rule, dispatch, engine_for, records, run_rule, save_rule, wait_for
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.dispatching.payload import EvaluateJob, deserialize, evaluate_job_id
-from ruleengine.queue import connect_queue
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.worker.job import evaluate_account
-from support import SANDBOX_TOKEN
+from support import SANDBOX_NOW, SANDBOX_TOKEN
 from test_faults import queued_jobs
 
 ALWAYS = {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
@@ -30,7 +31,7 @@ async def graph(sandbox: SandboxAdmin, path: str, **params: str) -> Any:
     query = {"access_token": SANDBOX_TOKEN, "limit": "100", **params}
     async with (
         aiohttp.ClientSession() as http,
-        http.get(f"{sandbox.base_url}/v25.0/{path}", params=query) as response,
+        http.get(f"{sandbox.base_url}/v27.0/{path}", params=query) as response,
     ):
         return await response.json()
 
@@ -47,17 +48,18 @@ def only(entity_id: str, **extra: Any) -> dict[str, Any]:
     )
 
 
-async def test_a_deep_copy_too_big_to_make_at_once_goes_through_an_async_batch(
+async def test_a_deep_copy_too_big_to_make_at_once_is_made_as_a_tree_without_async_batches(
     settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, accounts: list[str]
 ) -> None:
+    await new_app(sandbox)
     campaign = await named(sandbox, "campaigns", "[AUTO] Prospecting US 1")
+    source_adsets = (await graph(sandbox, f"{campaign}/adsets", fields="id,name"))["data"]
     source_ads = (await graph(sandbox, f"{campaign}/ads"))["data"]
     rule = await run_rule(settings, db, only(campaign))
     (record,) = await records(db, rule_id=rule.id)
     assert (record["outcome"], record["reason"], record["field"]) == ("applied", None, "copies")
     response = record["response"]
-    assert response["mode"] == "async"
-    assert response["request_set_id"]
+    assert (response["mode"], response["complete"]) == ("tree", True)
     kinds = Counter(o["ad_object_type"] for o in response["objects"])
     assert kinds == {"campaign": 1, "ad_set": 3, "ad": len(source_ads)}
     assert response["copied_ids"][0] == record["after"] == response["copied_id"]
@@ -67,15 +69,77 @@ async def test_a_deep_copy_too_big_to_make_at_once_goes_through_an_async_batch(
         f"{(await sandbox.object(campaign))['name']} - Copy",
         "PAUSED",
     )
+    copied_adsets = (await graph(sandbox, f"{record['after']}/adsets", fields="id,name"))["data"]
+    # the children keep their names, as a deep copy's do
+    assert sorted(a["name"] for a in copied_adsets) == sorted(a["name"] for a in source_adsets)
     copied_ads = (await graph(sandbox, f"{record['after']}/ads", fields="id"))["data"]
-    assert {a["id"] for a in copied_ads} <= set(response["copied_ids"])
+    assert {a["id"] for a in copied_ads} == set(response["copied_ids"][4:])
     log = [(w["kind"], w["ok"]) for w in await sandbox.writes()]
-    # the synchronous copy was refused (nothing copied), the same copy went in the background
-    assert log == [("copies", False), ("async_batch", True), ("copies", True)]
+    # the children read first, then: the campaign alone, its 3 ad sets, their ads
+    assert log == [("copies", True)] * (1 + 3 + len(source_ads))
     intent = await db[c.ACTION_INTENTS].find_one({"field": "copies"})
     assert intent is not None
     assert (intent["status"], intent["response"]["copied_ids"]) == ("done", response["copied_ids"])
-    assert await db[c.ERROR_LOG].count_documents({}) == 0  # an expected refusal is no error
+    assert await db[c.ERROR_LOG].count_documents({}) == 0
+    assert (await sandbox.stats())["calls_by_kind"].get("async_batch", 0) == 0
+
+
+async def new_app(sandbox: SandboxAdmin) -> None:
+    """The sandbox as an app created since 2026-11-04: no asynchronous batches, no multi-ID."""
+    await sandbox.reset(seed=1, scenario="demo", app="new")
+    await sandbox.set_clock(SANDBOX_NOW)
+
+
+async def ads_in(sandbox: SandboxAdmin, adset: str, count: int) -> list[str]:
+    """``adset``'s ads, made ``count`` by copying its first ad into it (one Batch API call)."""
+    ads = [a["id"] for a in (await graph(sandbox, f"{adset}/ads", fields="id"))["data"]]
+    extra = [
+        {"method": "POST", "relative_url": f"{ads[0]}/copies", "body": f"adset_id={adset}"}
+        for _ in range(count - len(ads))
+    ]
+    async with aiohttp.ClientSession() as http:
+        form = {"access_token": SANDBOX_TOKEN, "batch": orjson.dumps(extra).decode()}
+        async with http.post(f"{sandbox.base_url}/v27.0/", data=form) as response:
+            assert [item["code"] for item in await response.json()] == [200] * len(extra)
+    return [a["id"] for a in (await graph(sandbox, f"{adset}/ads", fields="id"))["data"]]
+
+
+async def test_a_duplicate_of_an_ad_set_with_4_ads_works_for_a_new_app(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, accounts: list[str]
+) -> None:
+    await new_app(sandbox)
+    adset = await named(sandbox, "adsets", "Retargeting US 2 - Lookalike 1%")
+    ads = await ads_in(sandbox, adset, 4)
+    before = len(await sandbox.writes())
+    rule = await run_rule(settings, db, only(adset, level="adset"))
+    (record,) = await records(db, rule_id=rule.id)
+    assert (record["outcome"], record["response"]["mode"]) == ("applied", "tree")
+    assert [o["ad_object_type"] for o in record["response"]["objects"]] == ["ad_set"] + ["ad"] * 4
+    assert sorted(o["source_id"] for o in record["response"]["objects"][1:]) == sorted(ads)
+    copied = (await graph(sandbox, f"{record['after']}/ads", fields="id"))["data"]
+    assert len(copied) == 4
+    assert [(w["kind"], w["ok"]) for w in (await sandbox.writes())[before:]] == [
+        ("copies", True)
+    ] * 5
+    stats = (await sandbox.stats())["calls_by_kind"]
+    assert stats.get("async_batch", 0) == 0
+
+
+async def test_a_copy_of_more_than_51_objects_is_refused_before_any_write(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, accounts: list[str]
+) -> None:
+    await new_app(sandbox)
+    adset = await named(sandbox, "adsets", "Retargeting US 2 - Lookalike 1%")
+    await ads_in(sandbox, adset, 51)
+    before = len(await sandbox.writes())
+    rule = await run_rule(settings, db, only(adset, level="adset"))
+    (record,) = await records(db, rule_id=rule.id)
+    assert (record["outcome"], record["reason"]) == ("failed", "copy_too_large")
+    assert "52 objects" in record["error"]["message"]
+    assert (await sandbox.writes())[before:] == []
+    intent = await db[c.ACTION_INTENTS].find_one({"field": "copies"})
+    assert intent is not None
+    assert (intent["status"], intent["reason"]) == ("failed", "copy_too_large")
 
 
 async def test_a_small_deep_copy_is_made_at_once_with_every_new_id(
@@ -93,45 +157,48 @@ async def test_a_small_deep_copy_is_made_at_once_with_every_new_id(
     assert [(w["kind"], w["ok"]) for w in await sandbox.writes()] == [("copies", True)]
 
 
-async def test_a_background_copy_still_running_is_read_back_never_sent_again(
+async def test_a_worker_killed_mid_tree_leaves_what_was_made_and_nothing_is_sent_again(
     settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, accounts: list[str]
 ) -> None:
-    waiting = settings.model_copy(update={"copy_wait_s": 0.0})  # one look, then move on
-    await sandbox.set_faults(async_batch_delay_s=600)
-    campaign = await named(sandbox, "campaigns", "[AUTO] Prospecting US 2")
-    rule = await save_rule(db, only(campaign))
-    await dispatch(waiting, db)
-    raw = await redis.get(b"arq:job:" + (await redis.zrange(c.QUEUE_NAME, 0, 0))[0])
-    payload = EvaluateJob.model_validate(deserialize(raw)["a"][0])
-    await work(waiting)
-    (record,) = await records(db, rule_id=rule.id)
-    assert (record["outcome"], record["reason"], record["after"]) == (
-        "applied",
-        "copy_in_progress",
-        None,
-    )
+    """The job stops while the ads' Batch API call is in flight (as a killed worker does):
+    the intent says the campaign and its ad sets were made; the job delivered again reads
+    that, settles the copy and sends nothing more."""
+    await new_app(sandbox)
+    campaign = await named(sandbox, "campaigns", "[AUTO] Prospecting US 1")
+    await save_rule(db, only(campaign))
+    await dispatch(settings, db)
+    (job,) = await queued_jobs(redis)
+    await sandbox.set_faults(write_latency_ms=1500)
+    async with engine_for(settings, db) as engine:
+        running = asyncio.create_task(evaluate_account(engine, job, now=datetime.now(UTC)))
+
+        async def adsets_copied() -> bool:
+            intent = await db[c.ACTION_INTENTS].find_one({"field": "copies"})
+            objects = (intent or {}).get("response", {}).get("objects", [])
+            return sum(o["ad_object_type"] == "ad_set" for o in objects) == 3
+
+        await wait_for(adsets_copied)
+        running.cancel()  # the ads' call is on its way: the worker is gone
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+    await sandbox.clear_faults()
     intent = await db[c.ACTION_INTENTS].find_one({"field": "copies"})
     assert intent is not None
-    set_id = intent["response"]["request_set_id"]
-    assert intent["status"] == "pending"
-
-    queue = connect_queue(waiting)  # the same job delivered again: it reads, it sends nothing
-    await queue.enqueue_job(
-        c.EVALUATE_JOB, payload.to_job(), _job_id=evaluate_job_id(payload.batch_id) + ":again"
-    )
-    await queue.aclose()
-    await work(waiting)
-    assert [w["kind"] for w in await sandbox.writes()] == ["copies", "async_batch"]
-    assert (await db[c.ACTION_INTENTS].find_one({"_id": intent["_id"]}))["status"] == "pending"
-
-    await sandbox.advance_clock(600)  # Meta finishes; the reaper reads the copy back
-    await reap(settings, db, redis, now=datetime.now(UTC) + timedelta(hours=2))
+    assert (intent["status"], intent["response"]["complete"]) == ("pending", False)
+    sent = len(await sandbox.writes())
+    async with engine_for(settings, db) as engine:  # the same job, delivered again
+        again = await evaluate_account(engine, job, now=datetime.now(UTC))
+    assert again.applied == 0
+    assert len(await sandbox.writes()) == sent  # nothing sent again
     settled = await db[c.ACTION_INTENTS].find_one({"_id": intent["_id"]})
     assert settled is not None
-    assert settled["status"] == "done"
-    assert settled["response"]["request_set_id"] == set_id
-    assert len(settled["response"]["copied_ids"]) > 3
-    assert [w["kind"] for w in await sandbox.writes()] == ["copies", "async_batch", "copies"]
+    assert (settled["status"], settled["response"]["copied_id"]) == (
+        "done",
+        intent["response"]["copied_id"],
+    )
+    (record,) = await records(db, rule_id=job.rule_id)
+    assert record["reason"] == "already_applied"
+    assert record["response"]["complete"] is False  # Rule Logs say the copy is not whole
 
 
 # ---------------------------------------------------------------- overlapping runs
@@ -188,3 +255,49 @@ async def test_two_overlapping_runs_of_a_duplicate_rule_copy_the_entity_once(
     (record,) = await records(db, batch_id=second.batch_id)
     assert (record["outcome"], record["reason"]) == ("skipped", reason)
     assert await db[c.ACTION_INTENTS].count_documents({"batch_id": second.batch_id}) == 0
+
+
+async def test_a_copy_an_earlier_release_started_as_an_async_batch_is_still_read_back(
+    settings: Settings, db: Database, sandbox: SandboxAdmin
+) -> None:
+    """An app created before 2026-11-04 may still have such a copy pending after the upgrade:
+    its intent is settled from the request set (the reaper's path), never sent again."""
+    from ruleengine.meta.http import GraphSession
+    from ruleengine.meta.reader import GraphReader
+    from ruleengine.store.intents import IntentStore
+    from ruleengine.writes.copies import answered, settle_copy
+
+    await sandbox.reset(seed=1, scenario="demo", app="legacy")
+    await sandbox.set_clock(SANDBOX_NOW)
+    campaign = await named(sandbox, "campaigns", "[AUTO] Prospecting US 2")
+    adbatch = [{"name": "copy", "relative_url": f"{campaign}/copies", "body": "deep_copy=true"}]
+    async with aiohttp.ClientSession() as http:
+        form = {
+            "access_token": SANDBOX_TOKEN,
+            "name": "old",
+            "adbatch": orjson.dumps(adbatch).decode(),
+        }
+        async with http.post(
+            f"{sandbox.base_url}/v27.0/act_1001/async_batch_requests", data=form
+        ) as response:
+            set_id = (await response.json())["id"]
+    pending = {"mode": "async", "request_set_id": set_id}
+    assert answered(pending)
+    doc = {"status": "pending", "field": "copies", "account": "act_1001", "response": pending}
+    inserted = await db[c.ACTION_INTENTS].insert_one(doc)
+    session = GraphSession(settings)
+    try:
+        status = await settle_copy(
+            IntentStore(db),
+            {**doc, "_id": inserted.inserted_id},
+            reader=GraphReader.from_settings(session),
+            token=SANDBOX_TOKEN,
+            now=datetime.now(UTC),
+        )
+    finally:
+        await session.close()
+    assert status == "done"
+    settled = await db[c.ACTION_INTENTS].find_one({"_id": inserted.inserted_id})
+    assert settled is not None
+    assert settled["response"]["request_set_id"] == set_id
+    assert len(settled["response"]["copied_ids"]) > 3

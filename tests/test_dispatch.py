@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import signal
 import subprocess
 import sys
@@ -452,3 +453,24 @@ async def test_a_mongodb_outage_does_not_stop_the_dispatcher(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ResourceWarning)
                 gc.collect()
+
+
+async def test_the_dispatcher_warns_at_start_when_its_graph_version_nears_expiry(
+    settings: Settings, db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """v25.0 expires on 2027-02-23: from 90 days before, every process says so at start-up
+    (here the dispatcher; the worker, the web app and ``ruleengine up`` call the same check)."""
+    from ruleengine.dispatch import run_dispatcher
+    from ruleengine.rules.meta_versions import version_warning
+
+    old = settings.model_copy(update={"graph_version": "v25.0"})
+    with caplog.at_level(logging.WARNING, logger="ruleengine.dispatch"):
+        assert await run_dispatcher(old, once=True) == 0
+    expected = version_warning("v25.0", datetime.now(UTC).date())
+    if expected is None:  # before 2026-11-25 nothing is due
+        return
+    assert expected in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ruleengine.dispatch"):
+        await run_dispatcher(settings, once=True)  # v27.0: nothing to say
+    assert "Marketing API" not in caplog.text

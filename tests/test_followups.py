@@ -189,7 +189,7 @@ async def test_someone_reactivating_by_hand_makes_the_follow_up_step_aside(
     entity = followup["entity_id"]
     await sandbox.issue_token(HUMAN_TOKEN)  # an ad-ops colleague's own token
     async with aiohttp.ClientSession() as http:  # ... in Ads Manager
-        url = f"{sandbox.base_url}/v25.0/{entity}"
+        url = f"{sandbox.base_url}/v27.0/{entity}"
         await http.post(url, data={"status": "ACTIVE", "access_token": HUMAN_TOKEN})
     await fast_forward(redis)
     await work(wired)
@@ -212,7 +212,7 @@ async def test_a_budget_changed_by_hand_is_not_restored(
     assert followup["field"] == "daily_budget"
     await sandbox.issue_token(HUMAN_TOKEN)
     async with aiohttp.ClientSession() as http:
-        url = f"{sandbox.base_url}/v25.0/{followup['entity_id']}"
+        url = f"{sandbox.base_url}/v27.0/{followup['entity_id']}"
         await http.post(url, data={"daily_budget": "31000", "access_token": HUMAN_TOKEN})
     await fast_forward(redis)
     await work(wired)

@@ -42,10 +42,18 @@ from support import SANDBOX_TOKEN
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 OPERATORS = list(get_args(FilterOperator))
 _NAMES = itertools.count()
+_ADVANTAGE = ["campaign{smart_promotion_type,advantage_state_info,is_adset_budget_sharing_enabled}"]
+_BASE = ["id", "name", "created_time", "effective_status", "status"]
 FIELDS = {
-    "campaign": "id,name,created_time,effective_status,status,objective",
-    "adset": "id,name,created_time,effective_status,status,campaign_id",
-    "ad": "id,name,created_time,effective_status,status,adset_id,campaign_id",
+    "campaign": [
+        *_BASE,
+        "smart_promotion_type",
+        "advantage_state_info",
+        "is_adset_budget_sharing_enabled",
+        "objective",
+    ],
+    "adset": [*_BASE, "campaign_id", *_ADVANTAGE],
+    "ad": [*_BASE, "adset_id", "campaign_id", *_ADVANTAGE],
 }
 
 
@@ -160,7 +168,7 @@ async def full_listing(reader: GraphReader, account: str, level: str) -> list[di
             account,
             level,
             token=SANDBOX_TOKEN,
-            fields=FIELDS[level].split(","),
+            fields=FIELDS[level],
             filtering=EVERY_STATUS,
         )
     return _FULL[account, level]
@@ -348,8 +356,10 @@ async def test_archived_objects_reach_only_the_rules_that_ask_for_them(stack: St
         assert jobs[doc.id, "act_1003"] == ids(await stack.server_side(data, "act_1003"))
     (clearance,) = jobs[saved[0].id, "act_1003"]
     assert clearance not in jobs[saved[1].id, "act_1003"]
-    # Brand Awareness and Seasonal Promo (2 ad sets each), Payment Hold, New Launch
-    assert len(jobs[saved[2].id, "act_1003"]) == 6
+    # Brand Awareness and Seasonal Promo (2 ad sets each), Payment Hold, New Launch, and
+    # the late-2026 campaigns (docs/sandbox.md): legacy Advantage+ shopping (1 ad set), spend
+    # caps (3), budget sharing (3)
+    assert len(jobs[saved[2].id, "act_1003"]) == 13
 
 
 async def test_every_rule_gets_the_entities_and_fields_its_own_listing_gave_it(

@@ -51,7 +51,7 @@ def adset_rule(
 async def adset_id(sandbox: SandboxAdmin, account: str, name: str) -> str:
     """The id of the ad set called ``name``, listed through the sandbox's Graph API."""
     async with aiohttp.ClientSession() as http:
-        url = f"{sandbox.base_url}/v25.0/{account}/adsets"
+        url = f"{sandbox.base_url}/v27.0/{account}/adsets"
         params = {"fields": "id,name", "limit": "500", "access_token": SANDBOX_TOKEN}
         async with http.get(url, params=params) as response:
             body = await response.json()

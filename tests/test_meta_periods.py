@@ -55,7 +55,7 @@ class Recorder:
 
 def _split_url(url: str) -> tuple[str, dict[str, str]]:
     parts = urlsplit(url)
-    return parts.path.rsplit("/v25.0/", 1)[-1].strip("/"), dict(parse_qsl(parts.query))
+    return parts.path.rsplit("/v27.0/", 1)[-1].strip("/"), dict(parse_qsl(parts.query))
 
 
 def _batch_items(body: bytes) -> list[tuple[str, dict[str, str]]]:
@@ -136,7 +136,7 @@ async def daily_spend(sandbox: SandboxAdmin, campaign: str, span: dict[str, str]
             "time_increment": "1",
             "access_token": SANDBOX_TOKEN,
         }
-        url = f"{sandbox.base_url}/v25.0/{campaign}/insights"
+        url = f"{sandbox.base_url}/v27.0/{campaign}/insights"
         async with http.get(url, params=params) as response:
             body = await response.json()
     rows: list[Any] = body["data"]

@@ -14,7 +14,7 @@ TOKEN = "EAAGsecretTOKENvalue0123456789abcdefXYZ"
 @pytest.mark.parametrize(
     "text",
     [
-        f"GET /v25.0/act_1/campaigns?access_token={TOKEN}&limit=25",
+        f"GET /v27.0/act_1/campaigns?access_token={TOKEN}&limit=25",
         f'{{"access_token": "{TOKEN}"}}',
         f"Authorization: Bearer {TOKEN}",
         f"headers={{'Authorization': 'OAuth {TOKEN}'}}",

@@ -23,7 +23,7 @@ async def wired(settings: Settings, db: Database, redis: Any, accounts: list[str
 
 async def graph_get(sandbox: SandboxAdmin, path: str, **params: str) -> Any:
     async with aiohttp.ClientSession() as http:
-        url = f"{sandbox.base_url}/v25.0/{path}"
+        url = f"{sandbox.base_url}/v27.0/{path}"
         query = params | {"access_token": SANDBOX_TOKEN}
         async with http.get(url, params=query) as response:
             return await response.json()

@@ -83,7 +83,7 @@ LIMITED = "Creative Test US 1 - Lookalike 1%"
 async def adset_ids(sandbox: SandboxAdmin, account: str = "act_1001") -> dict[str, str]:
     """Ad set ids of ``account`` by name, listed through the sandbox's Graph API."""
     async with aiohttp.ClientSession() as http:
-        url = f"{sandbox.base_url}/v25.0/{account}/adsets"
+        url = f"{sandbox.base_url}/v27.0/{account}/adsets"
         params = {"fields": "id,name", "limit": "500", "access_token": SANDBOX_TOKEN}
         async with http.get(url, params=params) as response:
             body = await response.json()

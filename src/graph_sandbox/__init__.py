@@ -1,4 +1,4 @@
-"""A local simulator of Meta's Graph API v25.0 for the demo, the tests and the benchmarks.
+"""A local simulator of Meta's Marketing API v25.0–v27.0 (December 2026) for the demo and tests.
 
 ``create_app()`` builds the aiohttp application; ``python -m graph_sandbox``
 serves it; :class:`graph_sandbox.admin.SandboxAdmin` drives its admin

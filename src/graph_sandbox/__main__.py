@@ -11,6 +11,7 @@ import sys
 from aiohttp import web
 
 from graph_sandbox.app import create_app
+from graph_sandbox.legacy import APP_MODES
 from graph_sandbox.scenarios import SCENARIOS
 
 _EPILOG = """\
@@ -41,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m graph_sandbox",
         description=(
-            "A local simulator of Meta's Graph API v25.0 (ad accounts, campaigns, ad sets, "
-            "Insights, writes, copies, the Batch API, rate-limit headers, fault injection). "
+            "A local simulator of Meta's Marketing API v25.0–v27.0 (ad accounts, campaigns, "
+            "ad sets, Insights, writes, copies, the Batch API, rate-limit headers, fault "
+            "injection). "
             "Only tokens it issued are accepted: one per ad account (GET /_sandbox/tokens), "
             "the --token ones, and those made through POST /_sandbox/tokens. See docs/sandbox.md."
         ),
@@ -79,6 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="TOKEN",
         help="accept TOKEN for every ad account, also after resets (repeatable)",
+    )
+    parser.add_argument(
+        "--app",
+        choices=APP_MODES,
+        default="new",
+        help="new: an app created since 2026-11-04, refused Graph's legacy features (multi-ID,"
+        " date_format, method override, field aliases, JSONP, asynchronous batch requests);"
+        " legacy: an older app (default new)",
     )
     parser.add_argument(
         "--access-log", action="store_true", help="log every request to stderr (off by default)"
@@ -119,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             campaigns_per_account=args.campaigns,
             adsets_per_campaign=args.adsets,
             tokens=args.token,
+            app=args.app,
         )
     except ValueError as exc:
         parser.error(str(exc))

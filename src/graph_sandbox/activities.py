@@ -72,6 +72,13 @@ _EVENTS: dict[tuple[str, str], tuple[str, str, str]] = {
         "AD_SET",
         "Ad set optimization goal updated",
     ),
+    # the SDK's AdActivity.EventType names these two (its categories are the sandbox's guess)
+    ("adset", "spend_cap"): ("update_ad_set_spend_cap", "BUDGET", "Ad set spend cap updated"),
+    ("adset", "min_spend_target"): (
+        "update_ad_set_min_spend_target",
+        "BUDGET",
+        "Ad set minimum spend target updated",
+    ),
     ("campaign", "budget"): ("update_campaign_budget", "BUDGET", "Campaign budget updated"),
     ("campaign", "status"): ("update_campaign_run_status", "STATUS", "Campaign status updated"),
     ("campaign", "name"): ("update_campaign_name", "CAMPAIGN", "Campaign name updated"),
@@ -79,6 +86,15 @@ _EVENTS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("ad", "name"): ("update_ad_friendly_name", "AD", "Ad name updated"),
 }
 _OBJECT_TYPES = {"campaign": "CAMPAIGN", "adset": "ADSET", "ad": "AD"}
+#: The fields whose changes share an event type.
+_WHAT = {
+    "daily_budget": "budget",
+    "lifetime_budget": "budget",
+    "daily_spend_cap": "spend_cap",
+    "lifetime_spend_cap": "spend_cap",
+    "daily_min_spend_target": "min_spend_target",
+    "lifetime_min_spend_target": "min_spend_target",
+}
 
 
 @dataclass(frozen=True)
@@ -151,11 +167,11 @@ class ActivityLog:
         actor: Actor,
     ) -> None:
         """Log that ``name`` (a field of ``obj``) went from ``old`` to ``new``."""
-        what = "budget" if name in ("daily_budget", "lifetime_budget") else name
+        what = _WHAT.get(name, name)
         event_type, category, translated = _EVENTS[(obj.kind, what)]
         account = state.world.account_of(obj)
         extra: dict[str, Any] = {"old_value": old, "new_value": new}
-        if what in ("budget", "bid_amount"):
+        if what in ("budget", "bid_amount", "spend_cap", "min_spend_target"):
             extra |= {"currency": account.currency, "type": name}
         self._by_account.setdefault(account.id, []).append(
             Activity(

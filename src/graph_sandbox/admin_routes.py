@@ -43,6 +43,7 @@ class _Reset(BaseModel):
     adsets_per_campaign: int | None = Field(default=None, ge=1)
     # ad account id → IANA time zone, replacing that account's
     timezones: dict[str, str] | None = Field(default=None, max_length=100)
+    app: str | None = None
 
 
 class _Clock(BaseModel):
@@ -358,6 +359,7 @@ def _world_summary(state: SandboxState) -> dict[str, Any]:
         "adsets": kinds.count("adset"),
         "ads": kinds.count("ad"),
         "adrules": len(world.adrules.rules),
+        "app": state.config.app,
     }
 
 

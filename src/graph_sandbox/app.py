@@ -28,6 +28,7 @@ from graph_sandbox.protocol import (
     as_param,
     split_token,
     split_version,
+    version_error,
 )
 from graph_sandbox.router import execute
 from graph_sandbox.scenarios import WorldConfig
@@ -50,6 +51,7 @@ def create_app(
     campaigns_per_account: int | None = None,
     adsets_per_campaign: int | None = None,
     tokens: Iterable[str] = (),
+    app: str = "new",
 ) -> web.Application:
     """Build a sandbox app holding a fresh world.
 
@@ -61,6 +63,8 @@ def create_app(
         adsets_per_campaign: Ad sets per campaign (scenario default when ``None``).
         tokens: Access tokens to accept for every ad account, in this world and after every
             reset (the sandbox also issues one per ad account; see ``graph_sandbox.tokens``).
+        app: ``new`` (the default: an app created since 2026-11-04, refused Graph's legacy
+            features, :mod:`graph_sandbox.legacy`) or ``legacy`` (an older app).
 
     Raises:
         ValueError: Unknown scenario, or a size below 1.
@@ -71,20 +75,23 @@ def create_app(
         accounts=accounts,
         campaigns_per_account=campaigns_per_account,
         adsets_per_campaign=adsets_per_campaign,
+        app=app,
     )
-    app = web.Application(client_max_size=_MAX_BODY_BYTES)
-    app[STATE] = SandboxState(config, operator_tokens=tokens)
-    add_admin_routes(app)
-    add_extras(app)
-    state = app[STATE]
+    application = web.Application(client_max_size=_MAX_BODY_BYTES)
+    application[STATE] = SandboxState(config, operator_tokens=tokens)
+    add_admin_routes(application)
+    add_extras(application)
+    state = application[STATE]
 
     def reseed(state: SandboxState) -> None:
-        seed_sheets(app, state.world, seed=state.config.seed, scenario=state.config.scenario)
+        seed_sheets(
+            application, state.world, seed=state.config.seed, scenario=state.config.scenario
+        )
 
     state.on_reset = reseed  # a reset reloads the demo spreadsheet for the new world
     reseed(state)
-    app.router.add_route("*", "/{tail:.*}", _graph)
-    return app
+    application.router.add_route("*", "/{tail:.*}", _graph)
+    return application
 
 
 async def _graph(request: web.Request) -> web.Response:
@@ -141,10 +148,14 @@ async def _run(
     params, token = split_token(raw_params, request.headers.get("Authorization"))
     origin = f"{request.scheme}://{request.host}"
     if request.method == "POST" and path == "/":
+        if (wrong_version := version_error(version, state.now())) is not None:
+            state.stats.error(wrong_version.code)
+            return _http(_failure(state, wrong_version))
         return _deliver(request, run_batch(state, params, token, origin))
     lost = state.faults.lost_answer(request.method, path, in_batch=False)
     base_url = f"{origin}/{version or DEFAULT_VERSION}"
-    response = execute(state, GraphRequest(request.method, path, params, token, base_url))
+    graph_request = GraphRequest(request.method, path, params, token, base_url, version=version)
+    response = execute(state, graph_request)
     return _deliver(request, dataclasses.replace(response, lost=lost))
 
 

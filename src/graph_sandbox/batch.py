@@ -87,6 +87,7 @@ def _item_request(item: Any, token: str | None, origin: str) -> GraphRequest:
         params=rest,
         token=item_token or token,
         base_url=f"{origin}/{version or DEFAULT_VERSION}",
+        version=version,
     )
 
 

@@ -62,6 +62,11 @@ _CAMPAIGN: dict[str, Getter] = {
     "objective": lambda s, o: o.objective,
     "buying_type": lambda s, o: "AUCTION",
     "source_campaign_id": lambda s, o: o.source_id or "0",
+    # Meta's read-only Advantage+ state (its Advantage+ campaigns guide names the
+    # advantage_plus_* values; "DISABLED" for the others is the sandbox's word)
+    "advantage_state_info": lambda s, o: {"advantage_state": o.advantage_state or "DISABLED"},
+    "smart_promotion_type": lambda s, o: o.smart_promotion_type,
+    "is_adset_budget_sharing_enabled": lambda s, o: o.budget_sharing,
 }
 
 _ADSET: dict[str, Getter] = {
@@ -75,6 +80,10 @@ _ADSET: dict[str, Getter] = {
     # an int32 in minor units, sent as a JSON number (budgets are numeric strings)
     "bid_amount": lambda s, o: Number(o.bid_amount) if o.bid_amount is not None else None,
     "learning_stage_info": lambda s, o: stage_info(s.world, s.insights, o, s.now()),
+    "daily_spend_cap": lambda s, o: o.daily_spend_cap,
+    "daily_min_spend_target": lambda s, o: o.daily_min_spend_target,
+    "lifetime_spend_cap": lambda s, o: o.lifetime_spend_cap,
+    "lifetime_min_spend_target": lambda s, o: o.lifetime_min_spend_target,
 }
 
 _AD: dict[str, Getter] = {

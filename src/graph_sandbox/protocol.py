@@ -10,16 +10,27 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode
 
 import orjson
 
+from graph_sandbox.errors import GraphError
 from graph_sandbox.query import Page
 
-DEFAULT_VERSION = "v25.0"
-_VERSION = re.compile(r"^v\d+\.\d+$")
+#: The Marketing API versions the sandbox serves, with Meta's expiry (None: not announced),
+#: from Meta's "Marketing API version history" page as it stood with v27.0 out
+#: (v27.0 2026-11-04, v26.0 2026-07-29, v25.0 2026-02-18 until 2027-02-23). An older
+#: version, or one of these past its expiry by the sandbox clock, gets Meta's error 2635.
+SERVED_VERSIONS: Final[dict[str, datetime | None]] = {
+    "v27.0": None,
+    "v26.0": None,
+    "v25.0": datetime(2027, 2, 23, tzinfo=UTC),
+}
+DEFAULT_VERSION: Final = "v27.0"
+_VERSION = re.compile(r"^v(\d+)\.(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -35,6 +46,7 @@ class GraphRequest:
             ``paging.next`` links.
         in_async_batch: True for a request run as part of an asynchronous batch (where
             Meta allows bigger copies).
+        version: The version prefix it was sent under (``v27.0``), None without one.
     """
 
     method: str
@@ -43,6 +55,7 @@ class GraphRequest:
     token: str | None
     base_url: str
     in_async_batch: bool = False
+    version: str | None = None
 
     @cached_property
     def segments(self) -> tuple[str, ...]:
@@ -71,6 +84,42 @@ def split_version(raw_path: str) -> tuple[str | None, str]:
     if parts and _VERSION.match(parts[0]):
         return parts[0], "/" + "/".join(parts[1:])
     return None, "/" + "/".join(parts)
+
+
+def version_error(version: str | None, now: datetime) -> GraphError | None:
+    """Meta's refusal of a call under ``version`` at ``now``; None when it is served.
+
+    A versionless call is served as :data:`DEFAULT_VERSION` (Meta refuses unversioned
+    Marketing API calls; the sandbox keeps them for its own tests and tools). An older
+    version, or a served one past its expiry, gets ``(#2635) You are calling a deprecated
+    version of the Ads API`` (OAuthException, as Meta answers it); a version newer than
+    the sandbox knows is refused with error 100 (the sandbox's wording).
+    """
+    if version is None or (version in SERVED_VERSIONS and not _expired(version, now)):
+        return None
+    if _number(version) > _number(DEFAULT_VERSION):
+        return GraphError(
+            100,
+            f"(#100) Unknown API version {version}: the sandbox models Meta's Marketing API "
+            f"up to {DEFAULT_VERSION}",
+        )
+    return GraphError(
+        2635,
+        "(#2635) You are calling a deprecated version of the Ads API. Please update to the "
+        f"latest version: {DEFAULT_VERSION}.",
+        status=400,
+    )
+
+
+def _number(version: str) -> tuple[int, int]:
+    """``"v27.0"`` → ``(27, 0)`` (``split_version`` lets only that shape through)."""
+    major, _, minor = version.removeprefix("v").partition(".")
+    return int(major), int(minor)
+
+
+def _expired(version: str, now: datetime) -> bool:
+    expires = SERVED_VERSIONS[version]
+    return expires is not None and now >= expires
 
 
 def item_request_parts(item: Mapping[str, Any]) -> tuple[str | None, str, dict[str, str]]:

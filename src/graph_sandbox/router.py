@@ -19,8 +19,9 @@ from graph_sandbox.errors import (
     no_permission,
     nonexistent_object,
 )
+from graph_sandbox.legacy import legacy_feature, not_for_new_apps
 from graph_sandbox.limits import UseCase
-from graph_sandbox.protocol import GraphRequest, GraphResponse
+from graph_sandbox.protocol import GraphRequest, GraphResponse, version_error
 from graph_sandbox.state import SandboxState, WriteRecord
 from graph_sandbox.tokens import Grant
 
@@ -109,7 +110,11 @@ def execute(state: SandboxState, req: GraphRequest) -> GraphResponse:
     state.stats.call(kind)
     accounts: tuple[str, ...] = ()
     try:
+        if (wrong_version := version_error(req.version, now)) is not None:
+            raise wrong_version
         grant = _check_token(state, req)
+        if state.config.app == "new" and (feature := legacy_feature(req, kind)) is not None:
+            raise not_for_new_apps(feature)
         accounts = scope(state, req, kind)
         _authorize(state, req, grant, accounts, kind)
         state.stats.accounts(accounts)

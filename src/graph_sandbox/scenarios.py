@@ -59,6 +59,9 @@ class WorldConfig:
     campaigns_per_account: int | None = None
     adsets_per_campaign: int | None = None
     timezones: tuple[tuple[str, str], ...] = ()
+    #: ``new``: an app created since 2026-11-04, refused Graph's legacy features
+    #: (:mod:`graph_sandbox.legacy`); ``legacy``: an older app, which may still use them.
+    app: str = "new"
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,11 @@ class _CampaignSpec:
     # the first ad set's last significant edit: this many local days before "now", wherever
     # the clock stands, so the demo always has ad sets in their learning phase
     edited_days_ago: int | None = None
+    smart_promotion_type: str | None = None
+    advantage_state: str | None = None
+    budget_sharing: bool | None = None
+    # the ad sets' spend limits, by position: ({"daily_spend_cap": 8000}, …)
+    spend_limits: tuple[dict[str, int], ...] = ()
 
 
 _W, _M, _L = Archetype.WINNER, Archetype.MIDDLING, Archetype.LOSER
@@ -137,6 +145,32 @@ _DEMO_STATUS_CAMPAIGNS = (
 )
 _STATUS_CAMPAIGNS_ACCOUNT = 2  # index into _DEMO_ACCOUNTS: act_1003
 
+# The Meta of late 2026, added to the same account after everything else (ads included), so
+# no other object's id or numbers change; no [AUTO] tag. A legacy Advantage+ shopping
+# campaign: the API may change its status only (Meta's v25.0 changelog).
+_DEMO_2027_CAMPAIGNS = (
+    _CampaignSpec(
+        "Advantage+ Shopping {cc} (legacy)",
+        _L,
+        "daily",
+        25000,
+        adsets=1,
+        smart_promotion_type="AUTOMATED_SHOPPING_ADS",
+        advantage_state="advantage_plus_sales",
+    ),
+    # An Advantage campaign budget whose ad sets are steered by spend limits.
+    _CampaignSpec(
+        "Advantage Budget {cc} (spend caps)",
+        _W,
+        "daily",
+        30000,
+        adsets=3,
+        spend_limits=({"daily_spend_cap": 8000}, {"daily_min_spend_target": 5000}),
+    ),
+    # Ad set budgets shared with the campaign's other ad sets (up to 20 %, since v24.0).
+    _CampaignSpec("Budget Sharing {cc}", _M, "adset", 6000, adsets=3, budget_sharing=True),
+)
+
 _DEMO_ACCOUNTS = (
     ("1001", "Demo Store US", "USD", "America/New_York", "US"),
     ("1002", "Demo Store DE", "EUR", "Europe/Berlin", "DE"),
@@ -192,6 +226,7 @@ def build_world(config: WorldConfig) -> World:
     _add_ads(world)
     if config.scenario == "demo":
         _add_demo_rules(world)
+        _add_2027_campaigns(world, config)
     return world
 
 
@@ -217,6 +252,18 @@ def _build_demo(
         extra = random.Random(f"{config.seed}:demo:statuses")
         for spec in _DEMO_STATUS_CAMPAIGNS:
             _add_campaign(world, extra, number, spec, cc, None)
+
+
+def _add_2027_campaigns(world: World, config: WorldConfig) -> None:
+    """The demo's campaigns of Meta's late 2026 (:data:`_DEMO_2027_CAMPAIGNS`), ads and all."""
+    if (config.accounts or len(_DEMO_ACCOUNTS)) <= _STATUS_CAMPAIGNS_ACCOUNT:
+        return
+    number, _, _, _, cc = _DEMO_ACCOUNTS[_STATUS_CAMPAIGNS_ACCOUNT]
+    extra = random.Random(f"{config.seed}:demo:2027")
+    for spec in _DEMO_2027_CAMPAIGNS:
+        campaign = _add_campaign(world, extra, number, spec, cc, None)
+        for position, adset in enumerate(world.adsets_of(campaign.id)):
+            _add_ads_of(world, adset, position)
 
 
 def _build_bench(
@@ -263,7 +310,7 @@ def _add_campaign(
     spec: _CampaignSpec,
     cc: str,
     adsets_override: int | None,
-) -> None:
+) -> AdObject:
     created = EPOCH + timedelta(days=rng.randrange(0, 40), minutes=rng.randrange(0, 24 * 60))
     name = spec.name.format(cc=cc)
     campaign = AdObject(
@@ -278,9 +325,16 @@ def _add_campaign(
         daily_budget=spec.budget_cents if spec.budget == "daily" else None,
         lifetime_budget=spec.budget_cents if spec.budget == "lifetime" else None,
         held_as=spec.held_as,
+        smart_promotion_type=spec.smart_promotion_type,
+        advantage_state=spec.advantage_state,
+        budget_sharing=spec.budget_sharing,
     )
     world.add(campaign)
     _add_adsets(world, rng, campaign, spec, adsets_override or spec.adsets)
+    for adset, limits in zip(world.adsets_of(campaign.id), spec.spend_limits, strict=False):
+        for field, value in limits.items():
+            setattr(adset, field, value)
+    return campaign
 
 
 def _add_adsets(
@@ -323,22 +377,25 @@ def _add_ads(world: World) -> None:
     were (same ids, same numbers); ads need no randomness."""
     for account in list(world.accounts):
         for adset in list(world.adsets(account)):
-            position = world.adsets_of(adset.campaign_id or "").index(adset)
-            for number in range(1, _ads_per_adset(adset, position) + 1):
-                world.add(
-                    AdObject(
-                        id=world.next_id("ad"),
-                        kind="ad",
-                        account_id=adset.account_id,
-                        name=f"{adset.name} - Ad {number}",
-                        status=ACTIVE,
-                        objective=adset.objective,
-                        created_time=adset.created_time + timedelta(minutes=10 + number),
-                        updated_time=adset.updated_time,
-                        campaign_id=adset.campaign_id,
-                        adset_id=adset.id,
-                    )
-                )
+            _add_ads_of(world, adset, world.adsets_of(adset.campaign_id or "").index(adset))
+
+
+def _add_ads_of(world: World, adset: AdObject, position: int) -> None:
+    for number in range(1, _ads_per_adset(adset, position) + 1):
+        world.add(
+            AdObject(
+                id=world.next_id("ad"),
+                kind="ad",
+                account_id=adset.account_id,
+                name=f"{adset.name} - Ad {number}",
+                status=ACTIVE,
+                objective=adset.objective,
+                created_time=adset.created_time + timedelta(minutes=10 + number),
+                updated_time=adset.updated_time,
+                campaign_id=adset.campaign_id,
+                adset_id=adset.id,
+            )
+        )
 
 
 def _ads_per_adset(adset: AdObject, position: int) -> int:

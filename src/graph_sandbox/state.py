@@ -16,6 +16,7 @@ from graph_sandbox.async_batches import AsyncBatches
 from graph_sandbox.clock import SandboxClock
 from graph_sandbox.faults import Faults
 from graph_sandbox.insights import InsightsEngine
+from graph_sandbox.legacy import APP_MODES
 from graph_sandbox.limits import BudgetChangeLimiter, UsageModel
 from graph_sandbox.report_runs import ReportRuns
 from graph_sandbox.scenarios import WorldConfig, build_world
@@ -83,6 +84,8 @@ class SandboxState:
         Raises:
             ValueError: The config names an unknown scenario or a size below 1.
         """
+        if config.app not in APP_MODES:
+            raise ValueError(f"app must be one of {', '.join(APP_MODES)}, not {config.app!r}")
         world = build_world(config)
         self.config = config
         self.world = world

@@ -94,6 +94,19 @@ class AdObject:
     bid_amount: int | None = None
     #: An ad set's ``optimization_goal`` (:mod:`graph_sandbox.results`); ``None`` otherwise.
     optimization_goal: str | None = None
+    #: A campaign made through Meta's old Advantage+ APIs (``AUTOMATED_SHOPPING_ADS``,
+    #: ``SMART_APP_PROMOTION``): the API may no longer change it but for its status.
+    smart_promotion_type: str | None = None
+    #: A campaign's ``advantage_state_info.advantage_state`` (None: not Advantage+).
+    advantage_state: str | None = None
+    #: A campaign's ``is_adset_budget_sharing_enabled`` (ad set budgets, since v24.0: up to
+    #: 20 % of an ad set's daily budget may go to the campaign's other ad sets).
+    budget_sharing: bool | None = None
+    #: An ad set's spend limits under an Advantage campaign budget, minor units (None: unset).
+    daily_spend_cap: int | None = None
+    daily_min_spend_target: int | None = None
+    lifetime_spend_cap: int | None = None
+    lifetime_min_spend_target: int | None = None
 
 
 class World:

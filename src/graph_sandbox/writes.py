@@ -33,8 +33,18 @@ MIN_BUDGET = 100
 SYNC_COPY_LIMIT = 3
 ASYNC_COPY_LIMIT = 51
 
+#: An ad set's spend limits under an Advantage campaign budget (Meta's ad set reference: "To
+#: use this field, daily budget must be specified in the Campaign"; the lifetime twins go with a
+#: lifetime budget). 0 removes one.
+SPEND_LIMITS = (
+    "daily_spend_cap",
+    "daily_min_spend_target",
+    "lifetime_spend_cap",
+    "lifetime_min_spend_target",
+)
 _UPDATABLE = frozenset(
     {"status", "daily_budget", "lifetime_budget", "bid_amount", "optimization_goal", "name"}
+    | set(SPEND_LIMITS)
 )
 #: What an ad takes: its budget, bid and goal are its ad set's (or campaign's).
 _AD_UPDATABLE = frozenset({"status", "name"})
@@ -60,10 +70,32 @@ def _target(state: SandboxState, req: GraphRequest) -> AdObject:
     return obj
 
 
+#: ``smart_promotion_type`` of the campaigns made through Meta's old Advantage+ APIs.
+LEGACY_ADVANTAGE = frozenset({"AUTOMATED_SHOPPING_ADS", "SMART_APP_PROMOTION"})
+
+
 def update(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     """``POST /{id}``: change status, budgets or name; ``{"success": true}``."""
-    apply_changes(state, _target(state, req), req.params, actor=GRAPH_API)
+    target = _target(state, req)
+    if set(req.params) - {"status"}:
+        _check_not_legacy_advantage(state, target, "updated")
+    apply_changes(state, target, req.params, actor=GRAPH_API)
     return {"success": True}
+
+
+def _check_not_legacy_advantage(state: SandboxState, obj: AdObject, verb: str) -> None:
+    """Meta's v25.0 changelog: "Creation, duplication, and updates to Advantage+ shopping
+    campaigns and Advantage+ app campaigns is no longer allowed" (all versions since
+    2026-05-19). Their objects take a status change only (the changelog does not say
+    whether one counts; the sandbox lets it through). The error's wording is the sandbox's:
+    Meta's is not in its stored sources."""
+    campaign = obj if obj.kind == "campaign" else state.world.get(obj.campaign_id or "")
+    if campaign is not None and campaign.smart_promotion_type in LEGACY_ADVANTAGE:
+        raise invalid_param(
+            f"This object belongs to a legacy Advantage+ campaign ({campaign.smart_promotion_type})"
+            f" and cannot be {verb} through the Marketing API; create an Advantage+ campaign"
+            " instead (advantage_state)"
+        )
 
 
 def apply_changes(
@@ -79,7 +111,8 @@ def apply_changes(
             17 when the ad set's budget may not change now.
     """
     currency = state.world.account_of(obj).currency
-    changes = _validated(obj, params, currency)
+    campaign = state.world.get(obj.campaign_id or "") if obj.kind == "adset" else None
+    changes = _validated(obj, params, currency, campaign)
     now = state.now()
     budget_change = obj.kind == "adset" and bool(
         {"daily_budget", "lifetime_budget"} & changes.keys()
@@ -119,7 +152,52 @@ def _restart_learning(state: SandboxState, obj: AdObject, name: str, old: Any, n
             world.significant_edit(adset.id, now)
 
 
-def _validated(obj: AdObject, params: Mapping[str, str], currency: str) -> dict[str, Any]:
+def _spend_limit(obj: AdObject, field: str, raw: str, campaign: AdObject | None) -> int | None:
+    """A new spend limit of an ad set under a campaign budget of the same kind (0: none)."""
+    if obj.kind != "adset":
+        raise invalid_param(f"Param {field} is not supported on a {obj.kind}: set it on ad sets")
+    budget = "daily_budget" if field.startswith("daily_") else "lifetime_budget"
+    if campaign is None or getattr(campaign, budget) is None:
+        raise invalid_param(
+            f"Param {field} needs a campaign {budget.replace('_', ' ')}: to use this field,"
+            f" {budget.split('_')[0]} budget must be specified in the Campaign"
+        )
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise invalid_param(f"Param {field} must be an integer in minor units") from exc
+    if value < 0:
+        raise invalid_param(f"Param {field} must be 0 or more")
+    return value or None
+
+
+def _validated(
+    obj: AdObject, params: Mapping[str, str], currency: str, campaign: AdObject | None
+) -> dict[str, Any]:
+    _check_params(obj, params)
+    changes: dict[str, Any] = {}
+    if "status" in params:
+        if params["status"] not in (ACTIVE, PAUSED):
+            raise invalid_param("Param status must be one of {ACTIVE, PAUSED}")
+        changes["status"] = params["status"]
+    for field in ("daily_budget", "lifetime_budget"):
+        if field in params:
+            changes[field] = _budget(obj, field, params[field], currency)
+    if "bid_amount" in params:
+        changes["bid_amount"] = _bid(obj, params["bid_amount"])
+    for field in SPEND_LIMITS:
+        if field in params:
+            changes[field] = _spend_limit(obj, field, params[field], campaign)
+    if "optimization_goal" in params:
+        changes["optimization_goal"] = _goal(obj, params["optimization_goal"])
+    if "name" in params:
+        if not params["name"].strip():
+            raise invalid_param("Param name must be a non-empty string")
+        changes["name"] = params["name"]
+    return changes
+
+
+def _check_params(obj: AdObject, params: Mapping[str, str]) -> None:
     unknown = sorted(params.keys() - _UPDATABLE)
     if unknown:
         raise invalid_param(
@@ -136,23 +214,6 @@ def _validated(obj: AdObject, params: Mapping[str, str], currency: str) -> dict[
             f"Param {name} cannot be set on an ad: an ad takes status and name; budgets, bids"
             " and optimization goals are its ad set's or campaign's"
         )
-    changes: dict[str, Any] = {}
-    if "status" in params:
-        if params["status"] not in (ACTIVE, PAUSED):
-            raise invalid_param("Param status must be one of {ACTIVE, PAUSED}")
-        changes["status"] = params["status"]
-    for field in ("daily_budget", "lifetime_budget"):
-        if field in params:
-            changes[field] = _budget(obj, field, params[field], currency)
-    if "bid_amount" in params:
-        changes["bid_amount"] = _bid(obj, params["bid_amount"])
-    if "optimization_goal" in params:
-        changes["optimization_goal"] = _goal(obj, params["optimization_goal"])
-    if "name" in params:
-        if not params["name"].strip():
-            raise invalid_param("Param name must be a non-empty string")
-        changes["name"] = params["name"]
-    return changes
 
 
 def _budget(obj: AdObject, field: str, raw: str, currency: str) -> int:
@@ -217,6 +278,7 @@ def _no_budget(obj: AdObject, field: str) -> str:
 def copy(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     """``POST /{id}/copies``: a new campaign or ad set (with ``deep_copy``, its children too)."""
     source = _target(state, req)
+    _check_not_legacy_advantage(state, source, "duplicated")
     if source.kind == "ad":
         return copy_ad(state, source, req.params)
     options = _CopyOptions.parse(req.params)

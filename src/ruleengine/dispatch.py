@@ -24,6 +24,7 @@ from ruleengine.meta.reader import GraphReader
 from ruleengine.observability import DispatcherMetrics, serve
 from ruleengine.queue import connect_queue
 from ruleengine.redact import setup_logging
+from ruleengine.rules.meta_versions import version_warning
 from ruleengine.settings import Settings, load_settings
 from ruleengine.store.db import create_client, database, ensure_indexes
 from ruleengine.store.formats import migrate_rules
@@ -46,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def run_dispatcher(settings: Settings, *, once: bool) -> int:
     """Create the clients, tick until signalled (or once), close the clients."""
+    if (warning := version_warning(settings.graph_version, utcnow().date())) is not None:
+        log.warning("%s", warning)
     client = create_client(settings)
     db = database(client, settings)
     await ensure_indexes(db)

@@ -80,7 +80,9 @@ class Settings(BaseSettings):
 
     # Graph API
     graph_url: str = "http://127.0.0.1:8081"
-    graph_version: str = "v25.0"
+    # Meta's newest Marketing API version (``meta/versions.py`` holds Meta's table of versions
+    # and expiries; every process warns at start-up when this one is within 90 days of expiry).
+    graph_version: str = Field(default="v27.0", pattern=r"^v\d+\.\d+$")
     graph_timeout_s: float = 30.0
     graph_concurrency: int = Field(default=8, ge=1, description="concurrent Graph requests per job")
     listing_retry_waits_s: tuple[float, ...] = (1.0, 2.0)
@@ -136,9 +138,6 @@ class Settings(BaseSettings):
         ge=1,
         le=50,
         description="writes per Batch API call (Meta allows 50); 1: each write alone, as before",
-    )
-    copy_wait_s: float = Field(
-        default=60.0, ge=0, description="how long a duplicate waits for Meta's background copy"
     )
     # rules that fight (docs/rules.md "Rules that fight"): limits over every rule, per entity
     max_daily_budget_change_pct: float | None = Field(
@@ -303,7 +302,7 @@ class Settings(BaseSettings):
 
     @property
     def graph_base(self) -> str:
-        """The Graph API root including the version, e.g. ``http://127.0.0.1:8081/v25.0``."""
+        """The Graph API root including the version, e.g. ``http://127.0.0.1:8081/v27.0``."""
         return f"{self.graph_url}/{self.graph_version}"
 
     @property

@@ -446,10 +446,13 @@ async def test_both_strategies_return_the_same_values_at_a_tenth_of_the_cost(
     assert costs["account_level"] * 10 <= costs["per_campaign"]
 
 
-async def test_multi_id_reads_take_50_ids_per_request(
+async def test_several_objects_are_read_in_batch_api_calls_of_50_never_by_multi_id(
     session: GraphSession, sandbox: SandboxAdmin
 ) -> None:
-    await sandbox.reset(scenario="bench", accounts=1, campaigns_per_account=120)
+    """New apps may not send multi-ID requests (``GET /?ids=``) since 2026-11-04; the
+    sandbox refuses them (its default "new app" mode), and the live read of several
+    objects goes through the Batch API instead: 120 objects, 3 calls (50 + 50 + 20)."""
+    await sandbox.reset(scenario="bench", accounts=1, campaigns_per_account=120, app="new")
     reader = reader_with(session, SleepRecorder())
     ids = [
         c["id"]
@@ -458,9 +461,18 @@ async def test_multi_id_reads_take_50_ids_per_request(
         )
     ]
     await sandbox.clear_stats()
-    objects = await reader.get_objects(
+    batch = BatchReader(session, policy=RetryPolicy((0.01,), rate_limit_cap_s=1))
+    objects = await batch.get_objects(
         ids, token=SANDBOX_TOKEN, fields=["id", "name", "daily_budget"]
     )
     assert sorted(objects) == sorted(ids)
     assert all(o["daily_budget"] for o in objects.values())
-    assert (await sandbox.stats())["http_requests"] == 3  # 50 + 50 + 20
+    stats = await sandbox.stats()
+    assert (stats["http_requests"], stats["counted_calls"]) == (3, 120)
+    with pytest.raises(GraphError) as refused:
+        await reader.session.request(
+            "GET", "", token=SANDBOX_TOKEN, params={"ids": ",".join(ids[:2])}
+        )
+    assert refused.value.code == 3  # the multi-ID request itself: not for a new app
+    with pytest.raises(GraphError):  # one object that cannot be read fails the read
+        await batch.get_objects([ids[0], "120210019999999"], token=SANDBOX_TOKEN, fields=["id"])

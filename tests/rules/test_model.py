@@ -78,6 +78,8 @@ def test_examples_cover_every_action_type_and_schedule() -> None:
         "prepend_to_name",
         "duplicate",
         "notify",
+        "increase_spend_limit",
+        "rebalance_budget",
     }
     assert {r.schedule.mode for r in rules} == {"interval", "timetable"}
     assert {t.match for r in rules for t in r.tasks} == {"all", "any"}

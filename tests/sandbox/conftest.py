@@ -14,3 +14,12 @@ async def sandbox() -> AsyncIterator[Sandbox]:
     async with running_sandbox(seed=1) as box:
         await box.admin.set_clock(NOON_ISH)
         yield box
+
+
+@pytest.fixture
+async def legacy_sandbox() -> AsyncIterator[Sandbox]:
+    """The same world played by an app created before 2026-11-04, which may still use
+    Graph's legacy features (multi-ID reads, asynchronous batches, …)."""
+    async with running_sandbox(seed=1, app="legacy") as box:
+        await box.admin.set_clock(NOON_ISH)
+        yield box

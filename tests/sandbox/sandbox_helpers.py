@@ -51,7 +51,7 @@ class Sandbox:
     @property
     def graph(self) -> str:
         """The versioned Graph root."""
-        return f"{self.url}/v25.0"
+        return f"{self.url}/v27.0"
 
     async def get(self, path: str, *, token: str | None = TOKEN, **params: Any) -> Reply:
         """``GET {graph}{path}`` with JSON-encoded non-string parameters."""

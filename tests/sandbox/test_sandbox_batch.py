@@ -11,7 +11,7 @@ from sandbox_helpers import TOKEN, Sandbox
 def _insights_item(campaign_id: str) -> dict[str, Any]:
     return {
         "method": "GET",
-        "relative_url": f"v25.0/{campaign_id}/insights?date_preset=last_7d&fields=spend",
+        "relative_url": f"v27.0/{campaign_id}/insights?date_preset=last_7d&fields=spend",
     }
 
 
@@ -56,7 +56,7 @@ async def test_items_fail_on_their_own(sandbox: Sandbox) -> None:
             _insights_item(ids[0]),
             {"method": "GET", "relative_url": "999999999999999?fields=id"},
             {"method": "POST", "relative_url": ids[1], "body": "daily_budget=5"},
-            {"method": "POST", "relative_url": f"v25.0/{ids[0]}", "body": "name=Batch+renamed"},
+            {"method": "POST", "relative_url": f"v27.0/{ids[0]}", "body": "name=Batch+renamed"},
         ]
     )
     codes = [item["code"] for item in reply.body]

@@ -40,7 +40,7 @@ async def test_cli_serves_on_a_free_port_and_stops_cleanly_on_sigterm() -> None:
         assert match.group(2) != "0"
         async with (
             aiohttp.ClientSession() as session,
-            session.get(f"{match.group(1)}/v25.0/act_2001/campaigns?access_token=t") as response,
+            session.get(f"{match.group(1)}/v27.0/act_2001/campaigns?access_token=t") as response,
         ):
             assert response.status == 200
             assert len((await response.json())["data"]) == 5

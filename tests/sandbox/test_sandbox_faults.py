@@ -19,7 +19,7 @@ async def test_a_rule_fails_exactly_n_matching_calls(sandbox: Sandbox) -> None:
     assert first.status == 503
     assert first.error["code"] == 2
     assert first.error["is_transient"] is True
-    batch = await sandbox.batch([{"method": "GET", "relative_url": "v25.0/act_1001/campaigns"}])
+    batch = await sandbox.batch([{"method": "GET", "relative_url": "v27.0/act_1001/campaigns"}])
     assert orjson.loads(batch.body[0]["body"])["error"]["code"] == 2
     assert (await sandbox.get("/act_1001/campaigns")).status == 200
     assert (await sandbox.admin.faults())["rules"][0]["remaining"] == 0

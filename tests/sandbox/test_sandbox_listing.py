@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from datetime import UTC, datetime
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -122,7 +123,8 @@ async def test_unknown_filter_field_operator_or_field_is_error_100(sandbox: Sand
         assert (reply.status, reply.error["code"]) == (400, 100), params
 
 
-async def test_reads_by_id_and_by_ids(sandbox: Sandbox) -> None:
+async def test_reads_by_id_and_by_ids(legacy_sandbox: Sandbox) -> None:
+    sandbox = legacy_sandbox
     ids = [c["id"] for c in (await sandbox.get("/act_1001/campaigns", limit="2")).body["data"]]
     adset = (await sandbox.get("/act_1001/adsets", limit="1")).body["data"][0]["id"]
     one = await sandbox.get(f"/{ids[0]}", fields="id,name,objective")
@@ -145,8 +147,8 @@ async def test_an_ad_account_outside_the_world_is_a_permission_error(sandbox: Sa
     assert reply.error["code"] == 200
 
 
-async def test_any_version_prefix_or_none_and_header_tokens(sandbox: Sandbox) -> None:
-    for prefix in ("/v25.0", "/v19.0", ""):
+async def test_the_served_versions_or_none_and_header_tokens(sandbox: Sandbox) -> None:
+    for prefix in ("/v25.0", "/v26.0", "/v27.0", ""):
         async with sandbox.session.get(
             f"{sandbox.url}{prefix}/act_1001", headers={"Authorization": f"OAuth {TOKEN}"}
         ) as response:
@@ -221,3 +223,31 @@ async def test_any_cursor_is_a_page_or_a_graph_error(
     else:
         assert reply.status == 400
         assert reply.error["code"] in (100, 2642)
+
+
+async def test_an_expired_version_gets_metas_2635(sandbox: Sandbox) -> None:
+    """v24.0 expired on 2026-11-10; v25.0 expires on 2027-02-23 (Meta's version history)."""
+    for prefix in ("/v19.0", "/v24.0"):
+        async with sandbox.session.get(
+            f"{sandbox.url}{prefix}/act_1001", params={"access_token": TOKEN}
+        ) as response:
+            body = await response.json()
+        assert response.status == 400
+        assert body["error"]["code"] == 2635
+        assert body["error"]["type"] == "OAuthException"
+        assert body["error"]["message"].startswith(
+            "(#2635) You are calling a deprecated version of the Ads API."
+        )
+    batch = [{"method": "GET", "relative_url": "v24.0/act_1001"}, {"relative_url": "act_1001"}]
+    first, second = (await sandbox.batch(batch)).body
+    assert (first["code"], second["code"]) == (400, 200)
+    assert '"code":2635' in first["body"]
+    await sandbox.admin.set_clock(datetime(2027, 2, 23, 0, 0, tzinfo=UTC))
+    async with sandbox.session.get(
+        f"{sandbox.url}/v25.0/act_1001", params={"access_token": TOKEN}
+    ) as response:
+        assert (await response.json())["error"]["code"] == 2635
+    async with sandbox.session.get(
+        f"{sandbox.url}/v28.0/act_1001", params={"access_token": TOKEN}
+    ) as response:
+        assert (await response.json())["error"]["code"] == 100

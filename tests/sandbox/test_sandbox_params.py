@@ -250,7 +250,7 @@ async def test_the_demo_world_has_metas_other_effective_statuses(sandbox: Sandbo
     assert statuses["Payment Hold ID"] == "WITH_ISSUES"
     assert statuses["New Launch ID"] == "IN_PROCESS"
     assert "Clearance ID" not in statuses  # archived: listed only when asked for
-    assert len(statuses) == 14
+    assert len(statuses) == 17  # with the late-2026 campaigns (docs/sandbox.md)
     tagged = await sandbox.get(
         "/act_1003/campaigns",
         filtering=[{"field": "name", "operator": "CONTAIN", "value": "[AUTO]"}],
@@ -284,3 +284,21 @@ async def test_the_demo_world_has_metas_other_effective_statuses(sandbox: Sandbo
     ads_only = await sandbox.get("/act_1003/adsets", effective_status=["PENDING_REVIEW"])
     assert ads_only.status == 200
     assert ads_only.body == {"data": []}
+
+
+async def test_the_view_windows_meta_stopped_returning_come_back_without_data(
+    sandbox: Sandbox,
+) -> None:
+    """7d_view and 28d_view "will no longer be returned" since 2026-01-12 (Meta's blog
+    2025-10-16): asked for, they are accepted and no action carries a value for them."""
+    reply = await sandbox.get(
+        "/act_1001/insights",
+        level="campaign",
+        date_preset="last_7d",
+        fields="campaign_id,actions",
+        action_attribution_windows=["7d_view", "28d_view"],
+    )
+    assert reply.status == 200
+    actions = [a for row in reply.body["data"] for a in row.get("actions", [])]
+    assert actions
+    assert not any({"7d_view", "28d_view"} & a.keys() for a in actions)

@@ -234,7 +234,8 @@ async def _async_copy(box: Sandbox, object_id: str, **body: Any) -> str:
     return str(reply.body["id"])
 
 
-async def test_copy_a_campaign_deeply_through_an_async_batch(sandbox: Sandbox) -> None:
+async def test_copy_a_campaign_deeply_through_an_async_batch(legacy_sandbox: Sandbox) -> None:
+    sandbox = legacy_sandbox
     campaign = await _cbo_campaign(sandbox)
     source = await sandbox.get(f"/{campaign['id']}", fields="name,status")
     body = {
@@ -269,7 +270,8 @@ async def test_copy_a_campaign_deeply_through_an_async_batch(sandbox: Sandbox) -
     assert [(w["kind"], w["ok"]) for w in log] == [("async_batch", True), ("copies", True)]
 
 
-async def test_an_async_batch_runs_once_its_delay_has_passed(sandbox: Sandbox) -> None:
+async def test_an_async_batch_runs_once_its_delay_has_passed(legacy_sandbox: Sandbox) -> None:
+    sandbox = legacy_sandbox
     campaign = await _cbo_campaign(sandbox)
     await sandbox.admin.set_faults(async_batch_delay_s=60)
     set_id = await _async_copy(sandbox, campaign["id"], deep_copy="true")
@@ -285,7 +287,7 @@ async def test_an_async_batch_runs_once_its_delay_has_passed(sandbox: Sandbox) -
 
 async def test_an_asynchronous_copy_holds_at_most_51_objects() -> None:
     async with running_sandbox(
-        scenario="bench", accounts=1, campaigns_per_account=1, adsets_per_campaign=30
+        scenario="bench", accounts=1, campaigns_per_account=1, adsets_per_campaign=30, app="legacy"
     ) as box:
         campaigns = await box.get("/act_2001/campaigns")
         (campaign,) = campaigns.body["data"]
@@ -350,8 +352,9 @@ _ITEM = st.fixed_dictionaries(
 )
 @given(adbatch=st.one_of(st.lists(_ITEM | _JSON, max_size=4), _JSON), name=st.text(max_size=10))
 async def test_any_adbatch_is_a_request_set_or_error_100(
-    sandbox: Sandbox, adbatch: Any, name: str
+    legacy_sandbox: Sandbox, adbatch: Any, name: str
 ) -> None:
+    sandbox = legacy_sandbox
     reply = await sandbox.post("/act_1001/async_batch_requests", name=name, adbatch=adbatch)
     if reply.status == 200:
         requests = await sandbox.get(f"/{reply.body['id']}/requests", fields="status,result")

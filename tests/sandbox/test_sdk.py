@@ -18,6 +18,7 @@ import orjson
 import pytest
 from facebook_business.adobjects.ad import Ad
 from facebook_business.adobjects.adaccount import AdAccount
+from facebook_business.adobjects.adcampaigngroupadvantagestate import AdCampaignGroupAdvantageState
 from facebook_business.adobjects.adreportrun import AdReportRun
 from facebook_business.adobjects.adset import AdSet
 from facebook_business.adobjects.adsinsights import AdsInsights
@@ -28,9 +29,11 @@ from facebook_business.exceptions import FacebookRequestError
 from facebook_business.session import FacebookSession
 from sandbox_helpers import TOKEN, Sandbox
 
+from ruleengine.rules.meta_versions import DEFAULT_GRAPH_VERSION
+
 T = TypeVar("T")
 
-API_VERSION = "v25.0"
+API_VERSION = DEFAULT_GRAPH_VERSION  # the engine's default (the SDK itself defaults to v26.0)
 CAMPAIGN_FIELDS = [Campaign.Field.id, Campaign.Field.name, Campaign.Field.daily_budget]
 INSIGHTS_FIELDS = [
     AdsInsights.Field.campaign_id,
@@ -439,3 +442,51 @@ async def test_ads_list_pause_and_copy(sandbox: Sandbox, api: FacebookAdsApi) ->
         lambda: Ad(copy["copied_ad_id"]).api_get(fields=[Ad.Field.name, Ad.Field.status])
     )
     assert (copied[Ad.Field.name], copied[Ad.Field.status]) == (f"{first['name']} - Copy", "ACTIVE")
+
+
+async def test_advantage_state_read_through_the_sdk(sandbox: Sandbox, api: FacebookAdsApi) -> None:
+    """A legacy Advantage+ shopping campaign (Meta's v25.0 changelog): its read-only
+    ``advantage_state_info`` in the SDK's own object, and an update the API refuses."""
+    fields = [
+        Campaign.Field.name,
+        Campaign.Field.advantage_state_info,
+        Campaign.Field.smart_promotion_type,
+    ]
+    campaigns = await sdk(
+        lambda: list(AdAccount("act_1003").get_campaigns(fields=fields, params={"limit": 50}))
+    )
+    legacy = next(c for c in campaigns if c.get(Campaign.Field.smart_promotion_type))
+    state = legacy[Campaign.Field.advantage_state_info]
+    assert isinstance(state, AdCampaignGroupAdvantageState)
+    assert state[AdCampaignGroupAdvantageState.Field.advantage_state] == "advantage_plus_sales"
+    assert legacy[Campaign.Field.smart_promotion_type] == "AUTOMATED_SHOPPING_ADS"
+    with pytest.raises(FacebookRequestError) as refused:
+        await sdk(lambda: legacy.api_update(params={"daily_budget": 30000}))
+    assert refused.value.api_error_code() == 100
+    await sdk(lambda: legacy.api_update(params={"status": Campaign.Status.paused}))
+    read = await sdk(lambda: Campaign(legacy["id"]).api_get(fields=[Campaign.Field.status]))
+    assert read[Campaign.Field.status] == "PAUSED"
+
+
+async def test_spend_caps_read_and_written_through_the_sdk(
+    sandbox: Sandbox, api: FacebookAdsApi
+) -> None:
+    """An ad set's spend limits under an Advantage campaign budget, with the SDK's AdSet."""
+    fields = [
+        AdSet.Field.name,
+        AdSet.Field.daily_spend_cap,
+        AdSet.Field.daily_min_spend_target,
+        AdSet.Field.campaign_id,
+    ]
+    adsets = await sdk(
+        lambda: list(AdAccount("act_1003").get_ad_sets(fields=fields, params={"limit": 100}))
+    )
+    capped = next(a for a in adsets if a.get(AdSet.Field.daily_spend_cap))
+    assert capped[AdSet.Field.daily_spend_cap] == "8000"
+    await sdk(lambda: capped.api_update(params={AdSet.Field.daily_spend_cap: 9000}))
+    read = await sdk(lambda: AdSet(capped["id"]).api_get(fields=[AdSet.Field.daily_spend_cap]))
+    assert read[AdSet.Field.daily_spend_cap] == "9000"
+    outside = next(a for a in adsets if "Sharing" in a[AdSet.Field.name])
+    with pytest.raises(FacebookRequestError) as refused:  # no campaign budget: not allowed
+        await sdk(lambda: outside.api_update(params={AdSet.Field.daily_spend_cap: 9000}))
+    assert refused.value.api_error_code() == 100

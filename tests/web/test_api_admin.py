@@ -159,7 +159,7 @@ async def _seed_token_bearing_data(
         ErrorReport(
             function="writer.update",
             message=f"failed with access_token={AD_TOKEN} and {API_TOKEN_LIKE_META}",
-            params={"url": f"/v25.0/1?access_token={AD_TOKEN}", "token": API_TOKEN_LIKE_META},
+            params={"url": f"/v27.0/1?access_token={AD_TOKEN}", "token": API_TOKEN_LIKE_META},
             response={"echo": AD_TOKEN},
         ),
         now=NOW,

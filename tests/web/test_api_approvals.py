@@ -220,7 +220,7 @@ async def test_a_value_changed_before_approval_is_left_alone(
     entity = first["entity"]["id"]
     await sandbox.issue_token(HUMAN_TOKEN)
     async with aiohttp.ClientSession() as http:  # a colleague in Ads Manager
-        url = f"{sandbox.base_url}/v25.0/{entity}"
+        url = f"{sandbox.base_url}/v27.0/{entity}"
         await http.post(url, data={"daily_budget": "4321", "access_token": HUMAN_TOKEN})
     assert (await client.post(f"/api/approvals/{first['id']}/approve", headers=AUTH)).status == 200
     await work(web_settings)

@@ -11,16 +11,28 @@ intents (:func:`~ruleengine.rules.rebalance.owed`). The arithmetic is
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_DOWN, Decimal
 from typing import Any, Final
 
 from ruleengine.acting.results import ActResult, JobRun, check_currency
 from ruleengine.rules.action_types import RebalanceBudgetAction
+from ruleengine.rules.advantage import (
+    META_SHARED_PCT,
+    advantage_fields,
+    legacy_kind,
+    refusal_message,
+    shares_budget,
+)
+from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
 from ruleengine.rules.catalog import resolve_metric, scaling_direction
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
 from ruleengine.rules.model import Task
+from ruleengine.rules.plan import percent_of
 from ruleengine.rules.rebalance import Limits, Member, Move, Previous, owed, plan_rebalance
 from ruleengine.rules.scaling import lower_bound, upper_bound
 from ruleengine.rules.targets import BUDGET_FIELDS, budget_refusal, live_value
@@ -86,8 +98,9 @@ async def plan_group(
     )
     previous = previous_of(docs)
     ids = sorted({p.entity.id for p in group} | set(previous.befores if previous else ()))
-    fields = ["id", *READS] + (["learning_stage_info"] if run.rule.level == "adset" else [])
-    live = await run.reader.get_objects(ids, token=run.token, fields=fields, account_id=run.account)
+    fields = ["id", *READS, *advantage_fields(run.rule.level)]
+    fields += ["learning_stage_info"] if run.rule.level == "adset" else []
+    live = await read_live(run, ids, fields)
     refusals: dict[int, ActResult] = {}
     members: list[Member] = []
     for pair in group:
@@ -96,6 +109,7 @@ async def plan_group(
             refusals[pair.index] = member
         else:
             members.append(member)
+    members = [_with_meta_share(m, live.get(m.id), action.max_change_percent) for m in members]
     budgets = {i: int(b["daily_budget"]) for i, b in live.items() if b.get("daily_budget")}
     give_back = owed(previous, budgets)
     limits = await limits_of(run, task, action, max_change_pct=max_change_pct)
@@ -124,12 +138,43 @@ async def limits_of(
     )
 
 
+async def read_live(run: JobRun, ids: Sequence[str], fields: list[str]) -> dict[str, Any]:
+    """The live fields of ``ids``: Batch API GETs where the run has a batch reader, else one
+    GET each (never a multi-ID request, which new apps may not use)."""
+    if run.batch is not None:
+        return await run.batch.get_objects(
+            ids, token=run.token, fields=fields, account_id=run.account
+        )
+    bodies = await asyncio.gather(
+        *(
+            run.reader.get_object(i, token=run.token, fields=fields, account_id=run.account)
+            for i in ids
+        )
+    )
+    return dict(zip(ids, bodies, strict=True))
+
+
+def _with_meta_share(member: Member, body: dict[str, Any] | None, max_pct: float) -> Member:
+    """A member whose campaign shares ad set budgets: Meta moves up to 20 % of its daily
+    budget between the campaign's ad sets itself, so the engine's own move per run is held
+    to what is left of ``max_change_percent`` beyond that share (0 at the default of 20)."""
+    if body is None or not shares_budget(body):
+        return member
+    left = Decimal(str(max(0.0, max_pct - META_SHARED_PCT)))
+    share_room = percent_of(member.budget, left, rounding=ROUND_DOWN)
+    room = share_room if member.room is None else min(member.room, share_room)
+    return dataclasses.replace(member, room=room)
+
+
 def member_of(
     pair: Pair, body: dict[str, Any] | None, level: str, room_of: RoomOf | None = None
 ) -> Member | ActResult:
     """A group member from its live fields, or why it is not one (no budget, not read)."""
     if body is None:
         return ActResult("failed", "live_read_failed", "daily_budget")
+    if (kind := legacy_kind(body)) is not None:
+        error = {"message": refusal_message(kind, ACTION)}
+        return ActResult("skipped", ADVANTAGE_REASON, "daily_budget", error=error)
     refusal = budget_refusal(level, body)
     if refusal is not None:
         return ActResult("skipped", refusal.reason, "daily_budget")

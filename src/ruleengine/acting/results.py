@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 from ruleengine.accounts.facts import AccountFacts
 from ruleengine.clocks import offset as clock_offset
 from ruleengine.errors import AccountMismatch, Fenced, LockLost, LockTimeout
+from ruleengine.meta.batch import BatchReader
 from ruleengine.meta.errors import GraphError, MalformedResponseError, TransientError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.action_types import (
@@ -36,8 +37,10 @@ from ruleengine.rules.action_types import (
     RenameAction,
     ScaleToTargetAction,
     SetBudgetAction,
+    SpendLimitAction,
     StatusAction,
 )
+from ruleengine.rules.advantage import advantage_fields, merged_fields, refuses
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
 from ruleengine.rules.model import Rule, Task, needs_approval
@@ -71,7 +74,15 @@ UNVERIFIABLE = frozenset({"copies", "notify"})
 MONEY_FIELDS = INTEGER_FIELDS
 #: Actions whose amounts are in the account's currency: none is made on an account whose
 #: registered currency or timezone is not Meta's (:func:`check_currency`).
-MONEY_ACTIONS = (PercentBudgetAction, SetBudgetAction, ChangeBidAction, ScaleToTargetAction)
+MONEY_ACTIONS = (
+    PercentBudgetAction,
+    SetBudgetAction,
+    ChangeBidAction,
+    ScaleToTargetAction,
+    SpendLimitAction,
+)
+#: Actions whose amounts are in the rule's money format (format 2: currency units).
+SCALED_MONEY = (PercentBudgetAction, SetBudgetAction, SpendLimitAction)
 #: Actions that change one field of the entity, planned by :func:`plan_change`.
 FIELD_ACTIONS = (StatusAction, RenameAction, NameTextAction, *MONEY_ACTIONS)
 
@@ -120,6 +131,8 @@ class JobRun:
     #: the job's start by MongoDB's clock, which a step of this host's does not move: what
     #: cooldowns are stamped and compared with (None: this host's ``now`` stands in)
     db_now: datetime | None = None
+    #: Batch API reads (several live values in one call); None where the caller has none
+    batch: BatchReader | None = None
 
     @property
     def cooldown_now(self) -> datetime:
@@ -271,7 +284,9 @@ async def target_of(
     def plan(live: dict[str, Any]) -> Plan | ActResult:
         return as_result(plan_change(action, live, ctx))
 
-    return Target(field_of(action), reads_of(action), plan)
+    # the campaign's Advantage+ state too: legacy ones refuse all but status changes
+    extra = advantage_fields(run.rule.level) if refuses(action.type) else []
+    return Target(field_of(action), merged_fields([*reads_of(action), *extra]), plan)
 
 
 async def _context(
@@ -287,7 +302,7 @@ async def _context(
         rule_name=run.rule.name,
         today=run.now.astimezone(run.rule.zone()).date(),
         offset=run.facts.currency_offset if run.facts is not None else None,
-        scale=money_scale(run) if isinstance(action, PercentBudgetAction | SetBudgetAction) else 1,
+        scale=money_scale(run) if isinstance(action, SCALED_MONEY) else 1,
         max_change_pct=max_change_pct,
         account_minimum=minimum,
         metric=reading.actual if reading is not None else None,

@@ -21,6 +21,7 @@ from typing import Any
 
 from ruleengine.errors import ConflictError, RuleEngineError
 from ruleengine.meta.reader import GraphReader
+from ruleengine.rules.advantage import advantage_fields, legacy_kind
 from ruleengine.rules.conflicts import (
     Finding,
     RuleEntry,
@@ -211,6 +212,7 @@ async def live_entities(
     a, b = rules[finding.a.rule_id], rules[finding.b.rule_id]
     local = [LocalFilter(r.level, wire(r.filtering())) for r in (a, b)]
     fields = sorted({"id", "name", "effective_status"} | local[0].fields | local[1].fields)
+    fields += advantage_fields(a.level)  # a legacy Advantage+ campaign refuses most changes
     found: list[dict[str, Any]] = []
     for account in finding.accounts:
         if len(found) >= limit:
@@ -227,14 +229,15 @@ async def live_entities(
             # ad set filters on the campaign's name were applied by Meta already
             mine = all(f.parent_fields or f.keep(item) for f in local)
             if mine and len(found) < limit:
-                found.append(
-                    {
-                        "ad_account": account,
-                        "id": str(item.get("id")),
-                        "name": item.get("name"),
-                        "effective_status": item.get("effective_status"),
-                    }
-                )
+                entity = {
+                    "ad_account": account,
+                    "id": str(item.get("id")),
+                    "name": item.get("name"),
+                    "effective_status": item.get("effective_status"),
+                }
+                if (kind := legacy_kind(item)) is not None:
+                    entity["advantage"] = kind
+                found.append(entity)
     return found
 
 

@@ -262,7 +262,7 @@ async def _write(engine: Engine, doc: Document, batch: str, *, now: datetime) ->
     rule = await _rule(engine, doc)
     token = await engine.credentials.usable_token(token_ref(doc["account"]))
     account = await engine.credentials.get(doc["account"])
-    reader, _batch, writer = engine.graph(Cost())
+    reader, batch_reader, writer = engine.graph(Cost())
     facts = AccountFacts(reader, account=account, token=token, now=now)
     run = JobRun(
         batch_id=batch,
@@ -275,6 +275,7 @@ async def _write(engine: Engine, doc: Document, batch: str, *, now: datetime) ->
         reader=reader,
         facts=facts,
         db_now=await engine.intents.db_time(),
+        batch=batch_reader,
     )
     entity = Entity(id=doc["entity_id"], name=doc["entity_name"])
     # the task's own key: the written change starts its cooldown and counts towards its limit

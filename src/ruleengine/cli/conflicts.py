@@ -16,6 +16,7 @@ from ruleengine.analysis.conflicts import add_live_entities, findings_json, stor
 from ruleengine.cli.common import one_line, run_async
 from ruleengine.cli.files import validate_files
 from ruleengine.cli.stack import StackUnreachable, credentials, open_database, shown_url
+from ruleengine.rules.advantage import REASON
 from ruleengine.rules.conflicts import Finding, RuleEntry, find_conflicts
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
@@ -46,7 +47,10 @@ def finding_lines(finding: Finding) -> list[str]:
         if "error" in entity:
             lines.append(f"  live: {entity['ad_account']}: {entity['error']}")
         else:
-            lines.append(f"  live: {entity['ad_account']} {entity['id']} {entity['name']!r}")
+            line = f"  live: {entity['ad_account']} {entity['id']} {entity['name']!r}"
+            if entity.get("advantage"):  # Meta refuses budget, bid, name and copy changes
+                line += f" — a {entity['advantage']}: only status changes reach it ({REASON})"
+            lines.append(line)
     if finding.entities == []:
         lines.append("  live: no current entity is in both scopes")
     return [one_line(line) for line in lines]

@@ -5,6 +5,7 @@ and backtests have their own modules)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -38,10 +39,15 @@ def cmd_rules_schema(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_rules_validate(args: argparse.Namespace, settings: Settings) -> int:
-    """Validate rule files offline; exit 1 when any has a problem."""
+    """Validate rule files offline (``--live``: and against Meta's live objects); exit 1
+    when any has a problem."""
     valid = validate_files(args.files, sys.stdout, explain_in=args.currency)
     for path, rule in valid:
         say(f"{path}: ok ({rule.name}, {len(rule.tasks)} task(s))")
+    if args.live and valid:
+        from ruleengine.cli.live_check import live_warnings
+
+        asyncio.run(live_warnings(settings, valid, sys.stdout))
     return 0 if len(valid) == len(args.files) else 1
 
 
@@ -162,11 +168,18 @@ def add_commands(sub: Any) -> None:
     schema.set_defaults(handler=cmd_rules_schema)
     validate = rules.add_parser(
         "validate",
-        help="check rule files offline",
+        help="check rule files offline (--live: also against Meta's objects)",
         description="Exit 0 when every file is a valid rule; otherwise print each problem as"
-        " 'FILE: path: message' and exit 1.",
+        " 'FILE: path: message' and exit 1. With --live, each valid rule also lists its"
+        " entities (GET only) and a warning names each one its actions cannot change (a"
+        " legacy Advantage+ campaign takes status changes only).",
     )
     validate.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    validate.add_argument(
+        "--live",
+        action="store_true",
+        help="list the rules' entities with the registered tokens and warn of refusals",
+    )
     validate.add_argument(
         "--currency", default="USD", help="explain an old-format file's amounts in this currency"
     )

@@ -38,6 +38,7 @@ from ruleengine.devstack.embedded import (
 from ruleengine.devstack.ports import EmbeddedServers, PortUse, check_ports
 from ruleengine.devstack.supervise import Supervisor
 from ruleengine.errors import RuleEngineError
+from ruleengine.rules.meta_versions import version_warning
 from ruleengine.rules.model import parse_rule
 from ruleengine.secret_files import read_secret
 from ruleengine.settings import PORT_LAYOUT, Settings
@@ -291,6 +292,8 @@ def _run(settings: Settings, *, demo: bool, workers: int, ports: list[PortUse]) 
     data_dir.mkdir(parents=True, exist_ok=True)
     load_key(settings, create=True)
     api_token = _api_token(settings, data_dir)
+    if (warning := version_warning(settings.graph_version, datetime.now(UTC).date())) is not None:
+        _say("warning", warning)  # every process logs it too
     with ProcessGroup(log_dir=data_dir / "logs") as group:
         stack = Up(settings, group, workers=workers, ports=ports)
         stack.start_storage()

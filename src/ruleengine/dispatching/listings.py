@@ -148,7 +148,8 @@ class SweepListings:
             entity_id = str(item["id"])
             if entity_id not in parsed:
                 # only the fields this rule asked for: what it sees does not depend on others
-                parsed[entity_id] = Entity.model_validate({f: item[f] for f in fields if f in item})
+                keys = [f.partition("{")[0] for f in fields]  # campaign{…} answers campaign
+                parsed[entity_id] = Entity.model_validate({k: item[k] for k in keys if k in item})
             chosen.append(parsed[entity_id])
         return chosen
 

@@ -269,7 +269,7 @@ async def _job_run(shared: _Shared, doc: FollowupDoc) -> tuple[JobRun, GraphWrit
     engine, now = shared.engine, shared.now
     rule = await shared.rule(doc.rule_id, doc.rule_version)
     account, token = await shared.account(doc.account)
-    reader, _batch, writer = engine.graph(Cost())
+    reader, batch_reader, writer = engine.graph(Cost())
     facts = AccountFacts(reader, account=account, token=token, now=now)
     run = JobRun(
         batch_id=followup_batch(doc.id, doc.generation),
@@ -282,6 +282,7 @@ async def _job_run(shared: _Shared, doc: FollowupDoc) -> tuple[JobRun, GraphWrit
         reader=reader,
         facts=facts,
         db_now=shared.db_now,
+        batch=batch_reader,
     )
     return run, writer
 

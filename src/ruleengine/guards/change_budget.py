@@ -30,6 +30,7 @@ from typing import Final
 from ruleengine.acting.results import ActResult, not_applied
 from ruleengine.rules.model import Rule
 from ruleengine.rules.plan import Plan, percent_of
+from ruleengine.rules.targets import SPEND_LIMIT_FIELDS
 from ruleengine.settings import Settings
 from ruleengine.store.intents import PastChange
 
@@ -38,8 +39,11 @@ CHANGE_BUDGET_EXHAUSTED: Final = "change_budget_exhausted"
 #: The ``clamped_by`` entry of a change the budget clamped (or refused).
 CHANGE_BUDGET: Final = "change_budget"
 WINDOW: Final = timedelta(hours=24)
+#: The money fields whose moves the budget percentage limits: the daily budget, and the ad
+#: set spend limits that stand for it under an Advantage campaign budget.
+BUDGET_LIKE: Final = ("daily_budget", *SPEND_LIMIT_FIELDS)
 #: The fields the change budget limits.
-LIMITED_FIELDS: Final = ("daily_budget", "status")
+LIMITED_FIELDS: Final = (*BUDGET_LIKE, "status")
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ def limit_change(
 
     ``changes`` are the entity's changes of ``plan.field`` in the last 24 h, oldest first.
     """
-    if plan.field == "daily_budget" and limits.budget_pct is not None:
+    if plan.field in BUDGET_LIKE and limits.budget_pct is not None:
         return _limit_budget(plan, changes, limits.budget_pct)
     if plan.field == "status" and limits.status_changes is not None:
         flips = len([c for c in changes if c.before != c.target])

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ruleengine.rules.targets import SPEND_LIMIT_FIELDS
 from ruleengine.store.intents import PastChange
 
 #: The error-log group (its function name) of an oscillation: one group per entity + field.
@@ -24,7 +25,7 @@ OSCILLATION: Final = "oscillation"
 #: Why a change is not made: its field oscillated and is held until someone clears it.
 OSCILLATION_HOLD: Final = "oscillation_hold"
 #: The fields whose changes have a direction.
-WATCHED_FIELDS: Final = ("daily_budget", "status", "bid_amount")
+WATCHED_FIELDS: Final = ("daily_budget", "status", "bid_amount", *SPEND_LIMIT_FIELDS)
 
 
 def direction(field: str, before: Any, after: Any) -> int:

@@ -176,6 +176,36 @@ class BatchReader:
         empty = TransientError("the batch item came back empty (null) after retries")
         return [results.get(i) or SubResult(requests[i], error=empty) for i in range(len(requests))]
 
+    async def get_objects(
+        self,
+        ids: Sequence[str],
+        *,
+        token: str,
+        fields: Sequence[str],
+        account_id: str | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """Several objects by id: one ``GET /{id}?fields=`` per object in Batch API calls.
+
+        Not ``GET /?ids=…`` (a multi-ID request): since 2026-11-04 new apps may not use
+        multi-ID requests, in any version (Meta's blog, "Introducing Graph API v27.0 and
+        Marketing API v27.0", 2026-11-04). As a multi-ID read did, it fails whole when any
+        object could not be read.
+
+        Raises:
+            GraphError: the first object that could not be read, after the item retries.
+        """
+        joined = ",".join(fields)
+        requests = [SubRequest(object_id, {"fields": joined}) for object_id in ids]
+        results = await self.get_many(requests, token=token, account_id=account_id)
+        objects: dict[str, dict[str, Any]] = {}
+        for object_id, result in zip(ids, results, strict=True):
+            if result.error is not None:
+                raise result.error
+            if not isinstance(result.body, dict):
+                raise MalformedResponseError(f"reading {object_id}: no object in the answer")
+            objects[object_id] = result.body
+        return objects
+
     def _rate_limit_wait(self, result: SubResult, round_number: int) -> float | None:
         """The wait before retrying a rate-limited item; None when it is not retried."""
         error = result.error

@@ -1,20 +1,17 @@
-"""Copies at Meta: what ``/copies`` answers, and the asynchronous batch a big copy needs.
+"""Copies at Meta: what ``/copies`` answers, and the request sets of older background copies.
 
 Meta copies a small tree at once (``POST /{id}/copies``: at most 3 objects, the
 copied campaign or ad set and, with ``deep_copy``, its ad sets and ads) and
-refuses a bigger one with error 100/1885194 without copying anything. That copy
-goes through an asynchronous batch instead (``POST /act_{id}/async_batch_requests``
-with the same request in ``adbatch``; up to 51 objects): Meta answers the request
-set's id at once and makes the copy in the background, and the request's
-``status`` and ``result`` (the ``/copies`` answer) are read from
-``GET /{set_id}/requests``. The POSTs go through the writer; this module parses
-answers and reads request sets (GET only).
+refuses a bigger one with error 100/1885194 without copying anything; the engine then
+makes it as a tree (:mod:`ruleengine.writes.copy_tree`). Earlier releases sent such a
+copy as an asynchronous batch (``POST /act_{id}/async_batch_requests``), which apps
+created since 2026-11-04 may not use; a pending intent of one is still settled from
+``GET /{set_id}/requests`` (:func:`read_async_copy`). The POSTs go through the writer;
+this module parses answers and reads request sets (GET only).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -40,14 +37,18 @@ class CopyResult:
             into its own ad set).
         objects: ``[{"ad_object_type", "source_id", "copied_id"}]``, the copy first: for a
             deep copy also every ad set and ad it created.
-        mode: ``sync`` (``/copies``) or ``async`` (an asynchronous batch).
+        mode: ``sync`` (``/copies``), ``tree`` (the copy alone, then its children in Batch
+            API calls: :mod:`ruleengine.writes.copy_tree`) or ``async`` (an asynchronous
+            batch, as copies were made before new apps lost them).
         request_set_id: The asynchronous batch's request set, if one was used.
+        complete: False for a tree copy that stopped part-way (what was made is listed).
     """
 
     copied_id: str
     objects: list[dict[str, str]] = field(default_factory=list)
-    mode: Literal["sync", "async"] = "sync"
+    mode: Literal["sync", "async", "tree"] = "sync"
     request_set_id: str | None = None
+    complete: bool = True
 
     def as_response(self) -> dict[str, Any]:
         """What the intent and the execution record keep of it."""
@@ -57,6 +58,7 @@ class CopyResult:
             "objects": self.objects,
             "mode": self.mode,
             "request_set_id": self.request_set_id,
+            "complete": self.complete,
         }
 
 
@@ -128,25 +130,3 @@ async def read_async_copy(
         result if isinstance(result, dict) else {"error": {"message": f"copy {status}"}},
         http_status=400,
     )
-
-
-async def wait_for_async_copy(
-    reader: GraphReader,
-    set_id: str,
-    *,
-    token: str,
-    account_id: str,
-    wait_s: float,
-    sleep: Sleep = asyncio.sleep,
-) -> CopyResult | GraphError | None:
-    """Poll the request set (0.25 s, doubling up to 5 s between reads) for up to ``wait_s``;
-    None when the copy was not finished by then."""
-    deadline = time.monotonic() + wait_s
-    pause = 0.25
-    while True:
-        result = await read_async_copy(reader, set_id, token=token, account_id=account_id)
-        left = deadline - time.monotonic()
-        if result is not None or left <= 0:
-            return result
-        await sleep(min(pause, left))
-        pause = min(pause * 2, 5.0)

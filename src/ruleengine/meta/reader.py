@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
-IDS_PER_READ: Final = 50
 LIST_PAGE_SIZE: Final = 500
 ADRULES_PAGE_SIZE: Final = 100
 #: The listing edge of each level under an ad account.
@@ -272,27 +271,17 @@ class GraphReader:
             )
         return body
 
-    async def get_objects(
-        self,
-        ids: Sequence[str],
-        *,
-        token: str,
-        fields: Sequence[str],
-        account_id: str | None = None,
-    ) -> dict[str, dict[str, Any]]:
-        """Several objects by id (``GET /?ids=``), 50 ids per request."""
-        result: dict[str, dict[str, Any]] = {}
-        for start in range(0, len(ids), IDS_PER_READ):
-            chunk = list(ids[start : start + IDS_PER_READ])
-            params = {"ids": ",".join(chunk), "fields": ",".join(fields)}
-            body = await self.reads.run(
-                partial(self._get, "", token=token, params=params, account_id=account_id),
-                what=f"reading {len(chunk)} objects",
-            )
-            if not isinstance(body, dict):
-                raise MalformedResponseError("multi-id read: expected an object", response=body)
-            result |= {k: v for k, v in body.items() if isinstance(v, dict)}
-        return result
+    async def edge(
+        self, path: str, *, token: str, fields: Sequence[str], account_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every item of an edge (``{campaign_id}/adsets``, ``{adset_id}/ads``), page by page."""
+        return await self._every_page(
+            path,
+            token=token,
+            params={"fields": ",".join(fields), "limit": LIST_PAGE_SIZE},
+            account_id=account_id,
+            what=f"listing {path}",
+        )
 
     async def insights(
         self, object_id: str, *, token: str, params: dict[str, Any], account_id: str | None = None

@@ -2,8 +2,9 @@
 
 Status, budget, bid and name writes also go in Batch API calls of up to 50 POSTs
 (:meth:`GraphWriter.write_batch`), each sub-request logged and reported like a
-write of its own, each answered on its own. A copy too big for ``/copies`` is started
-as an asynchronous batch (:meth:`GraphWriter.copy_async`, see :mod:`ruleengine.meta.copies`).
+write of its own, each answered on its own. A copy too big for ``/copies`` is made as a
+tree: the object alone, then its children's copies in Batch API calls
+(:meth:`GraphWriter.copy_children`, :mod:`ruleengine.writes.copy_tree`).
 
 Every write is logged (request and response, tokens redacted) and, on failure,
 reported to the error sink with the function name, message, stack, the exact
@@ -19,15 +20,15 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import urlencode
 
 from ruleengine.constants import BATCH_MAX_ITEMS
 from ruleengine.errors import ErrorReport, ErrorSink
 from ruleengine.meta.batch import SubRequest, SubResult, parse_item
 from ruleengine.meta.copies import CopyResult, parse_copy, too_large
 from ruleengine.meta.errors import GraphError, MalformedResponseError
-from ruleengine.meta.http import READ_WRITE, GraphSession, encode_params
+from ruleengine.meta.http import READ_WRITE, GraphSession
 from ruleengine.redact import REDACTOR
+from ruleengine.rules.targets import INTEGER_FIELDS, SPEND_LIMIT_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +59,8 @@ class FieldWrite:
         return _FUNCTIONS[self.field]
 
     def form(self) -> dict[str, str]:
-        """The POST parameters: budgets and bids as integers in minor units."""
-        if self.field in ("daily_budget", "lifetime_budget", "bid_amount"):
+        """The POST parameters: budgets, spend limits and bids as integers in minor units."""
+        if self.field in INTEGER_FIELDS:
             return {self.field: str(int(self.value))}
         return {self.field: str(self.value)}
 
@@ -70,7 +71,7 @@ _FUNCTIONS = {
     "lifetime_budget": "set_budget",
     "name": "set_name",
     "bid_amount": "set_bid",
-}
+} | {field: "set_spend_limit" for field in SPEND_LIMIT_FIELDS}
 
 
 class GraphWriter:
@@ -89,6 +90,14 @@ class GraphWriter:
     ) -> Any:
         """Write an absolute budget in minor units."""
         return await self._write("set_budget", ctx.entity_id, {field: str(amount)}, token, ctx)
+
+    async def set_spend_limit(
+        self, field: str, amount: int, *, token: str, ctx: WriteContext
+    ) -> Any:
+        """Write an ad set's absolute spend cap or minimum spend target in minor units."""
+        if field not in SPEND_LIMIT_FIELDS:
+            raise ValueError(f"{field} is not a spend limit")
+        return await self._write("set_spend_limit", ctx.entity_id, {field: str(amount)}, token, ctx)
 
     async def set_bid(self, amount: int, *, token: str, ctx: WriteContext) -> Any:
         """Write an ad set's absolute ``bid_amount`` in minor units."""
@@ -161,7 +170,7 @@ class GraphWriter:
 
         Raises:
             GraphError: Meta's refusal — 100/1885194 when the copy is too big to be made
-                at once (nothing was copied: use :meth:`copy_async`).
+                at once (nothing was copied: copy it as a tree).
         """
         form = _copy_form(status_option, rename_suffix, deep_copy)
         body = await self._write(
@@ -169,31 +178,47 @@ class GraphWriter:
         )
         return parse_copy(body)
 
-    async def copy_async(
-        self,
-        *,
-        status_option: str,
-        rename_suffix: str,
-        deep_copy: bool | None,
-        token: str,
-        ctx: WriteContext,
-    ) -> str:
-        """The same copy as an asynchronous batch; the request set's id (Meta copies later)."""
-        # As in the Batch API, a request's body is form-encoded.
-        body = urlencode(encode_params(_copy_form(status_option, rename_suffix, deep_copy)))
-        form = {
-            "name": f"ruleengine copy of {ctx.entity_id} ({ctx.batch_id or 'no batch'})"[:200],
-            "adbatch": [{"name": "copy", "relative_url": f"{ctx.entity_id}/copies", "body": body}],
-        }
-        answer = await self._write(
-            "copy_async", f"{ctx.account_id}/async_batch_requests", form, token, ctx
-        )
-        set_id = answer.get("id") if isinstance(answer, dict) else None
-        if not set_id:
-            raise MalformedResponseError(
-                "async_batch_requests answered without a request set id", response=answer
+    async def copy_children(
+        self, copies: Sequence[tuple[str, dict[str, Any]]], *, token: str, ctx: WriteContext
+    ) -> list[SubResult | None]:
+        """Up to 50 ``POST /{id}/copies`` (``(source id, form)``: e.g. an ad set copied into
+        ``campaign_id``, an ad into ``adset_id``) as one Batch API call; each answer in order
+        (None: Meta answered the item ``null``, it may or may not have copied).
+
+        A big copy is made this way — the top object alone, then its children — since new
+        apps may not use asynchronous batch requests (:mod:`ruleengine.writes.copy_tree`).
+
+        Raises:
+            GraphError: the call as a whole failed (refused, or unanswered: any may have landed).
+        """
+        if not copies or len(copies) > BATCH_MAX_ITEMS:
+            raise ValueError(f"a copy batch holds 1 to {BATCH_MAX_ITEMS} copies, not {len(copies)}")
+        requests = [SubRequest(f"{source}/copies", form, method="POST") for source, form in copies]
+        for request in requests:
+            self._log_request("copy", request.path, request.params, ctx)
+        form = {"batch": [r.item() for r in requests], "include_headers": False}
+        try:
+            body = await self.session.request(
+                "POST",
+                "",
+                token=token,
+                form=form,
+                counted_calls=len(requests),
+                account_id=ctx.account_id,
             )
-        return str(set_id)
+        except GraphError as exc:
+            log.warning("graph copy batch of %d failed: %s", len(requests), exc)
+            await self._report("copy", exc, _request_of(requests[0]), ctx)
+            raise
+        if not isinstance(body, list) or len(body) != len(requests):
+            raise MalformedResponseError(
+                "the batch answer does not match the request", response=REDACTOR.data(body)
+            )
+        results = [parse_item(r, item) for r, item in zip(requests, body, strict=True)]
+        for result in results:
+            if result is not None and result.error is not None:
+                await self._report("copy", result.error, _request_of(result.request), ctx)
+        return results
 
     async def _write(
         self,

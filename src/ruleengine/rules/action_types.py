@@ -119,6 +119,57 @@ class SetBudgetAction(_Action):
     amount: Money = Field(description=MONEY)
 
 
+#: An ad set's spend limits under an Advantage campaign budget (Meta's ad set reference:
+#: "daily_spend_cap — Daily spend cap of the ad set defined in your account currency. To use
+#: this field, daily budget must be specified in the Campaign"; the min spend target is
+#: "not a guarantee but our best effort"; the lifetime twins go with a lifetime budget).
+SpendLimitField = Literal[
+    "daily_spend_cap", "daily_min_spend_target", "lifetime_spend_cap", "lifetime_min_spend_target"
+]
+
+
+class SpendLimitAction(_Action):
+    """Set an ad set's spend cap or minimum spend target, or scale it by a percentage.
+
+    Under an Advantage campaign budget Meta steers an ad set by these limits, not by a
+    budget of its own. Money (``amount``, ``min_budget``, ``max_budget``) is like a budget
+    action's; the write path is the budget's (live read, clamp, intent, undo, approvals).
+    """
+
+    type: Literal["set_spend_limit", "increase_spend_limit", "decrease_spend_limit"]
+    field: SpendLimitField
+    amount: Money | None = Field(default=None, description=MONEY)
+    percent: float | None = Field(default=None, gt=0, le=1000)
+    max_budget: Money | None = Field(default=None, description=MONEY)
+    min_budget: Money | None = Field(default=None, description=MONEY)
+
+    @model_validator(mode="after")
+    def _shape(self) -> SpendLimitAction:
+        if self.type == "set_spend_limit":
+            if self.amount is None or self.percent is not None:
+                raise PathError("amount", "set_spend_limit takes 'amount' (and no 'percent')")
+        elif self.percent is None or self.amount is not None:
+            raise PathError("percent", f"{self.type} takes 'percent' (and no 'amount')")
+        if self.type == "decrease_spend_limit" and (self.percent or 0) >= 100:
+            raise PathError("percent", "a decrease must be below 100 %")
+        if self.min_budget and self.max_budget and self.min_budget > self.max_budget:
+            raise PathError(
+                "min_budget", f"min_budget {self.min_budget} > max_budget {self.max_budget}"
+            )
+        return self
+
+    def as_budget_action(self) -> PercentBudgetAction | SetBudgetAction:
+        """The budget action that plans the same arithmetic on the limit's live value."""
+        if self.type == "set_spend_limit":
+            assert self.amount is not None  # checked above
+            return SetBudgetAction(type="set_budget", amount=self.amount)
+        kind = "increase_budget" if self.type == "increase_spend_limit" else "decrease_budget"
+        assert self.percent is not None
+        return PercentBudgetAction(
+            type=kind, percent=self.percent, max_budget=self.max_budget, min_budget=self.min_budget
+        )
+
+
 class RenameAction(_Action):
     """Rename from a template with ``{name}``, ``{date}``, ``{rule}``."""
 
@@ -301,7 +352,8 @@ Action = Annotated[
     | NotifyAction
     | ChangeBidAction
     | ScaleToTargetAction
-    | RebalanceBudgetAction,
+    | RebalanceBudgetAction
+    | SpendLimitAction,
     Field(discriminator="type"),
 ]
 ACTION_TYPES = (
@@ -318,12 +370,17 @@ ACTION_TYPES = (
     "change_bid",
     "scale_to_target",
     "rebalance_budget",
+    "set_spend_limit",
+    "increase_spend_limit",
+    "decrease_spend_limit",
 )
+#: Actions on an ad set's spend limits (its budget's part under an Advantage campaign budget).
+SPEND_LIMIT_ACTIONS = frozenset({"set_spend_limit", "increase_spend_limit", "decrease_spend_limit"})
 BUDGET_ACTIONS = frozenset(
     {"increase_budget", "decrease_budget", "set_budget", "scale_to_target", "rebalance_budget"}
 )
-#: Actions that only ad sets can take (Meta's ``bid_amount`` is an ad set's field).
-ADSET_ACTIONS = frozenset({"change_bid"})
+#: Actions that only ad sets can take (Meta's ``bid_amount`` and spend limits are an ad set's).
+ADSET_ACTIONS = frozenset({"change_bid"} | SPEND_LIMIT_ACTIONS)
 NAME_ACTIONS = frozenset({"rename", "append_to_name", "prepend_to_name"})
 
 

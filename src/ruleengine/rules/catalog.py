@@ -141,11 +141,16 @@ SPECIAL_KEYS: Final = (
     "hours_since_creation",
     "budget_spent_pct",
     "estimated_budget_spending_percentage",
+    "budget_utilization",
 )
 #: Meta's Ad Rules names that mean exactly one of ours.
 AGE_KEYS: Final = frozenset({"age_hours", "hours_since_creation"})
 #: Keys computed from today's ``spend`` and the daily budget.
-SPEND_KEYS: Final = frozenset({"budget_spent_pct", "estimated_budget_spending_percentage"})
+SPEND_KEYS: Final = frozenset(
+    {"budget_spent_pct", "estimated_budget_spending_percentage", "budget_utilization"}
+)
+#: Spend keys read over the condition's own period (default ``today``), not today alone.
+PERIOD_SPEND_KEYS: Final = frozenset({"budget_utilization"})
 
 # fullmatch, not match with "$": "$" also matches before a trailing newline
 _ACTION_TYPE_RE: Final = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)*")
@@ -227,6 +232,29 @@ def known_names() -> list[str]:
     return sorted(plain) + sorted(f"{f}.<action_type>" for f in _LIST_FIELDS) + list(SPECIAL_KEYS)
 
 
+#: Attribution windows Meta stopped returning on 2026-01-12, and the nearest that remain: "7-day
+#: view (7d_view) and 28-day view (28d_view) attribution windows will no longer be returned
+#: [...] 1-day click, 7-day click, 28-day click, 1-day engaged view, and 1-day view will
+#: continue to be available" (Meta's blog "Ads Insights API Metric Availability Updates",
+#: 2025-10-16).
+GONE_WINDOWS: Final = {"7d_view": "7d_click", "28d_view": "28d_click"}
+
+
+def gone_window(window: str) -> str | None:
+    """Why ``window`` (``7d_view``, ``28D_VIEW`` …) cannot be asked for, naming the nearest
+    window that still exists; None for a window Meta still returns."""
+    lowered = window.lower()
+    base = next((g for g in GONE_WINDOWS if lowered.startswith(g)), None)
+    if base is None:
+        return None
+    same_length = GONE_WINDOWS[base]
+    return (
+        f"Meta stopped returning the {base} attribution window on 2026-01-12 (unified"
+        f" attribution is what Insights reads); the nearest window that still exists is 1d_view"
+        f" (the only view window left), or {same_length} for the same length"
+    )
+
+
 @functools.lru_cache(maxsize=1024)
 def resolve_metric(name: str) -> MetricSpec:
     """Look ``name`` up in the catalogue (a name found is remembered: evaluation resolves
@@ -242,6 +270,8 @@ def resolve_metric(name: str) -> MetricSpec:
                 f"custom metric name '{custom}' must be 1-64 characters of a-z, 0-9 and '_'"
             )
         return MetricSpec(name, Source.CUSTOM, field=custom)
+    if (gone := gone_window(name.rsplit(".", 1)[-1])) is not None:
+        raise UnknownMetricError(f"'{name}': {gone}")
     spec = _special(name) or _plain(name) or _dotted(name)
     if spec is not None:
         return spec

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ruleengine.rules.advantage import legacy_kind
+
 # The currencies Meta's currency table gives offset 1 — exactly these eleven: budgets and
 # Insights money are whole units there (¥5000 is "5000"). Every other currency Meta
 # supports has offset 100 (UGX too: Meta does not list it as zero-decimal).
@@ -44,6 +46,12 @@ class Entity(BaseModel):
     budget_remaining: int | None = Field(default=None)
     campaign_id: str | None = None
     adset_id: str | None = None
+    #: A campaign's Advantage+ state (``rules/advantage.py``); an ad set's or ad's come in
+    #: ``campaign`` (the listing's ``campaign{…}`` expansion).
+    smart_promotion_type: str | None = None
+    advantage_state_info: dict[str, Any] | None = None
+    is_adset_budget_sharing_enabled: bool | None = None
+    campaign: dict[str, Any] | None = None
 
     @field_validator("created_time", mode="before")
     @classmethod
@@ -57,6 +65,11 @@ class Entity(BaseModel):
         if value in (None, "", "0", 0):
             return None
         return int(value)
+
+    @property
+    def legacy_advantage(self) -> str | None:
+        """What kind of legacy Advantage+ campaign this is (or belongs to), if it is one."""
+        return legacy_kind(self.model_dump(exclude_none=True))
 
     def snapshot(self) -> dict[str, Any]:
         """The entity as stored in execution records (JSON-ready)."""

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 from ruleengine.rules.action_types import RebalanceBudgetAction, ScaleToTargetAction
 from ruleengine.rules.catalog import (
+    PERIOD_SPEND_KEYS,
     RANKING_SCALE,
     RESULT_FIELDS,
     MetricSpec,
@@ -26,6 +27,7 @@ from ruleengine.rules.catalog import (
 )
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Condition, Task
+from ruleengine.rules.periods import preset_range
 
 NO_DATA = "no_data"
 # An end-of-day estimate from the first minutes of a day is noise: none before an hour.
@@ -245,6 +247,22 @@ def _spent_pct(spec: MetricSpec, ctx: EvalContext) -> float | None:
     return spend * (length / elapsed) / budget * 100
 
 
+def _utilization(period: str, ctx: EvalContext) -> float | None:
+    """``budget_utilization``: spend over ``period`` against the daily budget times its days,
+    in %. Meta may spend up to 75 % over a daily budget on a day but not over 7 × it in a
+    week (Meta's v23.0 announcement, 2025-05-29; SDK 24.0.0 notes: flexibility "increased
+    from 25% to 75%"), so today may read up to 175 and 7 days at most about 100 — a day over
+    100 is not a false alarm of overspend. None without a daily budget or for a period whose
+    days are not fixed (``maximum``)."""
+    budget = _budget(ctx.entity.daily_budget, ctx)
+    span = preset_range(period, ctx.now.astimezone(ctx.tz).date())
+    if not budget or span is None:
+        return None
+    days = (span[1] - span[0]).days + 1
+    spend = _number((ctx.insights.get(period) or {}).get("spend")) or 0.0
+    return spend / (budget * days) * 100
+
+
 def _day_so_far(ctx: EvalContext) -> tuple[timedelta, timedelta]:
     """How much of the ad account's day has passed, and the day's length (23-25 h)."""
     local = ctx.now.astimezone(ctx.tz)
@@ -264,6 +282,8 @@ def resolve(spec: MetricSpec, period: str | None, ctx: EvalContext) -> float | N
     if spec.source is Source.ENTITY:
         return _entity_value(spec, ctx)
     if spec.source is Source.DERIVED:
+        if spec.name in PERIOD_SPEND_KEYS:
+            return _utilization(period or "today", ctx)
         return _spent_pct(spec, ctx)
     return ctx.custom(spec.field or "") if ctx.custom else None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ruleengine.rules.action_types import RebalanceBudgetAction, ScaleToTargetAction
-from ruleengine.rules.catalog import MetricSpec, Source, resolve_metric
+from ruleengine.rules.catalog import PERIOD_SPEND_KEYS, MetricSpec, Source, resolve_metric
 from ruleengine.rules.model import Rule, Task
 
 
@@ -35,7 +35,8 @@ def fetch_groups(rule: Rule, tasks: Iterable[Task] | None = None) -> dict[str, l
         if spec.source is Source.INSIGHTS and period and spec.field:
             groups.setdefault(period, set()).add(spec.field)
         elif spec.source is Source.DERIVED and spec.field:
-            groups.setdefault("today", set()).add(spec.field)
+            own = period if spec.name in PERIOD_SPEND_KEYS and period else "today"
+            groups.setdefault(own, set()).add(spec.field)
     return {period: sorted(fields) for period, fields in sorted(groups.items())}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ruleengine.rules.catalog import resolve_metric
+from ruleengine.rules.catalog import gone_window, resolve_metric
 from ruleengine.rules.meta_vocab import (
     FILTER_FIELDS,
     FILTER_OPERATORS,
@@ -95,6 +95,8 @@ class MetaFilters:
         if name in ("entity_type", "time_preset"):
             return
         if name == "attribution_window":
+            if isinstance(value, str) and (gone := gone_window(value)) is not None:
+                raise fail(path, value, gone)
             if value != "ACCOUNT_DEFAULT":
                 self.c.warn(
                     path,

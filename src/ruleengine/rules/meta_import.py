@@ -60,10 +60,20 @@ _MINUTES_PER_DAY: Final = 1440
 _STEP: Final = 30
 #: Meta's days (0 = Sunday) as our weekday names.
 _DAYS: Final = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_UNDOCUMENTED = (
+    " is in Meta's ad rules reference and SDK (mid-2026) as an execution type only: Meta"
+    " documents no behaviour for it, and ruleengine has no such action"
+)
 _NOT_OURS: Final[dict[str, str]] = {
     "ROTATE": "ruleengine has no ad rotation (it pauses and activates ads by their numbers)",
     "PING_ENDPOINT": "Meta calls the app's webhook subscription on a trigger; ruleengine's"
     " notify action posts to a configured webhook on a schedule",
+    "UPDATE_LAX_BUDGET": "UPDATE_LAX_BUDGET" + _UNDOCUMENTED,
+    "UPDATE_LAX_DURATION": "UPDATE_LAX_DURATION" + _UNDOCUMENTED,
+    "AD_RECOMMENDATION_APPLY": "AD_RECOMMENDATION_APPLY applies Meta's own ad recommendations;"
+    " ruleengine reads no recommendations and has no such action",
+    "DCO": "DCO (dynamic creative optimisation) changes creatives; ruleengine changes no creative",
+    "UPDATE_CREATIVE": "UPDATE_CREATIVE changes an ad's creative; ruleengine changes no creative",
 }
 
 
@@ -266,6 +276,16 @@ class _Converter(Report):
 
     def _evaluation_type(self, evaluation: dict[str, Any]) -> bool:
         kind = evaluation.get("evaluation_type")
+        trigger = evaluation.get("trigger")
+        delivery = isinstance(trigger, dict) and trigger.get("type") == "DELIVERY_INSIGHTS_CHANGE"
+        if kind == "TRIGGER" and delivery:
+            raise fail(
+                "evaluation_spec.trigger.type",
+                "DELIVERY_INSIGHTS_CHANGE",
+                "DELIVERY_INSIGHTS_CHANGE (Meta's SDK of mid-2026) fires when Meta's delivery"
+                " insights of an object change — Meta documents no fields for it; and"
+                " ruleengine runs rules on a schedule, not on triggers",
+            )
         if kind == "TRIGGER":
             raise fail(
                 "evaluation_spec.evaluation_type",
@@ -284,6 +304,14 @@ class _Converter(Report):
     def _execution_type(self, execution: dict[str, Any]) -> str:
         kind = execution.get("execution_type")
         path = "execution_spec.execution_type"
+        if execution.get("is_once_off") in (True, "true", 1):
+            raise fail(
+                "execution_spec.is_once_off",
+                True,
+                "is_once_off (Meta's SDK of mid-2026) is a flag Meta documents no meaning for"
+                " (once per rule? per object?); ruleengine will not guess how many times"
+                " the rule may act — set execution_count_limit on the imported rule yourself",
+            )
         if not isinstance(kind, str):
             raise fail(path, kind, "missing or not a string")
         if kind in _NOT_OURS:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal, get_args
 from zoneinfo import ZoneInfo
 
 import orjson
@@ -31,9 +31,12 @@ from ruleengine.rules.action_types import (
     ACTION_TYPES,
     ADSET_ACTIONS,
     BUDGET_ACTIONS,
+    SPEND_LIMIT_ACTIONS,
     Action,
+    SpendLimitField,
     check_then,
 )
+from ruleengine.rules.advantage import advantage_fields
 from ruleengine.rules.basics import (
     RANGE_OPERATORS,
     Level,
@@ -313,6 +316,10 @@ class Approval(RuleModel):
         return not isinstance(self.when, str)
 
 
+#: The fields a ``budget_above`` / ``budget_change_pct_above`` approval looks at.
+APPROVED_MONEY_FIELDS: Final = frozenset({"daily_budget", *get_args(SpendLimitField)})
+
+
 def needs_approval(
     approval: Approval | None, *, field: str, before: Any, after: Any, scale: int
 ) -> bool:
@@ -326,7 +333,7 @@ def needs_approval(
     when = approval.when
     if isinstance(when, str):
         return True
-    if field != "daily_budget" or before is None or after is None:
+    if field not in APPROVED_MONEY_FIELDS or before is None or after is None:
         return False
     if isinstance(when, BudgetAbove):
         return float(after) > when.budget_above * scale
@@ -380,10 +387,11 @@ class Task(RuleModel):
                 f" phase; this task's action is '{self.action.type}'",
             )
         approval = self.approval
-        if approval is not None and approval.on_budget and self.action.type not in BUDGET_ACTIONS:
+        money = BUDGET_ACTIONS | SPEND_LIMIT_ACTIONS
+        if approval is not None and approval.on_budget and self.action.type not in money:
             raise PathError(
                 "approval.when",
-                f"only budget actions ({', '.join(sorted(BUDGET_ACTIONS))}) change a budget;"
+                f"only budget actions ({', '.join(sorted(money))}) change a budget;"
                 f' this task\'s action is \'{self.action.type}\': use "when": "always"',
             )
         if self.holdout is not None and self.action.type == "rebalance_budget":
@@ -615,6 +623,7 @@ class Rule(RuleModel):
             fields.append("campaign_id")
         elif self.level == "ad":
             fields += ["adset_id", "campaign_id"]
+        fields += advantage_fields(self.level)  # legacy Advantage+ refuse most actions
         return fields + sorted(wanted - set(fields))
 
     def definition(self) -> dict[str, Any]:

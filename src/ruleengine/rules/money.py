@@ -35,6 +35,9 @@ MONEY_FIELDS: Final = {
     "increase_budget": ("max_budget", "min_budget"),
     "decrease_budget": ("max_budget", "min_budget"),
     "set_budget": ("amount",),
+    "set_spend_limit": ("amount",),
+    "increase_spend_limit": ("max_budget", "min_budget"),
+    "decrease_spend_limit": ("max_budget", "min_budget"),
 }
 # How each field rounds into minor units: a bound never lets a budget past it.
 _ROUNDING: Final = {"max_budget": ROUND_FLOOR, "min_budget": ROUND_CEILING, "amount": ROUND_HALF_UP}

@@ -36,7 +36,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
-from ruleengine.rules.catalog import MetricSpec, Source
+from ruleengine.rules.catalog import PERIOD_SPEND_KEYS, MetricSpec, Source
 from ruleengine.rules.periods import preset_range
 
 #: Additive plain fields: a range's value is the sum of its days'.
@@ -129,8 +129,9 @@ def history_plan(metrics: Iterable[tuple[str | None, MetricSpec]], *, today: dat
     unsupported: dict[str, str] = {}
     for period, spec in metrics:
         sources: tuple[str, ...]
-        if spec.source is Source.DERIVED:  # budget spent today: today's spend
-            period, sources = "today", ("spend",)
+        if spec.source is Source.DERIVED:  # budget spent today (or over the period): spend
+            own = period if spec.name in PERIOD_SPEND_KEYS and period else "today"
+            period, sources = own, ("spend",)
             wanted: tuple[str, str | None] = ("spend", None)
         elif spec.source is Source.INSIGHTS and period:
             found = _sources(spec)

@@ -11,10 +11,11 @@ stated once, so what a backtest says a rule would have done is what the engine d
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from ruleengine.rules.action_types import (
     ChangeBidAction,
@@ -23,15 +24,22 @@ from ruleengine.rules.action_types import (
     RenameAction,
     ScaleToTargetAction,
     SetBudgetAction,
+    SpendLimitAction,
+    SpendLimitField,
     StatusAction,
 )
+from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
+from ruleengine.rules.advantage import legacy_kind, refusal_message, refuses
+from ruleengine.rules.money import budget_in_minor_units
 from ruleengine.rules.plan import Plan, plan_budget, plan_name, plan_status
 from ruleengine.rules.scaling import plan_bid, plan_scale
 
 #: The budget fields of a campaign or ad set (a campaign budget is one of them or neither).
 BUDGET_FIELDS: Final = ("daily_budget", "lifetime_budget")
+#: An ad set's spend limits under an Advantage campaign budget (``SpendLimitAction``).
+SPEND_LIMIT_FIELDS: Final[tuple[str, ...]] = get_args(SpendLimitField)
 #: Graph fields the engine compares as integers (Meta answers them as strings).
-INTEGER_FIELDS: Final = (*BUDGET_FIELDS, "bid_amount")
+INTEGER_FIELDS: Final = (*BUDGET_FIELDS, "bid_amount", *SPEND_LIMIT_FIELDS)
 #: Bid strategies under which Meta bids alone: an ad set with one takes no ``bid_amount``.
 NO_BID_STRATEGIES: Final = frozenset({"LOWEST_COST_WITHOUT_CAP", "LOWEST_COST_WITH_MIN_ROAS"})
 _EMPTY: Final = (None, "", "0", 0)
@@ -45,6 +53,7 @@ FieldAction = (
     | SetBudgetAction
     | ChangeBidAction
     | ScaleToTargetAction
+    | SpendLimitAction
 )
 
 
@@ -98,6 +107,8 @@ def field_of(action: FieldAction) -> str:
         return "name"
     if isinstance(action, ChangeBidAction):
         return "bid_amount"
+    if isinstance(action, SpendLimitAction):
+        return action.field
     return "daily_budget"
 
 
@@ -105,6 +116,8 @@ def reads_of(action: FieldAction) -> list[str]:
     """The live fields an action plans from (what the write path re-reads)."""
     if isinstance(action, ChangeBidAction):
         return ["bid_amount", "bid_strategy"]
+    if isinstance(action, SpendLimitAction):  # and whether its campaign's budget allows it
+        return [action.field, "campaign{daily_budget,lifetime_budget}"]
     if isinstance(action, PercentBudgetAction | SetBudgetAction | ScaleToTargetAction):
         return list(BUDGET_FIELDS)
     return [field_of(action)]
@@ -140,6 +153,10 @@ def plan_change(action: FieldAction, live: Mapping[str, Any], ctx: PlanContext) 
     """The change ``action`` makes to an object whose fields are ``live`` — or why it makes
     none. Every guard and clamp of the write path is here (the learning phase, approval,
     the change budget and Meta's hourly limit are applied around it by its callers)."""
+    if refuses(action.type) and (kind := legacy_kind(live)) is not None:
+        # Meta no longer lets the API change legacy Advantage+ campaigns (rules/advantage.py)
+        message = refusal_message(kind, action.type)
+        return Refused(ADVANTAGE_REASON, field_of(action), message=message)
     if isinstance(action, StatusAction):
         return plan_status(action, live=str(live.get("status")))
     if isinstance(action, RenameAction | NameTextAction):
@@ -149,6 +166,8 @@ def plan_change(action: FieldAction, live: Mapping[str, Any], ctx: PlanContext) 
         return plan_name(action, live=name, rule_name=ctx.rule_name, today=ctx.today)
     if isinstance(action, ChangeBidAction):
         return _plan_bid(action, live, ctx)
+    if isinstance(action, SpendLimitAction):
+        return _plan_spend_limit(action, live, ctx)
     refused = budget_refusal(ctx.level, live)
     if refused is not None:
         return refused
@@ -171,6 +190,43 @@ def _plan_bid(action: ChangeBidAction, live: Mapping[str, Any], ctx: PlanContext
     if refused is not None:
         return refused
     return plan_bid(action, live=int(live["bid_amount"]), offset=ctx.offset)
+
+
+def _plan_spend_limit(
+    action: SpendLimitAction, live: Mapping[str, Any], ctx: PlanContext
+) -> Plan | Refused:
+    """A spend limit planned like a budget (the same percentage cap and bounds), from its live
+    value; refused where Meta takes none: an ad set without a campaign budget of the same
+    kind (Meta's ad set reference: "daily budget must be specified in the Campaign").
+
+    A limit the ad set does not have yet can only be set (there is nothing to scale); setting
+    it is not capped by ``max_budget_change_pct`` (there is no live value to take a percentage
+    of) — a cap or a minimum target moves spend between the campaign's ad sets, never past
+    the campaign's budget. Meta's minimum daily budget does not apply to a limit.
+    """
+    field = action.field
+    if ctx.offset is None:
+        return Refused("currency_unknown", field, outcome="failed")
+    campaign = live.get("campaign")
+    needed = "daily_budget" if field.startswith("daily_") else "lifetime_budget"
+    if not isinstance(campaign, Mapping) or campaign.get(needed) in _EMPTY:
+        message = (
+            f"{field} works only under a campaign {needed.replace('_', ' ')} (an Advantage"
+            " campaign budget); this ad set's campaign has none"
+        )
+        return Refused("no_campaign_budget", field, message=message)
+    current = int(live.get(field) or 0)
+    budget_action = action.as_budget_action()
+    if current == 0:
+        if not isinstance(budget_action, SetBudgetAction):
+            message = f"the ad set has no {field} to scale; set one with set_spend_limit"
+            return Refused("no_spend_limit", field, message=message)
+        amount = budget_in_minor_units(budget_action, scale=ctx.scale).amount or 0
+        return Plan(field, 0, amount, amount)
+    plan = plan_budget(
+        budget_action, live=current, max_change_pct=ctx.max_change_pct, scale=ctx.scale
+    )
+    return dataclasses.replace(plan, field=field)
 
 
 def _plan_scaled(action: ScaleToTargetAction, budget: int, ctx: PlanContext) -> Plan | Refused:

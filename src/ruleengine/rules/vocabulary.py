@@ -264,6 +264,13 @@ METRIC_TEXTS: Final[dict[str, tuple[str, Unit, str]]] = {
         "percent",
         "Today's amount spent ÷ daily budget × 100, in the ad account's day.",
     ),
+    "budget_utilization": (
+        "Spend against the daily budget over a period",
+        "percent",
+        "The period's amount spent ÷ (daily budget × its days) × 100 (default: today). Meta"
+        " may spend up to 75 % over a daily budget on a day, never over 7 × it in a week: today"
+        " reads up to 175, 7 days about 100 at most.",
+    ),
     "estimated_budget_spending_percentage": (
         "Estimated daily budget spent by midnight",
         "percent",
@@ -358,6 +365,7 @@ GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             "remaining_budget",
             "budget_spent_pct",
             "estimated_budget_spending_percentage",
+            "budget_utilization",
         ),
     ),
     ("Time", ("current_hour", "hours_left_today", "age_hours", "hours_since_creation")),
@@ -509,6 +517,9 @@ ACTION_LABELS: Final[dict[str, str]] = {
     "change_bid": "Change bid",
     "scale_to_target": "Scale budget towards a target",
     "rebalance_budget": "Rebalance budget among the matched, by a metric",
+    "set_spend_limit": "Set an ad set's spend cap or minimum spend target",
+    "increase_spend_limit": "Increase an ad set's spend cap or minimum spend target by %",
+    "decrease_spend_limit": "Decrease an ad set's spend cap or minimum spend target by %",
 }
 FOLLOWUP_LABELS: Final[dict[str, str]] = {
     "activate": "Activate",

@@ -29,12 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.targets import live_value
+from ruleengine.rules.targets import SPEND_LIMIT_FIELDS, live_value
 from ruleengine.store.db import Document
 from ruleengine.store.records import ExecutionStore
 
 #: The fields an undo sets back (what the write path writes).
-REVERTIBLE: Final = frozenset({"status", "daily_budget", "name", "bid_amount"})
+REVERTIBLE: Final = frozenset({"status", "daily_budget", "name", "bid_amount", *SPEND_LIMIT_FIELDS})
 UNDO_PREFIX: Final = "undo:"
 CHANGED = "changed_by_someone_else"
 #: Why an execution is not set back again: an earlier undo of the batch set it back.

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from aiohttp import web
 
 from ruleengine.errors import ConfigurationError, RuleEngineError
 from ruleengine.redact import setup_logging
+from ruleengine.rules.meta_versions import version_warning
 from ruleengine.settings import Settings, load_settings
 from ruleengine.web.app import create_app
+
+log = logging.getLogger("ruleengine.web")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -47,6 +52,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 async def serve(settings: Settings) -> None:
     """Serve until SIGTERM or SIGINT, then shut down cleanly."""
+    if (warning := version_warning(settings.graph_version, datetime.now(UTC).date())) is not None:
+        log.warning("%s", warning)
     runner = web.AppRunner(create_app(settings), handle_signals=False, access_log=None)
     await runner.setup()
     try:

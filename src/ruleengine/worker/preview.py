@@ -39,6 +39,8 @@ from ruleengine.meta.http import READ_AND_REPORT, GraphSession
 from ruleengine.meta.insights import InsightsResult
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.action_types import DuplicateAction, NotifyAction, RebalanceBudgetAction
+from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
+from ruleengine.rules.advantage import refusal_message
 from ruleengine.rules.model import Rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key, token_ref
@@ -140,6 +142,9 @@ class PreviewEvaluation(Evaluation):
             )
             return ActResult("would_apply", None, "notify", None, message)
         if isinstance(action, DuplicateAction):
+            if (kind := pair.entity.legacy_advantage) is not None:
+                error = {"message": refusal_message(kind, "duplicate")}
+                return ActResult("skipped", ADVANTAGE_REASON, "copies", error=error)
             return ActResult(
                 "would_apply", None, "copies", pair.entity.name, f"copy of {pair.entity.id}"
             )

@@ -17,6 +17,7 @@ from typing import Any
 
 from ruleengine.observability import WorkerMetrics, serve
 from ruleengine.queue import connect_queue
+from ruleengine.rules.meta_versions import version_warning
 from ruleengine.settings import Settings
 from ruleengine.store.db import create_client, database, ensure_indexes
 from ruleengine.store.heartbeats import Heartbeats
@@ -49,6 +50,8 @@ def tune_gc() -> None:
 async def startup(ctx: dict[str, Any]) -> None:
     """Create the process's clients and the engine; start the heartbeat."""
     settings: Settings = ctx.setdefault("settings", Settings())
+    if (warning := version_warning(settings.graph_version, datetime.now(UTC).date())) is not None:
+        log.warning("%s", warning)
     client = create_client(settings)
     db = database(client, settings)
     await ensure_indexes(db)

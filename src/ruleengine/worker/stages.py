@@ -301,6 +301,7 @@ class Evaluation:
             reader=self.graph.reader,
             facts=facts,
             db_now=await self.reading.intents.db_time(),
+            batch=self.graph.batch,
         )
 
     def _stage(self, name: str, seconds: float, pairs: list[Pair]) -> None:

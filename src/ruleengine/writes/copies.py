@@ -12,13 +12,14 @@ reaper settles it from there (:func:`settle_copy`).
 
 Meta makes a copy of at most 3 objects at once; a bigger one (a deep copy of a
 campaign with its ad sets and ads) it refuses without copying anything (100/1885194).
-That copy is then started as an asynchronous batch — the same single copy request,
-never a second one — whose request-set id is noted on the intent at once; the
-worker polls it outside the lock for up to ``RULEENGINE_COPY_WAIT_S``. The record's
-``after`` is the copy's id and its ``response`` lists every object the copy made.
-A background copy not finished by then is recorded as applied with reason
-``copy_in_progress``; its intent stays pending and the reaper settles it from the
-request set (:func:`settle_copy`) — it is never sent again.
+A deep copy's children are read first; one of more than 3 objects is made as a tree
+under the same lock and intent — the object alone,
+then its children in synchronous Batch API calls (:mod:`ruleengine.writes.copy_tree`;
+new apps may not use asynchronous batch requests) — or refused before any write when
+it is too big (``copy_too_large``). The record's ``after`` is the copy's id and its
+``response`` lists every object the copy made. Intents of copies started as
+asynchronous batches by earlier releases are still settled from their request set by
+the reaper (:func:`settle_copy`) — never sent again.
 """
 
 from __future__ import annotations
@@ -29,14 +30,23 @@ from datetime import datetime
 from typing import Any
 
 from ruleengine.acting.results import ActKey, ActResult, JobRun, give_up_unsent, record_once
-from ruleengine.meta.copies import CopyResult, read_async_copy, too_large, wait_for_async_copy
+from ruleengine.meta.copies import CopyResult, read_async_copy, too_large
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
 from ruleengine.rules.action_types import DuplicateAction
+from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
+from ruleengine.rules.advantage import refusal_message
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Task
 from ruleengine.store.intents import Intent, IntentStore
+from ruleengine.writes.copy_tree import (
+    SYNC_COPY_MAX_OBJECTS,
+    TREE_COPY_MAX_OBJECTS,
+    Tree,
+    copy_tree,
+    read_tree,
+)
 from ruleengine.writes.lock import AccountLocks, Fenced, HeldLock, LockLost
 
 
@@ -49,9 +59,11 @@ async def duplicate(
     *,
     intents: IntentStore,
     locks: AccountLocks,
-    wait_s: float = 60.0,
 ) -> ActResult:
     """Copy ``entity`` as ``action`` says; the record's ``after`` is the copy's id."""
+    if (kind := entity.legacy_advantage) is not None:  # Meta refuses to copy it: not sent
+        error = {"message": refusal_message(kind, "duplicate")}
+        return ActResult("skipped", ADVANTAGE_REASON, "copies", entity.id, None, error=error)
     earlier = await intents.get(run.batch_id, task.id, entity.id)
     if earlier is not None and earlier.status == "pending" and answered(earlier.response):
         return await _resume(run, entity, earlier, intents)  # read back, never sent again
@@ -69,31 +81,7 @@ async def duplicate(
         )
         if isinstance(intent, ActResult):
             return intent
-        started = await _start(run, writer, entity, action, intent, _Locked(fenced, lock))
-    if not isinstance(started, str):
-        return started
-    unread: dict[str, Any] | None = None
-    try:  # the background copy is waited for outside the lock: the write is done
-        copy = await wait_for_async_copy(
-            run.reader, started, token=run.token, account_id=run.account, wait_s=wait_s
-        )
-    except GraphError as exc:  # the set could not be read: Meta may still be copying
-        copy, unread = None, exc.as_dict()
-    if isinstance(copy, GraphError):
-        await intents.resolve(intent.id, status="failed", now=run.now, error=copy.as_dict())
-        return _failed(entity, copy)
-    if copy is None:
-        response = {"mode": "async", "request_set_id": started}
-        return ActResult(
-            "applied",
-            "copy_in_progress",
-            "copies",
-            entity.id,
-            None,
-            error=unread,
-            response=response,
-        )
-    return await _done(run, entity, intent, intents, copy)
+        return await _start(run, writer, entity, action, intent, _Locked(fenced, lock))
 
 
 @dataclass(frozen=True)
@@ -120,8 +108,8 @@ async def _start(
     action: DuplicateAction,
     intent: Intent,
     locked: _Locked,
-) -> ActResult | str:
-    """Copy at once, or start the copy as an asynchronous batch: the result, or the set's id."""
+) -> ActResult:
+    """Copy at once, or as a tree when it makes more objects than Meta copies at once."""
     options: dict[str, Any] = {
         "status_option": action.status_option,
         "rename_suffix": action.rename_suffix,
@@ -130,6 +118,11 @@ async def _start(
         "ctx": WriteContext(run.account, entity.id, run.rule_id, run.batch_id),
     }
     intents = locked.intents
+    tree = None
+    if options["deep_copy"]:  # what the copy makes, read before any write
+        tree = await read_tree(run, entity.id, run.rule.level)
+        if tree.size > SYNC_COPY_MAX_OBJECTS:
+            return await _tree(run, writer, entity, intent, locked, options, tree)
     if (lost := await locked.check(intent, run)) is not None:
         return lost
     try:
@@ -137,14 +130,56 @@ async def _start(
     except GraphError as exc:
         if not too_large(exc):
             return await _refused(run, entity, intent, intents, exc)
-    if (lost := await locked.check(intent, run)) is not None:
-        return lost
-    try:  # Meta copied nothing: the same copy goes through an asynchronous batch
-        set_id = await writer.copy_async(**options)
+    # Meta copied nothing: it found the copy bigger than it looked
+    tree = tree or await read_tree(run, entity.id, run.rule.level)
+    return await _tree(run, writer, entity, intent, locked, options, tree)
+
+
+async def _tree(
+    run: JobRun,
+    writer: GraphWriter,
+    entity: Entity,
+    intent: Intent,
+    locked: _Locked,
+    options: dict[str, Any],
+    tree: Tree,
+) -> ActResult:
+    """The copy made as a tree (:mod:`ruleengine.writes.copy_tree`), or refused before any
+    write when it is too big."""
+    intents = locked.intents
+    if tree.size > TREE_COPY_MAX_OBJECTS:
+        error = {
+            "message": f"the copy would make {tree.size} objects; at most "
+            f"{TREE_COPY_MAX_OBJECTS} are copied"
+        }
+        await give_up_unsent(intents, [intent.id], "copy_too_large", now=run.now)
+        return ActResult("failed", "copy_too_large", "copies", entity.id, None, error=error)
+
+    async def note(response: dict[str, Any]) -> None:
+        await intents.note(intent.id, response=response)
+
+    async def still_ours() -> bool:
+        return await locked.check(intent, run) is None
+
+    try:
+        made = await copy_tree(writer, tree, options=options, note=note, still_ours=still_ours)
     except GraphError as exc:
         return await _refused(run, entity, intent, intents, exc)
-    await intents.note(intent.id, response={"mode": "async", "request_set_id": set_id})
-    return set_id
+    copy = CopyResult(made.copied_id or "", made.objects, "tree")
+    if made.complete:
+        return await _done(run, entity, intent, intents, copy)
+    response = made.response()
+    with contextlib.suppress(Fenced):  # made, partly: settled, never sent again
+        await intents.resolve(intent.id, status="done", now=run.now, response=response)
+    return ActResult(
+        "applied",
+        "copy_incomplete",
+        "copies",
+        entity.id,
+        made.copied_id,
+        error=made.error,
+        response=response,
+    )
 
 
 async def _refused(

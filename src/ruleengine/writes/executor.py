@@ -63,7 +63,7 @@ from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
 from ruleengine.rules.model import Task
 from ruleengine.rules.plan import Plan
-from ruleengine.rules.targets import live_value
+from ruleengine.rules.targets import SPEND_LIMIT_FIELDS, live_value
 from ruleengine.settings import Settings
 from ruleengine.store.intents import WRITE_UNCONFIRMED, Intent, IntentStore
 from ruleengine.writes.batched import BatchedWrites, FieldChange
@@ -115,6 +115,8 @@ async def write_field(
         return await writer.set_name(str(value), token=run.token, ctx=ctx)
     if field == "bid_amount":
         return await writer.set_bid(int(value), token=run.token, ctx=ctx)
+    if field in SPEND_LIMIT_FIELDS:
+        return await writer.set_spend_limit(field, int(value), token=run.token, ctx=ctx)
     raise ValueError(f"no writer for the field {field}")
 
 
@@ -224,7 +226,6 @@ class ActionExecutor:
                     action,
                     intents=self.intents,
                     locks=self.locks,
-                    wait_s=self.settings.copy_wait_s,
                 )
             target = await target_of(
                 action, run, max_change_pct=self.settings.max_budget_change_pct, verdict=verdict
