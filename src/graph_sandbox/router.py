@@ -50,6 +50,7 @@ _GET_EDGES = {
     "campaigns": "list",
     "adsets": "list",
     "ads": "list",
+    "copies": "list",
     "insights": "insights",
     "activities": "activities",
     "requests": "async_requests",
