@@ -260,6 +260,10 @@ class Reaper:
 def recovered_record(batch: Document, intent: Document) -> dict[str, Any]:
     """The execution record of a settled intent whose worker died before recording it."""
     done = intent["status"] == "done"
+    after = intent.get("target") if done else intent.get("before")
+    response = intent.get("response")
+    if done and intent.get("field") == "copies" and isinstance(response, dict):
+        after = response.get("copied_id")  # a copy's record names the copy
     return {
         "key": record_key(batch["_id"], intent["task_id"], intent["entity_id"]),
         "batch_id": batch["_id"],
@@ -277,7 +281,7 @@ def recovered_record(batch: Document, intent: Document) -> dict[str, Any]:
         "action": {"type": intent.get("action")},
         "field": intent.get("field"),
         "before": intent.get("before"),
-        "after": intent.get("target") if done else intent.get("before"),
+        "after": after,
         "requested": intent.get("requested"),
         "clamped_by": intent.get("clamped_by") or [],
         "passed": True,  # an intent is only recorded for an entity whose task passed
