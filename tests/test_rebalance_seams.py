@@ -134,28 +134,35 @@ async def _delivered_twice(db: Database, batch_id: str) -> bool:
     return row is not None and row.get("execute_count") == 2 and row["status"] == "DONE"
 
 
-async def test_a_give_back_whose_decreases_lost_their_answer_comes_back_once_settled(
+async def test_a_give_back_whose_decrease_lost_its_answer_comes_back_once_settled(
     settings: Settings, db: Database, redis: Any, accounts: list[str], sandbox: SandboxAdmin
 ) -> None:
+    settings = settings.model_copy(update={"write_batch_size": 1})  # a call for each write
     data = rebalance_rule()
     moves = await planned(settings, db, data)
     original = await budgets(sandbox, list(moves))
+    lost = min(moves, key=lambda i: moves[i])  # the biggest decrease
     rule = await save_rule(db, data)
     start = datetime.now(UTC)
-    # run 1: its decreases land at Meta and their answer is lost (one call, reset)
+    # run 1: that decrease lands at Meta and its answer is lost; no increase is made for it
     await sandbox.set_faults(
-        lost_answers=[{"path_contains": "", "method": "POST", "answer": "reset", "times": 1}]
+        lost_answers=[{"path_contains": lost, "method": "POST", "answer": "reset", "times": 1}]
     )
     await dispatch(settings, db, now=start)
     await work(settings)
     await sandbox.clear_faults()
-    first = await records(db, rule_id=rule.id)
-    assert "write_unconfirmed" in {r["reason"] for r in first}
+    first = {r["entity_id"]: r for r in await records(db, rule_id=rule.id)}
+    assert first[lost]["reason"] == "write_unconfirmed"
     took = sum(original.values()) - sum((await budgets(sandbox, list(original))).values())
-    assert took > 0  # the decreases landed; no increase was made for them
-    # run 2 comes while run 1's writes are still unsettled: it can give nothing back yet
+    assert took == -moves[lost]  # it landed; the group lacks it
+    # run 2 comes while that write is still unsettled: it can give nothing back yet, and it
+    # moves budget of its own (it becomes the task's latest run)
     await dispatch(settings, db, now=start + timedelta(minutes=15))
     await work(settings)
+    second = [
+        r for r in await records(db, rule_id=rule.id) if r["batch_id"] != first[lost]["batch_id"]
+    ]
+    assert [r for r in second if r["outcome"] == "applied"]
     # the reaper settles run 1's decreases: they landed
     await reap(settings, db, redis, now=datetime.now(UTC) + timedelta(hours=1))
     assert await db[c.ACTION_INTENTS].count_documents({"status": "pending"}) == 0
