@@ -9,8 +9,22 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from flow import dispatch, engine_for, records, save_rule, work
+from flow import (
+    dispatch,
+    engine_for,
+    kill,
+    records,
+    sandbox_quiet,
+    save_rule,
+    start_worker,
+    successful_writes,
+    wait_for,
+    work,
+    write_in_flight,
+)
 from graph_sandbox.admin import SandboxAdmin
+from ruleengine import constants as c
+from ruleengine.queue import connect_queue
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.undo.run import undo_batch
@@ -113,3 +127,49 @@ async def test_an_undo_naming_only_the_donors_raises_nothing(
     assert sum((await budgets(sandbox, ids)).values()) <= total_before_undo
     assert len(await sandbox.writes()) == writes
     assert {c["reason"] for c in result["changes"]} == {GROUP_TOTAL}
+
+
+async def test_an_undo_killed_between_its_lowers_and_raises_finishes_with_the_total_whole(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+    tmp_path: Any,
+) -> None:
+    """The undo runs on a worker that is SIGKILLed once its lowers have landed, with its first
+    raise at Meta: the group is below its total meanwhile, never above; asked again, the undo
+    counts the lowers it finds made and raises the donors back — the total whole again."""
+    batch_id, moved = await rebalanced(settings, db, sandbox)
+    before = {r["entity_id"]: r["before"] for r in moved}
+    receivers = {r["entity_id"] for r in moved if r["after"] > r["before"]}
+    after_batch = sum(r["after"] for r in moved)
+    writes = len(await successful_writes(sandbox))
+    await sandbox.set_faults(write_latency_ms=2000)
+    worker = start_worker(settings, tmp_path / "worker.log", write_batch_size="1")
+    queue = connect_queue(settings)
+    payload = {"batch_id": batch_id, "by": "api", "executions": None, "pause_copies": False}
+    await queue.enqueue_job(c.UNDO_JOB, payload, _job_id=f"undo:{batch_id}")
+    await queue.aclose()
+
+    async def first_raise_on_its_way() -> bool:
+        sent = [w["id"] for w in (await successful_writes(sandbox))[writes:]]
+        if not receivers <= set(sent):
+            return False
+        return await write_in_flight(sandbox)
+
+    try:
+        await wait_for(first_raise_on_its_way, timeout_s=60)
+    finally:
+        kill(worker)
+    await wait_for(lambda: sandbox_quiet(sandbox))
+    await sandbox.clear_faults()
+    await redis.delete(c.QUEUE_NAME)
+    result = await undone(settings, db, batch_id)  # asked again
+
+    assert await budgets(sandbox, list(before)) == before
+    assert result["complete"]
+    running = {r["entity_id"]: r["after"] for r in moved}
+    for write in (await successful_writes(sandbox))[writes:]:  # replayed in Meta's order
+        running[write["id"]] = int(write["params"]["daily_budget"])
+        assert sum(running.values()) <= after_batch
