@@ -229,15 +229,11 @@ class Reaper:
         if not done:
             return 0
         kept = await self.engine.executions.by_key(batch["_id"])
-        fixes = [
-            recovered_record(batch, intent)
-            for intent in done
-            if (
-                record := kept.get(record_key(batch["_id"], intent["task_id"], intent["entity_id"]))
-            )
-            is not None
-            and record.get("outcome") != "applied"
-        ]
+        fixes = []
+        for intent in done:
+            record = kept.get(record_key(batch["_id"], intent["task_id"], intent["entity_id"]))
+            if record is not None and record.get("outcome") != "applied":
+                fixes.append(recovered_record(batch, intent))
         await self.engine.executions.upsert_many(fixes)
         return len(fixes)
 
