@@ -9,7 +9,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -327,3 +327,17 @@ async def run_at(
             )
             summary = await evaluate_account(engine, job, now=instant)
             assert summary.status == "DONE" and summary.applied == 0
+
+
+async def aged(db: Database, batch_id: str, by: timedelta) -> None:
+    """Make a batch look ``by`` older on MongoDB's clock — the clock every time the engine
+    stores to compare later is by (its intents' times, its row's last start): a run that
+    happened ``by`` ago, for a test that cannot wait that long."""
+    async for doc in db[c.ACTION_INTENTS].find({"batch_id": batch_id}):
+        older = {k: v - by for k, v in doc.items() if isinstance(v, datetime)}
+        if older:
+            await db[c.ACTION_INTENTS].update_one({"_id": doc["_id"]}, {"$set": older})
+    row = await db[c.BATCHES].find_one({"_id": batch_id}, {"last_started_at": 1})
+    if row is not None and isinstance(row.get("last_started_at"), datetime):
+        started = row["last_started_at"] - by
+        await db[c.BATCHES].update_one({"_id": batch_id}, {"$set": {"last_started_at": started}})

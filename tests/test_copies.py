@@ -13,7 +13,21 @@ import aiohttp
 import orjson
 import pytest
 
-from flow import campaign_rule, dispatch, engine_for, records, run_rule, save_rule, wait_for
+from flow import (
+    campaign_rule,
+    dispatch,
+    engine_for,
+    kill,
+    reap,
+    records,
+    run_rule,
+    sandbox_quiet,
+    save_rule,
+    start_worker,
+    wait_for,
+    work,
+    write_in_flight,
+)
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.settings import Settings
@@ -301,3 +315,60 @@ async def test_a_copy_an_earlier_release_started_as_an_async_batch_is_still_read
     assert settled is not None
     assert settled["response"]["request_set_id"] == set_id
     assert len(settled["response"]["copied_ids"]) > 3
+
+
+async def test_a_copy_the_reaper_finds_in_flight_is_made_once(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+    accounts: list[str],
+    tmp_path: Any,
+) -> None:
+    """A worker dies while its copy is still being made at Meta, and the reaper takes the
+    owner for gone (a batch abandoned while the request runs): it settles the copy only under
+    the account's lock, from the copies Meta holds of the source — never as failed while the
+    copy may still be made — and the next run, in the copy's cooldown, makes no second one."""
+    adset = await named(sandbox, "adsets", "Creative Test US 1 - Lookalike 1%")
+    action = {"type": "duplicate", "rename_suffix": " - Copy"}
+    data = campaign_rule(
+        action,
+        [ALWAYS],
+        level="adset",
+        filters=[{"field": "id", "operator": "EQUAL", "value": adset}],
+        cooldown_minutes=60,
+    )
+    await save_rule(db, data)
+    start = datetime.now(UTC)
+    await dispatch(settings, db, now=start)
+    (job,) = await queued_jobs(redis)
+    await sandbox.set_faults(write_latency_ms=3000)  # the copy takes 3 s at Meta
+    worker = start_worker(settings, tmp_path / "worker.log")
+    try:
+        await wait_for(lambda: write_in_flight(sandbox), timeout_s=60)
+    finally:
+        kill(worker)
+    await redis.delete(c.QUEUE_NAME)  # the dead worker's job would block an in-process burst
+    await db[c.BATCHES].update_one({"_id": job.batch_id}, {"$set": {"status": "ABANDONED"}})
+    await reap(settings, db, redis, now=datetime.now(UTC))  # while the copy is still on its way
+    await wait_for(lambda: sandbox_quiet(sandbox))
+    await sandbox.clear_faults()
+    await reap(settings, db, redis, now=datetime.now(UTC))
+    intent = await db[c.ACTION_INTENTS].find_one({"field": "copies"})
+    assert intent is not None and intent["status"] == "done"
+    copies = [w for w in await sandbox.writes() if w["kind"] == "copies" and w["ok"]]
+    assert len(copies) == 1
+    assert (
+        intent["response"]["copied_id"]
+        == (await graph(sandbox, f"{adset}/copies"))["data"][0]["id"]
+    )
+    # the next run finds the copy's cooldown in force: no second copy
+    await dispatch(settings, db, now=start + timedelta(minutes=15))
+    await work(settings)
+    copies = [w for w in await sandbox.writes() if w["kind"] == "copies" and w["ok"]]
+    assert len(copies) == 1
+    (recovered,) = await records(db, batch_id=job.batch_id)
+    assert (recovered["outcome"], recovered["after"]) == (
+        "applied",
+        intent["response"]["copied_id"],
+    )

@@ -8,6 +8,7 @@ record of the batch that owns it, its counts, and a follow-up's document follow.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,9 +16,25 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from flow import campaign_ids, campaign_rule, dispatch, engine_for, reap, records, save_rule, work
+from flow import (
+    aged,
+    campaign_ids,
+    campaign_rule,
+    dispatch,
+    engine_for,
+    kill,
+    reap,
+    records,
+    sandbox_quiet,
+    save_rule,
+    start_worker,
+    wait_for,
+    work,
+    write_in_flight,
+)
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
+from ruleengine.devstack.embedded import free_port
 from ruleengine.followups.running import run_followup
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
@@ -75,6 +92,7 @@ async def raise_with_lost_answer(
     await lose_the_answer(sandbox, entity_id, answer)
     async with engine_for(settings, db) as engine:
         await evaluate_account(engine, job, now=past)
+    await aged(db, job.batch_id, timedelta(hours=2))  # two hours ago by MongoDB's clock too
     await sandbox.clear_faults()
     (first,) = await records(db, rule_id=rule.id)
     assert (first["outcome"], first["reason"]) == ("failed", "write_unconfirmed")
@@ -343,3 +361,111 @@ def test_a_settled_write_is_recorded_as_what_the_live_value_shows() -> None:
     gone = corrected(intent, Settled("failed", {"reason": "entity_gone"}), SettledBy("reaper"))
     assert (gone["outcome"], gone["reason"], gone["after"]) == ("failed", "entity_gone", 1000)
     assert "settled_by" not in gone
+
+
+# ---------------------------------------------------------------- a holder fenced out
+
+
+async def fenced_out_after_its_write(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
+) -> dict[str, Any]:
+    """A run raises Prospecting US 1's budget; while its write is at Meta, a newer holder takes
+    the account's fence (the run was paused past its lock): Meta applies the write, and the
+    run records it ``write_unconfirmed``. Its record."""
+    entity_id = (await campaign_ids(sandbox))[PROSPECTING]
+    only = [{"field": "id", "operator": "EQUAL", "value": entity_id}]
+    action = {"type": "increase_budget", "percent": 10}
+    rule = await save_rule(db, campaign_rule(action, [ALWAYS], filters=only))
+    await dispatch(settings, db)
+    job = await queued_job(redis)
+    await redis.delete(c.QUEUE_NAME)
+    await sandbox.set_faults(write_latency_ms=1500)
+    async with engine_for(settings, db) as engine:
+        running = asyncio.create_task(evaluate_account(engine, job, now=datetime.now(UTC)))
+        await wait_for(lambda: write_in_flight(sandbox))
+        await IntentStore(db).take_fence("act_1001")  # the newer holder
+        await running
+    await wait_for(lambda: sandbox_quiet(sandbox))
+    await sandbox.clear_faults()
+    (record,) = await records(db, rule_id=rule.id)
+    assert (record["outcome"], record["reason"]) == ("failed", "write_unconfirmed")
+    assert len(await writes_to(sandbox, entity_id)) == 1  # it landed
+    return record
+
+
+@pytest.mark.parametrize("write_batch_size", [50, 1], ids=["batched", "alone"])
+async def test_a_fenced_out_write_whose_settler_dies_before_its_record_is_corrected_next_pass(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+    write_batch_size: int,
+) -> None:
+    settings = settings.model_copy(update={"write_batch_size": write_batch_size})
+    record = await fenced_out_after_its_write(settings, db, redis, sandbox)
+    intent = await intent_of(db, record["batch_id"])
+    assert intent["record_unconfirmed"] is True
+    # a settler's first step — the intent's compare-and-set — and then a SIGKILL
+    await IntentStore(db).resolve(
+        intent["_id"], status="done", now=datetime.now(UTC), changed=True, reconciled=True
+    )
+    await reap(settings, db, redis, now=datetime.now(UTC))
+    (corrected,) = await records(db, batch_id=record["batch_id"])
+    assert (corrected["outcome"], corrected["after"], corrected["recovered_by"]) == (
+        "applied",
+        intent["target"],
+        "reaper",
+    )
+    assert "record_unconfirmed" not in await intent_of(db, record["batch_id"])
+    async with engine_for(settings, db) as engine:  # and the undo now sees it
+        plan = await preview(engine, record["batch_id"], now=datetime.now(UTC))
+    assert [item.will_revert for item in plan.items] == [True]
+
+
+# ---------------------------------------------------------------- two deliveries of a batch
+
+
+async def test_a_change_one_delivery_failed_and_a_dead_later_one_made_is_recorded_applied(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+    tmp_path: Any,
+) -> None:
+    """Redis restarts without its markers, the dispatcher enqueues a run again: the first
+    delivery met Redis down at the account's lock and recorded every change ``failed``
+    (``lock_unavailable``); the second made them and was SIGKILLed before recording. Once
+    the batch is over, each change Meta received is recorded applied, from its intent."""
+    ids = await campaign_ids(sandbox)
+    names = ["[AUTO] Prospecting US 1", "[AUTO] Prospecting US 2", "[AUTO] Retargeting US 1"]
+    only = [{"field": "name", "operator": "IN", "value": names}]
+    action = {"type": "increase_budget", "percent": 10}
+    rule = await save_rule(db, campaign_rule(action, [ALWAYS], filters=only))
+    await dispatch(settings, db)
+    job = await queued_job(redis)
+    down = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
+    async with engine_for(down, db) as engine:  # delivery 1: Redis does not answer
+        first = await evaluate_account(engine, job, now=datetime.now(UTC))
+    assert first.status == "DONE" and first.failed == len(names)
+    assert {r["reason"] for r in await records(db, rule_id=rule.id)} == {"lock_unavailable"}
+    await sandbox.set_faults(write_latency_ms=3000)
+    worker = start_worker(settings, tmp_path / "worker.log")  # delivery 2 takes the job
+    try:
+        await wait_for(lambda: write_in_flight(sandbox), timeout_s=60)
+    finally:
+        kill(worker)  # its writes are at Meta; nothing of them is recorded
+    await wait_for(lambda: sandbox_quiet(sandbox))
+    await sandbox.clear_faults()
+    landed = {w["id"]: int(w["params"]["daily_budget"]) for w in await sandbox.writes()}
+    assert set(landed) == {ids[n] for n in names}
+    await reap(settings, db, redis, now=datetime.now(UTC) + timedelta(hours=1))
+    for record in await records(db, rule_id=rule.id):
+        intent = await db[c.ACTION_INTENTS].find_one(
+            {"batch_id": record["batch_id"], "entity_id": record["entity_id"]}
+        )
+        assert intent is not None and intent["status"] == "done"
+        assert (record["outcome"], record["after"]) == ("applied", landed[record["entity_id"]])
+    row = await db[c.BATCHES].find_one({"_id": job.batch_id})
+    assert row is not None and (row["applied_count"], row["failed_count"]) == (len(names), 0)

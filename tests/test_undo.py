@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from flow import (
+    aged,
     campaign_ids,
     campaign_rule,
     dispatch,
@@ -302,6 +303,7 @@ async def test_copies_are_paused_on_request_and_messages_listed_as_not_undoable(
             "action": "pause_copy",
             "will_revert": True,
             "reason": None,
+            "group": None,
         }
         result = await undo_batch(engine, batch_id, by="api", pause_copies=True, now=now())
     paused, message = result["changes"]
@@ -382,6 +384,11 @@ async def test_a_revert_metas_limit_holds_back_is_reported_and_a_later_undo_sets
         # an hour later Meta allows it: a second undo names the execution the first missed
         later = batch.at + timedelta(minutes=61)
         await sandbox.set_clock(later)
+        # an hour later by MongoDB's clock too, which the engine's own changes are stamped by;
+        # the sandbox cannot move the times its activity log shows, so the engine goes by its
+        # own changes here (Meta, on its clock an hour on, allows the change)
+        await aged(db, batch.batch_id, timedelta(minutes=61))
+        await sandbox.set_faults(rules=[{"path_contains": "/activities", "code": 2}])
         asked = [batch.execution[batch.limited]]
         second = await undo_batch(engine, batch.batch_id, by="ops", executions=asked, now=later)
         again = await undo_batch(engine, batch.batch_id, by="ops", executions=asked, now=later)

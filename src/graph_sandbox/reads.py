@@ -106,10 +106,12 @@ def _fields(req: GraphRequest, kind: str) -> tuple[list[str], dict[str, list[str
 
 
 def list_objects(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
-    """``GET /act_{id}/campaigns|adsets|ads``, ``/{campaign_id}/adsets|ads``, ``/{adset}/ads``."""
+    """``GET /act_{id}/campaigns|adsets|ads``, ``/{campaign_id}/adsets|ads``, ``/{adset}/ads``,
+    and ``/{id}/copies``: the copies made of a campaign, ad set or ad (Meta's ``copies`` edge
+    read)."""
     owner, edge = req.segments
-    kind = _EDGE_KIND[edge]
     items = _edge_items(state, owner, edge)
+    kind = _EDGE_KIND.get(edge) or _kind_of(state, owner)
     fields, expanded = _fields(req, kind)
     filters = parse_filtering(req.param("filtering"), filter_fields(kind))
     statuses = _effective_statuses(req.param("effective_status"))
@@ -149,11 +151,20 @@ def _edge_items(state: SandboxState, owner: str, edge: str) -> list[AdObject]:
         edges = {"campaigns": world.campaigns, "adsets": world.adsets, "ads": world.ads}
         return edges[edge](owner)
     parent = world.get(owner)
+    if parent is not None and edge == "copies":
+        return [obj for obj in world.objects.values() if obj.source_id == owner]
     if parent is not None and parent.kind == "campaign" and edge == "adsets":
         return world.adsets_of(owner)
     if parent is not None and parent.kind in ("campaign", "adset") and edge == "ads":
         return world.ads_of(owner)
     raise invalid_param(f"Unknown path components: /{owner}/{edge}")
+
+
+def _kind_of(state: SandboxState, object_id: str) -> str:
+    found = state.world.get(object_id)
+    if found is None:
+        raise invalid_param(f"Unknown path components: /{object_id}/copies")
+    return found.kind
 
 
 def _effective_statuses(raw: str | None) -> frozenset[str]:

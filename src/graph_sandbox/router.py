@@ -51,6 +51,7 @@ _GET_EDGES = {
     "campaigns": "list",
     "adsets": "list",
     "ads": "list",
+    "copies": "list",
     "insights": "insights",
     "activities": "activities",
     "requests": "async_requests",

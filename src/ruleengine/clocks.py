@@ -1,10 +1,13 @@
 """The engine's two clocks: a host's wall clock, and MongoDB's, which a host's step does not move.
 
 A host's clock steps — NTP corrects a drift, a VM resumes, someone fixes a wrong time. What
-must not move with it is measured on MongoDB's clock (``JobRun.db_now``, read once per job):
-cooldowns and when a follow-up is due. What runs on a host's clock — when a rule is due, when
-an arq timer fires — is put back in line after a step by the dispatcher. Which clock decides
-what: docs/operations.md, "When the clock steps".
+must not move with it is measured on MongoDB's clock (``JobRun.db_now``, read once per job,
+and carried on from there by the monotonic clock, :func:`carried`): every time stored to be
+compared later — cooldowns, when a follow-up is due, a write's time (Meta's 4 budget changes
+an hour, the change budget's 24 h, oscillations), whose owner is gone, approvals' expiry and
+retries, which batch the reaper abandons. What runs on a host's clock — when a rule is due,
+when an arq timer fires — is put back in line after a step by the dispatcher. Which clock
+decides what: docs/operations.md, "When the clock steps".
 """
 
 from __future__ import annotations
@@ -23,6 +26,15 @@ AGREEING: Final = timedelta(seconds=1)
 def utcnow() -> datetime:
     """A host's wall clock now, aware UTC."""
     return datetime.now(UTC)
+
+
+def carried(
+    at: datetime, ticks: float, *, monotonic: Callable[[], float] = time.monotonic
+) -> datetime:
+    """``at`` (a reading of MongoDB's clock, taken when this host's monotonic clock read
+    ``ticks``) carried on to now by the monotonic clock: MongoDB's clock now, to within the
+    round trip of the reading, whatever this host's wall clock does meanwhile."""
+    return at + timedelta(seconds=monotonic() - ticks)
 
 
 def offset(local: datetime, db: datetime) -> timedelta:

@@ -84,8 +84,12 @@ async def run_followup_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict
 
 
 async def apply_approval_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
-    """arq job: one attempt at writing an approved change (:mod:`ruleengine.approvals`)."""
-    return await apply_approval(ctx["engine"], str(payload["approval"]), now=datetime.now(UTC))
+    """arq job: one attempt at writing an approved change (:mod:`ruleengine.approvals`), on
+    MongoDB's clock: an approval's expiry, retries and whose write is gone are compared with
+    times stored by other hosts."""
+    engine: Engine = ctx["engine"]
+    now = await engine.intents.db_time()
+    return await apply_approval(engine, str(payload["approval"]), now=now)
 
 
 async def undo_batch_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
@@ -108,9 +112,13 @@ async def undo_batch_job(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[s
 async def reap_job(ctx: dict[str, Any]) -> int:
     """arq cron: mark batches whose worker died ABANDONED and reconcile their intents, mark
     approvals past their expiry ``expired``; then enqueue again approved changes whose write
-    is due again (it did not run, met a transient failure, or was just settled)."""
-    now = datetime.now(UTC)
+    is due again (it did not run, met a transient failure, or was just settled).
+
+    Every time a pass compares is by MongoDB's clock, read here — never this worker's, which
+    may have stepped: a batch is abandoned, an owner judged gone, an approval expired or due
+    by the clock that stamped them."""
     engine: Engine = ctx["engine"]
+    now = await engine.intents.db_time()
     abandoned = await Reaper(engine).reap(now=now)
     await requeue_approved(engine.approvals, ctx["queue"], now=now)
     return abandoned

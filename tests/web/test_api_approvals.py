@@ -186,6 +186,10 @@ async def test_an_expired_proposal_is_recorded_approval_expired(
 ) -> None:
     three_hours_ago = datetime.now(UTC) - timedelta(hours=3)
     await propose(web_settings, db, redis, gated_rule(), now=three_hours_ago)  # 120 min expiry
+    # proposed three hours ago by MongoDB's clock too, which an approval's expiry is by
+    await db[c.APPROVALS].update_many(
+        {}, [{"$set": {"expires_at": {"$subtract": ["$expires_at", 3 * 3600 * 1000]}}}]
+    )
     doc = await db[c.APPROVALS].find_one({})
     assert doc is not None and doc["status"] == "pending"
     answer = await client.post(f"/api/approvals/{doc['_id']}/approve", headers=AUTH)

@@ -108,7 +108,8 @@ class AccountFacts:
         account: the registered account (its currency gives ``currency_offset``: budget
             units per currency unit, 100, or 1 for JPY and the like).
         token: the account's token.
-        now: the job's time.
+        now: the job's time by MongoDB's clock (the activity log is read back an hour from
+            it: Meta's times and the engine's own changes are compared on that clock).
     """
 
     def __init__(self, reader: GraphReader, *, account: Account, token: str, now: datetime) -> None:
@@ -171,9 +172,12 @@ class AccountFacts:
             self._events = (events,)
         return self._events[0]
 
-    async def changes(self, entity_id: str, own: Sequence[AppliedChange]) -> ChangeCount:
-        """The entity's budget changes in the last hour: the log's and the engine's own."""
+    async def changes(
+        self, entity_id: str, own: Sequence[AppliedChange], *, now: datetime | None = None
+    ) -> ChangeCount:
+        """The entity's budget changes in the hour before ``now`` (MongoDB's clock, the one
+        the engine's own changes are stamped by; None: the job's time): the log's and the
+        engine's own."""
         events = [e for e in (await self.budget_events() or []) if e.object_id == entity_id]
-        return count_changes(
-            events, own, since=self.now - CHANGE_WINDOW, offset=self.currency_offset
-        )
+        since = (self.now if now is None else now) - CHANGE_WINDOW
+        return count_changes(events, own, since=since, offset=self.currency_offset)

@@ -55,5 +55,7 @@ async def held_out_result(
 
 
 def _held(result: ActResult, task: Task, run: JobRun) -> ActResult:
-    until = run.now + timedelta(minutes=task.cooldown_minutes) if task.cooldown_minutes else None
+    # from the job's start by MongoDB's clock, as a change's cooldown is (its cooling_from)
+    minutes = task.cooldown_minutes
+    until = run.cooldown_now + timedelta(minutes=minutes) if minutes else None
     return dataclasses.replace(result, outcome=HELD_OUT, reason=None, until=until)

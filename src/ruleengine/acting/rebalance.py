@@ -33,7 +33,15 @@ from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
 from ruleengine.rules.model import Task
 from ruleengine.rules.plan import percent_of
-from ruleengine.rules.rebalance import Limits, Member, Move, Previous, owed, plan_rebalance
+from ruleengine.rules.rebalance import (
+    Limits,
+    Member,
+    Move,
+    Previous,
+    Unsettled,
+    owed,
+    plan_rebalance,
+)
 from ruleengine.rules.scaling import lower_bound, upper_bound
 from ruleengine.rules.targets import BUDGET_FIELDS, budget_refusal, live_value
 from ruleengine.store.intents import IntentStore
@@ -96,7 +104,7 @@ async def plan_group(
     docs = await intents.latest_of_task(
         run.rule_id, task.id, action=ACTION, other_than=run.batch_id
     )
-    previous = previous_of(docs)
+    previous = previous_of(docs, await carried_statuses(intents, task.id, docs))
     ids = sorted({p.entity.id for p in group} | set(previous.befores if previous else ()))
     fields = ["id", *READS, *advantage_fields(run.rule.level)]
     fields += ["learning_stage_info"] if run.rule.level == "adset" else []
@@ -111,13 +119,15 @@ async def plan_group(
             members.append(member)
     members = [_with_meta_share(m, live.get(m.id), action.max_change_percent) for m in members]
     budgets = {i: int(b["daily_budget"]) for i, b in live.items() if b.get("daily_budget")}
-    give_back = owed(previous, budgets)
+    debt = owed(previous, budgets)
     limits = await limits_of(run, task, action, max_change_pct=max_change_pct)
-    plan = plan_rebalance(members, limits, give_back=give_back)
-    snapshot = {
-        "total": plan.total_before + give_back,
+    plan = plan_rebalance(members, limits, give_back=debt.amount)
+    snapshot: dict[str, Any] = {
+        "total": plan.total_before + debt.amount,
         "moves": [[m.id, m.before, m.after, m.rank] for m in plan.moves],
     }
+    if debt.unsettled:  # what the run after this one gives back once they are settled
+        snapshot["unsettled"] = [u.as_list() for u in debt.unsettled]
     return GroupPlan(plan.moves, snapshot, refusals)
 
 
@@ -186,17 +196,44 @@ def member_of(
     return Member(pair.entity.id, budget, reading.actual if reading else None, learning, room)
 
 
-def previous_of(docs: list[dict[str, Any]]) -> Previous | None:
-    """What the latest other rebalance of the task left, from its intents."""
+def _plan_of(docs: list[dict[str, Any]]) -> dict[str, Any] | None:
     plans = [d["rebalance"] for d in docs if isinstance(d.get("rebalance"), dict)]
-    if not plans:
+    return plans[0] if plans else None
+
+
+async def carried_statuses(
+    intents: IntentStore, task_id: str, docs: list[dict[str, Any]]
+) -> dict[tuple[str, str], str]:
+    """(batch, entity) → the status now of each write the latest rebalance carried unsettled
+    (one query, only when it carried any)."""
+    plan = _plan_of(docs)
+    carried = plan.get("unsettled") if plan is not None else None
+    if not carried:
+        return {}
+    found = await intents.of_keys((str(u[0]), task_id, str(u[1])) for u in carried)
+    return {(batch, entity): intent.status for (batch, _, entity), intent in found.items()}
+
+
+def previous_of(
+    docs: list[dict[str, Any]], statuses: dict[tuple[str, str], str] | None = None
+) -> Previous | None:
+    """What the latest other rebalance of the task left, from its intents (``statuses``:
+    those of the writes it carried, :func:`carried_statuses`)."""
+    plan = _plan_of(docs)
+    if plan is None:
         return None
-    plan = plans[0]
+    known = statuses or {}
+    carried = [
+        Unsettled(str(b), str(e), str(owes_if), int(amount), known.get((str(b), str(e)), "gone"))
+        for b, e, owes_if, amount in plan.get("unsettled") or []
+    ]
     return Previous(
         total=int(plan["total"]),
         befores={str(move[0]): int(move[1]) for move in plan["moves"]},
         done={d["entity_id"]: int(d["target"]) for d in docs if d.get("status") == "done"},
-        pending=any(d.get("status") == "pending" for d in docs),
+        pending={d["entity_id"]: int(d["target"]) for d in docs if d.get("status") == "pending"},
+        batch=str(docs[0]["batch_id"]),
+        carried=carried,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,6 +25,7 @@ from typing import Any, Literal
 from redis.exceptions import RedisError
 
 from ruleengine.accounts.facts import AccountFacts
+from ruleengine.clocks import carried
 from ruleengine.clocks import offset as clock_offset
 from ruleengine.errors import AccountMismatch, Fenced, LockLost, LockTimeout
 from ruleengine.meta.batch import BatchReader
@@ -133,11 +135,20 @@ class JobRun:
     db_now: datetime | None = None
     #: Batch API reads (several live values in one call); None where the caller has none
     batch: BatchReader | None = None
+    #: this host's monotonic clock when ``db_now`` was read (what :meth:`store_now` counts from)
+    db_ticks: float = dataclasses.field(default_factory=time.monotonic)
 
     @property
     def cooldown_now(self) -> datetime:
         """The time cooldowns are compared with: the job's start by MongoDB's clock."""
         return self.now if self.db_now is None else self.db_now
+
+    def store_now(self) -> datetime:
+        """MongoDB's clock now: ``db_now`` carried on by the monotonic clock, which no step of
+        this host's wall clock moves (:func:`ruleengine.clocks.carried`). What every money
+        time is stamped with and compared to — a write's time when it is sent, Meta's hour,
+        the change budget's 24 h, whose owner is gone — without a round trip per write."""
+        return carried(self.cooldown_now, self.db_ticks)
 
     @property
     def offset(self) -> timedelta:
@@ -546,7 +557,9 @@ async def record_once(
     """
     intent = await intents.get(run.batch_id, key.task_id, entity.id)
     if intent is not None and intent.status == "pending":
-        await intents.resolve(intent.id, status="failed", now=run.now, reason="unverifiable")
+        await intents.resolve(
+            intent.id, status="failed", now=run.store_now(), reason="unverifiable"
+        )
         return ActResult("skipped", "pending_intent_unverifiable", field=field)
     if intent is not None:
         return settled(intent)
@@ -555,7 +568,7 @@ async def record_once(
     ):
         return skipped[0]
     doc = intent_doc(run, entity, key, Plan(field, before, target))
-    intent = await intents.begin(doc, now=run.now)
+    intent = await intents.begin(doc, now=run.store_now())
     return intent if intent.created else settled(intent)
 
 

@@ -263,7 +263,8 @@ async def _write(engine: Engine, doc: Document, batch: str, *, now: datetime) ->
     token = await engine.credentials.usable_token(token_ref(doc["account"]))
     account = await engine.credentials.get(doc["account"])
     reader, batch_reader, writer = engine.graph(Cost())
-    facts = AccountFacts(reader, account=account, token=token, now=now)
+    db_now = await engine.intents.db_time()
+    facts = AccountFacts(reader, account=account, token=token, now=db_now)
     run = JobRun(
         batch_id=batch,
         rule_id=doc["rule_id"],
@@ -274,7 +275,7 @@ async def _write(engine: Engine, doc: Document, batch: str, *, now: datetime) ->
         now=now,
         reader=reader,
         facts=facts,
-        db_now=await engine.intents.db_time(),
+        db_now=db_now,
         batch=batch_reader,
     )
     entity = Entity(id=doc["entity_id"], name=doc["entity_name"])

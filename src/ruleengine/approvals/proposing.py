@@ -74,8 +74,9 @@ def proposal_doc(run: JobRun, entity: Entity, task: Task, result: ActResult) -> 
         "before": result.before,
         "after": result.after,
         "clamped_by": result.clamped_by,
-        "created_at": run.now,
-        "expires_at": run.now + timedelta(minutes=task.approval.expires_after_minutes),
+        # by MongoDB's clock, as the reaper's expiry and the deciders' check read them
+        "created_at": run.store_now(),
+        "expires_at": run.store_now() + timedelta(minutes=task.approval.expires_after_minutes),
         "generation": 1,  # the first write goes under approval:<id> (see write_batch)
         "decided_by": None,
         "decided_at": None,
@@ -113,7 +114,7 @@ async def announce(
     webhook = approval_webhook(run.rule, task)
     if webhook is None or doc.get("notified") or doc["status"] != "pending":
         return
-    if not await store.claim_announcement(doc["_id"], now=run.now):
+    if not await store.claim_announcement(doc["_id"], now=run.store_now()):
         return
     text = message(doc, base_url=base_url)
     try:
@@ -121,7 +122,7 @@ async def announce(
     except NotifyError as exc:
         await store.note(doc["_id"], notified={"webhook": webhook, "error": str(exc)})
     else:
-        await store.note(doc["_id"], notified={"webhook": webhook, "at": run.now})
+        await store.note(doc["_id"], notified={"webhook": webhook, "at": run.store_now()})
 
 
 def message(doc: Document, *, base_url: str) -> str:

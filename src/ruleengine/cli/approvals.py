@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Literal
 
 from ruleengine.approvals.deciding import REQUEUE_AFTER, decide
-from ruleengine.cli.common import cli_actor, now, run_async, say, whole_number
+from ruleengine.cli.common import cli_actor, run_async, say, whole_number
 from ruleengine.cli.stack import StackUnreachable, open_database, open_queue, shown_url
 from ruleengine.settings import Settings
 from ruleengine.store.approvals import STATUSES, ApprovalStore
@@ -50,7 +50,7 @@ def _retrying(doc: dict[str, Any]) -> str:
 async def _approvals_list(args: argparse.Namespace, settings: Settings) -> int:
     async with open_database(settings) as db:
         store = ApprovalStore(db)
-        await store.expire_due(now=now())
+        await store.expire_due(now=await store.now())
         docs = await store.page(status=args.status, limit=args.limit, skip=0)
     for doc in docs:
         say(_approval_line(doc))
@@ -65,8 +65,9 @@ async def _approvals_decide(args: argparse.Namespace, settings: Settings) -> int
     )
     async with open_database(settings) as db, contextlib.AsyncExitStack() as stack:
         queue = await _queue(settings, stack) if status == "approved" else None
+        store = ApprovalStore(db)  # an approval's expiry is by MongoDB's clock
         decision = await decide(
-            ApprovalStore(db), queue, args.id, status=status, by=args.by, now=now()
+            store, queue, args.id, status=status, by=args.by, now=await store.now()
         )
     say(_approval_line(decision.doc))
     if not decision.changed:

@@ -93,7 +93,11 @@ async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime
         # a read first: the timers of a batch fire together, and those whose follow-up the
         # first of them took write nothing (the claim stays the compare-and-set it was)
         current = await store.get(key)
-        doc = await store.claim(key, generation, now=now) if _waits(current, generation) else None
+        waits = _waits(current, generation)
+        # the claim is stamped by MongoDB's clock: the reaper releases a claim left running
+        # by a dead worker by that clock, whatever this host's says
+        db_now, ticks = (await engine.intents.db_time(), time.monotonic()) if waits else (now, 0.0)
+        doc = await store.claim(key, generation, now=db_now) if waits else None
         if doc is None:
             if _waits(current, generation):  # another claimed it between the two: look again
                 current = await store.get(key)
@@ -101,14 +105,15 @@ async def run_followup(engine: Engine, payload: dict[str, Any], *, now: datetime
             status = "superseded" if superseded else "already_handled"
             log.info("follow-up %s generation %d: %s, nothing to do", key, generation, status)
             return {"key": key, "status": status}
-        db_now = await engine.intents.db_time()
         # a batch's follow-ups are due at one time: those of the lead's batch due by now on
         # MongoDB's clock (give or take how far a host's timers may run ahead of it) run in
         # this job, their writes together; a timer fired early runs its own follow-up only
         due_by = db_now + timedelta(milliseconds=TIMER_TOLERANCE_MS)
-        siblings = await store.claim_siblings(doc, due_by=due_by, now=now, limit=RUN_TOGETHER - 1)
+        siblings = await store.claim_siblings(
+            doc, due_by=due_by, now=db_now, limit=RUN_TOGETHER - 1
+        )
     await engine.followups.cancel_timers([s.job_id for s in siblings])
-    shared = _Shared(engine, now=now, db_now=db_now)
+    shared = _Shared(engine, now=now, db_now=db_now, db_ticks=ticks)
     outcome, *together = await _run_all(shared, [doc, *siblings])
     if together:
         outcome["together"] = together
@@ -137,10 +142,11 @@ class _Shared:
     """What the follow-ups run in one job share: the clocks, each rule version and each
     account's token, read once."""
 
-    def __init__(self, engine: Engine, *, now: datetime, db_now: datetime) -> None:
+    def __init__(self, engine: Engine, *, now: datetime, db_now: datetime, db_ticks: float) -> None:
         self.engine = engine
         self.now = now
         self.db_now = db_now
+        self.db_ticks = db_ticks  # the monotonic clock when db_now was read
         self._versions: dict[tuple[str, int], Rule] = {}
         self._accounts: dict[str, tuple[Account, str]] = {}
 
@@ -270,7 +276,7 @@ async def _job_run(shared: _Shared, doc: FollowupDoc) -> tuple[JobRun, GraphWrit
     rule = await shared.rule(doc.rule_id, doc.rule_version)
     account, token = await shared.account(doc.account)
     reader, batch_reader, writer = engine.graph(Cost())
-    facts = AccountFacts(reader, account=account, token=token, now=now)
+    facts = AccountFacts(reader, account=account, token=token, now=shared.db_now)
     run = JobRun(
         batch_id=followup_batch(doc.id, doc.generation),
         rule_id=doc.rule_id,
@@ -283,6 +289,7 @@ async def _job_run(shared: _Shared, doc: FollowupDoc) -> tuple[JobRun, GraphWrit
         facts=facts,
         db_now=shared.db_now,
         batch=batch_reader,
+        db_ticks=shared.db_ticks,
     )
     return run, writer
 

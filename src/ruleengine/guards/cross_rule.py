@@ -71,7 +71,7 @@ class CrossRuleGuards:
     async def look(self, run: JobRun, entity_ids: Iterable[str]) -> GuardRound:
         """What the guards need to know about these entities, read under the write lock."""
         ids = sorted(set(entity_ids))
-        since = run.now - max(WINDOW, self.window)
+        since = run.store_now() - max(WINDOW, self.window)
         found = await self.intents.recent_changes(ids, FIELDS, since=since)
         changes: dict[tuple[str, str], list[PastChange]] = defaultdict(list)
         for change in found:
@@ -102,7 +102,7 @@ class GuardRound:
                 f" {hold_id(entity.id, plan.field)} (DELETE /api/holds/…) to let it change"
             )
             return not_applied(plan, "skipped", OSCILLATION_HOLD, {"message": message})
-        since = self.run.now - WINDOW
+        since = self.run.store_now() - WINDOW
         recent = [c for c in self.changes.get(key, []) if c.at >= since]
         return limit_change(plan, recent, self.limits)
 
@@ -115,8 +115,9 @@ class GuardRound:
         if plan.field not in WATCHED_FIELDS:
             return None
         run = self.run
+        now = run.store_now()  # the change's time, as its intent's created_at counts it
         change = PastChange(
-            at=run.now,
+            at=now,
             batch_id=batch_id or run.batch_id,
             rule_id=run.rule_id,
             task_id=key.task_id,
@@ -129,7 +130,7 @@ class GuardRound:
         )
         pair = (entity.id, plan.field)
         self.changes[pair] = [*self.changes.get(pair, []), change]
-        since = run.now - self.guards.window
+        since = now - self.guards.window
         cleared = self.holds.cleared_at.get(pair)
         if cleared is not None:
             since = max(since, cleared)
@@ -148,12 +149,12 @@ class GuardRound:
         }
         report = ErrorReport(function=OSCILLATION, message=found.message(), context=context)
         try:
-            await self.guards.errors.record(report, now=run.now, group=hold_id(*pair))
+            await self.guards.errors.record(report, now=now, group=hold_id(*pair))
         except PyMongoError:  # the change landed: a broken error log must not fail it
             log.exception("could not record the oscillation of %s", hold_id(*pair))
         if found.hold:
             details = {k: context[k] for k in ("entity_name", "account", "rules", "changes")}
-            await self.guards.holds.place(entity.id, plan.field, now=run.now, details=details)
+            await self.guards.holds.place(entity.id, plan.field, now=now, details=details)
             self.holds.active.add(pair)
         if self.guards.on_oscillation is not None:
             self.guards.on_oscillation(plan.field)

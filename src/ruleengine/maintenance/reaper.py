@@ -18,8 +18,10 @@ it every minute; everything is compare-and-set, so several at once are fine):
 3. turns the intents of each ABANDONED batch — and of each FAILED one, whose job
    stopped on an error (MongoDB gone, say) possibly after some writes landed —
    into the execution records they lack (``recovered_by: reaper``) once all are
-   settled, so every write Meta received shows in Rule Logs, and recounts the
-   batch row.
+   settled, and writes again a record that a done intent contradicts (an earlier
+   delivery of the batch recorded as failed a change a later one made and died
+   before recording), so every write Meta received shows in Rule Logs as applied,
+   and recounts the batch row.
 
 It never writes to Meta, so the next scheduled run decides afresh and never
 applies a change twice. One failing batch or intent never stops the others.
@@ -47,7 +49,7 @@ from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Document
 from ruleengine.store.intents import Intent
 from ruleengine.store.records import record_key
-from ruleengine.writes.copies import answered, settle_copy
+from ruleengine.writes.copies import answered, settle_copy, settle_unanswered_copy
 from ruleengine.writes.settling import REAPER, Settled
 
 if TYPE_CHECKING:
@@ -152,7 +154,13 @@ class Reaper:
             # A copy Meta answered is settled from its answer (a copy made in the background
             # is read back from its request set).
             return await settle_copy(self.intents, intent, reader=reader, token=token, now=now)
-        if field in UNVERIFIABLE:
+        if field == "copies":  # under the lock, from the copies Meta holds of its source
+            async with self.engine.executor.locks.hold(intent["account"]) as lock:
+                settler = self.settler.under(lock.fence)
+                return await settle_unanswered_copy(
+                    settler, intent, reader=reader, token=token, now=now, by=REAPER
+                )
+        if field in UNVERIFIABLE:  # a message cannot be read back: never sent again
             return await self.settler.settle(intent, None, now=now, by=REAPER)
         async with self.engine.executor.locks.hold(intent["account"]) as lock:
             settler = self.settler.under(lock.fence)
@@ -204,11 +212,30 @@ class Reaper:
         written += await executions.insert_missing(
             [recovered_record(batch, intent) for intent in intents]
         )
+        written += await self._contradicted(batch, intents)
         counts = await executions.counts(batch["_id"])
         await self.engine.batches.mark_recovered(batch["_id"], counts, now=now)
         if written:
             log.warning("batch %s: %d change(s) recovered into Rule Logs", batch["_id"], written)
         return written
+
+    async def _contradicted(self, batch: Document, intents: list[Document]) -> int:
+        """Records their batch's done intents contradict, written again from the intents:
+        two deliveries of one batch ran (a dispatcher's second enqueue after Redis lost its
+        markers), the first recorded a change as failed — it never got the lock, say — and
+        the second made it and died before recording it. The intent is what Meta was sent;
+        the record says so, once the batch is over."""
+        done = [i for i in intents if i["status"] == "done"]
+        if not done:
+            return 0
+        kept = await self.engine.executions.by_key(batch["_id"])
+        fixes = []
+        for intent in done:
+            record = kept.get(record_key(batch["_id"], intent["task_id"], intent["entity_id"]))
+            if record is not None and record.get("outcome") != "applied":
+                fixes.append(recovered_record(batch, intent))
+        await self.engine.executions.upsert_many(fixes)
+        return len(fixes)
 
     async def _report(self, exc: BaseException, intent: Document) -> None:
         await self.engine.errors.report(
@@ -229,6 +256,10 @@ class Reaper:
 def recovered_record(batch: Document, intent: Document) -> dict[str, Any]:
     """The execution record of a settled intent whose worker died before recording it."""
     done = intent["status"] == "done"
+    after = intent.get("target") if done else intent.get("before")
+    response = intent.get("response")
+    if done and intent.get("field") == "copies" and isinstance(response, dict):
+        after = response.get("copied_id")  # a copy's record names the copy
     return {
         "key": record_key(batch["_id"], intent["task_id"], intent["entity_id"]),
         "batch_id": batch["_id"],
@@ -246,7 +277,7 @@ def recovered_record(batch: Document, intent: Document) -> dict[str, Any]:
         "action": {"type": intent.get("action")},
         "field": intent.get("field"),
         "before": intent.get("before"),
-        "after": intent.get("target") if done else intent.get("before"),
+        "after": after,
         "requested": intent.get("requested"),
         "clamped_by": intent.get("clamped_by") or [],
         "passed": True,  # an intent is only recorded for an entity whose task passed

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from ruleengine import constants as c
@@ -124,7 +124,8 @@ async def apply_retention(
 
 
 async def retention_job(ctx: dict[str, Any]) -> dict[str, Any]:
-    """arq cron: keep the TTL indexes in line with the settings and roll up settled days."""
+    """arq cron: keep the TTL indexes in line with the settings and roll up settled days, by
+    MongoDB's clock (an intent's expiry was stamped by it; this worker's clock may be off)."""
     policy = RetentionPolicy.from_settings(ctx["settings"])
-    report = await apply_retention(ctx["db"], policy, now=datetime.now(UTC))
+    report = await apply_retention(ctx["db"], policy, now=await server_time(ctx["db"]))
     return {"rolled_up": report.rolled_up, "intents_expired": report.intents_expired}

@@ -130,3 +130,41 @@ async def read_async_copy(
         result if isinstance(result, dict) else {"error": {"message": f"copy {status}"}},
         http_status=400,
     )
+
+
+async def read_copies(
+    reader: GraphReader, source_id: str, *, token: str, account_id: str
+) -> list[str]:
+    """The ids of every copy Meta holds of ``source_id`` (a campaign, ad set or ad):
+    ``GET /{id}/copies``, each page. Meta documents the edge for all three:
+    https://developers.facebook.com/docs/marketing-api/reference/ad-campaign-group/copies/,
+    https://developers.facebook.com/docs/marketing-api/reference/ad-campaign/copies/ (ad sets)
+    and https://developers.facebook.com/docs/graph-api/reference/adgroup/copies/ (ads). What
+    settles a copy whose answer was lost: it was made, or it was not."""
+    found: list[str] = []
+    after: str | None = None
+    while True:
+        params = {"fields": "id", "limit": "100"} | ({"after": after} if after else {})
+        body = await reader.reads.run(
+            partial(
+                reader.session.request,
+                "GET",
+                f"{source_id}/copies",
+                token=token,
+                params=params,
+                account_id=account_id,
+            ),
+            what=f"reading the copies of {source_id}",
+        )
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            message = f"the copies of {source_id} came without data"
+            raise MalformedResponseError(message, response=body)
+        found += [str(d["id"]) for d in data if isinstance(d, dict) and d.get("id")]
+        paging = body.get("paging") if isinstance(body, dict) else None
+        if not isinstance(paging, dict) or not paging.get("next"):
+            return found
+        cursors = paging.get("cursors")
+        after = cursors.get("after") if isinstance(cursors, dict) else None
+        if not after:
+            return found

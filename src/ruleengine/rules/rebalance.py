@@ -14,7 +14,11 @@ task respects the learning phase without a limit, does not move.
 
 ``give_back``: minor units an interrupted earlier rebalance of the task took from its
 group and never gave (:func:`owed`); they go to the best entities first, as from a donor
-worse than all, before the group's own moves. The write path and the preview plan through
+worse than all, before the group's own moves. A write of that rebalance whose answer was
+lost counts as it leaves the group lowest (a decrease as not made, an increase as made);
+the next run carries it (:class:`Unsettled`) until its intent is settled, and the run after
+that settling gives back what it then turns out to owe — so a lost answer never loses the
+group budget for good. The write path and the preview plan through
 :func:`plan_rebalance` (:func:`ruleengine.acting.rebalance.plan_group`); the backtest's
 replay, which walks each entity through time on its own, does not plan groups yet.
 """
@@ -22,7 +26,7 @@ replay, which walks each entity through time on its own, does not plan groups ye
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_DOWN, Decimal
 from typing import Final
 
@@ -174,28 +178,80 @@ def _take(member: Member, limits: Limits) -> int:
 
 
 @dataclass(frozen=True)
+class Unsettled:
+    """A write of an earlier rebalance whose outcome a later run could not count (its intent
+    was pending): ``batch`` and ``entity`` name the intent; the group is owed ``amount`` if
+    the intent is settled ``owes_if`` — ``done`` for a decrease (it freed budget nobody was
+    given), ``failed`` for an increase (budget set aside for it was never placed).
+    ``status``: the intent's status as read now."""
+
+    batch: str
+    entity: str
+    owes_if: str
+    amount: int
+    status: str = "pending"
+
+    def as_list(self) -> list[str | int]:
+        """As a plan keeps it (``unsettled`` of the intents' ``rebalance``)."""
+        return [self.batch, self.entity, self.owes_if, self.amount]
+
+
+@dataclass(frozen=True)
 class Previous:
     """What an earlier rebalance of the task recorded: the total its group was to keep
-    (``total``), each member's budget when it planned (``befores``), and each written
-    member's settled intent (``done``: the budget it left; a failed one is absent)."""
+    (``total``), each member's budget when it planned (``befores``), each written member's
+    settled intent (``done``: the budget it left; a failed one is absent), the targets of
+    its writes not settled yet (``pending``), its batch, and what it carried from runs
+    before it (``carried``, with their intents' statuses now)."""
 
     total: int
     befores: Mapping[str, int]
     done: Mapping[str, int]
-    pending: bool = False
+    pending: Mapping[str, int] = field(default_factory=dict)
+    batch: str = ""
+    carried: Sequence[Unsettled] = ()
 
 
-def owed(previous: Previous | None, live: Mapping[str, int]) -> int:
-    """The minor units an interrupted earlier rebalance still owes its group: ``total`` less
-    what its members hold now — but only while every member holds exactly what that
-    rebalance left it (someone else's change since, or an intent not yet settled, owes
-    nothing: budgets are planned from live values, never from a memory of them)."""
-    if previous is None or previous.pending:
-        return 0
-    expected = {i: previous.done.get(i, before) for i, before in previous.befores.items()}
-    if any(live.get(i) != value for i, value in expected.items()):
-        return 0
-    return max(0, previous.total - sum(expected.values()))
+@dataclass(frozen=True)
+class Owed:
+    """What a run gives back first (``amount``), and the writes it carries unsettled."""
+
+    amount: int = 0
+    unsettled: tuple[Unsettled, ...] = ()
+
+
+def owed(previous: Previous | None, live: Mapping[str, int]) -> Owed:
+    """What an earlier rebalance still owes its group: ``total`` less what its members hold
+    now, plus what a carried write turned out to owe once settled — but only while every
+    member holds what that rebalance left it (someone else's change since owes nothing:
+    budgets are planned from live values, never from a memory of them).
+
+    A member whose write is still pending may hold either value; it counts as the higher
+    (a decrease not made, an increase made), so nothing is given back that may not be owed,
+    and the write is carried (:class:`Unsettled`) until it is settled."""
+    if previous is None:
+        return Owed()
+    expected: dict[str, int] = {}
+    unsettled: list[Unsettled] = []
+    for i, before in previous.befores.items():
+        target = previous.pending.get(i)
+        if target is None:
+            expected[i] = previous.done.get(i, before)
+            continue
+        if live.get(i) not in (before, target):
+            return Owed()
+        expected[i] = max(before, target)
+        owes_if = "done" if target < before else "failed"
+        unsettled.append(Unsettled(previous.batch, i, owes_if, abs(target - before)))
+    if any(live.get(i) != value for i, value in expected.items() if i not in previous.pending):
+        return Owed()
+    amount = max(0, previous.total - sum(expected.values()))
+    for carried in previous.carried:
+        if carried.status == carried.owes_if:
+            amount += carried.amount
+        elif carried.status == "pending":
+            unsettled.append(carried)
+    return Owed(amount, tuple(unsettled))
 
 
 def in_order(moves: Sequence[Move]) -> tuple[list[Move], list[Move]]:

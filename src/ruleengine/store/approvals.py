@@ -27,7 +27,7 @@ from pymongo.errors import DuplicateKeyError
 
 from ruleengine import constants as c
 from ruleengine.errors import NotFoundError
-from ruleengine.store.db import Database, Document
+from ruleengine.store.db import Database, Document, server_time
 
 ApprovalStatus = Literal[
     "pending", "approved", "rejected", "expired", "applied", "changed_by_someone_else", "failed"
@@ -97,6 +97,12 @@ class ApprovalStore:
 
     def __init__(self, db: Database) -> None:
         self._approvals = db[c.APPROVALS]
+
+    async def now(self) -> datetime:
+        """MongoDB's clock now: what an approval's ``expires_at`` and ``retry_at`` were stamped
+        by, so what deciding, listing and expiring compare them with (a web or CLI host's
+        clock may be off)."""
+        return await server_time(self._approvals.database)
 
     async def propose(self, doc: Document) -> Proposal:
         """Store a pending proposal, or find the open one of its (rule, task, entity)."""

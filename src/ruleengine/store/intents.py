@@ -407,6 +407,16 @@ class IntentStore:
         whoever settles it has corrected that record (:meth:`record_corrected`)."""
         await self.note(intent_id, error=error, record_unconfirmed=True)
 
+    async def flag_unconfirmed(self, intent_ids: Sequence[Any]) -> None:
+        """These intents' writes were sent, and their batch's records say ``write_unconfirmed``
+        (a holder fenced out before it could settle them): flag them ``record_unconfirmed``,
+        pending or already settled, so whoever settles them — or the reaper's repair, when that
+        settler dies before the record — corrects the records. Never fenced, as :meth:`note`."""
+        if intent_ids:
+            await self._intents.update_many(
+                {"_id": {"$in": list(intent_ids)}}, {"$set": {"record_unconfirmed": True}}
+            )
+
     async def record_corrected(self, intent_id: Any) -> None:
         """The record of a settled intent's write says what the write did: drop the flag."""
         await self._intents.update_one(
@@ -434,11 +444,15 @@ class IntentStore:
         self, rule_id: str, task_id: str, *, action: str, other_than: str
     ) -> list[Document]:
         """Every intent of the task in the latest other batch where it did ``action`` (what
-        a ``rebalance_budget`` left its group, :func:`ruleengine.rules.rebalance.owed`)."""
+        a ``rebalance_budget`` left its group, :func:`ruleengine.rules.rebalance.owed`).
+
+        Latest by the account's write-lock fence it was recorded under, which only grows
+        from one holder to the next — no clock, so no host's step reorders two runs — and
+        by ``created_at`` among intents recorded before fences were."""
         query = {"rule_id": rule_id, "task_id": task_id, "action": action}
         cursor = (
             self._intents.find({**query, "batch_id": {"$ne": other_than}})
-            .sort("created_at", -1)
+            .sort([("lock_fence", -1), ("created_at", -1)])
             .limit(1)
         )
         last = [d async for d in cursor]
@@ -457,6 +471,18 @@ class IntentStore:
             (str(d["batch_id"]), str(d["task_id"])): d.get("lock_fence")
             async for d in self._intents.find(query, projection)
         }
+
+    async def copies_of(self, entity_id: str) -> set[str]:
+        """The copies of ``entity_id`` the engine's intents name (what each copy made)."""
+        query = {"entity_id": entity_id, "field": "copies", "response": {"$ne": None}}
+        found: set[str] = set()
+        async for doc in self._intents.find(query, {"response": 1}):
+            response = doc.get("response")
+            if isinstance(response, dict):
+                found.update(str(i) for i in response.get("copied_ids") or [])
+                if response.get("copied_id"):
+                    found.add(str(response["copied_id"]))
+        return found
 
     async def for_batch(self, batch_id: str) -> list[Document]:
         """Every intent of a batch."""

@@ -117,15 +117,21 @@ class BatchStore:
     def __init__(self, db: Database) -> None:
         self._batches = db[c.BATCHES]
 
-    async def start(self, start: BatchStart, *, now: datetime) -> Document:
+    async def start(
+        self, start: BatchStart, *, now: datetime, store_now: datetime | None = None
+    ) -> Document:
         """Upsert the row as RUNNING and count this delivery (``execute_count``).
+
+        ``now`` is the run's time (``started_at``: shown, rolled up by day); ``store_now``
+        the same moment by MongoDB's clock (``last_started_at``: what the reaper compares
+        with its own reading of that clock; None: ``now``).
 
         Two deliveries starting the same row at once (two undos of one batch asked together)
         each count one: the count is raised by a compare-and-set (:func:`bump_counter`).
         """
         running = {
             "status": "RUNNING",
-            "last_started_at": now,
+            "last_started_at": now if store_now is None else store_now,
             "progress": {"done": 0, "total": start.total},
             "job_id": start.job_id,
             "worker": start.worker,

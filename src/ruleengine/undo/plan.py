@@ -147,7 +147,9 @@ class UndoItem:
     """One applied change of the batch and what the undo does with it.
 
     ``action``: ``revert`` (set ``field`` back to ``before``), ``pause_copy`` (pause the
-    copy ``entity_id``), ``none`` (nothing can be done: ``reason`` says why).
+    copy ``entity_id``), ``none`` (nothing can be done: ``reason`` says why). ``group``: the
+    task of a ``rebalance_budget`` change — its group's raises are set back only as far as
+    its lowers freed, so the group never ends above its total (None for any other change).
     """
 
     execution_id: str
@@ -162,6 +164,7 @@ class UndoItem:
     action: str = "revert"
     will_revert: bool = False
     reason: str | None = None
+    group: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The item as the API and the CLI show it."""
@@ -227,6 +230,8 @@ def item_of(record: Document, *, pause_copies: bool) -> UndoItem:
         before=record.get("before"),
         after=record.get("after"),
     )
+    if (record.get("action") or {}).get("type") == "rebalance_budget":
+        item.group = item.task_id
     if item.field == "notify":
         item.action, item.reason = "none", "notification_cannot_be_undone"
     elif item.field == "copies":  # the row is about the copy, never its source

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ruleengine.accounts.facts import AccountFacts
 from ruleengine.acting.results import (
@@ -231,9 +232,10 @@ async def undo_batch(
     )
     batch, plan = planned.batch, planned.plan
     undo_id = plan.undo_batch_id
-    await engine.batches.start(_start_of(engine, batch, plan, now=now), now=now)
-    await engine.batches.link_undo(batch_id, undo_id, by=by, now=now)
     run = await _run_of(engine, planned, now=now)
+    start = _start_of(engine, batch, plan, now=now)
+    await engine.batches.start(start, now=now, store_now=run.cooldown_now)
+    await engine.batches.link_undo(batch_id, undo_id, by=by, now=now)
     results = await _revert_all(engine, run, planned.writer, plan)
     cancelled = await cancel_followups(engine, plan, undo_id, now=now)
     await keep(engine, batch, undo_id, results, by=by, now=now)
@@ -281,6 +283,7 @@ async def _run_of(engine: Engine, planned: _Planned, *, now: datetime) -> JobRun
     version = await engine.rules.version(str(batch["rule_id"]), int(batch["rule_version"]))
     rule = Rule.model_validate({**version.definition, "status": "ACTIVE"})
     credentials = await engine.credentials.get(account)
+    db_now = await engine.intents.db_time()
     return JobRun(
         batch_id=planned.plan.undo_batch_id,
         rule_id=str(batch["rule_id"]),
@@ -290,21 +293,27 @@ async def _run_of(engine: Engine, planned: _Planned, *, now: datetime) -> JobRun
         token=token,
         now=now,
         reader=reader,
-        facts=AccountFacts(reader, account=credentials, token=token, now=now),
-        db_now=await engine.intents.db_time(),
+        facts=AccountFacts(reader, account=credentials, token=token, now=db_now),
+        db_now=db_now,
     )
 
 
 async def _revert_all(
     engine: Engine, run: JobRun, writer: GraphWriter, plan: UndoPlan
 ) -> list[tuple[UndoItem, ActResult]]:
-    """Each item set back through the write path, without the engine's guards."""
+    """Each item set back through the write path, without the engine's guards; a rebalance
+    group's raises only as far as its lowers freed (:class:`_Groups`)."""
     budgets = any(i.action == "revert" and i.field == "daily_budget" for i in plan.items)
     minimum = await run.facts.min_daily_budget() if budgets and run.facts is not None else None
     results: list[tuple[UndoItem, ActResult]] = []
+    groups = _Groups()
     for item in sorted(plan.items, key=_raises_a_budget):  # lowered first: see below
         if item.action == "none":
             results.append((item, ActResult("skipped", item.reason, item.field)))
+            continue
+        held = groups.holds_back(item)
+        if held is not None:
+            results.append((item, held))
             continue
         entity = Entity(id=item.entity_id, name=item.entity_name or item.entity_id)
         target = revert_target(item, minimum=minimum)
@@ -314,8 +323,49 @@ async def _revert_all(
             )
         except ACT_FAILURES as exc:
             result = failure_result(exc)
+        groups.count(item, result)
         results.append((item, result))
     return results
+
+
+#: Why an undo did not raise a rebalance member back: its group's lowers freed too little.
+GROUP_TOTAL: Final = "would_raise_group_total"
+
+
+class _Groups:
+    """What each ``rebalance_budget`` group's lowers have freed so far in this undo, and what
+    its raises may still take: an undo never leaves a group above its total before the undo.
+    A lower that is not made — the budget changed by hand since, Meta's 4 changes an hour,
+    the account's minimum, a failed read — frees nothing, so the raise it paid for is not
+    made either (``would_raise_group_total``, not reverted); one made after a crash counts
+    as found (``already_applied``)."""
+
+    def __init__(self) -> None:
+        self.freed: dict[str, int] = defaultdict(int)
+
+    def holds_back(self, item: UndoItem) -> ActResult | None:
+        """The result of a raise its group cannot pay for, or None when it may go."""
+        if item.group is None or not _raises_a_budget(item):
+            return None
+        need, room = int(item.before) - int(item.after), self.freed[item.group]
+        if need <= room:
+            return None
+        message = (
+            f"setting it back would raise the group's total: its other budgets set back"
+            f" freed {room} of the {need} it needs"
+        )
+        error = {"message": message, "freed": room, "needed": need}
+        return ActResult(
+            "skipped", GROUP_TOTAL, item.field, item.after, item.after, item.before, error=error
+        )
+
+    def count(self, item: UndoItem, result: ActResult) -> None:
+        """Add what a lower freed, take what a raise took."""
+        if item.group is None or not result.fired:
+            return
+        before, after = result.before, result.after
+        if isinstance(before, int) and isinstance(after, int):
+            self.freed[item.group] += before - after
 
 
 def _raises_a_budget(item: UndoItem) -> bool:

@@ -54,6 +54,7 @@ class JobEvaluation(Evaluation):
         self._refused: TokenState | None = None  # a token error met so far
 
     async def _begin(self) -> None:
+        db_now, _ = await self._store_read()  # the row's start by MongoDB's clock (the reaper's)
         row = await self.engine.batches.start(
             BatchStart(
                 batch_id=self.job.batch_id,
@@ -70,6 +71,7 @@ class JobEvaluation(Evaluation):
                 listed_fence=self.job.listed_fence,
             ),
             now=self.now,
+            store_now=db_now,
         )
         self.delivery = int(row.get("execute_count") or 1)
 
@@ -83,7 +85,7 @@ class JobEvaluation(Evaluation):
             if p.reason is None and p.task.holdout is not None and p.task.cooldown_minutes
         }
         held = await self.engine.executions.held_out_until(
-            self.job.rule_id, keyed, now=self.now, other_than=self.job.batch_id
+            self.job.rule_id, keyed, now=self.run_ctx.cooldown_now, other_than=self.job.batch_id
         )
         for key, until in held.items():
             keyed[key].reason, keyed[key].until = "next_execute_not_reached", until

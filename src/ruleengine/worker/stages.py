@@ -189,6 +189,8 @@ class Evaluation:
         self.cost = Cost()
         self.stage_totals = dict.fromkeys(STAGES, 0.0)
         self.delivery = 1  # which delivery of the batch this is (execute_count)
+        #: MongoDB's clock as read once for the job, and the monotonic clock then (JobRun)
+        self.store_read: tuple[datetime, float] | None = None
         self._actions: dict[str, dict[str, Any]] = {}  # each task's action, as records hold it
         # each entity as records hold it: one snapshot shared by the records of all its tasks
         # (read only, as the actions are)
@@ -289,7 +291,8 @@ class Evaluation:
         self.offset = currency_offset(account.currency)
         self.account_today = _local_date(self.now, account.timezone)
         self.account_tz = ZoneInfo(account.timezone)
-        facts = AccountFacts(self.graph.reader, account=account, token=token, now=self.now)
+        db_now, ticks = await self._store_read()
+        facts = AccountFacts(self.graph.reader, account=account, token=token, now=db_now)
         return JobRun(
             batch_id=self.job.batch_id,
             rule_id=self.job.rule_id,
@@ -300,9 +303,17 @@ class Evaluation:
             now=self.now,
             reader=self.graph.reader,
             facts=facts,
-            db_now=await self.reading.intents.db_time(),
+            db_now=db_now,
+            db_ticks=ticks,
             batch=self.graph.batch,
         )
+
+    async def _store_read(self) -> tuple[datetime, float]:
+        """MongoDB's clock, read once per job (the worker reads it as it opens the batch row),
+        and this host's monotonic clock at that moment."""
+        if self.store_read is None:
+            self.store_read = (await self.reading.intents.db_time(), time.monotonic())
+        return self.store_read
 
     def _stage(self, name: str, seconds: float, pairs: list[Pair]) -> None:
         """A shared stage: every pair waited for it."""
@@ -481,7 +492,8 @@ class Evaluation:
     def _cooldown_until(self, pair: Pair) -> datetime | None:
         if pair.result is None or not pair.result.fired or not pair.task.cooldown_minutes:
             return None
-        return self.now + timedelta(minutes=pair.task.cooldown_minutes)
+        # the cooldown runs from the job's start by MongoDB's clock (its intent's cooling_from)
+        return self.run_ctx.cooldown_now + timedelta(minutes=pair.task.cooldown_minutes)
 
     def _summarise(self, pairs: list[Pair]) -> Summary:
         outcomes = [outcome_of(p)[0] for p in pairs]

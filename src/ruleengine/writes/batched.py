@@ -93,14 +93,13 @@ log = logging.getLogger(__name__)
 class WriteDeps(Protocol):
     """What the batched writer needs of the worker's write path (the executor provides it):
     its settings, the intent store and settler, the account locks, the cross-rule guards,
-    and how it tells the time and waits."""
+    and how it waits (times are the run's: :meth:`JobRun.store_now`)."""
 
     settings: Settings
     intents: IntentStore
     settler: IntentSettler
     locks: AccountLocks
     guards: CrossRuleGuards | None
-    clock: Callable[[], datetime]
     sleep: Callable[[float], Awaitable[None]]
 
 
@@ -184,24 +183,54 @@ class BatchedWrites:
             await run.facts.budget_events()  # read once per job, never under the lock
         for positions in rounds(changes):
             todo = {i: changes[i] for i in positions}
+            done: dict[int, ActResult] = {}  # what the round settled before it stopped
             try:
-                results |= await self._round(run, writer, todo)
+                results |= await self._round(run, writer, todo, done)
             except ACT_FAILURES as exc:
-                results |= {i: failure_result(exc) for i in todo}
+                # the changes the round had settled keep their results (a write that landed
+                # stays applied, whatever stopped the round after it): the others failed
+                results |= {i: done.get(i) or failure_result(exc) for i in todo}
         return [results[i] for i in range(len(changes))]
 
+    async def apply_held(
+        self, run: JobRun, writer: GraphWriter, changes: Sequence[FieldChange], lock: HeldLock
+    ) -> list[ActResult]:
+        """:meth:`apply` under a lock the caller holds and keeps (a rebalance's group is
+        planned and written in one hold). ``run.reader`` must not wait out rate limits: one
+        met is raised, for the caller to wait it out after releasing the lock."""
+        results: dict[int, ActResult] = {}
+        reads = self._reads(run, writer)
+        for positions in rounds(changes):
+            todo = {i: changes[i] for i in positions}
+            done: dict[int, ActResult] = {}
+            try:
+                results |= await _LockedRound(self, run, writer, reads, lock, done).go(todo)
+            except ACT_FAILURES as exc:
+                if isinstance(exc, RateLimitError):
+                    raise
+                results |= {i: done.get(i) or failure_result(exc) for i in todo}
+        return [results[i] for i in range(len(changes))]
+
+    def _reads(self, run: JobRun, writer: GraphWriter) -> BatchReader:
+        """The Batch API reads of a locked round: no rate-limit wait under the lock."""
+        return BatchReader(
+            writer.session,
+            policy=run.reader.reads.without_rate_limit_waits(),
+            concurrency=self.executor.settings.graph_concurrency,
+        )
+
     async def _round(
-        self, run: JobRun, writer: GraphWriter, todo: dict[int, FieldChange]
+        self,
+        run: JobRun,
+        writer: GraphWriter,
+        todo: dict[int, FieldChange],
+        results: dict[int, ActResult],
     ) -> dict[int, ActResult]:
         # As in ActionExecutor.apply: a rate limit met reading inside the lock is waited out
         # after releasing it, and the locked section starts again from the live reads.
+        # ``results`` is kept across a restart: what is done stays done.
         policy = run.reader.reads
-        reads = BatchReader(
-            writer.session,
-            policy=policy.without_rate_limit_waits(),
-            concurrency=self.executor.settings.graph_concurrency,
-        )
-        results: dict[int, ActResult] = {}  # kept across a restart: what is done stays done
+        reads = self._reads(run, writer)
         for attempt in itertools.count(1):
             remaining = {i: c for i, c in todo.items() if i not in results}
             try:
@@ -355,20 +384,23 @@ class _LockedRound:
         self.history = BudgetHistory()  # the round's entities' budget changes (Meta's limits)
         self.settling: asyncio.Task[None] | None = None  # applied writes being settled
         self.unsettled: list[tuple[_Send, Any]] = []  # the last call's, settled as the next goes
+        self.answered_at = run.store_now()  # when the last call's answer came (MongoDB's clock)
 
     async def go(self, todo: dict[int, FieldChange]) -> dict[int, ActResult]:
         try:
             await self._go(todo)
         except Fenced as exc:
-            self._fenced_out(todo, exc)
+            await self._fenced_out(todo, exc)
         return self.results
 
-    def _fenced_out(self, todo: dict[int, FieldChange], exc: Fenced) -> None:
+    async def _fenced_out(self, todo: dict[int, FieldChange], exc: Fenced) -> None:
         """A newer holder took the account's lock over: this round records and sends nothing
-        more. A write already sent is ``write_unconfirmed`` (the reaper settles its intent
-        from the live value and corrects the record), one not sent ``lock_lost``."""
+        more. A write already sent is ``write_unconfirmed``, its intent flagged
+        ``record_unconfirmed`` (the reaper settles it from the live value and corrects the
+        record — also when a settler dies in between), one not sent ``lock_lost``."""
         log.warning("batch %s fenced out of %s: %s", self.run.batch_id, self.run.account, exc)
         error = {"message": str(exc)}
+        unconfirmed = []
         for index in todo:
             if index in self.results:
                 continue
@@ -376,9 +408,11 @@ class _LockedRound:
             if send is None:
                 self.results[index] = failure_result(exc)
             elif index in self.sent:
-                self.results[index] = send.failed("write_unconfirmed", error)
+                self.results[index] = send.failed(WRITE_UNCONFIRMED, error)
+                unconfirmed.append(send.intent.id)
             else:
                 self.results[index] = send.failed("lock_lost", error)
+        await self.intents.flag_unconfirmed(unconfirmed)
 
     async def _go(self, todo: dict[int, FieldChange]) -> None:
         """Read the first slice's live values while looking up the round's own intents and
@@ -485,7 +519,7 @@ class _LockedRound:
             if change.entity.id not in live:
                 continue  # its live read failed
             value = live_value(live[change.entity.id], intent.field)
-            result = await self.settler.settle_own(intent, value, now=self.run.now)
+            result = await self.settler.settle_own(intent, value, now=self.run.store_now())
             if result is None:
                 plan = Plan(intent.field, intent.before, intent.target)
                 sends.append(_Send(index, change, plan, intent))
@@ -567,7 +601,7 @@ class _LockedRound:
             | dict(change.extra)
             for change, plan in plans.values()
         ]
-        intents = await self.intents.begin_many(docs, now=self.run.now)
+        intents = await self.intents.begin_many(docs, now=self.run.store_now())
         sends: list[_Send] = []
         for (index, (change, plan)), intent in zip(plans.items(), intents, strict=True):
             if intent.created:
@@ -599,7 +633,8 @@ class _LockedRound:
         return True
 
     async def _settle_unsent(self, unsent: list[_Send], reason: str, error: dict[str, Any]) -> None:
-        await give_up_unsent(self.intents, [s.intent.id for s in unsent], reason, now=self.run.now)
+        ids = [s.intent.id for s in unsent]
+        await give_up_unsent(self.intents, ids, reason, now=self.run.store_now())
         for send in unsent:
             self.results[send.index] = send.failed(reason, error)
 
@@ -614,6 +649,10 @@ class _LockedRound:
             for send in chunk:
                 await self._failed(send, exc, own_answer=False)
             return []
+        # when Meta's answer came, by MongoDB's clock: no earlier than the writes landed, so
+        # Meta's hour of budget changes is never counted short (the job's start could be
+        # minutes earlier)
+        self.answered_at = run.store_now()
         done: list[tuple[_Send, Any]] = []
         unprocessed: list[_Send] = []
         for send, answer in zip(chunk, answers, strict=True):
@@ -634,7 +673,8 @@ class _LockedRound:
         if settling is not None:
             await settling
         if self.unsettled:
-            self.settling = asyncio.create_task(self._resolve_done(self.unsettled))
+            answered = self.answered_at
+            self.settling = asyncio.create_task(self._resolve_done(self.unsettled, at=answered))
         self.unsettled = []
 
     async def _settled(self) -> None:
@@ -642,12 +682,14 @@ class _LockedRound:
         await self._settle_next()
         await self._settle_next()
 
-    async def _resolve_done(self, done: list[tuple[_Send, Any]], **fields: Any) -> None:
+    async def _resolve_done(
+        self, done: list[tuple[_Send, Any]], *, at: datetime, **fields: Any
+    ) -> None:
         resolutions = [
             Resolution(s.intent.id, "done", {"response": body, "changed": True, **fields})
             for s, body in done
         ]
-        settled_now = await self.intents.resolve_many(resolutions, now=self.run.now)
+        settled_now = await self.intents.resolve_many(resolutions, now=at)
         if settled_now != len(resolutions):
             log.error(
                 "%d intent(s) were settled by someone else while their writes were in flight",
@@ -677,7 +719,7 @@ class _LockedRound:
             send.plan,
             send.change.run_in(self.run),
             exc,
-            now=self.owner.executor.clock(),
+            now=self.run.store_now(),
             own_answer=own_answer,
         )
 
@@ -710,10 +752,10 @@ class _LockedRound:
             else:
                 reason = "not_processed" if verdict == "write" else "changed_by_someone_else"
                 await self.intents.resolve(
-                    send.intent.id, status="failed", now=self.run.now, reason=reason
+                    send.intent.id, status="failed", now=self.run.store_now(), reason=reason
                 )
                 self.results[send.index] = send.failed(reason)
-        await self._resolve_done(landed, reconciled=True)
+        await self._resolve_done(landed, at=self.run.store_now(), reconciled=True)
         return resend
 
 

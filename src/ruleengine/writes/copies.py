@@ -8,7 +8,13 @@ and ``execution_count_limit`` are checked again (an overlapping run of the rule 
 have copied the entity since the job's cooldown stage), the intent is recorded under
 the lock's fence, and the lock is checked right before each copy request. A holder
 fenced out after Meta made the copy notes Meta's answer on the pending intent; the
-reaper settles it from there (:func:`settle_copy`).
+reaper settles it from there (:func:`settle_copy`), flagged ``record_unconfirmed`` so
+that the record is corrected too. A copy whose answer never came — a timeout, a dead
+worker — is settled only from what Meta holds: the copies of its source (``GET
+/{id}/copies``, :func:`settle_unanswered_copy`), under the account's write lock, which a live
+owner still copying holds. A copy of the source no other intent names is the one it made
+(``done``); none, once no request of a dead owner can still land, means none was made
+(``failed``, ``not_made``); until then it stays pending, blocking a second copy.
 
 Meta makes a copy of at most 3 objects at once; a bigger one (a deep copy of a
 campaign with its ad sets and ads) it refuses without copying anything (100/1885194).
@@ -25,12 +31,20 @@ the reaper (:func:`settle_copy`) — never sent again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from ruleengine.acting.results import ActKey, ActResult, JobRun, give_up_unsent, record_once
-from ruleengine.meta.copies import CopyResult, read_async_copy, too_large
+from ruleengine.acting.results import (
+    ActKey,
+    ActResult,
+    JobRun,
+    give_up_unsent,
+    record_once,
+    unanswered,
+)
+from ruleengine.meta.copies import CopyResult, read_async_copy, read_copies, too_large
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
@@ -39,7 +53,7 @@ from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
 from ruleengine.rules.advantage import refusal_message
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Task
-from ruleengine.store.intents import Intent, IntentStore
+from ruleengine.store.intents import WRITE_UNCONFIRMED, Intent, IntentStore
 from ruleengine.writes.copy_tree import (
     SYNC_COPY_MAX_OBJECTS,
     TREE_COPY_MAX_OBJECTS,
@@ -48,6 +62,7 @@ from ruleengine.writes.copy_tree import (
     read_tree,
 )
 from ruleengine.writes.lock import AccountLocks, Fenced, HeldLock, LockLost
+from ruleengine.writes.settling import REDELIVERY, IntentSettler, Settled, SettledBy
 
 
 async def duplicate(
@@ -59,6 +74,7 @@ async def duplicate(
     *,
     intents: IntentStore,
     locks: AccountLocks,
+    settler: IntentSettler | None = None,
 ) -> ActResult:
     """Copy ``entity`` as ``action`` says; the record's ``after`` is the copy's id."""
     if (kind := entity.legacy_advantage) is not None:  # Meta refuses to copy it: not sent
@@ -69,6 +85,9 @@ async def duplicate(
         return await _resume(run, entity, earlier, intents)  # read back, never sent again
     async with locks.hold(run.account) as lock:
         fenced = intents.under(lock.fence)  # recorded and settled under the lock's fence
+        if earlier is not None and earlier.status == "pending" and settler is not None:
+            # an earlier delivery's copy whose answer never came: Meta's copies tell
+            return await _looked_up(run, entity, earlier, settler.under(lock.fence))
         intent = await record_once(
             fenced,
             run,
@@ -96,7 +115,7 @@ class _Locked:
         try:
             await self.lock.check()
         except LockLost as exc:  # nothing was sent
-            await give_up_unsent(self.intents, [intent.id], "lock_lost", now=run.now)
+            await give_up_unsent(self.intents, [intent.id], "lock_lost", now=run.store_now())
             return ActResult("failed", "lock_lost", "copies", error={"message": str(exc)})
         return None
 
@@ -128,6 +147,9 @@ async def _start(
     try:
         return await _done(run, entity, intent, intents, await writer.copy(**options))
     except GraphError as exc:
+        if unanswered(exc):  # it may have been made: pending until Meta's copies tell
+            await intents.unconfirmed(intent.id, error=exc.as_dict())
+            return ActResult("failed", WRITE_UNCONFIRMED, "copies", entity.id, error=exc.as_dict())
         if not too_large(exc):
             return await _refused(run, entity, intent, intents, exc)
     # Meta copied nothing: it found the copy bigger than it looked
@@ -152,7 +174,7 @@ async def _tree(
             "message": f"the copy would make {tree.size} objects; at most "
             f"{TREE_COPY_MAX_OBJECTS} are copied"
         }
-        await give_up_unsent(intents, [intent.id], "copy_too_large", now=run.now)
+        await give_up_unsent(intents, [intent.id], "copy_too_large", now=run.store_now())
         return ActResult("failed", "copy_too_large", "copies", entity.id, None, error=error)
 
     async def note(response: dict[str, Any]) -> None:
@@ -170,7 +192,7 @@ async def _tree(
         return await _done(run, entity, intent, intents, copy)
     response = made.response()
     with contextlib.suppress(Fenced):  # made, partly: settled, never sent again
-        await intents.resolve(intent.id, status="done", now=run.now, response=response)
+        await intents.resolve(intent.id, status="done", now=run.store_now(), response=response)
     return ActResult(
         "applied",
         "copy_incomplete",
@@ -187,7 +209,7 @@ async def _refused(
 ) -> ActResult:
     """Meta refused the copy: nothing was made (fenced out, the reaper settles the intent)."""
     with contextlib.suppress(Fenced):
-        await intents.resolve(intent.id, status="failed", now=run.now, error=exc.as_dict())
+        await intents.resolve(intent.id, status="failed", now=run.store_now(), error=exc.as_dict())
     return _failed(entity, exc)
 
 
@@ -201,7 +223,7 @@ async def _resume(run: JobRun, entity: Entity, intent: Intent, intents: IntentSt
     """A redelivered job finds its copy answered (started in the background, or made): read
     it, send nothing."""
     doc = {"_id": intent.id, "account": run.account, "response": intent.response}
-    await settle_copy(intents, doc, reader=run.reader, token=run.token, now=run.now)
+    await settle_copy(intents, doc, reader=run.reader, token=run.token, now=run.store_now())
     now = await intents.get(run.batch_id, intent.task_id, entity.id) or intent
     response = now.response
     if now.status == "done" and isinstance(response, dict):
@@ -219,16 +241,92 @@ async def _done(
 ) -> ActResult:
     response = copy.as_response()
     try:
-        await intents.resolve(intent.id, status="done", now=run.now, response=response)
+        await intents.resolve(intent.id, status="done", now=run.store_now(), response=response)
     except Fenced as exc:
         # Made, but the account is a newer holder's now: Meta's answer stays on the pending
-        # intent, and the reaper settles it from there (a copy cannot be read back otherwise).
+        # intent, and the reaper settles it from there; flagged, so that the record saying
+        # write_unconfirmed is corrected even when that settler dies before it
         await intents.note(intent.id, response=response)
+        await intents.flag_unconfirmed([intent.id])
         error = {"message": str(exc)}
         return ActResult(
             "failed", "write_unconfirmed", "copies", entity.id, None, error=error, response=response
         )
     return ActResult("applied", None, "copies", entity.id, copy.copied_id, response=response)
+
+
+async def _looked_up(
+    run: JobRun, entity: Entity, intent: Intent, settler: IntentSettler
+) -> ActResult:
+    """A redelivered job's own copy left pending without an answer, settled from the copies
+    Meta holds (:func:`settle_unanswered_copy`); never sent again."""
+    doc = {
+        "_id": intent.id,
+        "batch_id": intent.batch_id,
+        "task_id": intent.task_id,
+        "entity_id": entity.id,
+        "account": run.account,
+        "field": "copies",
+        "before": intent.before,
+        "target": intent.target,
+        "status": "pending",
+        "created_at": intent.created_at,
+    }
+    await settle_unanswered_copy(
+        settler, doc, reader=run.reader, token=run.token, now=run.store_now(), by=REDELIVERY
+    )
+    now = await settler.intents.get(run.batch_id, intent.task_id, entity.id) or intent
+    if now.status == "done" and isinstance(now.response, dict):
+        copied = now.response.get("copied_id")
+        return ActResult(
+            "no_change", "already_applied", "copies", entity.id, copied, response=now.response
+        )
+    if now.status == "failed":
+        return ActResult("skipped", "previous_attempt_failed", "copies", entity.id, None)
+    # still pending: the copy may still be made; the reaper settles it once Meta tells
+    return ActResult("skipped", "pending_intent_unverifiable", "copies", entity.id, None)
+
+
+async def settle_unanswered_copy(
+    settler: IntentSettler,
+    intent: dict[str, Any],
+    *,
+    reader: GraphReader,
+    token: str,
+    now: datetime,
+    by: SettledBy,
+) -> str | None:
+    """Settle a pending copy intent whose answer never came, from the copies Meta holds of
+    its source — under the account's write lock (``settler`` under its fence), which a live
+    owner still copying holds: it settles its own first, and this finds it settled.
+
+    A copy of the source that no other intent names is this one's: ``done`` with it. None
+    found: ``failed`` (``not_made``) once the copy can no longer be made — its intent older,
+    by MongoDB's clock, than a job and a lock can live (``orphan_after_s``) — and left
+    pending before (None): a request the dead owner sent may still be on its way. The status
+    it got, None when left pending or settled first by someone else.
+
+    Raises:
+        GraphError: Meta's copies could not be read (the next pass tries again).
+    """
+    current = await settler.intents.get(intent["batch_id"], intent["task_id"], intent["entity_id"])
+    if current is None or current.status != "pending":
+        return None
+    source = str(intent["entity_id"])
+    made = await read_copies(reader, source, token=token, account_id=str(intent["account"]))
+    claimed = await settler.intents.copies_of(source)
+    mine = [copy for copy in made if copy not in claimed]
+    if mine:
+        response = {"copied_id": mine[0], "copied_ids": [mine[0]], "mode": "found"}
+        found = Settled("done", {"response": response, "reconciled": True})
+        pending = dataclasses.replace(current, response=response)
+        return "done" if await settler.settlement.settle(pending, found, now=now, by=by) else None
+    cutoff = now - timedelta(seconds=settler.orphan_after_s)
+    created = current.created_at
+    if created is None or created >= cutoff:
+        return None
+    missed = Settled("failed", {"reason": "not_made"})
+    return "failed" if await settler.settlement.settle(current, missed, now=now, by=by) else None
 
 
 def _failed(entity: Entity, exc: GraphError) -> ActResult:

@@ -29,7 +29,6 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from ruleengine.acting.rebalance import Pair
@@ -75,13 +74,6 @@ from ruleengine.writes.rebalance import Rebalancer
 from ruleengine.writes.settling import IntentSettler
 
 log = logging.getLogger(__name__)
-
-Clock = Callable[[], datetime]
-
-
-def utcnow() -> datetime:
-    """The current time, aware UTC."""
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -132,7 +124,6 @@ class ActionExecutor:
         locks: AccountLocks,
         notifier: Notifier,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        clock: Clock = utcnow,
         guards: CrossRuleGuards | None = None,
     ) -> None:
         self.settings = settings
@@ -142,7 +133,6 @@ class ActionExecutor:
         self.locks = locks
         self.notifier = notifier
         self.sleep = sleep
-        self.clock = clock
         self.batched = BatchedWrites(self)
         self.rebalancer = Rebalancer(self.batched)
 
@@ -226,6 +216,7 @@ class ActionExecutor:
                     action,
                     intents=self.intents,
                     locks=self.locks,
+                    settler=self.settler,
                 )
             target = await target_of(
                 action, run, max_change_pct=self.settings.max_budget_change_pct, verdict=verdict
@@ -310,7 +301,7 @@ class ActionExecutor:
         if refused is not None:
             return refused
         intent = await intents.begin(
-            intent_doc(run, entity, key, plan) | intent_fields(key), now=run.now
+            intent_doc(run, entity, key, plan) | intent_fields(key), now=run.store_now()
         )
         if not intent.created:
             return settled(intent)
@@ -328,13 +319,15 @@ class ActionExecutor:
         try:
             await lock.check()
         except LockLost as exc:  # nothing was sent: the intent did not happen
-            await give_up_unsent(intents, [intent.id], "lock_lost", now=step.run.now)
+            await give_up_unsent(intents, [intent.id], "lock_lost", now=step.run.store_now())
             return not_applied(plan, "failed", "lock_lost", {"message": str(exc)})
         try:
             return await self._send(intents, intent, plan, step, guard)
         except Fenced as exc:  # sent, but the account is a newer holder's: the reaper settles it
             log.warning("intent %s fenced out after its write: %s", intent.id, exc)
-            return not_applied(plan, "failed", "write_unconfirmed", {"message": str(exc)})
+            # flagged: a settler that dies between the intent and this record leaves it to repair
+            await self.intents.flag_unconfirmed([intent.id])
+            return not_applied(plan, "failed", WRITE_UNCONFIRMED, {"message": str(exc)})
 
     async def _send(
         self,
@@ -350,14 +343,14 @@ class ActionExecutor:
             response = await write_field(step.writer, run, step.entity, plan.field, plan.after)
         except GraphError as exc:
             if not unanswered(exc):
-                return await refuse(intents, intent, plan, run, exc, now=self.clock())
+                return await refuse(intents, intent, plan, run, exc, now=run.store_now())
             # No answer (timeout, broken connection, a 5xx without Meta's error body): the
             # write may still land. The intent stays pending — its cooldown in force, the
             # field blocked for other runs — until it is settled from the live value.
             await intents.unconfirmed(intent.id, error=exc.as_dict())
             return not_applied(plan, "failed", WRITE_UNCONFIRMED, exc.as_dict())
         if not await intents.resolve(
-            intent.id, status="done", now=run.now, response=response, changed=True
+            intent.id, status="done", now=run.store_now(), response=response, changed=True
         ):
             log.error(
                 "intent %s was settled by someone else while its write was in flight", intent.id
@@ -368,7 +361,8 @@ class ActionExecutor:
         return result
 
     async def _reconcile(self, intent: Intent, live: Any, step: _Step, lock: HeldLock) -> ActResult:
-        result = await self.settler.under(lock.fence).settle_own(intent, live, now=step.run.now)
+        settler = self.settler.under(lock.fence)
+        result = await settler.settle_own(intent, live, now=step.run.store_now())
         if result is not None:
             return result
         plan = Plan(intent.field, intent.before, intent.target)

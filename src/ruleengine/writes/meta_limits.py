@@ -63,9 +63,8 @@ async def budget_history(
     """The intents' budget history of the entities whose budget these (entity, field)
     changes touch (one query)."""
     ids = sorted({entity.id for entity, field in changes if field in BUDGET_FIELDS})
-    return await intents.budget_history(
-        ids, now=run.now, too_low_since=run.now - TOO_LOW_REMEMBERED
-    )
+    now = run.store_now()  # Meta's hour and the day of refusals, by MongoDB's clock
+    return await intents.budget_history(ids, now=now, too_low_since=now - TOO_LOW_REMEMBERED)
 
 
 async def budget_check(
@@ -93,7 +92,7 @@ async def budget_limited(
         return _limit_skip(plan, allowed_at=blocked, message=message)
     own = history.changes.get(entity.id, [])
     if run.facts is not None:
-        count = await run.facts.changes(entity.id, own)
+        count = await run.facts.changes(entity.id, own, now=run.store_now())
     else:
         count = ChangeCount([change.at for change in own])
     allowed_at = count.allowed_at(c.ADSET_BUDGET_CHANGES_PER_HOUR)
@@ -173,8 +172,8 @@ async def refuse(
     own_answer: bool = True,
 ) -> ActResult:
     """A write Meta answered with an error: nothing changed. Settle the intent, say why."""
-    refusal = read_refusal(exc, run, plan.field, now=max(run.now, now), own_answer=own_answer)
+    refusal = read_refusal(exc, run, plan.field, now=now, own_answer=own_answer)
     await intents.resolve(
-        intent.id, status="failed", now=run.now, error=refusal.error, **refusal.intent
+        intent.id, status="failed", now=now, error=refusal.error, **refusal.intent
     )
     return not_applied(plan, refusal.outcome, refusal.reason, refusal.error)

@@ -230,18 +230,20 @@ async def send_many(
         if intent is None:
             fresh.append(index)
         elif intent.status == "pending":  # it may have gone out before a crash: never twice
-            await intents.resolve(intent.id, status="failed", now=run.now, reason="unverifiable")
+            await intents.resolve(
+                intent.id, status="failed", now=run.store_now(), reason="unverifiable"
+            )
             results[index] = ActResult("skipped", "pending_intent_unverifiable", field="notify")
         else:
             results[index] = settled(intent)
     for start in range(0, len(fresh), NOTIFY_CHUNK):
         chunk = fresh[start : start + NOTIFY_CHUNK]
         docs = [_intent(run, messages[i]) for i in chunk]
-        recorded = await intents.begin_many(docs, now=run.now)
+        recorded = await intents.begin_many(docs, now=run.store_now())
         resolutions: list[Resolution] = []
         for index, intent in zip(chunk, recorded, strict=True):
             results[index] = await _deliver(notifier, messages[index], intent, resolutions)
-        await intents.resolve_many(resolutions, now=run.now)
+        await intents.resolve_many(resolutions, now=run.store_now())
     return [results[i] for i in range(len(messages))]
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pymongo.errors import PyMongoError
@@ -35,14 +35,8 @@ from ruleengine.store.records import BatchStore, ExecutionStore, record_key
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 #: Called with the corrected record and its intent when a settled write is found to have landed.
 LandedHook = Callable[[Document, Intent], Awaitable[None]]
-
-
-def utcnow() -> datetime:
-    """The current time, aware UTC."""
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -96,12 +90,15 @@ def owning_record(intent: Intent) -> str:
 def corrected(intent: Intent, settled: Settled, by: SettledBy) -> dict[str, Any]:
     """The fields of a ``write_unconfirmed`` record once its intent is settled."""
     done = settled.status == "done"
+    after = intent.target if done else intent.before
+    if intent.field == "copies" and done and isinstance(intent.response, dict):
+        after = intent.response.get("copied_id")  # a copy's record names the copy
     fields = {
         "outcome": "applied" if done else "failed",
         "executed": done,
         "reason": None if done else settled.reason or "not_applied",
         "before": intent.before,
-        "after": intent.target if done else intent.before,
+        "after": after,
         "recovered_by": by.kind,
     }
     return fields | ({"settled_by": by.batch_id} if by.batch_id else {})
@@ -222,31 +219,23 @@ class IntentSettler:
     """Settles pending intents from the live value Meta holds now: another batch's once its
     owner is gone, or the run's own (a crash, an unanswered write) before writing again."""
 
-    def __init__(
-        self,
-        settlement: Settlement,
-        *,
-        orphan_after_s: float,
-        clock: Clock = utcnow,
-    ) -> None:
+    def __init__(self, settlement: Settlement, *, orphan_after_s: float) -> None:
         self.settlement = settlement
         self.intents = settlement.intents
         self.orphan_after_s = orphan_after_s
-        self.clock = clock
 
     def under(self, fence: Fence) -> IntentSettler:
         """This settler moving intents under ``fence`` (a holder of the account's lock)."""
-        return IntentSettler(
-            self.settlement.under(fence), orphan_after_s=self.orphan_after_s, clock=self.clock
-        )
+        return IntentSettler(self.settlement.under(fence), orphan_after_s=self.orphan_after_s)
 
-    async def owner_gone(self, intent: Document) -> bool:
+    async def owner_gone(self, intent: Document, *, now: datetime) -> bool:
         """True when the job that recorded ``intent`` can no longer be writing.
 
-        Its job started longer ago than a job may run plus a lock's lifetime, or
-        the reaper marked its batch ABANDONED.
+        It was recorded longer ago than a job may run plus a lock's lifetime — both times
+        by MongoDB's clock (``now``, the intent's ``created_at``), so a step of a host's
+        clock neither hastens nor delays it — or the reaper marked its batch ABANDONED.
         """
-        cutoff = self.clock() - timedelta(seconds=self.orphan_after_s)
+        cutoff = now - timedelta(seconds=self.orphan_after_s)
         if intent["created_at"] < cutoff:
             return True
         return await self.settlement.batches.status(intent["batch_id"]) == "ABANDONED"
@@ -294,7 +283,7 @@ class IntentSettler:
         by = SettledBy("later_run", run.batch_id)
         outcomes: list[IntentStatus | None] = []
         for doc in others:
-            if not await self.owner_gone(doc):
+            if not await self.owner_gone(doc, now=run.store_now()):
                 message = f"batch {doc['batch_id']} has a write on {field_name} not yet settled"
                 return ActResult(
                     "skipped",
@@ -304,7 +293,7 @@ class IntentSettler:
                     value,
                     error={"message": message},
                 )
-            outcomes.append(await self.settle(doc, value, now=run.now, by=by))
+            outcomes.append(await self.settle(doc, value, now=run.store_now(), by=by))
         if "done" in outcomes:
             return ActResult("skipped", "previous_write_reconciled", field_name, value, value)
         return None

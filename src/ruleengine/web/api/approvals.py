@@ -9,7 +9,6 @@ worker through the intent path (:mod:`ruleengine.approvals.deciding`,
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from aiohttp import web
@@ -69,7 +68,7 @@ async def list_approvals(request: web.Request) -> web.Response:
     offset = int_param(request, "offset", default=0, low=0, high=10_000_000)
     status = choice_param(request, "status", STATUSES)
     store = _store(request)
-    await store.expire_due(now=datetime.now(UTC))
+    await store.expire_due(now=await store.now())
     docs = await store.page(status=status, limit=limit, skip=offset)
     total = await store.count(status=status)
     base = settings_of(request).public_url
@@ -81,20 +80,21 @@ async def get_approval(request: web.Request) -> web.Response:
     """``GET /api/approvals/{id}``; 404 if unknown."""
     store = _store(request)
     approval = request.match_info["id"]
-    await store.expire(approval, now=datetime.now(UTC))
+    await store.expire(approval, now=await store.now())
     doc = await store.get(approval)
     return json_response(approval_item(doc, base_url=settings_of(request).public_url))
 
 
 async def _decide(request: web.Request, status: Literal["approved", "rejected"]) -> web.Response:
     require_role(request, "approver")
+    store = _store(request)
     decision = await decide(
-        _store(request),
+        store,
         services(request).queue,
         request.match_info["id"],
         status=status,
         by=actor(request),
-        now=datetime.now(UTC),
+        now=await store.now(),  # an approval's expiry is by MongoDB's clock
     )
     item = approval_item(decision.doc, base_url=settings_of(request).public_url)
     if not decision.changed:

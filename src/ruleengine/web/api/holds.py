@@ -7,12 +7,11 @@ of that field on that entity skips with ``oscillation_hold`` until the hold is c
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from aiohttp import web
 
-from ruleengine.store.db import Document
+from ruleengine.store.db import Document, server_time
 from ruleengine.store.holds import HoldStore
 from ruleengine.web.auth import actor
 from ruleengine.web.jsonio import choice_param, int_param, json_response
@@ -55,9 +54,9 @@ async def list_holds(request: web.Request) -> web.Response:
 
 async def clear_hold(request: web.Request) -> web.Response:
     """``DELETE /api/holds/{id}``: clear a hold, the field may change again; 404 if unknown."""
-    doc = await _store(request).clear(
-        request.match_info["id"], now=datetime.now(UTC), by=actor(request)
-    )
+    # by MongoDB's clock: the changes it forgets were stamped by it
+    now = await server_time(services(request).db)
+    doc = await _store(request).clear(request.match_info["id"], now=now, by=actor(request))
     return json_response(hold_item(doc))
 
 
