@@ -24,6 +24,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from ruleengine.store.db import Document
+from ruleengine.web.api.labels import with_accounts
 from ruleengine.web.jsonio import int_param, json_response
 from ruleengine.web.state import services
 
@@ -166,7 +167,9 @@ async def entity_timeline(request: web.Request) -> web.Response:
     records = await services(request).executions.for_entity(
         entity_id, since=since, limit=MAX_RECORDS
     )
-    return json_response(build_timeline(entity_id, records, since=since) | {"days": days})
+    timeline = build_timeline(entity_id, records, since=since) | {"days": days}
+    await with_accounts(request, [timeline])  # its money in the account's currency
+    return json_response(timeline)
 
 
 def add_routes(app: web.Application) -> None:

@@ -73,12 +73,25 @@
     state.charts.push(new uPlot(opts, data, node));
   }
 
+  const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+
+  /* The counts as a media buyer reads them: how many decisions changed an entity, how many
+   * left one unchanged to compare with, and how many of each are measured yet (their window
+   * since the decision has passed). */
+  function countWords(counts) {
+    const chosen = $("impact-window").selectedOptions[0];
+    const window = chosen ? chosen.textContent : "window";
+    return `${plural(counts.acted, "decision", "decisions")} changed an entity, ` +
+      `${counts.held_out} left one unchanged to compare with (held out). ` +
+      `Measured so far (${window} since the decision have passed): ` +
+      `${counts.acted_complete} of the changed, ${counts.held_out_complete} of the held out.`;
+  }
+
   function taskBlock(task) {
     const counts = task.counts;
     const share = task.holdout_percent ? `holdout ${task.holdout_percent} %` : "no holdout";
     const head = el("h4", {}, "Task ", el("code", {}, task.task_id), " ", el("span", { class: "muted" }, share));
-    const countLine = el("p", { class: "impact-counts" },
-      `${counts.acted} acted, ${counts.held_out} held out; ${counts.acted_complete} and ${counts.held_out_complete} with the window over.`);
+    const countLine = el("p", { class: "impact-counts" }, countWords(counts));
     const note = el("p", { class: task.enough_data ? "impact-note" : "impact-note muted", role: "note" }, task.note);
     const parts = [head, countLine, note];
     if (task.enough_data) {
