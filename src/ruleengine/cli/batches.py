@@ -77,7 +77,7 @@ def undo_table(data: dict[str, Any]) -> str:
         header, rows = ["entity", "field", "change", "outcome", "reason", "undo"], _done_rows(data)
     else:
         head = f"undo of {data['batch_id']} (would be {data['undo_batch_id']}), dry run"
-        header = ["entity", "field", "set back", "live", "will revert", "reason"]
+        header = ["entity", "field", "the batch changed", "live", "will revert", "reason"]
         rows = _plan_rows(data)
     rows = [[one_line(cell) for cell in row] for row in rows]
     head += _on_account(data)
@@ -104,14 +104,14 @@ def _done_rows(data: dict[str, Any]) -> list[list[str]]:
 
 
 def _plan_rows(data: dict[str, Any]) -> list[list[str]]:
-    """A plan's changes — from what the batch wrote back to the value before — and its
-    follow-ups."""
+    """A plan's changes — what the batch changed (before → after), which the undo sets back
+    to the value before — and its follow-ups."""
     currency = data.get("currency")
     rows = [
         [
             str(c.get("entity_name") or c.get("entity_id")),
             field_words(c.get("field")),
-            format_field_change(c.get("field"), c.get("after"), c.get("before"), currency),
+            format_field_change(c.get("field"), c.get("before"), c.get("after"), currency),
             format_value(c.get("field"), c.get("live"), currency),
             "yes" if c.get("will_revert") else "no",
             str(c.get("reason") or ""),

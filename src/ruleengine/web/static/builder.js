@@ -235,6 +235,8 @@
       const number = Number(input.value);
       if (Number.isFinite(number)) commit(keys, o.integer ? Math.trunc(number) : number, false);
     });
+    // left half typed: validate what the document holds now
+    input.addEventListener("blur", () => document.dispatchEvent(new CustomEvent("ruleeditor:complete")));
     return mark(input, keys);
   }
 
@@ -286,12 +288,12 @@
    * starts with them, 2 they are in its name or label, 3 only in its description; null: not
    * every word is in it. "results" lists Results before "Amount spent" (whose text says
    * "÷ results"). */
-  function matchScore(metric, words) {
+  function matchScore(metric, words, keepAll) {
     if (!words.length) return 0;
     const name = metric.name.toLowerCase();
     const label = metric.label.toLowerCase();
     const hay = `${name} ${label} ${metric.description.toLowerCase()}`;
-    if (!words.every((w) => hay.includes(w))) return null;
+    if (!words.every((w) => hay.includes(w))) return keepAll ? 4 : null;
     const typed = words.join(" ");
     if (name === typed || label === typed) return 0;
     if (name.startsWith(words[0]) || label.startsWith(words[0])) return 1;
@@ -299,11 +301,12 @@
     return 3;
   }
 
-  /* The catalogue's groups holding a match, best matches first (groups by their best). */
-  function rankedGroups(words, filter) {
+  /* The catalogue's groups holding a match, best matches first (groups by their best);
+   * `keepAll`: every metric, the matches first (a name picked lists everything again). */
+  function rankedGroups(words, filter, keepAll) {
     const ranked = [];
     B.vocab.metrics.forEach((group, order) => {
-      const items = group.metrics.map((m, i) => ({ m, i, score: !filter || filter(m) ? matchScore(m, words) : null }))
+      const items = group.metrics.map((m, i) => ({ m, i, score: !filter || filter(m) ? matchScore(m, words, keepAll) : null }))
         .filter((x) => x.score !== null)
         .sort((a, b) => a.score - b.score || a.i - b.i);
       if (items.length) ranked.push({ group: group.group, order, best: items[0].score, metrics: items.map((x) => x.m) });
@@ -339,10 +342,10 @@
     const draw = () => {
       const words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
       const exact = metricInfo(input.value);
-      const useWords = exact && !exact.pattern ? [] : words;  // a picked name lists everything again
       options = [];
       const groups = [];
-      for (const group of rankedGroups(useWords, o.filter)) {
+      // a picked (whole) name lists everything again, itself first
+      for (const group of rankedGroups(words, o.filter, !!(exact && !exact.pattern))) {
         const items = group.metrics;
         const gid = `${id}-g${groups.length}`;
         groups.push(el("div", { role: "group", "aria-labelledby": gid },
@@ -977,14 +980,13 @@
 
   // ---------------------------------------------------------------- start
 
-  /* Whether a value is half typed in the form: a metric name that is not (yet) one, or a
-   * number the browser cannot read. The live validation waits for it to be complete. */
+  /* Whether a number is half typed in the form ("-", "1e": the browser cannot read it yet,
+   * and the document has no value there). The live validation waits for it to be complete. */
   function typing() {
     const active = document.activeElement;
     const form = $("builder-form");
     if (!active || !form || !form.contains(active) || active.tagName !== "INPUT") return false;
-    if (active.validity && active.validity.badInput) return true;
-    return active.getAttribute("role") === "combobox" && active.value.trim() !== "" && !metricInfo(active.value.trim());
+    return !!(active.validity && active.validity.badInput);
   }
 
   window.RuleBuilder = { typing };

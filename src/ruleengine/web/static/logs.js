@@ -379,12 +379,13 @@
     const rows = plan.changes.map((c) => el("tr", { class: c.will_revert ? "will-revert" : "will-skip" },
       el("td", {}, c.entity_name || c.entity_id, el("div", { class: "muted" }, c.entity_id)),
       el("td", {}, c.field ? fieldName(c.field) : "—"),
-      el("td", { class: "change" }, fieldChange(c.field, c.after, c.before, plan.currency)),
+      el("td", { class: "change" }, fieldChange(c.field, c.before, c.after, plan.currency)),
       el("td", {}, typeof c.live === "object" && c.live !== null ? "—" : fieldValue(c.field, c.live, plan.currency)),
-      el("td", {}, c.will_revert ? "set back" : `skipped: ${WHY[c.reason] || words(c.reason)}`)));
+      el("td", {}, c.will_revert ? "set back to " + fieldValue(c.field, c.before, plan.currency)
+        : `skipped: ${WHY[c.reason] || words(c.reason)}`)));
     return el("table", { class: "grid compact undo-changes" },
       el("caption", {}, "What the undo will do, from the values Meta holds now"),
-      el("thead", {}, el("tr", {}, ["Entity", "Field", "Batch wrote → back to", "Live now", "Undo"].map((h) => el("th", { scope: "col" }, h)))),
+      el("thead", {}, el("tr", {}, ["Entity", "Field", "The batch changed", "Live now", "Undo"].map((h) => el("th", { scope: "col" }, h)))),
       el("tbody", {}, rows));
   }
 
