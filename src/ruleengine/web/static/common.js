@@ -380,6 +380,12 @@ const RE = (() => {
     return WORDS[code] || String(code).replace(/_/g, " ");
   }
 
+  /* A record's outcome as a badge, in words ("conditions not met"; the code on hover). */
+  function outcomeBadge(outcome) {
+    const code = outcome === null || outcome === undefined ? "" : String(outcome);
+    return el("span", { class: "badge status-" + code.toLowerCase().replace(/[^a-z_]/g, ""), title: code }, words(code) || "—");
+  }
+
   /* "actions:offsite_conversion.fb_pixel_purchase" → "results counted as website purchases (pixel)". */
   const ACTION_WORDS = { omni_purchase: "purchases", purchase: "purchase events", link_click: "link clicks",
     lead: "leads", add_to_cart: "adds to cart", initiate_checkout: "checkouts initiated",
@@ -633,6 +639,6 @@ const RE = (() => {
     pager, debounce, token, ApiFailure, conditionList, changeText,
     money, moneyChange, fieldValue, fieldChange, fieldName, accountText,
     whoami, may, hasRole, refusal, applyRoles, say,
-    amount, metricValue, metricUnits, vocabulary, words, indicatorWords, minorPerUnit,
+    amount, metricValue, metricUnits, vocabulary, words, indicatorWords, minorPerUnit, outcomeBadge,
   };
 })();

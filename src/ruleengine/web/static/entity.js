@@ -14,7 +14,7 @@
 "use strict";
 
 (() => {
-  const { api, el, badge, failed, timeCell, changeText, fieldChange, fieldName, words, accountText } = RE;
+  const { api, el, failed, timeCell, changeText, fieldChange, fieldName, words, accountText } = RE;
   const $ = (id) => document.getElementById(id);
   const entityId = decodeURIComponent(location.pathname.split("/").filter(Boolean)[1] || "");
   const COLOURS = { budget: "#0072B2", spend: "#E69F00", metric: "#009E73", paused: "rgba(107,115,133,0.16)" };
@@ -180,7 +180,7 @@
       el("tr", { class: "outcome-" + r.outcome, dataset: { batchId: r.batch_id || "" } },
         timeCell(r.created_at),
         el("td", {}, `${r.rule_name || r.rule_id} v${r.rule_version}`),
-        el("td", {}, r.kind), el("td", {}, badge(r.outcome), r.reason ? el("div", { class: "muted", title: r.reason }, words(r.reason)) : null),
+        el("td", {}, r.kind), el("td", {}, RE.outcomeBadge(r.outcome), r.reason ? el("div", { class: "muted", title: r.reason }, words(r.reason)) : null),
         el("td", { class: "change" }, changeText(r, state.currency)),
         el("td", {}, r.batch_id ? el("a", { href: "/logs?" + new URLSearchParams({ batch: r.batch_id }).toString(), title: "this batch in Rule Logs" }, r.batch_id) : ""))));
   }

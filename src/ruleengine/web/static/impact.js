@@ -133,7 +133,7 @@
     } catch (err) {
       if (seq === state.seq) {
         $("impact-status").textContent = "";
-        failed(err, "could not measure the rule's impact");
+        failed(err, "could not measure the rule's impact", $("impact-run"));
       }
       return;
     }

@@ -220,7 +220,7 @@
       el("td", {}, r.task_id, el("div", { class: "muted" }, "match " + r.match)),
       el("td", {}, RE.conditionList(r.conditions, { unitOf: state.unitOf, currency })),
       el("td", { class: "change" }, RE.changeText(r, currency), r.clamped_by && r.clamped_by.length ? el("div", { class: "muted" }, "clamped by " + r.clamped_by.join(", ")) : null),
-      el("td", {}, badge(r.outcome)),
+      el("td", {}, RE.outcomeBadge(r.outcome)),
       el("td", { title: r.reason || "" }, words(r.reason), r.error ? el("div", { class: "error-line" }, r.error.message || JSON.stringify(r.error)) : null,
         r.oscillation ? oscillationMark(r.oscillation) : null),
       el("td", { title: r.next_execute_at || "" }, r.next_execute_at ? fmtTime(r.next_execute_at) : "—"));

@@ -472,7 +472,7 @@
       el("td", {}, r.task_id),
       el("td", {}, RE.conditionList(r.conditions, { unitOf, currency: r.currency })),
       el("td", { class: "change" }, RE.changeText(r, r.currency)),
-      el("td", {}, el("span", { class: "badge status-" + r.outcome }, RE.words(r.outcome))),
+      el("td", {}, RE.outcomeBadge(r.outcome)),
       el("td", { title: r.reason || "" }, RE.words(r.reason)))));
   }
 
