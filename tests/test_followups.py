@@ -21,6 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from flow import (
     LOSER,
+    campaign_ids,
     campaign_rule,
     dispatch,
     engine_for,
@@ -341,6 +342,39 @@ async def test_a_notify_follow_up_posts_the_rendered_text(
     assert received == [
         {"text": "Pause losers for a while: [AUTO] Prospecting US 2 was PAUSED since ACTIVE"}
     ]
+
+
+async def test_a_notify_follow_up_of_a_budget_change_shows_money_and_the_account(
+    webhook: tuple[Settings, list[dict[str, Any]]],
+    db: Database,
+    redis: Any,
+    accounts: list[str],
+    sandbox: SandboxAdmin,
+) -> None:
+    """``{before}``/``{after}`` of a budget are money in the account's currency (never minor
+    units), and ``{account_name}`` names the account: on the yen account, ¥12,000 → ¥10,800."""
+    settings, received = webhook
+    campaign = "[AUTO] Prospecting JP 1"
+    await sandbox.ads_manager_change(
+        (await campaign_ids(sandbox, "act_1004"))[campaign], daily_budget=12000
+    )
+    then = {
+        "after_minutes": 10,
+        "do": "notify",
+        "webhook": "ops",
+        "template": "{account_name}: {entity_name} {before} → {after}",
+    }
+    data = campaign_rule(
+        {"type": "decrease_budget", "percent": 10, "then": then},
+        [{"metric": "daily_budget", "operator": ">", "value": 0}],
+        name="Trim",
+        ad_accounts=["act_1004"],
+        filters=[{"field": "name", "operator": "IN", "value": [campaign]}],
+    )
+    await run_rule(settings, db, data)
+    await fast_forward(redis)
+    await work(settings)
+    assert received == [{"text": f"Demo Store JP: {campaign} ¥12,000 → ¥10,800"}]
 
 
 async def test_a_failing_webhook_goes_to_the_error_log_not_a_crash(

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from flow import campaign_rule, engine_for, records, save_rule
+from flow import aged, campaign_rule, engine_for, records, save_rule
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.analysis.impact import rule_impact
@@ -21,7 +21,7 @@ from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.approvals import ApprovalStore
 from ruleengine.store.credentials import CredentialStore, load_key
-from ruleengine.store.db import Database
+from ruleengine.store.db import Database, server_time
 from ruleengine.store.rules import RuleStore
 from ruleengine.undo.run import undo_batch
 from support import SANDBOX_ACCOUNTS, SANDBOX_NOW, SANDBOX_TOKEN
@@ -114,8 +114,15 @@ async def run_and_measure(
     now: datetime,
     window: str,
 ) -> dict[str, Any]:
-    """The rule run at each of ``runs``, then its report at ``now`` (the sandbox's clock)."""
-    for at in runs:
+    """The rule run at each of ``runs``, then its report at ``now`` (the sandbox's clock).
+
+    What the engine stores to compare later is on MongoDB's clock, which does not follow the
+    runs' instants: before each run the earlier ones are made as much older there (``aged``),
+    so Meta's hourly budget limit and cooldowns see the hours between them."""
+    for previous, at in zip([None, *runs], runs, strict=False):
+        if previous is not None:
+            for batch_id in await db[c.ACTION_INTENTS].distinct("batch_id", {"rule_id": rule_id}):
+                await aged(db, str(batch_id), at - previous)
         await run_on_day(settings, db, sandbox, rule_id, at)
     await sandbox.set_clock(now)
     return await measure(settings, db, rule_id, days=10, window=window, now=now)
@@ -232,7 +239,8 @@ async def test_approvals_keep_rejected_and_expired_proposals_in_the_acted_group(
             await apply_approval(engine, doc["_id"], now=decided_at)
     for doc in rejected:
         await store.decide(doc["_id"], status="rejected", by="t", now=decided_at)
-    await store.expire_due(now=SANDBOX_NOW + timedelta(hours=5))  # the rest expire
+    # the rest expire: their deadline is on MongoDB's clock, 4 hours after they were made
+    await store.expire_due(now=await server_time(db) + timedelta(hours=5))
     now = SANDBOX_NOW + timedelta(days=6)
     await sandbox.set_clock(now)
     report = await measure(settings, db, rule.id, days=8, window="72h", now=now)

@@ -237,12 +237,15 @@ async def test_the_cli_previews_as_a_table_then_undoes_and_answers_the_undo_agai
         return done.stdout
 
     table = await asyncio.to_thread(cli, "--dry-run")
-    assert table.splitlines()[0] == f"undo of {batch_id} (would be undo:{batch_id}), dry run"
+    assert table.splitlines()[0] == (
+        f"undo of {batch_id} (would be undo:{batch_id}), dry run,"
+        " account Demo Store US (act_1001), amounts in USD"
+    )
     assert "will revert" in table.splitlines()[1]
     assert sum(line.split()[-1] == "yes" for line in table.splitlines()[2:]) == 8
     assert await state(sandbox) != before
     result = await asyncio.to_thread(cli)
-    assert result.splitlines()[0] == f"undo:{batch_id}: undoes {batch_id}"
+    assert result.splitlines()[0].startswith(f"undo:{batch_id}: undoes {batch_id}, account ")
     assert sum("applied" in line.split() for line in result.splitlines()) == 8
     assert await state(sandbox) == before
     again = orjson.loads(await asyncio.to_thread(cli, "--json"))

@@ -36,6 +36,7 @@ from ruleengine.approvals.deciding import approval_job_id, requeue_approved
 from ruleengine.cli import main
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
+from ruleengine.rules.money import format_change
 from ruleengine.settings import Settings
 from ruleengine.store.api_tokens import ApiTokenStore
 from ruleengine.store.approvals import ApprovalStore
@@ -106,7 +107,11 @@ async def test_a_gated_raise_waits_is_approved_and_lands_once(
     assert await budget_of(sandbox, entity) == before
     # announced once per proposal, with a link to the screen
     assert len(received) == len(items)
-    assert any(f"https://ads.example.com/approvals/{first['id']}" in m["text"] for m in received)
+    (text,) = [m["text"] for m in received if f"/approvals/{first['id']}" in m["text"]]
+    assert text.endswith(f"https://ads.example.com/approvals/{first['id']}")
+    # the money as a person reads it: the account's currency, the percentage, its name
+    money = format_change(before, first["after"], "USD")
+    assert f"on Demo Store US (act_1001): daily budget {money} waits" in text
     # readiness and the metrics show them waiting
     ready = (await (await client.get("/health/ready")).json())["checks"]["approvals"]
     assert ready["ok"] and ready["pending"] == len(items) and ready["oldest_age_s"] >= 0
@@ -250,7 +255,12 @@ async def test_the_cli_lists_approves_and_rejects(
     monkeypatch.setenv("RULEENGINE_REDIS_URL", web_settings.redis_url)
     assert await asyncio.to_thread(main, ["approvals", "list"]) == 0
     listed = capsys.readouterr().out
-    assert first["id"] in listed and f"{first['before']} → {first['after']}" in listed
+    assert first["id"] in listed
+    # in the account's currency, with the percentage and the account's name
+    assert (first["account_name"], first["currency"]) == ("Demo Store US", "USD")
+    change = format_change(first["before"], first["after"], "USD")
+    assert f"on Demo Store US (act_1001): daily budget {change}" in listed
+    assert change.startswith("$") and change.endswith("(+50 %)")
     assert await asyncio.to_thread(main, ["approvals", "approve", first["id"], "--by", "ana"]) == 0
     assert await asyncio.to_thread(main, ["approvals", "approve", first["id"]]) == 1
     assert "already_approved" in capsys.readouterr().err

@@ -242,7 +242,7 @@ async def test_expanding_a_batch_shows_its_conditions(page: Any, seeded: Seeded)
     await detail.wait_for()
     first = detail.locator("ul.conditions").first
     text = await first.inner_text()
-    assert "spend (today) > 1" in text
+    assert "spend (today) > $1.00" in text  # money in the account's currency
     assert "seen" in text
     assert "✓" in text or "✗" in text
     assert "ACTIVE → PAUSED" in await detail.inner_text()
@@ -280,8 +280,10 @@ async def test_an_invalid_edit_shows_the_error_at_its_path(page: Any, seeded: Se
     assert "greater than or equal to 0" in await error.inner_text()
     assert "line" in await error.locator(".line").inner_text()
     await _shot(page, "rules-invalid-edit")
-    await page.click("#save-rule")  # refused with the same error, nothing saved
-    await page.wait_for_selector("#flash.error")
+    await page.click("#save-rule")  # refused with the same error, said beside the button
+    note = page.locator("#save-rule + .inline-note.error")
+    await note.wait_for()
+    assert "not saved: 1 problem(s)" in await note.inner_text()
     versions = page.locator("#versions-table tbody tr")
     assert await versions.count() == 1
     # 422 answers show up as failed resource loads; anything else is a real error.

@@ -84,9 +84,9 @@ async def test_a_sandbox_account_is_registered_and_its_token_shown_only_as_set(
     page.on("dialog", lambda dialog: dialog.accept())
     used = page.locator('tr[data-account-id="act_1001"] button[data-action="remove"]')
     await used.click()
-    flash = page.locator("#flash.error")
-    await flash.wait_for()
-    assert "Pause spenders" in await flash.inner_text()  # refused: the active rule is named
+    note = page.locator('tr[data-account-id="act_1001"] .inline-note.error')  # beside the button
+    await note.wait_for()
+    assert "Pause spenders" in await note.inner_text()  # refused: the active rule is named
     assert await stored.get("act_1001")
     assert len(console.errors) == 1 and "409" in console.errors[0]  # the browser's own line
 
@@ -113,6 +113,6 @@ async def test_a_currency_not_metas_is_shown_and_re_read_from_meta(
 
     await row.locator('button[data-action="refresh"]').click()
     await page.locator('tr[data-account-id="act_1004"]:not(:has([data-currency-state]))').wait_for()
-    assert "currency USD → JPY" in await page.inner_text("#flash")
+    assert "currency USD → JPY" in await row.locator(".inline-note.ok").inner_text()
     assert (await stored.get("act_1004")).currency_state is None
     assert console.errors == [], console.errors

@@ -21,6 +21,7 @@ from web_helpers import API_TOKEN, Client
 
 from flow import successful_writes, work
 from graph_sandbox.admin import SandboxAdmin
+from ruleengine.rules.money import format_change
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 
@@ -43,13 +44,12 @@ async def test_a_pending_change_is_approved_on_the_screen_and_lands_once(
     row = page.locator(f'#pending-table tr[data-approval-id="{first["id"]}"]')
     await row.wait_for()
     text = await row.inner_text()
-    assert "Scale with approval" in text and f"{before} → {after}" in text
+    change = format_change(before, after, "USD")  # $80.00 → $120.00 (+50 %)
+    assert "Scale with approval" in text and change in text and "Demo Store US" in text
     assert await row.get_attribute("class") == "focused"  # the notification's link
     await _shot(page, "approvals-pending")
     name = first["entity"]["name"]
-    await page.get_by_role(
-        "button", name=f"Approve {name}: daily_budget {before} → {after}"
-    ).click()
+    await page.get_by_role("button", name=f"Approve {name}: daily budget {change}").click()
     decided = page.locator(f'#decided-table tr[data-approval-id="{first["id"]}"]')
     await decided.wait_for()
     assert "approved" in await decided.inner_text()

@@ -209,3 +209,34 @@ async def test_server_errors_land_on_the_form_fields_they_name(
     await _valid(page)
     assert await page.locator("#builder-form .form-error").count() == 0
     assert [e for e in console.errors if "422" not in e] == []
+
+
+async def test_the_form_asks_for_a_holdout_offers_the_learning_phase_to_ad_sets_and_ranks_results(
+    page: Any,  # noqa: F811
+    client: Client,
+) -> None:
+    console = await _open(page, f"{client.make_url('/rules')}#token={API_TOKEN}")
+    await page.click("#new-rule")
+    await page.locator(_at("name")).wait_for()
+    learning = "#builder-form input[data-path='tasks[0].respect_learning_phase']"
+    assert await page.locator(learning).count() == 0  # a campaign has no learning phase
+    await page.select_option(_at("level"), "adset")
+    await page.locator(learning).wait_for()  # an ad set has
+    # the holdout: a share of the matched entities, left unchanged to measure against
+    await page.fill(_at("tasks[0].holdout.percent"), "20")
+    await _valid(page)
+    assert (await _editor_json(page))["tasks"][0]["holdout"] == {"percent": 20}
+    # "results" lists the Results metrics first, not "Amount spent"
+    picker = page.locator(_at("tasks[0].conditions[0].metric"))
+    await picker.focus()
+    await page.keyboard.press("Control+A")
+    await page.keyboard.type("results")
+    await page.wait_for_selector(f'{_at("tasks[0].conditions[0].metric")}[aria-expanded="true"]')
+    first = page.locator(".combo-list:not(.hidden) [role=option]").first
+    assert await first.get_attribute("data-name") == "results"
+    await _shot(page, "builder")
+    await page.keyboard.press("Escape")
+    await page.fill(_at("tasks[0].holdout.percent"), "")  # empty: no holdout
+    await _valid(page)
+    assert "holdout" not in (await _editor_json(page))["tasks"][0]
+    assert console.errors == []

@@ -1,5 +1,5 @@
 """Named tokens in the browser: a rule saved with an editor's token shows her name, a
-viewer's token is told the role a save needs.
+viewer's token finds saving disabled, with the role it needs on hover.
 
 Skipped like ``test_browser.py`` where its browser is absent (its fixtures are shared)."""
 
@@ -54,13 +54,12 @@ async def test_the_versions_table_names_the_editor_and_a_viewer_is_refused(
     await _open(page, f"{client.make_url('/rules')}#token={wall}")
     await page.wait_for_function(TOKEN_TAKEN)
     assert asked and "Replace the kept token" in asked[0]
-    await page.click("#new-rule")
-    await page.wait_for_selector("#validity.ok")
-    await page.click("#save-rule")
-    await page.wait_for_selector("#flash.error")
-    shown = await page.inner_text("#flash")
-    assert "'wall-screen' is a viewer token" in shown
-    assert "needs the editor role" in shown
+    # the header names the token; what its role cannot do is disabled, saying why
+    await page.wait_for_selector('#token-state[data-role="viewer"]')
+    assert await page.inner_text("#token-state") == "wall-screen · viewer"
+    assert await page.locator("#new-rule").is_disabled()
+    why = await page.locator("#new-rule").get_attribute("title")
+    assert why == "needs the editor role; the token 'wall-screen' is a viewer token"
     assert await db["rules"].count_documents({}) == 1
 
 

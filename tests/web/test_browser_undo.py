@@ -52,7 +52,7 @@ async def test_undoing_a_batch_from_rule_logs_after_seeing_its_plan(
     skipped = plan.locator("tr.will-skip")
     assert await skipped.count() == 1
     row = await skipped.inner_text()
-    assert "Lead Gen US 1" in row and "8888" in row and "changed by someone else" in row
+    assert "Lead Gen US 1" in row and "$88.88" in row and "changed by someone else" in row
     assert await plan.locator("tr.will-revert").count() == 7
     await _shot(page, "logs-undo-plan")
     assert await _audit(page, "rule logs, an undo plan") == []

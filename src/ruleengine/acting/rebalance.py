@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from decimal import ROUND_DOWN, Decimal
 from typing import Any, Final
 
 from ruleengine.acting.results import ActResult, JobRun, check_currency
+from ruleengine.meta.batch import SubRequest
 from ruleengine.rules.action_types import RebalanceBudgetAction
 from ruleengine.rules.advantage import (
     META_SHARED_PCT,
@@ -108,7 +109,7 @@ async def plan_group(
     ids = sorted({p.entity.id for p in group} | set(previous.befores if previous else ()))
     fields = ["id", *READS, *advantage_fields(run.rule.level)]
     fields += ["learning_stage_info"] if run.rule.level == "adset" else []
-    live = await read_live(run, ids, fields)
+    live = await read_live(run, ids, fields, needed=set(previous.befores if previous else ()))
     refusals: dict[int, ActResult] = {}
     members: list[Member] = []
     for pair in group:
@@ -148,13 +149,25 @@ async def limits_of(
     )
 
 
-async def read_live(run: JobRun, ids: Sequence[str], fields: list[str]) -> dict[str, Any]:
+async def read_live(
+    run: JobRun, ids: Sequence[str], fields: list[str], *, needed: Set[str] = frozenset()
+) -> dict[str, Any]:
     """The live fields of ``ids``: Batch API GETs where the run has a batch reader, else one
-    GET each (never a multi-ID request, which new apps may not use)."""
+    GET each (never a multi-ID request, which new apps may not use). A member Meta would not
+    answer for is left out (absent: ``live_read_failed``, never moved); one of ``needed``
+    (the previous run's entities, which what is owed is counted from) fails the whole read.
+    """
     if run.batch is not None:
-        return await run.batch.get_objects(
-            ids, token=run.token, fields=fields, account_id=run.account
-        )
+        joined = ",".join(fields)
+        requests = [SubRequest(i, {"fields": joined}) for i in ids]
+        results = await run.batch.get_many(requests, token=run.token, account_id=run.account)
+        live: dict[str, Any] = {}
+        for object_id, result in zip(ids, results, strict=True):
+            if result.error is not None and object_id in needed:
+                raise result.error
+            if result.error is None and isinstance(result.body, dict):
+                live[object_id] = result.body
+        return live
     bodies = await asyncio.gather(
         *(
             run.reader.get_object(i, token=run.token, fields=fields, account_id=run.account)

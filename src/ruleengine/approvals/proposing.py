@@ -17,6 +17,7 @@ from datetime import timedelta
 from ruleengine.acting.results import ActResult, JobRun
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Task, approval_webhook
+from ruleengine.rules.money import field_words, format_field_change
 from ruleengine.rules.template import message_text
 from ruleengine.store.approvals import ApprovalStore, approval_id
 from ruleengine.store.db import Document
@@ -116,7 +117,13 @@ async def announce(
         return
     if not await store.claim_announcement(doc["_id"], now=run.store_now()):
         return
-    text = message(doc, base_url=base_url)
+    account = run.facts.registered if run.facts else None
+    text = message(
+        doc,
+        base_url=base_url,
+        account_name=account.name if account else None,
+        currency=account.currency if account else None,
+    )
     try:
         await notifier.send(webhook, text, context={"approval": doc["_id"]})
     except NotifyError as exc:
@@ -125,12 +132,24 @@ async def announce(
         await store.note(doc["_id"], notified={"webhook": webhook, "at": run.store_now()})
 
 
-def message(doc: Document, *, base_url: str) -> str:
-    """The announcement of a proposal: what would change, until when, and where to decide."""
+def message(
+    doc: Document,
+    *,
+    base_url: str,
+    account_name: str | None = None,
+    currency: str | None = None,
+) -> str:
+    """The announcement of a proposal: what would change — money in the account's currency,
+    with the change in percent —, on which account, until when, and where to decide. Every
+    name is message text (:func:`~ruleengine.rules.template.message_text`)."""
     text = {k: message_text(doc.get(k)) for k in ("rule_name", "entity_name", "entity_id")}
-    change = " → ".join(message_text(doc.get(k)) for k in ("before", "after"))
+    field = doc.get("field")
+    change = format_field_change(field, doc.get("before"), doc.get("after"), currency)
+    account = str(doc.get("account") or "")
+    where = f"{account_name} ({account})" if account_name and account_name != account else account
+    on = f" on {message_text(where)}" if where else ""
     return (
-        f"{text['rule_name']}: {text['entity_name']} ({text['entity_id']})"
-        f" {message_text(doc['field'])} {change} waits for approval until"
+        f"{text['rule_name']}: {text['entity_name']} ({text['entity_id']}){on}:"
+        f" {message_text(field_words(field))} {message_text(change)} waits for approval until"
         f" {doc['expires_at']:%Y-%m-%d %H:%M} UTC: {base_url.rstrip('/')}/approvals/{doc['_id']}"
     )

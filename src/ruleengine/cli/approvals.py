@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from ruleengine.approvals.deciding import REQUEUE_AFTER, decide
 from ruleengine.cli.common import cli_actor, run_async, say, whole_number
 from ruleengine.cli.stack import StackUnreachable, open_database, open_queue, shown_url
+from ruleengine.rules.money import field_words, format_field_change
 from ruleengine.settings import Settings
 from ruleengine.store.approvals import STATUSES, ApprovalStore
+from ruleengine.store.credentials import AccountLabel, account_labels
 
 if TYPE_CHECKING:
     from arq.connections import ArqRedis
@@ -26,12 +28,20 @@ if TYPE_CHECKING:
 MAX_LIMIT = 100_000
 
 
-def _approval_line(doc: dict[str, Any]) -> str:
+def _approval_line(doc: dict[str, Any], accounts: dict[str, AccountLabel]) -> str:
+    """One approval: the change in the account's currency, with its percentage, and on which
+    account (by name)."""
     decided = f"  by {doc['decided_by']}" if doc.get("decided_by") else ""
+    account = str(doc.get("account") or "")
+    label = accounts.get(account)
+    field = doc.get("field")
+    change = format_field_change(
+        field, doc.get("before"), doc.get("after"), label.currency if label else None
+    )
+    on = f" on {label.name} ({account})" if label else f" on {account}" if account else ""
     return (
         f"{doc['_id']}  {doc['status']:<23} {doc.get('rule_name')} / {doc.get('task_id')}:"
-        f" {doc.get('entity_name')} ({doc.get('entity_id')}) {doc.get('field')}"
-        f" {doc.get('before')} → {doc.get('after')}"
+        f" {doc.get('entity_name')} ({doc.get('entity_id')}){on}: {field_words(field)} {change}"
         f"  expires {doc['expires_at']:%Y-%m-%d %H:%M} UTC{decided}{_retrying(doc)}"
     )
 
@@ -52,8 +62,9 @@ async def _approvals_list(args: argparse.Namespace, settings: Settings) -> int:
         store = ApprovalStore(db)
         await store.expire_due(now=await store.now())
         docs = await store.page(status=args.status, limit=args.limit, skip=0)
+        accounts = await account_labels(db, {str(d.get("account")) for d in docs})
     for doc in docs:
-        say(_approval_line(doc))
+        say(_approval_line(doc, accounts))
     if not docs:
         print(f"no {args.status or ''} approvals".replace("  ", " "))
     return 0
@@ -69,7 +80,8 @@ async def _approvals_decide(args: argparse.Namespace, settings: Settings) -> int
         decision = await decide(
             store, queue, args.id, status=status, by=args.by, now=await store.now()
         )
-    say(_approval_line(decision.doc))
+        accounts = await account_labels(db, [str(decision.doc.get("account"))])
+    say(_approval_line(decision.doc, accounts))
     if not decision.changed:
         print(f"error: not {status}: {decision.reason}", file=sys.stderr)
         return 1

@@ -346,6 +346,9 @@ async def _notify(
         action=key.action_type,
         before=doc.previous,
         after=doc.set_value,
+        field=doc.field,
+        account_name=run.facts.registered.name if run.facts else None,
+        currency=run.facts.registered.currency if run.facts else None,
     )
     message = render(template, context.values(now=run.now, tz=run.rule.zone()))
     assert doc.webhook is not None  # the model requires it for "notify"

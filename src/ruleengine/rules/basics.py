@@ -68,6 +68,7 @@ NOTIFY_PLACEHOLDERS = frozenset(
         "task",
         "level",
         "account",
+        "account_name",
         "entity_id",
         "entity_name",
         "action",

@@ -13,14 +13,20 @@ amount to the nearest minor unit (half up). Any number of decimals is accepted; 
 rounding happens here, once. :func:`migrate_definition` is the other direction, for
 moving a stored format-1 definition to format 2 (exact: a minor unit ÷ the offset).
 
-:func:`format_money` is how an amount in currency units is shown to a person (CLI tables,
-reports): the currency's symbol and its decimals — none for JPY and Meta's other
-zero-decimal currencies.
+Money shown to a person (screens, CLI tables, notifications) goes through one formatter:
+:func:`format_minor` (an amount as Meta stores it, ``12000`` → ``$120.00``, ``¥12,000``),
+:func:`format_change` (``$120.00 → $108.00 (−10 %)``) and, for any field of an entity,
+:func:`format_value` / :func:`format_field_change` (budgets and bids as money, the rest as
+text). The web screens' twin is ``RE.money`` in ``web/static/common.js``: the same text for
+the same input (a test feeds both the same generated amounts).
+:func:`format_money` (an amount in currency units, signed where asked) is
+:func:`format_amount` by its other name.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal, localcontext
@@ -60,6 +66,19 @@ def to_currency(minor: int, offset: int) -> int | float:
     return int(exact) if exact == exact.to_integral_value() else float(exact)
 
 
+#: The entity fields that hold money in minor units, as Meta stores them (the write path's
+#: integer fields, ``rules.targets.INTEGER_FIELDS``: a test keeps the two the same).
+MINOR_UNIT_FIELDS: Final = frozenset(
+    {
+        "daily_budget",
+        "lifetime_budget",
+        "bid_amount",
+        "daily_spend_cap",
+        "daily_min_spend_target",
+        "lifetime_spend_cap",
+        "lifetime_min_spend_target",
+    }
+)
 #: Symbols of common account currencies; any other is shown with its code after the amount.
 CURRENCY_SYMBOLS: Final = {
     "USD": "$",
@@ -74,24 +93,123 @@ CURRENCY_SYMBOLS: Final = {
     "MXN": "MX$",
     "KRW": "₩",
     "IDR": "Rp",
+    "CNY": "CN¥",
+    "HKD": "HK$",
+    "TWD": "NT$",
 }
+#: The minus of a percentage (U+2212, as typeset), and what shows no value.
+MINUS: Final = "\u2212"
+NO_VALUE: Final = "—"
+_WHOLE: Final = re.compile(r"-?[0-9]{1,18}")
 
 
-def format_money(amount: float, currency: str, *, signed: bool = False) -> str:
+def whole_minor(value: object) -> int | None:
+    """``value`` as whole minor units — an int, an integral float, or digits as Meta sends
+    them (``"27000"``) — else ``None`` (not an amount: shown as text)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and _WHOLE.fullmatch(value):
+        return int(value)
+    return None
+
+
+def format_amount(amount: Decimal | float, currency: str, *, signed: bool = False) -> str:
     """``amount`` currency units as a person reads them: ``$1,234.50``, ``¥1,235``,
-    ``-€3.10``, ``1,234.50 CHF`` (``signed``: ``+`` before a positive amount). Rounded half
-    up to the currency's decimals (none for zero-decimal currencies such as JPY)."""
+    ``-€3.10``, ``1,234.50 CHF`` (``signed``: ``+`` before a positive amount), rounded half
+    up to the currency's decimals (none for Meta's zero-decimal currencies such as JPY). A
+    float counts as the decimal its shortest text is (``1.005`` is 1.005, so ``$1.01``)."""
     code = currency.upper()
-    if not math.isfinite(amount):
+    if isinstance(amount, float) and not math.isfinite(amount):
         return f"{amount} {code}"
     places = Decimal(1) if currency_offset(code) == 1 else Decimal("0.01")
     with localcontext() as context:
-        context.prec = 400  # any finite float's digits, and its decimals
-        exact = Decimal(str(amount)).quantize(places, rounding=ROUND_HALF_UP)
+        context.prec = 400  # any float's digits, and its decimals
+        exact = Decimal(str(amount) if isinstance(amount, float) else amount).quantize(
+            places, rounding=ROUND_HALF_UP
+        )
     sign = "-" if exact < 0 else ("+" if signed and exact > 0 else "")
     digits = f"{exact.copy_abs():,f}"
     symbol = CURRENCY_SYMBOLS.get(code)
     return f"{sign}{symbol}{digits}" if symbol else f"{sign}{digits} {code}"
+
+
+#: The same formatter by the name the impact report calls it.
+format_money = format_amount
+
+
+def format_minor(minor: object, currency: str | None) -> str:
+    """An amount as Meta stores it (minor units) in ``currency``: ``12000`` → ``$120.00`` in
+    USD, ``¥12,000`` in JPY. Without a currency (an account no longer registered) the number
+    as stored; ``—`` for no value; anything not a whole amount as its text."""
+    if minor is None:
+        return NO_VALUE
+    whole = whole_minor(minor)
+    if whole is None:
+        return str(minor)
+    if not currency:
+        return str(whole)
+    return format_amount(Decimal(whole) / currency_offset(currency), currency)
+
+
+def percent_change(before: int, after: int) -> str:
+    """``after`` against ``before`` in percent, to a tenth, rounded half away from zero:
+    ``−10 %``, ``+7.5 %``, ``0 %``; ``<0.1 %`` with its sign for a change under a tenth.
+    Exact (integers only), so the screens' twin gives the same text."""
+    diff = after - before
+    tenths = (abs(diff) * 2000 + before) // (2 * before)
+    sign = "+" if diff > 0 else MINUS if diff < 0 else ""
+    if tenths == 0 and diff != 0:
+        return f"{sign}<0.1 %"
+    whole, tenth = divmod(tenths, 10)
+    return f"{sign}{whole:,}" + (f".{tenth}" if tenth else "") + " %"
+
+
+def format_change(before: object, after: object, currency: str | None) -> str:
+    """A change of an amount as a person reads it: ``$120.00 → $108.00 (−10 %)``; without
+    the percentage when either side is no whole amount or the amount before is not above 0."""
+    text = f"{format_minor(before, currency)} → {format_minor(after, currency)}"
+    low, high = whole_minor(before), whole_minor(after)
+    if low is None or high is None or low <= 0:
+        return text
+    return f"{text} ({percent_change(low, high)})"
+
+
+def format_value(field: str | None, value: object, currency: str | None) -> str:
+    """One value of an entity's ``field``: money for a budget or a bid, else its text."""
+    if field in MINOR_UNIT_FIELDS:
+        return format_minor(value, currency)
+    return NO_VALUE if value is None else str(value)
+
+
+#: What a field is called where people read it (the rest by their own name).
+FIELD_WORDS: Final = {
+    "daily_budget": "daily budget",
+    "lifetime_budget": "lifetime budget",
+    "bid_amount": "bid",
+    "daily_spend_cap": "daily spend cap",
+    "daily_min_spend_target": "daily minimum spend",
+    "lifetime_spend_cap": "lifetime spend cap",
+    "lifetime_min_spend_target": "lifetime minimum spend",
+}
+
+
+def field_words(field: str | None) -> str:
+    """``daily_budget`` → ``daily budget``: a field as people call it."""
+    return FIELD_WORDS.get(field or "", str(field))
+
+
+def format_field_change(
+    field: str | None, before: object, after: object, currency: str | None
+) -> str:
+    """``before → after`` of an entity's ``field``, money with its percentage for a budget
+    or a bid (:func:`format_change`), ``ACTIVE → PAUSED`` for the rest."""
+    if field in MINOR_UNIT_FIELDS:
+        return format_change(before, after, currency)
+    return f"{format_value(field, before, None)} → {format_value(field, after, None)}"
 
 
 def amount_scale(rule_format: int, offset: int) -> int:

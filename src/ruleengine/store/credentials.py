@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -227,10 +229,29 @@ class Account(BaseModel):
         return cls(id=doc["_id"], **fields)
 
 
+@dataclass(frozen=True)
+class AccountLabel:
+    """How an account is shown to a person: its name, and the currency of its money."""
+
+    name: str
+    currency: str
+
+
+async def account_labels(db: Database, ids: Iterable[str] | None = None) -> dict[str, AccountLabel]:
+    """Name and currency of the registered accounts among ``ids`` (all: ``None``), by id;
+    one query, reading neither tokens nor anything else."""
+    query: Document = {} if ids is None else {"_id": {"$in": sorted(set(ids))}}
+    return {
+        d["_id"]: AccountLabel(str(d.get("name") or d["_id"]), str(d.get("currency") or ""))
+        async for d in db[c.ACCOUNTS].find(query, {"name": 1, "currency": 1})
+    }
+
+
 class CredentialStore:
     """Register accounts, list them, and resolve token references."""
 
     def __init__(self, db: Database, key: bytes) -> None:
+        self._db = db
         self._accounts = db[c.ACCOUNTS]
         self._fernet = Fernet(key)
 
@@ -354,6 +375,11 @@ class CredentialStore:
         if doc is None:
             raise NotFoundError(f"ad account '{account_id}' is not registered")
         return Account.from_mongo(doc)
+
+    async def labels(self, ids: Iterable[str] | None = None) -> dict[str, AccountLabel]:
+        """Name and currency of the accounts ``ids`` (every account: ``None``) that are
+        registered: what a screen or a CLI table shows money and accounts with."""
+        return await account_labels(self._db, ids)
 
     async def ids(self) -> set[str]:
         """The ids of every registered account."""

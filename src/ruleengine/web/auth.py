@@ -32,7 +32,15 @@ from ruleengine.store.api_tokens import ROLES, ApiTokenStore, Role
 from ruleengine.web.jsonio import ApiError, error_response
 from ruleengine.web.state import services
 
-__all__ = ["ROLES", "ROUTE_ROLES", "Role", "actor", "auth_middleware", "require_role"]
+__all__ = [
+    "ROLES",
+    "ROUTE_ROLES",
+    "Role",
+    "actor",
+    "auth_middleware",
+    "require_role",
+    "role_of",
+]
 
 WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # Writes by method that change nothing: validation answers about a body, nothing more.
@@ -50,11 +58,15 @@ _ROLE_KEY: Final = web.RequestKey("ruleengine.role", str)
 #: cost enough to need a token always. Other reads need none (or viewer, when reads require
 #: a token).
 ROUTE_ROLES: Final[dict[tuple[str, str], Role]] = {
+    # who the token is (name and role): there is no anonymous answer to it
+    ("GET", "/api/whoami"): "viewer",
     # the O(n²) analysis of every stored rule, its findings (?live=1: editor, in the handler)
     ("GET", "/api/rules/conflicts"): "viewer",
     # a rule's impact: the history cache, and Graph for the hours it lacks
     ("GET", "/api/rules/{id}/impact"): "viewer",
     ("GET", "/api/benchmark/impact"): "viewer",
+    # an entity's spend per day for its timeline: the same cache, and Graph for what it lacks
+    ("GET", "/api/entities/{id}/insights"): "viewer",
     # an aggregation over a week of batches, in the MongoDB the workers share
     ("GET", "/api/benchmark/slow-rules"): "viewer",
     # analysis that changes nothing
@@ -180,6 +192,12 @@ async def check_token(request: web.Request, settings: Settings) -> None:
             headers=_INVALID,
         )
     _identified(request, found.name, found.role)
+
+
+def role_of(request: web.Request) -> Role | None:
+    """The role of the token a request was made with (``None``: no token identified it)."""
+    held = request.get(_ROLE_KEY)
+    return next((r for r in ROLES if r == held), None)
 
 
 def actor(request: web.Request) -> str:

@@ -31,6 +31,7 @@ from ruleengine.redact import REDACTOR
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import ConditionResult, TaskVerdict
 from ruleengine.rules.model import Task
+from ruleengine.rules.money import format_value
 from ruleengine.rules.plan import Plan
 from ruleengine.rules.template import message_text, render_template
 from ruleengine.settings import Settings
@@ -86,6 +87,10 @@ class MessageContext:
     before: Any = None
     after: Any = None
     conditions: str = ""
+    #: the field ``before`` and ``after`` are values of: a budget or a bid is shown as money
+    field: str | None = None
+    account_name: str | None = None
+    currency: str | None = None
 
     def values(self, *, now: datetime, tz: ZoneInfo) -> dict[str, Any]:
         """Placeholder values, including ``{date}`` and ``{time}`` in the rule's timezone.
@@ -103,13 +108,19 @@ class MessageContext:
             "entity_id": self.entity_id,
             "entity_name": self.entity_name,
             "action": self.action,
-            "before": "-" if self.before is None else self.before,
-            "after": "-" if self.after is None else self.after,
+            "account_name": self.account_name or self.account,
+            "before": "-" if self.before is None else self._shown(self.before),
+            "after": "-" if self.after is None else self._shown(self.after),
             "conditions": self.conditions,
             "date": local.date().isoformat(),
             "time": local.strftime("%H:%M"),
         }
         return {name: message_text(value) for name, value in values.items()}
+
+    def _shown(self, value: Any) -> str:
+        """A value of the field: money in the account's currency (``$120.00``) for a budget
+        or a bid — minor units are for the store and the wire only —, else as it is."""
+        return format_value(self.field, value, self.currency)
 
 
 def render(template: str, values: Mapping[str, Any]) -> str:
@@ -182,6 +193,8 @@ def task_message(
         entity_name=entity.name,
         action=task.action.type,
         conditions=describe_conditions(verdict.conditions) if verdict else "",
+        account_name=run.facts.registered.name if run.facts else None,
+        currency=run.facts.registered.currency if run.facts else None,
     )
     return render(template, context.values(now=run.now, tz=run.rule.zone()))
 

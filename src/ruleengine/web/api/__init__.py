@@ -18,6 +18,7 @@ from ruleengine.web.api import (
     approvals,
     conflicts,
     entities,
+    entity_insights,
     followups,
     holds,
     impact,
@@ -27,6 +28,7 @@ from ruleengine.web.api import (
     trends,
     undo,
     vocabulary,
+    whoami,
 )
 
 
@@ -35,7 +37,18 @@ def add_routes(app: web.Application) -> None:
     conflicts.add_routes(app)  # /api/rules/conflicts, before /api/rules/{id}
     vocabulary.add_routes(app)  # /api/rules/vocabulary, before /api/rules/{id}
     rules.add_routes(app)
-    for resource in (records, followups, undo, holds, approvals, entities, accounts, admin):
+    for resource in (
+        records,
+        followups,
+        undo,
+        holds,
+        approvals,
+        entities,
+        entity_insights,
+        accounts,
+        admin,
+        whoami,
+    ):
         resource.add_routes(app)
     imports.add_routes(app)
     trends.add_routes(app)

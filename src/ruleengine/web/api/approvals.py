@@ -16,6 +16,7 @@ from aiohttp import web
 from ruleengine.approvals.deciding import decide
 from ruleengine.store.approvals import STATUSES, ApprovalStore
 from ruleengine.store.db import Document
+from ruleengine.web.api.labels import with_accounts
 from ruleengine.web.auth import actor, require_role
 from ruleengine.web.jsonio import ApiError, choice_param, int_param, json_response
 from ruleengine.web.state import services, settings_of
@@ -63,7 +64,8 @@ def _store(request: web.Request) -> ApprovalStore:
 
 
 async def list_approvals(request: web.Request) -> web.Response:
-    """``GET /api/approvals?status=&limit=&offset=``, newest first."""
+    """``GET /api/approvals?status=&limit=&offset=``, newest first; each with its account's
+    name and currency (``account_name``, ``currency``)."""
     limit = int_param(request, "limit", default=50, low=1, high=MAX_PAGE)
     offset = int_param(request, "offset", default=0, low=0, high=10_000_000)
     status = choice_param(request, "status", STATUSES)
@@ -73,6 +75,7 @@ async def list_approvals(request: web.Request) -> web.Response:
     total = await store.count(status=status)
     base = settings_of(request).public_url
     items = [approval_item(d, base_url=base) for d in docs]
+    await with_accounts(request, items)
     return json_response({"items": items, "total": total, "limit": limit, "offset": offset})
 
 
@@ -82,7 +85,9 @@ async def get_approval(request: web.Request) -> web.Response:
     approval = request.match_info["id"]
     await store.expire(approval, now=await store.now())
     doc = await store.get(approval)
-    return json_response(approval_item(doc, base_url=settings_of(request).public_url))
+    item = approval_item(doc, base_url=settings_of(request).public_url)
+    await with_accounts(request, [item])
+    return json_response(item)
 
 
 async def _decide(request: web.Request, status: Literal["approved", "rejected"]) -> web.Response:
@@ -97,6 +102,7 @@ async def _decide(request: web.Request, status: Literal["approved", "rejected"])
         now=await store.now(),  # an approval's expiry is by MongoDB's clock
     )
     item = approval_item(decision.doc, base_url=settings_of(request).public_url)
+    await with_accounts(request, [item])
     if not decision.changed:
         verb = "approved" if status == "approved" else "rejected"
         raise ApiError(

@@ -32,6 +32,7 @@ from aiohttp import web
 
 from ruleengine.store.db import Document
 from ruleengine.store.intents import IntentStore
+from ruleengine.web.api.labels import with_accounts
 from ruleengine.web.jsonio import int_param, json_response
 from ruleengine.web.state import services
 
@@ -278,8 +279,9 @@ async def entity_timeline(request: web.Request) -> web.Response:
         listings=await svc.batches.listings(batch_ids),
         fences=await IntentStore(svc.db).fences_of(entity_id, acting) if acting else {},
     )
-    timeline = build_timeline(entity_id, records, since=since, order=order)
-    return json_response(timeline | {"days": days})
+    timeline = build_timeline(entity_id, records, since=since, order=order) | {"days": days}
+    await with_accounts(request, [timeline])  # its money in the account's currency
+    return json_response(timeline)
 
 
 def add_routes(app: web.Application) -> None:

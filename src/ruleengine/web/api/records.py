@@ -9,6 +9,7 @@ from aiohttp import web
 
 from ruleengine.store.db import Document
 from ruleengine.store.records import BatchStatus
+from ruleengine.web.api.labels import with_accounts
 from ruleengine.web.jsonio import choice_param, float_param, int_param, json_response
 from ruleengine.web.slowrules import slow_rules
 from ruleengine.web.state import services
@@ -37,7 +38,8 @@ def execution_row(doc: Document) -> dict[str, Any]:
 
 
 async def list_batches(request: web.Request) -> web.Response:
-    """``GET /api/batches?rule_id=&account=&status=&limit=&offset=``, newest first."""
+    """``GET /api/batches?rule_id=&account=&status=&limit=&offset=``, newest first; each
+    with its account's name and currency (``account_name``, ``currency``)."""
     limit = int_param(request, "limit", default=50, low=1, high=MAX_PAGE)
     offset = int_param(request, "offset", default=0, low=0, high=10_000_000)
     filters = {
@@ -46,9 +48,11 @@ async def list_batches(request: web.Request) -> web.Response:
         "status": choice_param(request, "status", BATCH_STATUSES),
     }
     page = await services(request).batches.page(filters=filters, limit=limit, skip=offset)
+    items = [batch_row(d) for d in page.items]
+    await with_accounts(request, items)
     return json_response(
         {
-            "items": [batch_row(d) for d in page.items],
+            "items": items,
             "total": page.total,
             "limit": limit,
             "offset": offset,
@@ -57,10 +61,10 @@ async def list_batches(request: web.Request) -> web.Response:
 
 
 async def get_batch(request: web.Request) -> web.Response:
-    """``GET /api/batches/{batch_id}``."""
-    return json_response(
-        batch_row(await services(request).batches.get(request.match_info["batch_id"]))
-    )
+    """``GET /api/batches/{batch_id}``, with its account's name and currency."""
+    row = batch_row(await services(request).batches.get(request.match_info["batch_id"]))
+    await with_accounts(request, [row])
+    return json_response(row)
 
 
 async def batch_executions(request: web.Request) -> web.Response:

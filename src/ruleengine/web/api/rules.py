@@ -23,6 +23,7 @@ from ruleengine.errors import FieldError
 from ruleengine.rules.model import Rule
 from ruleengine.rules.schedule import describe
 from ruleengine.store.ruledocs import Loaded, RuleDoc, RuleIssue, StoredRuleError, VersionDoc
+from ruleengine.web.api.labels import with_accounts
 from ruleengine.web.api.rule_input import validated_rule
 from ruleengine.web.auth import actor
 from ruleengine.web.jsonio import (
@@ -308,7 +309,9 @@ async def _preview(request: web.Request, rule: Rule, *, rule_id: str, version: i
         except PreviewTooBig as exc:
             error = FieldError("ad_accounts", str(exc))
             raise invalid("too many entities to preview", [error]) from None
-        return preview.as_dict() | {
+        answer = preview.as_dict()
+        await with_accounts(request, answer["records"])
+        return answer | {
             "rule_id": rule_id,
             "rule_version": version,
             "draft": version == 0,

@@ -29,6 +29,7 @@ from ruleengine.undo.plan import (
     undo_batch_id,
     undone_executions,
 )
+from ruleengine.web.api.labels import with_accounts
 from ruleengine.web.api.records import batch_row, execution_row
 from ruleengine.web.auth import actor, require_role
 from ruleengine.web.jsonio import invalid, json_response, read_json
@@ -90,7 +91,9 @@ async def undo_batch(request: web.Request) -> web.Response:
             pause_copies=ask.pause_copies,
             undone=await undone_executions(svc.executions, batch, other_than=undo_id),
         )
-        return json_response(plan.as_json() | {"dry_run": True})
+        answer = plan.as_json() | {"dry_run": True}
+        await with_accounts(request, [answer])  # the plan's money, in the account's currency
+        return json_response(answer)
     if (done := await done_undo(request, undo_id)) is not None:
         return json_response(done)
     payload = {

@@ -8,7 +8,7 @@
 "use strict";
 
 (() => {
-  const { api, el, badge, failed, flash, timeCell } = RE;
+  const { api, el, badge, failed, say, timeCell } = RE;
   const $ = (id) => document.getElementById(id);
 
   /* What a user does about each way Meta refuses a token. */
@@ -87,13 +87,13 @@
       rulesCell(account.rules),
       batchCell(account.last_batch),
       el("td", { class: "actions" },
-        el("button", { type: "button", class: "small secondary", dataset: { action: "rotate" },
+        el("button", { type: "button", class: "small secondary", dataset: { action: "rotate", needs: "PUT /api/accounts/{id}/token" },
           onclick: () => toggleRotate(row, account) }, "Rotate token"),
-        el("button", { type: "button", class: "small secondary", dataset: { action: "refresh" },
+        el("button", { type: "button", class: "small secondary", dataset: { action: "refresh", needs: "POST /api/accounts/{id}/refresh" },
           title: "read the currency and timezone from Meta again, with the stored token",
-          onclick: () => refresh(account) }, "Re-read from Meta"),
-        el("button", { type: "button", class: "small ghost", dataset: { action: "remove" },
-          onclick: () => remove(account) }, "Remove")));
+          onclick: (event) => refresh(account, event.currentTarget) }, "Re-read from Meta"),
+        el("button", { type: "button", class: "small ghost", dataset: { action: "remove", needs: "DELETE /api/accounts/{id}" },
+          onclick: (event) => remove(account, event.currentTarget) }, "Remove")));
     return row;
   }
 
@@ -105,45 +105,55 @@
     }
     const input = el("input", { type: "password", autocomplete: "new-password", spellcheck: "false",
       id: "rotate-" + account.id, placeholder: "the new token, pasted once" });
+    const submit = el("button", { type: "submit", class: "small", dataset: { needs: "PUT /api/accounts/{id}/token" } }, "Replace token");
     const form = el("form", { class: "rotate-form", autocomplete: "off" },
-      el("label", { for: input.id }, "New access token for " + account.id), input,
-      el("button", { type: "submit", class: "small" }, "Replace token"));
+      el("label", { for: input.id }, "New access token for " + account.id), input, submit);
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       const token = input.value;
       input.value = "";
       try {
         const updated = await api("PUT", `/api/accounts/${encodeURIComponent(account.id)}/token`, { token });
-        flash(`token of ${updated.id} replaced (fingerprint ${updated.token_fingerprint})`);
-        load();
+        await load();
+        say(rowButton(updated.id, "rotate"), `token replaced (fingerprint ${updated.token_fingerprint})`, "ok");
       } catch (err) {
-        failed(err, "could not replace the token");
+        failed(err, "could not replace the token", submit);
       }
     });
     row.after(el("tr", { class: "detail-row" }, el("td", { colspan: 7 }, form)));
     input.focus();
   }
 
-  async function refresh(account) {
+  /* A row's button, found again after the table was drawn anew (the message goes beside it). */
+  function rowButton(accountId, action) {
+    const row = [...document.querySelectorAll("#accounts-table tr[data-account-id]")].find((r) => r.dataset.accountId === accountId);
+    return row ? row.querySelector(`button[data-action="${action}"]`) : null;
+  }
+
+  async function refresh(account, button) {
+    let message, kind = "ok";
     try {
       const updated = await api("POST", `/api/accounts/${encodeURIComponent(account.id)}/refresh`);
       const changed = updated.changed.length ? updated.changed.join(", ") : "unchanged";
-      flash(`${updated.id}: ${changed} (Meta's)` +
-        (updated.currency !== account.currency ? `; its rules' amounts are now read in ${updated.currency}: check them` : ""));
+      message = `${changed} (Meta's)` +
+        (updated.currency !== account.currency ? `; its rules' amounts are now read in ${updated.currency}: check them` : "");
     } catch (err) {
-      failed(err, "could not re-read " + account.id + " from Meta");
+      message = "could not re-read from Meta: " + err.message;
+      kind = "error";
     }
-    load();
+    await load();
+    say(rowButton(account.id, "refresh") || button, message, kind);
   }
 
-  async function remove(account) {
+  async function remove(account, button) {
     if (!window.confirm(`Remove ${account.id} and forget its token?`)) return;
     try {
       await api("DELETE", "/api/accounts/" + encodeURIComponent(account.id));
-      flash(`${account.id} removed`);
+      say($("account-register"), `${account.id} removed`, "ok");
       offerSandbox();
     } catch (err) {
-      failed(err, "could not remove " + account.id);  // a 409's message names the active rules
+      failed(err, "could not remove " + account.id, button);  // a 409's message names the active rules
+      return;
     }
     load();
   }
@@ -170,13 +180,13 @@
       const added = await api("POST", "/api/accounts", body);
       showErrors([]);
       $("account-form").reset();
-      flash(`${added.id} registered in ${added.currency}, ${added.timezone} (token fingerprint ${added.token_fingerprint})` +
-        (added.unchecked ? "; not checked with Meta, which could not be asked" : ""));
+      say($("account-register"), `${added.id} registered in ${added.currency}, ${added.timezone} (token fingerprint ${added.token_fingerprint})` +
+        (added.unchecked ? "; not checked with Meta, which could not be asked" : ""), "ok");
       load();
       offerSandbox();
     } catch (err) {
       showErrors((err.body && err.body.errors) || []);
-      failed(err, "could not register the account");
+      failed(err, "could not register the account", $("account-register"));
     }
   }
 

@@ -7,14 +7,19 @@
 "use strict";
 
 (() => {
-  const { api, el, badge, failed, flash, fmtTime, fmtRelative, fmtValue } = RE;
+  const { api, el, badge, failed, say, fmtTime, fmtRelative, fieldChange, fieldValue, fieldName, accountText } = RE;
   const $ = (id) => document.getElementById(id);
   const focusId = document.body.dataset.ruleId || "";
   const REFRESH_MS = 15000;
 
+  /* "daily budget $120.00 → $108.00 (−10 %)", in the account's currency. */
   function change(item) {
-    return el("td", { class: "change" }, el("code", {}, item.field || ""), " ",
-      fmtValue(item.before), " → ", el("strong", {}, fmtValue(item.after)));
+    return el("td", { class: "change" }, el("span", { class: "field" }, fieldName(item.field || "")), " ",
+      el("strong", {}, fieldChange(item.field, item.before, item.after, item.currency)));
+  }
+
+  function changeWords(item) {
+    return `${fieldName(item.field)} ${fieldChange(item.field, item.before, item.after, item.currency)}`;
   }
 
   function ruleCell(item) {
@@ -24,26 +29,27 @@
 
   function entityCell(item) {
     return el("td", {}, el("a", { href: "/entities/" + encodeURIComponent(item.entity.id) }, item.entity.name || item.entity.id),
-      el("code", { class: "muted" }, " " + item.entity.id));
+      el("code", { class: "muted" }, " " + item.entity.id),
+      el("div", { class: "muted account" }, accountText(item.account_name, item.account)));
   }
 
   function pendingRow(item) {
-    const what = `${item.entity.name || item.entity.id}: ${item.field} ${fmtValue(item.before)} → ${fmtValue(item.after)}`;
+    const what = `${item.entity.name || item.entity.id}: ${changeWords(item)}`;
     const row = el("tr", { dataset: { approvalId: item.id }, class: item.id === focusId ? "focused" : "" },
       ruleCell(item), entityCell(item), change(item),
       el("td", { title: item.created_at }, fmtRelative(item.created_at)),
       el("td", { title: item.expires_at }, fmtTime(item.expires_at), el("span", { class: "muted ago" }, fmtRelative(item.expires_at))),
       el("td", { class: "actions" },
-        el("button", { type: "button", class: "small", dataset: { action: "approve" }, "aria-label": "Approve " + what,
-          onclick: () => decide(item, "approve") }, "Approve"),
-        el("button", { type: "button", class: "small ghost", dataset: { action: "reject" }, "aria-label": "Reject " + what,
-          onclick: () => decide(item, "reject") }, "Reject")));
+        el("button", { type: "button", class: "small", dataset: { action: "approve", needs: "POST /api/approvals/{id}/approve" },
+          "aria-label": "Approve " + what, onclick: (event) => decide(item, "approve", event.currentTarget) }, "Approve"),
+        el("button", { type: "button", class: "small ghost", dataset: { action: "reject", needs: "POST /api/approvals/{id}/reject" },
+          "aria-label": "Reject " + what, onclick: (event) => decide(item, "reject", event.currentTarget) }, "Reject")));
     return row;
   }
 
   function decidedRow(item) {
     const found = item.status === "changed_by_someone_else" && item.live !== null && item.live !== undefined
-      ? el("div", { class: "muted" }, "live value " + fmtValue(item.live)) : null;
+      ? el("div", { class: "muted" }, "live value " + fieldValue(item.field, item.live, item.currency)) : null;
     // an approved change whose write met a transient failure: tried again until it lands or expires
     const retrying = item.status === "approved" && item.last_error
       ? el("div", { class: "muted" }, `attempt ${item.attempts}: ${item.last_error.reason}, tried again ${fmtRelative(item.retry_at)}`)
@@ -55,17 +61,20 @@
       el("td", { title: item.decided_at || "" }, fmtTime(item.decided_at || item.created_at)));
   }
 
-  async function decide(item, verb) {
+  /* The decision's outcome is said where the row goes: beside its row in the Decided table. */
+  async function decide(item, verb, button) {
     try {
-      const done = await api("POST", `/api/approvals/${encodeURIComponent(item.id)}/${verb}`);
-      flash(verb === "approve"
-        ? `approved: ${item.entity.name || item.entity.id} ${item.field} → ${fmtValue(item.after)} is written by a worker`
-        : `rejected: ${item.entity.name || item.entity.id} stays at ${fmtValue(item.before)}`);
-      if (done.status) load();
+      await api("POST", `/api/approvals/${encodeURIComponent(item.id)}/${verb}`);
     } catch (err) {
-      failed(err, `could not ${verb} ${item.id}`);
-      load();
+      failed(err, `could not ${verb}`, button);
+      return;
     }
+    await load();
+    const row = [...document.querySelectorAll("#decided-table tr[data-approval-id]")].find((r) => r.dataset.approvalId === item.id);
+    const anchor = row ? row.querySelector(".badge") : $("decided-title");
+    say(anchor, verb === "approve"
+      ? `${changeWords(item)} is written by a worker`
+      : `${item.entity.name || item.entity.id} stays at ${fieldValue(item.field, item.before, item.currency)}`, "ok");
   }
 
   async function load() {

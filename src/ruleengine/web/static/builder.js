@@ -235,6 +235,8 @@
       const number = Number(input.value);
       if (Number.isFinite(number)) commit(keys, o.integer ? Math.trunc(number) : number, false);
     });
+    // left half typed: validate what the document holds now
+    input.addEventListener("blur", () => document.dispatchEvent(new CustomEvent("ruleeditor:complete")));
     return mark(input, keys);
   }
 
@@ -282,6 +284,36 @@
 
   // ---------------------------------------------------------------- metric picker (combobox)
 
+  /* How well a metric matches the typed words: 0 its name is the words, 1 its name or label
+   * starts with them, 2 they are in its name or label, 3 only in its description; null: not
+   * every word is in it. "results" lists Results before "Amount spent" (whose text says
+   * "÷ results"). */
+  function matchScore(metric, words, keepAll) {
+    if (!words.length) return 0;
+    const name = metric.name.toLowerCase();
+    const label = metric.label.toLowerCase();
+    const hay = `${name} ${label} ${metric.description.toLowerCase()}`;
+    if (!words.every((w) => hay.includes(w))) return keepAll ? 4 : null;
+    const typed = words.join(" ");
+    if (name === typed || label === typed) return 0;
+    if (name.startsWith(words[0]) || label.startsWith(words[0])) return 1;
+    if (words.every((w) => name.includes(w) || label.includes(w))) return 2;
+    return 3;
+  }
+
+  /* The catalogue's groups holding a match, best matches first (groups by their best);
+   * `keepAll`: every metric, the matches first (a name picked lists everything again). */
+  function rankedGroups(words, filter, keepAll) {
+    const ranked = [];
+    B.vocab.metrics.forEach((group, order) => {
+      const items = group.metrics.map((m, i) => ({ m, i, score: !filter || filter(m) ? matchScore(m, words, keepAll) : null }))
+        .filter((x) => x.score !== null)
+        .sort((a, b) => a.score - b.score || a.i - b.i);
+      if (items.length) ranked.push({ group: group.group, order, best: items[0].score, metrics: items.map((x) => x.m) });
+    });
+    return ranked.sort((a, b) => a.best - b.best || a.order - b.order);
+  }
+
   /* An input with a grouped, searchable list of the catalogue's metrics (ARIA combobox). The
      input's text is the metric name: any name can be typed; picking fills it in. */
   function metricPicker(keys, opts) {
@@ -307,21 +339,14 @@
         : input.value ? "not in the catalogue: the server checks the name when the rule is validated" : "";
     };
 
-    const matches = (metric, words) => {
-      const hay = `${metric.name} ${metric.label} ${metric.description}`.toLowerCase();
-      return words.every((w) => hay.includes(w));
-    };
-
     const draw = () => {
       const words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
       const exact = metricInfo(input.value);
-      const useWords = exact && !exact.pattern ? [] : words;  // a picked name lists everything again
       options = [];
       const groups = [];
-      for (const group of B.vocab.metrics) {
-        if (o.filter && !group.metrics.some(o.filter)) continue;
-        const items = group.metrics.filter((m) => (!o.filter || o.filter(m)) && matches(m, useWords));
-        if (!items.length) continue;
+      // a picked (whole) name lists everything again, itself first
+      for (const group of rankedGroups(words, o.filter, !!(exact && !exact.pattern))) {
+        const items = group.metrics;
         const gid = `${id}-g${groups.length}`;
         groups.push(el("div", { role: "group", "aria-labelledby": gid },
           el("div", { class: "combo-group", id: gid, role: "presentation" }, group.group),
@@ -381,7 +406,11 @@
 
     input.addEventListener("input", () => { open(); describe(); });
     input.addEventListener("focus", () => describe());
-    input.addEventListener("blur", () => { close(); if (o.onBlur) o.onBlur(); });
+    input.addEventListener("blur", () => {
+      close();
+      if (o.onBlur) o.onBlur();
+      document.dispatchEvent(new CustomEvent("ruleeditor:complete"));  // validate what was typed
+    });
     input.addEventListener("keydown", (event) => {
       const isOpen = input.getAttribute("aria-expanded") === "true";
       if (event.key === "ArrowDown" || event.key === "ArrowUp") {
@@ -811,8 +840,36 @@
         field("At most (times per entity)", numberInput([...tk, "execution_count_limit"], { integer: true, min: 1, step: 1 }),
           { help: "empty: no limit" }),
         checkbox([...tk, "on_oscillation"], "Hold the field when rules fight over it", { on: "hold" }),
-        checkbox([...tk, "respect_learning_phase"], "Leave ad sets in their learning phase alone")),
+        // only ad sets have a learning phase; shown elsewhere only to take a stray one off
+        B.model.level === "adset" || task.respect_learning_phase
+          ? checkbox([...tk, "respect_learning_phase"], "Leave ad sets in their learning phase alone",
+            B.model.level === "adset" ? {} : { help: "only ad sets have a learning phase: this rule acts on " + B.model.level + "s" })
+          : null),
+      holdoutRow(tk, task),
       (B.model.tasks || []).length > 1 ? button("Remove task", () => commit(tk, undefined, true), { "aria-label": `Remove task ${n + 1}` }) : null);
+  }
+
+  /* The task's holdout: the share of matched entities left unchanged, to measure its effect
+   * against (docs/impact.md); empty: none. The salt of the draw is kept as it is. */
+  function holdoutRow(tk, task) {
+    const hk = [...tk, "holdout"];
+    const holdout = task.holdout && typeof task.holdout === "object" ? task.holdout : null;
+    const prop = schemaDef("Holdout").properties.percent;
+    const input = el("input", { type: "number", class: "num", min: prop.minimum, max: prop.maximum, step: "any", inputmode: "decimal" });
+    input.value = holdout && typeof holdout.percent === "number" ? String(holdout.percent) : "";
+    input.addEventListener("input", () => {
+      const now = getAt(hk);
+      if (input.value === "") {
+        commit(hk, undefined, false);
+        return;
+      }
+      const percent = Number(input.value);
+      if (Number.isFinite(percent)) commit(hk, Object.assign({}, now && typeof now === "object" ? now : {}, { percent }), false);
+    });
+    mark(input, [...hk, "percent"]);
+    return el("div", { class: "row", dataset: { path: pathOf(hk) } },
+      field("Hold out (% of matched entities)", input, { suffix: "%",
+        help: `left unchanged, chosen at random, to measure what the task earns against them (${prop.minimum}–${prop.maximum} %; empty: none)` }));
   }
 
   function tasksSection() {
@@ -922,6 +979,17 @@
   }
 
   // ---------------------------------------------------------------- start
+
+  /* Whether a number is half typed in the form ("-", "1e": the browser cannot read it yet,
+   * and the document has no value there). The live validation waits for it to be complete. */
+  function typing() {
+    const active = document.activeElement;
+    const form = $("builder-form");
+    if (!active || !form || !form.contains(active) || active.tagName !== "INPUT") return false;
+    return !!(active.validity && active.validity.badInput);
+  }
+
+  window.RuleBuilder = { typing };
 
   async function load() {
     try {

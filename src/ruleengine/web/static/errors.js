@@ -2,7 +2,7 @@
 "use strict";
 
 (() => {
-  const { api, el, badge, failed, flash, timeCell, fmtTime, pretty, pager } = RE;
+  const { api, el, badge, failed, say, timeCell, fmtTime, pretty, pager } = RE;
   const $ = (id) => document.getElementById(id);
   const LIMIT = 25;
   const state = { offset: 0 };
@@ -38,8 +38,8 @@
       el("td", { class: "actions" },
         el("button", { type: "button", class: "small ghost", onclick: () => toggleSamples(row, group) }, `Samples (${group.samples.length})`),
         ACTIONS.filter(([status]) => status !== group.status).map(([status, label]) =>
-          el("button", { type: "button", class: "small secondary", dataset: { action: status },
-            onclick: (event) => { event.stopPropagation(); setStatus(row, group, status); } }, label))),
+          el("button", { type: "button", class: "small secondary", dataset: { action: status, needs: "PATCH /api/errors/{id}" },
+            onclick: (event) => { event.stopPropagation(); setStatus(row, group, status, event.currentTarget); } }, label))),
     ];
   }
 
@@ -59,14 +59,14 @@
     return row;
   }
 
-  async function setStatus(row, group, status) {
+  async function setStatus(row, group, status, button) {
     try {
       const updated = await api("PATCH", "/api/errors/" + encodeURIComponent(group.id), { status });
       row.replaceChildren(...groupCells(updated, row));
       row.dataset.status = updated.status;
-      flash(`error group ${updated.status}`);
+      say(row.querySelector(".group-status .badge"), `now ${updated.status}`, "ok");
     } catch (err) {
-      failed(err, "could not change the status");
+      failed(err, "could not change the status", button);
     }
   }
 
@@ -85,17 +85,18 @@
       el("td", {}, (h.rules || []).join(", ")),
       el("td", { class: "num" }, (h.changes || []).length),
       timeCell(h.placed_at),
-      el("td", { class: "actions" }, el("button", { type: "button", class: "small secondary", dataset: { action: "clear-hold" },
-        onclick: () => clearHold(h) }, "Clear hold")))));
+      el("td", { class: "actions" }, el("button", { type: "button", class: "small secondary", dataset: { action: "clear-hold", needs: "DELETE /api/holds/{id}" },
+        onclick: (event) => clearHold(h, event.currentTarget) }, "Clear hold")))));
     $("holds-empty").classList.toggle("hidden", page.items.length > 0);
   }
 
-  async function clearHold(hold) {
+  async function clearHold(hold, button) {
     try {
       await api("DELETE", "/api/holds/" + encodeURIComponent(hold.id));
-      flash(`hold on ${hold.field} of ${hold.entity.id} cleared`);
+      say($("holds-table"), `hold on ${hold.field} of ${hold.entity.id} cleared`, "ok");
     } catch (err) {
-      failed(err, "could not clear the hold");
+      failed(err, "could not clear the hold", button);
+      return;
     }
     loadHolds();
   }

@@ -97,8 +97,8 @@
     const parts = [
       el("h5", {}, part.currency),
       el("p", { class: "impact-counts" },
-        `${counts.acted_complete} acted and ${counts.held_out_complete} held-out entities with the window over` +
-        (counts.outside_history ? ` (${counts.outside_history} outside the hours read)` : "") + "."),
+        `Measured so far: ${counts.acted_complete} changed and ${counts.held_out_complete} held-out entities whose window since the decision has passed` +
+        (counts.outside_history ? ` (${counts.outside_history} more reach outside the hours read)` : "") + "."),
       el("p", { class: part.enough_data ? "impact-note" : "impact-note muted", role: "note" }, part.note),
     ];
     const profit = part.effects.profit;
@@ -130,7 +130,7 @@
     const share = task.holdout_percent ? `holdout ${task.holdout_percent} %` : "no holdout";
     const head = el("h4", {}, "Task ", el("code", {}, task.task_id), " ", el("span", { class: "muted" }, share));
     const countLine = el("p", { class: "impact-counts" },
-      `${counts.acted} acted and ${counts.held_out} held-out decisions on ${counts.acted_entities} and ${counts.held_out_entities} entities.`);
+      `${counts.acted} decision(s) changed ${counts.acted_entities} entities; ${counts.held_out} left ${counts.held_out_entities} unchanged to compare with (held out).`);
     const parts = [head, countLine];
     const more = caveats(counts);
     if (more) parts.push(el("p", { class: "impact-caveats muted" }, more));

@@ -8,11 +8,13 @@
 "use strict";
 
 (() => {
-  const { api, el, badge, failed, timeCell, fmtSeconds, fmtTime, pager } = RE;
+  const { api, el, badge, failed, timeCell, fmtSeconds, fmtTime, pager, accountText, fieldChange, fieldValue, fieldName, words } = RE;
   const $ = (id) => document.getElementById(id);
   const LIMIT = 25;
   const REFRESH_MS = 3000;
-  const state = { offset: 0, total: 0, rules: new Map() };
+  const state = { offset: 0, total: 0, rules: new Map(), unitOf: () => null };
+  const LEVELS = { campaign: "campaigns", adset: "ad sets", ad: "ads" };
+  const UNDO_ROUTE = "POST /api/batches/{batch_id}/undo";
 
   function filters() {
     const params = new URLSearchParams({ limit: LIMIT, offset: state.offset });
@@ -103,7 +105,8 @@
     return [
       timeCell(batch.started_at),
       el("td", {}, batch.rule_name || state.rules.get(batch.rule_id) || batch.rule_id, el("span", { class: "muted" }, " v" + batch.rule_version)),
-      el("td", {}, batch.account),
+      el("td", { class: "level" }, LEVELS[batch.level] || batch.level || "—"),
+      el("td", { class: "account" }, accountText(batch.account_name, batch.account)),
       progressCell(batch),
       el("td", { class: "num" }, batch.evaluated_count ?? "—"),
       el("td", { class: "num" }, batch.affected_count ?? "—"),
@@ -126,7 +129,7 @@
       return;
     }
     row.classList.add("expanded");
-    const cell = el("td", { colspan: 8 }, el("span", { class: "muted" }, "loading…"));
+    const cell = el("td", { colspan: 9 }, el("span", { class: "muted" }, "loading…"));
     row.after(el("tr", { class: "detail-row", dataset: { batchId: row.dataset.batchId } }, cell));
     try {
       const batchId = row.dataset.batchId;
@@ -137,8 +140,9 @@
         api("GET", path + "/executions?limit=" + PAGE),
       ]);
       const live = acted.items.some((r) => r.followup && r.followup.key) ? await liveFollowups(batchId) : new Map();
-      cell.replaceChildren(undoBlock(batch, acted.items), executionsTable(data.items, live),
-        moreButton(path, data, live));
+      const more = moreButton(path, data, live, batch.currency);
+      // replaceChildren would print a null as the text "null"
+      cell.replaceChildren(...[undoBlock(batch, acted.items), executionsTable(data.items, live, batch.currency), more].filter(Boolean));
     } catch (err) {
       cell.replaceChildren(el("span", { class: "error-line" }, err.message));
     }
@@ -158,7 +162,7 @@
   const PAGE = 200;
 
   /* "Show more" under a page of a batch's evaluations, while the batch has more. */
-  function moreButton(path, data, live) {
+  function moreButton(path, data, live, currency) {
     const shown = data.offset + data.items.length;
     if (shown >= data.total) return null;
     const button = el("button", { type: "button", class: "more-executions" },
@@ -167,10 +171,12 @@
       button.disabled = true;
       try {
         const next = await api("GET", `${path}/executions?limit=${PAGE}&offset=${shown}`);
-        const table = executionsTable(next.items, live);
+        const table = executionsTable(next.items, live, currency);
         const body = button.parentElement.querySelector("table.executions tbody");
         if (body && table.tBodies && table.tBodies[0]) body.append(...table.tBodies[0].children);
-        button.replaceWith(moreButton(path, next, live) || "");
+        const again = moreButton(path, next, live, currency);
+        if (again) button.replaceWith(again);
+        else button.remove();
       } catch (err) {
         button.replaceWith(el("span", { class: "error-line" }, err.message));
       }
@@ -178,7 +184,7 @@
     return button;
   }
 
-  function executionsTable(items, live) {
+  function executionsTable(items, live, currency) {
     if (!items.length) return el("p", { class: "muted" }, "No execution records (yet) for this batch.");
     const runs = new Map();  // follow-up key → its execution records in this batch
     for (const r of items.filter((r) => r.kind === "followup")) {
@@ -186,12 +192,12 @@
     }
     const rows = [];
     for (const r of items.filter((r) => r.kind !== "followup")) {
-      rows.push(executionRow(r));
+      rows.push(executionRow(r, currency));
       if (!r.followup) continue;
-      rows.push(followupRow(r, live, runs.get(r.followup.key) || []));
+      rows.push(followupRow(r, live, runs.get(r.followup.key) || [], currency));
       runs.delete(r.followup.key);
     }
-    for (const orphans of runs.values()) rows.push(...orphans.map(followupRecordRow));
+    for (const orphans of runs.values()) rows.push(...orphans.map((run) => followupRecordRow(run, currency)));
     return el("table", { class: "grid compact executions" },
       el("thead", {}, el("tr", {}, ["Entity", "Task", "Conditions", "Before → after", "Outcome", "Reason", "Next allowed"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows));
@@ -208,23 +214,23 @@
     return el("div", { class: "oscillation", title: "rules " + o.rules.join(", ") + " — see Errors" }, text);
   }
 
-  function executionRow(r) {
+  function executionRow(r, currency) {
     return el("tr", { class: "outcome-" + r.outcome, dataset: { entityId: r.entity_id } },
       entityCell(r),
       el("td", {}, r.task_id, el("div", { class: "muted" }, "match " + r.match)),
-      el("td", {}, RE.conditionList(r.conditions)),
-      el("td", {}, RE.changeText(r), r.clamped_by && r.clamped_by.length ? el("div", { class: "muted" }, "clamped by " + r.clamped_by.join(", ")) : null),
-      el("td", {}, badge(r.outcome)),
-      el("td", {}, r.reason || "", r.error ? el("div", { class: "error-line" }, r.error.message || JSON.stringify(r.error)) : null,
+      el("td", {}, RE.conditionList(r.conditions, { unitOf: state.unitOf, currency })),
+      el("td", { class: "change" }, RE.changeText(r, currency), r.clamped_by && r.clamped_by.length ? el("div", { class: "muted" }, "clamped by " + r.clamped_by.join(", ")) : null),
+      el("td", {}, RE.outcomeBadge(r.outcome)),
+      el("td", { title: r.reason || "" }, words(r.reason), r.error ? el("div", { class: "error-line" }, r.error.message || JSON.stringify(r.error)) : null,
         r.oscillation ? oscillationMark(r.oscillation) : null),
       el("td", { title: r.next_execute_at || "" }, r.next_execute_at ? fmtTime(r.next_execute_at) : "—"));
   }
 
   /* Under an execution: what its `then` will do and when, where it stands now, and how it ran. */
-  function followupRow(record, live, runs) {
+  function followupRow(record, live, runs, currency) {
     const snapshot = record.followup;
     const body = snapshot.key
-      ? [followupPlan(snapshot, live), ...runs.map(runLine)]
+      ? [followupPlan(snapshot, live), ...runs.map((run) => runLine(run, currency))]
       : [el("div", { class: "error-line" }, "the follow-up could not be stored: " + (snapshot.error || "unknown error"))];
     return el("tr", { class: "followup-row", dataset: { followupKey: snapshot.key || "", entityId: record.entity_id } },
       el("td", { class: "muted followup-arrow" }, "↳ follow-up"),
@@ -253,26 +259,26 @@
   }
 
   /* "then: activate — done, ran 25 min late · status: PAUSED → ACTIVE" or "… — skipped: changed_by_someone_else". */
-  function runText(run) {
+  function runText(run, currency) {
     const what = String((run.action && run.action.type) || "then").replace(/^then:/, "then: ");
     const result = { applied: "done", no_change: "done (nothing to change)" }[run.outcome]
-      || run.outcome + (run.reason ? ": " + run.reason : "");
+      || words(run.outcome) + (run.reason ? ": " + words(run.reason) : "");
     const parts = [what + " — " + result, lateText(run.late_s)].filter(Boolean);
-    const change = RE.changeText(run);
+    const change = RE.changeText(run, currency);
     return [parts.join(", "), change !== "—" ? el("span", { class: "muted" }, " · " + change) : null,
       run.error ? el("div", { class: "error-line" }, run.error.message || JSON.stringify(run.error)) : null];
   }
 
-  function runLine(run) {
-    return el("div", { class: "followup-run outcome-" + run.outcome }, runText(run));
+  function runLine(run, currency) {
+    return el("div", { class: "followup-run outcome-" + run.outcome }, runText(run, currency));
   }
 
   /* A follow-up's execution record whose original execution is not in this batch's list. */
-  function followupRecordRow(run) {
+  function followupRecordRow(run, currency) {
     return el("tr", { class: "followup-record outcome-" + run.outcome, dataset: { entityId: run.entity_id, followupKey: run.followup_key } },
       entityCell(run),
       el("td", {}, run.task_id, el("div", { class: "muted" }, "follow-up")),
-      el("td", { colspan: 5 }, runLine(run)));
+      el("td", { colspan: 5 }, runLine(run, currency)));
   }
 
   /* Every undo of a batch (older rows name only the first). */
@@ -299,7 +305,7 @@
     if (applied && !batch.undoes && (!undosOf(batch).length || left.length)) {
       const rest = left.length ? left : null;
       const button = el("button", { type: "button", class: "undo-open", "aria-expanded": "false",
-        onclick: () => openPlan(batch, items, block, button, false, rest) }, rest ? "Undo what is left…" : "Undo…");
+        dataset: { needs: UNDO_ROUTE }, onclick: () => openPlan(batch, items, block, button, false, rest) }, rest ? "Undo what is left…" : "Undo…");
       block.append(button);
     }
     return block;
@@ -322,7 +328,8 @@
       return;
     }
     const close = () => { panel.remove(); button.setAttribute("aria-expanded", "false"); button.focus(); };
-    const confirm = el("button", { type: "button", class: "undo-confirm", disabled: plan.will_revert === 0 && !plan.followups.some((f) => f.will_cancel) },
+    const confirm = el("button", { type: "button", class: "undo-confirm", dataset: { needs: UNDO_ROUTE },
+      disabled: plan.will_revert === 0 && !plan.followups.some((f) => f.will_cancel) },
       `Confirm undo (${plan.will_revert} to set back)`);
     const cancel = el("button", { type: "button", class: "undo-cancel secondary", onclick: close }, "Cancel");
     confirm.addEventListener("click", async () => {
@@ -339,6 +346,8 @@
     });
     const children = [
       el("h2", { class: "undo-title" }, `Undo batch ${batch.batch_id}?`),
+      el("p", { class: "muted undo-account" }, "Ad account " + accountText(plan.account_name, plan.account) +
+        (plan.currency ? ", amounts in " + plan.currency : "")),
       el("p", {}, `${plan.will_revert} change(s) will be set back; ${plan.skipped} will not.`),
       planTable(plan),
     ];
@@ -369,18 +378,15 @@
   function planTable(plan) {
     const rows = plan.changes.map((c) => el("tr", { class: c.will_revert ? "will-revert" : "will-skip" },
       el("td", {}, c.entity_name || c.entity_id, el("div", { class: "muted" }, c.entity_id)),
-      el("td", {}, c.field ?? "—"),
-      el("td", {}, fmtValue(c.after), " → ", fmtValue(c.before)),
-      el("td", {}, typeof c.live === "object" && c.live !== null ? "—" : fmtValue(c.live)),
-      el("td", {}, c.will_revert ? "set back" : `skipped: ${WHY[c.reason] || c.reason}`)));
+      el("td", {}, c.field ? fieldName(c.field) : "—"),
+      el("td", { class: "change" }, fieldChange(c.field, c.before, c.after, plan.currency)),
+      el("td", {}, typeof c.live === "object" && c.live !== null ? "—" : fieldValue(c.field, c.live, plan.currency)),
+      el("td", {}, c.will_revert ? "set back to " + fieldValue(c.field, c.before, plan.currency)
+        : `skipped: ${WHY[c.reason] || words(c.reason)}`)));
     return el("table", { class: "grid compact undo-changes" },
       el("caption", {}, "What the undo will do, from the values Meta holds now"),
-      el("thead", {}, el("tr", {}, ["Entity", "Field", "Batch wrote → back to", "Live now", "Undo"].map((h) => el("th", { scope: "col" }, h)))),
+      el("thead", {}, el("tr", {}, ["Entity", "Field", "The batch changed", "Live now", "Undo"].map((h) => el("th", { scope: "col" }, h)))),
       el("tbody", {}, rows));
-  }
-
-  function fmtValue(value) {
-    return value === null || value === undefined ? "—" : String(value);
   }
 
   /* What a finished undo did: how many set back, and how many it could not. */
@@ -433,6 +439,7 @@
     }
     $("prev-page").addEventListener("click", () => { state.offset = Math.max(0, state.offset - LIMIT); loadBatches(); });
     $("next-page").addEventListener("click", () => { state.offset += LIMIT; loadBatches(); });
+    state.unitOf = await RE.metricUnits();
     await loadFilters();
     await loadBatches();
     setInterval(refreshRunning, REFRESH_MS);

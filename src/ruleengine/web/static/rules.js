@@ -4,9 +4,10 @@
 "use strict";
 
 (() => {
-  const { api, el, badge, flash, failed, fmtTime, fmtAgo, timeCell, debounce } = RE;
+  const { api, el, badge, say, failed, fmtTime, fmtNextRun, zonedTimeCell, debounce } = RE;
   const $ = (id) => document.getElementById(id);
   const state = { current: null, isNew: false, seq: 0, conflicts: {} };
+  const VALIDATE_AFTER_MS = 800;  // a pause in typing, not a keystroke
 
   const NEW_RULE = {
     name: "New rule",
@@ -104,8 +105,8 @@
         conflictBadge(rule), issueLine(rule)),
       el("td", {}, badge(rule.status)),
       el("td", {}, rule.schedule || "—", el("span", { class: "muted" }, rule.timezone ? " · " + rule.timezone : "")),
-      next ? timeCell(next) : el("td", { class: "muted" }, idle),
-      timeCell(rule.last_execute_at),
+      next ? zonedTimeCell(next, rule.timezone, fmtNextRun) : el("td", { class: "muted" }, idle),
+      zonedTimeCell(rule.last_execute_at, rule.timezone),
       el("td", { class: "fires-cell", dataset: { ruleId: rule.id } }),
       el("td", { class: "num" }, rule.version === null ? "—" : "v" + rule.version));
   }
@@ -150,7 +151,7 @@
     $("detail-issue").textContent = issue ? "This rule cannot run: " + rule.issue.message +
       ". Save a corrected definition, roll back to a good version, or activate it once the cause is fixed." : "";
     $("detail-version").textContent = state.isNew ? "not saved yet"
-      : `version ${rule.version} of ${rule.latest_version} · ${rule.schedule || "schedule unknown"} · next run ${rule.status === "ACTIVE" ? fmtAgo(rule.next_execute_at) || "—" : rule.status === "PAUSED" ? "— (paused)" : "— (held)"}`
+      : `version ${rule.version} of ${rule.latest_version} · ${rule.schedule || "schedule unknown"} (${rule.definition.timezone || "UTC"}) · next run ${rule.status === "ACTIVE" ? fmtNextRun(rule.next_execute_at) || "—" : rule.status === "PAUSED" ? "— (paused)" : "— (held)"}`
         + (rule.updated_by ? ` · last changed by ${rule.updated_by}` : "");
     $("pause-rule").classList.toggle("hidden", state.isNew || rule.status !== "ACTIVE");
     $("activate-rule").classList.toggle("hidden", state.isNew || rule.status === "ACTIVE");
@@ -287,23 +288,30 @@
       showErrors([parsed.error]);
       return;
     }
+    const button = $("save-rule");
+    say(button, "saving…");
     try {
-      let rule;
+      let rule, done;
       if (state.isNew) {
         rule = await api("POST", "/api/rules", parsed.value);
-        flash(`created “${rule.name}” (version 1)`);
+        done = `created “${rule.name}” (version 1)`;
       } else {
         const id = encodeURIComponent(state.current.id);
         rule = await api("PUT", "/api/rules/" + id, parsed.value, { "If-Match": String(state.current.version) });
-        flash(rule.new_version ? `saved as version ${rule.version}` : "no change: the definition is identical, no new version");
+        done = rule.new_version ? `saved as version ${rule.version}` : "no change: the definition is identical, no new version";
       }
       await loadRules();
       await selectRule(rule.id);
+      say(button, done, "ok");
       renderConflicts(rule.warnings || [], "found when saving, against the active rules");
     } catch (err) {
-      if (err.status === 422) showErrors(err.body.errors || []);
+      if (err.status === 422) {
+        showErrors(err.body.errors || []);
+        say(button, `not saved: ${(err.body.errors || []).length || "some"} problem(s), listed at their fields`, "error");
+        return;
+      }
       if (err.status === 409 && err.body.conflicts) renderConflicts(err.body.conflicts, "not saved");
-      failed(err, "not saved");
+      failed(err, "not saved", button);
     }
   }
 
@@ -344,36 +352,38 @@
       return;
     }
     const query = state.isNew ? "" : "&rule_id=" + encodeURIComponent(state.current.id);
-    $("check-conflicts").disabled = true;
+    const button = $("check-conflicts");
+    button.disabled = true;
+    say(button, "checking…");
     try {
-      let result, when = "this definition against the active rules, with live entities";
-      try {
-        result = await api("POST", "/api/rules/conflicts?live=1" + query, parsed.value);
-      } catch (err) {
-        if (err.status !== 403) throw err;
-        // live entities are listed at Meta: an editor's; a viewer still gets the findings
-        result = await api("POST", "/api/rules/conflicts?" + query.slice(1), parsed.value);
-        when = "this definition against the active rules (live entities need the editor role)";
-      }
+      // live entities are listed at Meta, which an editor may ask; a viewer gets the findings
+      const live = RE.hasRole("editor");
+      const result = await api("POST", "/api/rules/conflicts?" + (live ? "live=1" + query : query.slice(1)), parsed.value);
+      const when = live ? "this definition against the active rules, with live entities"
+        : "this definition against the active rules (live entities need the editor role)";
       renderConflicts(result.findings, when);
+      say(button, `${result.findings.length} finding(s), listed below`, "ok");
     } catch (err) {
       if (err.status === 422) showErrors(err.body.errors || []);
-      failed(err, "conflict check failed");
+      failed(err, "conflict check failed", button);
     } finally {
-      $("check-conflicts").disabled = false;
+      button.disabled = false;
+      RE.applyRoles(button);
     }
   }
 
   async function setStatus(action) {
+    // the note goes beside Save: Pause and Activate swap places once it is done
+    const anchor = $("save-rule");
     try {
       const rule = await api("POST", `/api/rules/${encodeURIComponent(state.current.id)}/${action}`);
-      flash(action === "pause" ? "rule paused" : "rule activated");
       await loadRules();
       await selectRule(state.current.id);
+      say(anchor, action === "pause" ? "rule paused" : "rule activated", "ok");
       if (rule.warnings && rule.warnings.length) renderConflicts(rule.warnings, "found when activating");
     } catch (err) {
       if (err.status === 409 && err.body && err.body.conflicts) renderConflicts(err.body.conflicts, "not activated");
-      failed(err, action + " failed");
+      failed(err, action + " failed", anchor);
     }
   }
 
@@ -391,7 +401,7 @@
       el("td", { title: v.created_at }, fmtTime(v.created_at)),
       el("td", {}, v.author, el("span", { class: "muted" }, " · " + v.source)),
       el("td", { title: v.checksum }, el("code", {}, v.checksum.slice(0, 10))),
-      el("td", {}, v.active ? "" : el("button", { type: "button", class: "small secondary", dataset: { version: v.version },
+      el("td", {}, v.active ? "" : el("button", { type: "button", class: "small secondary", dataset: { version: v.version, needs: "POST /api/rules/{id}/rollback" },
         onclick: () => rollback(v.version) }, "Roll back")))));
   }
 
@@ -399,13 +409,13 @@
     try {
       const rule = await api("POST", `/api/rules/${encodeURIComponent(state.current.id)}/rollback`,
         { version, expected_version: state.current.version });
-      flash(`rolled back: version ${rule.version} is active`);
       await loadRules();
       await selectRule(rule.id);
+      say($("versions-table"), `rolled back: version ${rule.version} is active`, "ok");
       if (rule.warnings && rule.warnings.length) renderConflicts(rule.warnings, "found when rolling back");
     } catch (err) {
       if (err.status === 409 && err.body && err.body.conflicts) renderConflicts(err.body.conflicts, "not rolled back");
-      failed(err, "rollback failed");
+      failed(err, "rollback failed", $("versions-table"));
     }
   }
 
@@ -419,21 +429,34 @@
     }
     const stored = state.current && JSON.stringify(state.current.definition) === JSON.stringify(parsed.value);
     const path = state.isNew ? "/api/rules/preview" : `/api/rules/${encodeURIComponent(state.current.id)}/preview`;
-    $("preview-rule").disabled = true;
+    const button = $("preview-rule");
+    button.disabled = true;
+    say(button, "running the preview…");
     $("preview-meta").textContent = "running…";
     $("preview-block").classList.remove("hidden");
     try {
-      renderPreview(await api("POST", path, stored ? undefined : parsed.value));
+      const [result, unitOf] = await Promise.all([api("POST", path, stored ? undefined : parsed.value), RE.metricUnits()]);
+      renderPreview(result, unitOf);
+      say(button, `${result.summary.would_apply} would apply: see the Preview below`, "ok");
     } catch (err) {
       $("preview-meta").textContent = "";
       if (err.status === 422) showErrors(err.body.errors || []);
-      failed(err, "preview failed");
+      failed(err, "preview failed", button);
     } finally {
-      $("preview-rule").disabled = false;
+      button.disabled = false;
+      RE.applyRoles(button);
     }
   }
 
-  function renderPreview(result) {
+  /* The order a preview lists its rows in: what would change first, then what holds it back. */
+  const PREVIEW_ORDER = ["would_apply", "awaiting_approval", "held_out", "failed", "skipped", "no_change", "not_matched"];
+
+  function previewRank(record) {
+    const rank = PREVIEW_ORDER.indexOf(record.outcome);
+    return rank < 0 ? PREVIEW_ORDER.length : rank;
+  }
+
+  function renderPreview(result, unitOf) {
     const s = result.summary;
     $("preview-meta").textContent = `${result.draft ? "unsaved draft" : "version " + result.rule_version} · ` +
       `${s.evaluated} evaluated, ${s.matched} matched, ${s.would_apply} would apply` +
@@ -441,13 +464,16 @@
       `${result.graph.counted_calls} Graph calls · nothing was written`;
     $("preview-errors").replaceChildren(...Object.entries(result.errors).map(([account, message]) =>
       el("li", { class: "error-line" }, el("code", {}, account), " " + message)));
-    $("preview-table").tBodies[0].replaceChildren(...result.records.map((r) => el("tr", { class: "outcome-" + r.outcome },
-      el("td", {}, el("div", {}, r.entity_name || r.entity_id), el("div", { class: "muted" }, r.entity_id + " · " + r.account)),
+    const records = result.records.map((r, i) => [r, i])
+      .sort(([a, i], [b, j]) => previewRank(a) - previewRank(b) || i - j).map(([r]) => r);
+    $("preview-table").tBodies[0].replaceChildren(...records.map((r) => el("tr", { class: "outcome-" + r.outcome, dataset: { outcome: r.outcome } },
+      el("td", {}, el("div", {}, r.entity_name || r.entity_id),
+        el("div", { class: "muted" }, r.entity_id + " · " + RE.accountText(r.account_name, r.account))),
       el("td", {}, r.task_id),
-      el("td", {}, RE.conditionList(r.conditions)),
-      el("td", {}, RE.changeText(r)),
-      el("td", {}, badge(r.outcome)),
-      el("td", {}, r.reason || ""))));
+      el("td", {}, RE.conditionList(r.conditions, { unitOf, currency: r.currency })),
+      el("td", { class: "change" }, RE.changeText(r, r.currency)),
+      el("td", {}, RE.outcomeBadge(r.outcome)),
+      el("td", { title: r.reason || "" }, RE.words(r.reason)))));
   }
 
   // ---------------------------------------------------------------- for the Backtest panel
@@ -465,7 +491,11 @@
     $("check-conflicts").addEventListener("click", checkConflicts);
     $("pause-rule").addEventListener("click", () => setStatus("pause"));
     $("activate-rule").addEventListener("click", () => setStatus("activate"));
-    $("rule-editor").addEventListener("input", debounce(validateNow, 350));
+    // live validation after a pause in typing (not per keystroke), and not while a value is
+    // half typed in the form (a metric name being searched for): it asks again once complete
+    const later = debounce(() => { if (!window.RuleBuilder || !window.RuleBuilder.typing()) validateNow(); }, VALIDATE_AFTER_MS);
+    $("rule-editor").addEventListener("input", later);
+    document.addEventListener("ruleeditor:complete", later);
     await loadRules();
     const wanted = document.body.dataset.ruleId;
     if (wanted) await selectRule(wanted);
