@@ -38,8 +38,29 @@ def cmd_rules_schema(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_rules_validate(args: argparse.Namespace, settings: Settings) -> int:
-    """Validate rule files offline; exit 1 when any has a problem."""
-    valid = validate_files(args.files, sys.stdout, explain_in=args.currency)
+    """Validate rule files offline (with ``--registered``, against the registered accounts
+    and the configured webhooks, as ``rules apply`` does); exit 1 when any has a problem."""
+    if args.registered:
+        return run_async(_rules_validate_registered)(args, settings)
+    return _validated(args, accounts=None, webhooks=None)
+
+
+async def _rules_validate_registered(args: argparse.Namespace, settings: Settings) -> int:
+    async with open_database(
+        settings,
+        needed_for="the registered accounts",
+        instead="validate offline, without --registered",
+    ) as db:
+        accounts = await credentials(db, settings).currencies()
+    return _validated(args, accounts=accounts, webhooks=set(settings.webhooks))
+
+
+def _validated(
+    args: argparse.Namespace, *, accounts: dict[str, str] | None, webhooks: set[str] | None
+) -> int:
+    valid = validate_files(
+        args.files, sys.stdout, accounts=accounts, webhooks=webhooks, explain_in=args.currency
+    )
     for path, rule in valid:
         say(f"{path}: ok ({rule.name}, {len(rule.tasks)} task(s))")
     return 0 if len(valid) == len(args.files) else 1
@@ -47,7 +68,7 @@ def cmd_rules_validate(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
     async with open_database(settings) as db:
-        accounts = await credentials(db, settings).ids()
+        accounts = await credentials(db, settings).currencies()
         webhooks = set(settings.webhooks)
         valid = validate_files(args.files, sys.stdout, accounts=accounts, webhooks=webhooks)
         if len(valid) != len(args.files):
@@ -162,13 +183,22 @@ def add_commands(sub: Any) -> None:
     schema.set_defaults(handler=cmd_rules_schema)
     validate = rules.add_parser(
         "validate",
-        help="check rule files offline",
+        help="check rule files offline (or against the registered accounts)",
         description="Exit 0 when every file is a valid rule; otherwise print each problem as"
-        " 'FILE: path: message' and exit 1.",
+        " 'FILE: path: message' and exit 1. Offline by default; --registered also checks what"
+        " 'rules apply' and the API check: the ad accounts are registered, the webhooks"
+        " configured, and every amount says what it means on each account — per currency"
+        ' ({"USD": 20, "JPY": 3000}) where the accounts differ in currency.',
     )
     validate.add_argument("files", nargs="+", type=Path, metavar="FILE")
     validate.add_argument(
         "--currency", default="USD", help="explain an old-format file's amounts in this currency"
+    )
+    validate.add_argument(
+        "--registered",
+        action="store_true",
+        help="check against the registered ad accounts (their currencies) and the configured"
+        " webhooks; needs the database",
     )
     validate.set_defaults(handler=cmd_rules_validate)
     _add_migrate(rules)
