@@ -233,9 +233,7 @@ def test_the_table_gives_each_currency_its_own_column_never_a_sum() -> None:
             for n, delta in enumerate(moved)
         ],
     }
-    text = backtest_table(
-        result, tasks=["a"], currencies={"act_1001": "USD", "act_1004": "JPY"}
-    )
+    text = backtest_table(result, tasks=["a"], currencies={"act_1001": "USD", "act_1004": "JPY"})
     lines = text.splitlines()
     header = lines[3]
     assert "budget moved (JPY)" in header and "budget moved (USD)" in header
