@@ -9,7 +9,6 @@ The sandbox's demo accounts: act_1001 in USD (cents), act_1004 in JPY (whole yen
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +24,7 @@ from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.worker.preview import open_preview, preview_rule
 from support import SANDBOX_NOW
+from test_backtest import deps  # noqa: F401  (a fixture)
 
 DOLLARS_AND_YEN = ["act_1001", "act_1004"]
 #: ``cost_per_result > 20`` as meant: $20 a result, and ¥3,000 (not ¥20, about 13 cents).
@@ -154,16 +154,9 @@ async def test_a_rule_without_the_accounts_currency_runs_nothing_there(
 # ---------------------------------------------------------------- the backtest
 
 
-@pytest.fixture
-async def deps(
-    settings: Settings, db: Database, accounts: list[str]
-) -> AsyncIterator[BacktestDeps]:
-    async with BacktestDeps.open(settings, db) as opened:
-        yield opened
-
-
 async def test_a_backtest_over_dollars_and_yen_keeps_each_currency_apart(
-    deps: BacktestDeps, sandbox: SandboxAdmin
+    deps: BacktestDeps,  # noqa: F811
+    sandbox: SandboxAdmin,
 ) -> None:
     action = {"type": "increase_budget", "percent": 10, "max_budget": {"USD": 260, "JPY": 36000}}
     condition = {"metric": "spend", "period": "today", "operator": ">"}

@@ -10,16 +10,15 @@ The registered demo accounts: act_1001 USD, act_1002 EUR, act_1004 JPY.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
 from web_helpers import AUTH, Client, rule_body
 
-from flow import process_env
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from test_cli import run
 
 THREE = ["act_1001", "act_1002", "act_1004"]
 ASK = (
@@ -98,17 +97,9 @@ async def test_the_cli_refuses_what_the_api_refuses(
 ) -> None:
     bare = tmp_path / "bare.json"
     bare.write_bytes(orjson.dumps(three_currencies()))
-    env = process_env(settings)
 
     def ruleengine(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "ruleengine", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        return run(*args, settings=settings)
 
     offline = ruleengine("rules", "validate", str(bare))  # the currencies are not known there
     assert offline.returncode == 0, offline.stdout + offline.stderr
