@@ -27,7 +27,9 @@ from ruleengine.rules.basics import MAX_BUDGET
 from ruleengine.rules.validation import PathError
 
 T = TypeVar("T")
-#: An ISO 4217 code as Meta's ad accounts carry it (``currency``): three capital letters.
+#: An ISO 4217 code as Meta's ad accounts carry it (``currency``, "ISO 4217 Currency Code" in
+#: https://developers.facebook.com/docs/marketing-api/reference/ad-account/), registered upper
+#: case: three capital letters.
 CURRENCY_CODE: Final = re.compile(r"[A-Z]{3}")
 #: The largest amount in currency units a bid or a ``scale_to_target`` /
 #: ``rebalance_budget`` bound may name: 10^10 is far above any real bid or budget (ten
