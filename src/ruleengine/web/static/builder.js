@@ -750,7 +750,7 @@
       } else {
         delete now.compare_to;
         const back = B.stash.get(pathOf(keys) + ":value");
-        now.value = typeof back === "number" ? back : 0;
+        now.value = typeof back === "number" || (back && typeof back === "object") ? back : 0;  // a number, [low, high] or per currency
       }
       commit(keys, now, true);
     };
