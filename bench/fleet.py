@@ -84,6 +84,7 @@ from ruleengine.devstack.embedded import Child, ProcessGroup, free_port
 from ruleengine.queue import connect_queue
 from ruleengine.rules.model import parse_rule
 from ruleengine.settings import Settings
+from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleStore
 
@@ -649,12 +650,13 @@ class FleetRun:
         now = datetime.now(UTC)
         await register_accounts(settings, db, accounts, now=now)
         store = RuleStore(db)
+        registered = await CredentialStore(db, load_key(settings)).currencies()
         started = time.perf_counter()
         saved = []
         for data in fleet_rules(
             accounts, self.shape.rules_per_account, every_minutes=self.shape.every_minutes
         ):
-            rule = parse_rule(data, accounts=set(accounts), webhooks={WEBHOOK})
+            rule = parse_rule(data, accounts=registered, webhooks={WEBHOOK})
             doc = (await store.save(rule, now=now, author="fleet", source="bench")).rule
             saved.append((doc.id, int(data["schedule"]["every_minutes"])))
         say(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -169,9 +170,19 @@ def test_help_explains_the_token_input() -> None:
 # ---------------------------------------------------------------- rule formats
 
 
+def example_in_usd() -> dict[str, Any]:
+    """Example 02 with its amounts per currency as the dollar ones (what a one-currency rule
+    of format 2 writes)."""
+    data: dict[str, Any] = orjson.loads(EXAMPLES[1].read_bytes())
+    data["tasks"][0]["action"]["max_budget"] = 500
+    data["tasks"][1]["conditions"][0]["value"] = 450
+    data["tasks"][1]["action"]["amount"] = 300
+    return data
+
+
 def old_format_file(tmp_path: Path) -> Path:
     """Example 02 as it was written before formats: budgets in cents, no "format"."""
-    data = orjson.loads(EXAMPLES[1].read_bytes())
+    data = example_in_usd()
     del data["format"]
     data["tasks"][0]["action"]["max_budget"] = 50000
     data["tasks"][1]["action"]["amount"] = 30000
@@ -196,10 +207,10 @@ def test_migrate_prints_or_writes_format_2(tmp_path: Path) -> None:
     path = old_format_file(tmp_path)
     printed = run("rules", "migrate", "--currency", "USD", str(path))
     assert printed.returncode == 0, printed.stderr
-    assert orjson.loads(printed.stdout) == orjson.loads(EXAMPLES[1].read_bytes())
+    assert orjson.loads(printed.stdout) == example_in_usd()
     written = run("rules", "migrate", "--currency", "USD", "--write", str(path))
     assert (written.returncode, written.stdout) == (0, f"{path}: format 2\n")
-    assert orjson.loads(path.read_bytes()) == orjson.loads(EXAMPLES[1].read_bytes())
+    assert orjson.loads(path.read_bytes()) == example_in_usd()
     assert run("rules", "validate", str(path)).returncode == 0
 
 

@@ -184,7 +184,8 @@ def test_help_explains_the_options_and_gives_an_example(
 
 
 def test_the_table_shows_money_in_each_currency_and_tasks_in_rule_order() -> None:
-    day = {"fires": 3, "by_task": {"b": 2, "a": 1}, "budget_delta": 1500, "budget_total": 9000}
+    day = {"fires": 3, "by_task": {"b": 2, "a": 1}}
+    day |= {"budget_delta": {"JPY": 1500}, "budget_total": {"JPY": 9000}}
     result: dict[str, Any] = {
         "rule": {"name": "Yen", "level": "adset"},
         "accounts": ["act_1004"],
@@ -197,7 +198,7 @@ def test_the_table_shows_money_in_each_currency_and_tasks_in_rule_order() -> Non
         "cache_hits": 12,
         "per_day": [
             day | {"date": "2026-11-30", "paused": 0, "activated": 1},
-            day | {"date": "2026-12-01", "budget_delta": -250.5, "paused": 2, "activated": 0},
+            day | {"date": "2026-12-01", "budget_delta": {"JPY": -250.5}, "paused": 2},
         ],
         "entities": [{}, {}],
         "as_seen": {
@@ -207,6 +208,7 @@ def test_the_table_shows_money_in_each_currency_and_tasks_in_rule_order() -> Non
         "differs_as_seen": [{"only_in": "as_seen"}, {"only_in": "matured"}, {"only_in": "as_seen"}],
         "caveats": ["changes made by people are not known"],
     }
+    result["per_day"][1]["activated"] = 0
     text = backtest_table(result, tasks=["a", "b"], currencies={"act_1004": "JPY"})
     lines = text.splitlines()
     header = lines[3]
@@ -218,12 +220,26 @@ def test_the_table_shows_money_in_each_currency_and_tasks_in_rule_order() -> Non
     assert "  act_1004: as-seen numbers (40 observations; 40 records)" in lines
     assert any("3 fire(s) differ between the views: 2 only with as-seen" in x for x in lines)
     assert "  - changes made by people are not known" in lines
-    mixed = backtest_table(
-        result | {"accounts": ["act_1001", "act_1004"]},
-        tasks=["a", "b"],
-        currencies={"act_1001": "USD", "act_1004": "JPY"},
-    )
-    assert "budget moved (mixed: JPY, USD)" in mixed
+
+
+def test_the_table_gives_each_currency_its_own_column_never_a_sum() -> None:
+    moved = [{"JPY": 1500, "USD": 12.5}, {"JPY": -250, "USD": 0}]
+    result: dict[str, Any] = {
+        "rule": {"name": "Both", "level": "adset"},
+        "accounts": ["act_1001", "act_1004"],
+        "per_day": [
+            {"date": f"2026-12-0{n + 1}", "fires": 1, "by_task": {"a": 1}, "budget_delta": delta}
+            | {"paused": 0, "activated": 0}
+            for n, delta in enumerate(moved)
+        ],
+    }
+    text = backtest_table(result, tasks=["a"], currencies={"act_1001": "USD", "act_1004": "JPY"})
+    lines = text.splitlines()
+    header = lines[3]
+    assert "budget moved (JPY)" in header and "budget moved (USD)" in header
+    assert "mixed" not in text
+    assert lines[4].split() == ["2026-12-01", "1", "1", "+1,500", "+12.50", "0", "0"]
+    assert lines[6].split() == ["total", "2", "2", "+1,250", "+12.50", "0", "0"]
 
 
 class Terminal(io.StringIO):

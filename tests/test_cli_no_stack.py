@@ -88,6 +88,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("files")
     old = orjson.loads(EXAMPLES[1].read_bytes())
     old.pop("format", None)
+    old["tasks"][0]["action"]["max_budget"] = 50000  # format 1: one number, in cents
+    old["tasks"][1]["conditions"][0]["value"] = 450
+    old["tasks"][1]["action"]["amount"] = 30000
     (folder / "old.json").write_bytes(orjson.dumps(old))
     (folder / "broken.json").write_text("{")
     return {"old": str(folder / "old.json"), "broken": str(folder / "broken.json")}

@@ -89,7 +89,7 @@ def test_every_rule_of_the_mix_is_valid_and_each_account_gets_its_own() -> None:
     rules = fleet_rules(["act_2001", "act_2002"], len(MIX) + 1)
     assert len(rules) == 2 * (len(MIX) + 1)
     for data in rules:
-        parse_rule(data, accounts={"act_2001", "act_2002"}, webhooks={"fleet"})
+        parse_rule(data, accounts={"act_2001": "USD", "act_2002": "USD"}, webhooks={"fleet"})
         assert len(data["ad_accounts"]) == 1
     assert len({r["name"] for r in rules}) == len(rules)
     own = {r["schedule"]["every_minutes"] for r in rules}

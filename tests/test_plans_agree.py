@@ -140,6 +140,7 @@ def replay_plan(rule: Rule, live: dict[str, Any], verdict: TaskVerdict, known: A
     account = AccountHistory(
         account="act_1001",
         tz=ZoneInfo("UTC"),
+        currency=known.registered.currency,
         currency_offset=known.currency_offset,
         min_daily_budget=asyncio.run(known.min_daily_budget()),
         items={"1": live},

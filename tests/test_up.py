@@ -196,6 +196,7 @@ def _the_cli_writes_into_the_stack(tmp_path: Path, env: dict[str, str], url: str
     """``accounts add`` (reading the stack's sandbox) and ``rules apply`` with the stack's
     environment land in its database."""
     rule = orjson.loads(EXAMPLE.read_bytes()) | {"name": "Moved", "ad_accounts": ["act_1004"]}
+    rule["tasks"][0]["conditions"][1]["value"] = 7500  # yen: a one-currency rule's bare amount
     (tmp_path / "moved.json").write_bytes(orjson.dumps(rule))
     cli = [sys.executable, "-m", "ruleengine"]
     commands = (

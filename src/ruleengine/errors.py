@@ -107,6 +107,25 @@ class ListingExpired(RuleEngineError):
     reason = "listing_expired"
 
 
+class NoAmountForCurrency(RuleEngineError):
+    """A rule gives an amount per currency but none in the currency of an ad account it runs
+    on (the account was registered with another currency after the rule was saved): nothing
+    of the rule runs there, since no amount says what it means in that currency.
+
+    A batch that meets it is ``FAILED`` with ``reason`` ``no_amount_for_currency``.
+    """
+
+    reason = "no_amount_for_currency"
+
+    def __init__(self, path: str, currency: str) -> None:
+        self.path = path
+        self.currency = currency
+        super().__init__(
+            f"{path} gives no amount in {currency}, the ad account's currency: add"
+            f' "{currency}" to it (in that currency\'s units) and save the rule again'
+        )
+
+
 @dataclass(frozen=True)
 class ErrorReport:
     """One failure for the error log: where, what, and the exact (redacted) exchange.

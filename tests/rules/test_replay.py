@@ -159,7 +159,7 @@ def account(rule: Rule, raw: RawHistory, budgets: list[int]) -> AccountHistory:
         for condition in task.conditions:
             pairs.append((condition.period, condition.spec))
     needs = history_plan(pairs, today=FIRST + timedelta(days=10)).needs
-    return AccountHistory("act_1", TZ, 100, 1000, items, raw, needs)
+    return AccountHistory("act_1", TZ, "USD", 100, 1000, items, raw, needs)
 
 
 def plain_replay(replay: Replay) -> list[Fire]:

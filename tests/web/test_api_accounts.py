@@ -67,9 +67,9 @@ async def test_an_account_is_registered_rotated_refused_removal_while_used_then_
     assert fresh["currency_state"] is None
 
     # A rule on it, and a batch: the listing names both.
-    status, rule = await call(
-        "POST", "/api/rules", json=rule_body("Uses 1004", ad_accounts=["act_1001", "act_1004"])
-    )
+    uses = rule_body("Uses 1004", ad_accounts=["act_1001", "act_1004"])
+    uses["tasks"][0]["conditions"][0]["value"] = {"USD": 1, "JPY": 150}  # dollars and yen
+    status, rule = await call("POST", "/api/rules", json=uses)
     assert status == 201, rule
     await insert_batch(
         db,

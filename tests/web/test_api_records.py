@@ -18,6 +18,7 @@ async def _engine_batches(
 ) -> tuple[str, dict[str, str]]:
     """A saved rule run by the real engine on two accounts; rule id and account → batch id."""
     body = rule_body(ad_accounts=["act_1001", "act_1002"])
+    body["tasks"][0]["conditions"][0]["value"] = {"USD": 1, "EUR": 1}  # dollars and euros
     created = await (await client.post("/api/rules", json=body, headers=AUTH)).json()
     rule = parse_rule(body)
     batches = {}

@@ -67,9 +67,10 @@ async def test_the_web_app_migrates_at_startup_and_shows_a_rule_it_kept(
         errors = await (await client.get("/api/errors", headers=AUTH)).json()
         assert any("kept at format 1" in g["message"] for g in errors["items"])
 
-        # saving it in format 2 (the amounts the author means) clears the note
+        # saving it in format 2 (the amounts the author means, per currency) clears the note
         fixed = kept_body | {"format": 2}
-        fixed["tasks"][0]["action"] = {"type": "set_budget", "amount": 500}
+        fixed["tasks"][0]["conditions"][0]["value"] = {"USD": 1, "JPY": 150}
+        fixed["tasks"][0]["action"] = {"type": "set_budget", "amount": {"USD": 500, "JPY": 75000}}
         saved = await client.put(f"/api/rules/{kept.id}", json=fixed, headers=AUTH)
         assert saved.status == 200, await saved.text()
         answer = await saved.json()

@@ -30,6 +30,7 @@ async def test_fires_per_day_are_the_actions_the_engine_applied(
     client: Client, web_settings: Settings, db: Database, redis: Any
 ) -> None:
     body = rule_body(ad_accounts=["act_1001", "act_1002"])
+    body["tasks"][0]["conditions"][0]["value"] = {"USD": 1, "EUR": 1}  # dollars and euros
     created = await (await client.post("/api/rules", json=body, headers=AUTH)).json()
     idle = await (await client.post("/api/rules", json=rule_body("Idle"), headers=AUTH)).json()
     rule = parse_rule(body)

@@ -80,8 +80,8 @@ def _day(date: str, by_task: dict[str, int], total: float, delta: float = 0.0) -
         "date": date,
         "fires": sum(by_task.values()),
         "by_task": by_task,
-        "budget_delta": delta,
-        "budget_total": total,
+        "budget_delta": {"USD": delta},
+        "budget_total": {"USD": total},
         "paused": by_task.get("pause-spenders", 0),
         "activated": 0,
     }
@@ -135,6 +135,7 @@ RESULT: dict[str, Any] = {
     "until": "2026-11-28",
     "days": 3,
     "accounts": ["act_1001"],
+    "currencies": {"act_1001": "USD"},
     "view": "matured",
     **MATURED,
     "views": {"matured": MATURED, "as_seen": None},
@@ -200,6 +201,46 @@ async def test_a_result_renders_as_charts_a_table_and_says_why_as_seen_is_off(
 
     assert await page.evaluate("window.__xss") is None
     assert foreign == []
+    assert console.errors == []
+
+
+async def test_budgets_of_two_currencies_are_shown_apart_never_summed(
+    page: Any, seeded: Seeded
+) -> None:
+    """A result over a USD and a JPY account: each currency has its own columns, summary
+    figure and line; no number adds dollars to yen."""
+    console, _ = await _open_panel(page, seeded.base, seeded.rule_id)
+    yen = {
+        **ENTITY,
+        "account": "act_1004",
+        "currency": "JPY",
+        "entity_id": "9",
+        "entity_name": "Campaign JP",
+        "before": {"status": "ACTIVE", "daily_budget": 3000, "name": "Campaign JP"},
+        "after": {"status": "ACTIVE", "daily_budget": 3300, "name": "Campaign JP"},
+    }
+    days = [
+        _day("2026-11-26", {}, 50.0) | {"budget_total": {"JPY": 3000, "USD": 50.0}},
+        _day("2026-11-27", {"scale": 2}, 55.0)
+        | {"budget_delta": {"JPY": 300, "USD": 5.0}, "budget_total": {"JPY": 3300, "USD": 55.0}},
+    ]
+    view = {**MATURED, "per_day": days, "entities": [ENTITY | {"currency": "USD"}, yen]}
+    both = RESULT | view | {"accounts": ["act_1001", "act_1004"], "views": {"matured": view}}
+    both["currencies"] = {"act_1001": "USD", "act_1004": "JPY"}
+    await page.evaluate("(r) => Backtest.show(r)", both)
+    await page.wait_for_selector("#bt-budget-chart canvas")
+    await page.click("#bt-per-day summary")  # the per-day table is folded away at first
+    head = await page.inner_text("#bt-days-table thead")
+    for column in ("Budget moved (JPY)", "Budget moved (USD)", "Budget at day end (JPY)"):
+        assert column.upper() in head.upper()  # headers are shown in capitals
+    moved = await page.inner_text('#bt-days-table tr[data-date="2026-11-27"]')
+    assert "+¥300" in moved and "+$5.00" in moved and "¥3,300" in moved and "$55.00" in moved
+    assert "305" not in moved and "3,355" not in moved  # never dollars plus yen
+    summary = await page.inner_text("#bt-summary")
+    assert "budget moved +$5.00 · +¥300" in summary or "budget moved +¥300 · +$5.00" in summary
+    assert "¥3,000 → ¥3,300" in await page.inner_text("#bt-entities")
+    assert "JPY" in await page.inner_text("#bt-budget-legend")
+    await _shot(page, "rules-backtest-two-currencies")
     assert console.errors == []
 
 

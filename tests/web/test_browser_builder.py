@@ -102,12 +102,14 @@ async def test_pause_losers_is_built_in_the_form_previewed_and_saved_as_the_exam
     await page.select_option(_at("tasks[0].conditions[0].operator"), "<")
     await page.fill(_at("tasks[0].conditions[0].value"), "1.2")
     await page.get_by_role("button", name="Add condition").click()
-    await page.locator(_at("tasks[0].conditions[1].value")).wait_for()
-    # spend is money: with accounts in dollars and euros, each account's own currency
-    spend = page.locator(_at("tasks[0].conditions[1].value"))
-    assert "own currency (USD, EUR)" in await spend.locator("xpath=..").inner_text()
+    # spend is money: with accounts in dollars and euros, one amount is asked per currency
+    spend = "tasks[0].conditions[1].value"
+    await page.locator(_at(spend + ".EUR")).wait_for()
+    asked = await page.locator(_at(spend)).inner_text()
+    assert "Value (EUR)" in asked and "Value (USD)" in asked and "€" in asked and "$" in asked
     await page.select_option(_at("tasks[0].conditions[1].operator"), ">")
-    await spend.fill("50")
+    await page.fill(_at(spend + ".USD"), "50")
+    await page.fill(_at(spend + ".EUR"), "45")
     await page.select_option(_at("tasks[0].action.type"), "pause")
     await page.get_by_label("Then, later: a second step").check()
     await page.select_option(_at("tasks[0].action.then.do"), "activate")
@@ -240,3 +242,59 @@ async def test_the_form_asks_for_a_holdout_offers_the_learning_phase_to_ad_sets_
     await _valid(page)
     assert "holdout" not in (await _editor_json(page))["tasks"][0]
     assert console.errors == []
+
+
+async def test_a_money_amount_on_dollar_and_yen_accounts_is_asked_per_currency(
+    page: Any,  # noqa: F811
+    client: Client,
+) -> None:
+    """A rule over a USD and a JPY account with a bare ``cost_per_result > 20`` (¥20 is
+    about 13 cents): the server refuses it at the value, saying to give it per currency, and
+    the form asks one amount per currency — the condition's and the action's — and writes
+    the maps."""
+    body = rule_body("Yen and dollars", ad_accounts=["act_1001", "act_1004"])
+    task = body["tasks"][0]
+    task["conditions"] = [
+        {"metric": "cost_per_result", "period": "last_7d", "operator": ">", "value": 20}
+    ]
+    task["action"] = {"type": "set_budget", "amount": 40}
+    console = await _open(page, f"{client.make_url('/rules')}#token={API_TOKEN}")
+    await page.click("#new-rule")
+    await page.locator(_at("name")).wait_for()
+    await page.locator("#rule-editor").fill(json.dumps(body, indent=2))
+    value, amount = "tasks[0].conditions[0].value", "tasks[0].action.amount"
+    await page.locator(_at(value + ".JPY")).wait_for()
+    # the bare 20 is refused where it stands, with what to write instead
+    note = page.locator(f'#builder-form .form-error[data-for="{value}"]')
+    await note.wait_for()
+    refusal = await note.inner_text()
+    assert "the rule's accounts are in JPY and USD" in refusal
+    assert "give this amount per currency" in refusal
+    asked = await page.locator(_at(value)).inner_text()
+    assert "Value (JPY)" in asked and "Value (USD)" in asked and "¥" in asked
+    assert "20 is a different amount in each currency" in asked
+    # the yen amount is whole yen: its input steps by 1, the dollar one by cents
+    assert await page.get_attribute(_at(value + ".JPY"), "step") == "1"
+    assert await page.get_attribute(_at(value + ".USD"), "step") == "0.01"
+    await page.fill(_at(value + ".JPY"), "3000")
+    await page.fill(_at(value + ".USD"), "20")
+    await page.fill(_at(amount + ".JPY"), "6000")
+    await page.fill(_at(amount + ".USD"), "40")
+    await _valid(page)
+    assert "the accounts are in JPY and USD: one amount per currency" in (
+        await page.locator(_at(value)).inner_text()
+    )
+    written = (await _editor_json(page))["tasks"][0]
+    assert written["conditions"][0]["value"] == {"JPY": 3000, "USD": 20}
+    assert written["action"]["amount"] == {"JPY": 6000, "USD": 40}
+    await _shot(page, "builder-per-currency")
+
+    # "is between": each currency gets its own [low, high]
+    await page.select_option(_at("tasks[0].conditions[0].operator"), "IN_RANGE")
+    await page.locator(_at(value + ".JPY[1]")).wait_for()
+    await page.fill(_at(value + ".JPY[1]"), "4500")
+    await page.fill(_at(value + ".USD[1]"), "30")
+    await _valid(page)
+    ranged = (await _editor_json(page))["tasks"][0]["conditions"][0]["value"]
+    assert ranged == {"JPY": [3000, 4500], "USD": [20, 30]}
+    assert [e for e in console.errors if "422" not in e] == []

@@ -29,6 +29,7 @@ from ruleengine.cli.files import problem_line, validate_files
 from ruleengine.errors import FieldError
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
+from support import SANDBOX_ACCOUNTS
 
 EXAMPLES = [
     orjson.loads(p.read_bytes())
@@ -191,7 +192,8 @@ async def test_validate_never_fails_and_agrees_with_the_cli(
     rule_file.write_bytes(encode(body))
     out = io.StringIO()
     # what `ruleengine rules apply` runs; `rules validate` is the same without the references
-    valid = validate_files([rule_file], out, accounts=set(accounts), webhooks=set(WEBHOOKS))
+    registered = {a: SANDBOX_ACCOUNTS[a][2] for a in accounts}
+    valid = validate_files([rule_file], out, accounts=registered, webhooks=set(WEBHOOKS))
     assert bool(valid) == (status == 200), (answer, out.getvalue())
     if status == 422 and not answer["errors"][0]["message"].startswith("the body is not valid"):
         # the same problems, each at the same path with the same message

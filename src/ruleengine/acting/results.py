@@ -43,9 +43,10 @@ from ruleengine.rules.action_types import (
     StatusAction,
 )
 from ruleengine.rules.advantage import advantage_fields, merged_fields, refuses
+from ruleengine.rules.approval import needs_approval
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
-from ruleengine.rules.model import Rule, Task, needs_approval
+from ruleengine.rules.model import Rule, Task
 from ruleengine.rules.money import amount_scale
 from ruleengine.rules.plan import Plan, percent_of
 from ruleengine.rules.targets import (

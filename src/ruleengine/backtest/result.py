@@ -1,5 +1,6 @@
 """A backtest's result as the API and the CLI answer it: fires per day and task, entities,
-both views (as seen, matured) and where they differ, money in the account's currency.
+both views (as seen, matured) and where they differ, money in the account's currency —
+summed per currency, never across two.
 
 Built by :func:`ruleengine.backtest.service.run_backtest` from the replays' fires.
 """
@@ -115,15 +116,24 @@ def _what(fire: Fire) -> dict[str, Any]:
     }
 
 
-def _fire_json(fire: Fire, offsets: dict[str, int], *, seen_view: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Unit:
+    """An account's money: its currency and minor units per unit."""
+
+    currency: str
+    offset: int
+
+
+def _fire_json(fire: Fire, units: dict[str, Unit], *, seen_view: bool) -> dict[str, Any]:
     money = fire.field in ("daily_budget", "bid_amount")
-    offset = offsets[fire.account]
+    unit = units[fire.account]
     seen, matured = (fire.values, fire.other) if seen_view else (fire.other, fire.values)
     return {
         **_what(fire),
         "field": fire.field,
-        "before": _money(fire.before, offset) if money else fire.before,
-        "after": _money(fire.after, offset) if money else fire.after,
+        "before": _money(fire.before, unit.offset) if money else fire.before,
+        "after": _money(fire.after, unit.offset) if money else fire.after,
+        "currency": unit.currency if money else None,
         "seen": seen,
         "matured": matured if not fire.followup else None,
         "followup": fire.followup,
@@ -134,36 +144,43 @@ def _per_day(
     fires: list[Fire],
     days: list[date],
     zone: ZoneInfo,
-    offsets: dict[str, int],
+    units: dict[str, Unit],
     starts: dict[tuple[str, str], dict[str, Any]],
 ) -> list[dict[str, Any]]:
+    """Each day's fires, and its budget moves and totals per currency (``{"EUR": …,
+    "USD": …}``): amounts of two currencies are never added together."""
     affected = {
         (f.account, f.entity_id) for f in fires if f.field == "daily_budget" and not f.followup
     }
     budgets = {
-        key: _money(starts[key].get("daily_budget"), offsets[key[0]]) or 0 for key in affected
+        key: _money(starts[key].get("daily_budget"), units[key[0]].offset) or 0 for key in affected
     }
+    currencies = sorted({units[account].currency for account, _ in affected})
     rows = []
     by_day: dict[date, list[Fire]] = {}
     for fire in fires:
         by_day.setdefault(fire.time.astimezone(zone).date(), []).append(fire)
     for day in days:
         today = sorted(by_day.get(day, []), key=lambda f: f.time)
-        delta = 0.0
+        delta = dict.fromkeys(currencies, 0.0)
         for fire in today:
-            if fire.field == "daily_budget" and (fire.account, fire.entity_id) in budgets:
-                offset = offsets[fire.account]
-                change = (_money(fire.after, offset) or 0) - (_money(fire.before, offset) or 0)
-                delta += change
-                budgets[(fire.account, fire.entity_id)] = _money(fire.after, offset)
+            key = (fire.account, fire.entity_id)
+            if fire.field == "daily_budget" and key in budgets:
+                unit = units[fire.account]
+                after = _money(fire.after, unit.offset)
+                delta[unit.currency] += (after or 0) - (_money(fire.before, unit.offset) or 0)
+                budgets[key] = after
+        totals = dict.fromkeys(currencies, 0.0)
+        for (account, _), budget in budgets.items():
+            totals[units[account].currency] += budget or 0
         counted = [f for f in today if not f.followup]
         rows.append(
             {
                 "date": day.isoformat(),
                 "fires": len(counted),
                 "by_task": dict(sorted(Counter(f.task for f in counted).items())),
-                "budget_delta": round(delta, 2),
-                "budget_total": round(sum(budgets.values()), 2),
+                "budget_delta": {code: round(value, 2) for code, value in delta.items()},
+                "budget_total": {code: round(value, 2) for code, value in totals.items()},
                 "paused": sum(f.field == "status" and f.after == "PAUSED" for f in today),
                 "activated": sum(f.field == "status" and f.after == "ACTIVE" for f in today),
             }
@@ -173,7 +190,7 @@ def _per_day(
 
 def _entities(
     fires: list[Fire],
-    offsets: dict[str, int],
+    units: dict[str, Unit],
     starts: dict[tuple[str, str], dict[str, Any]],
     ends: dict[tuple[str, str], dict[str, Any]],
 ) -> list[dict[str, Any]]:
@@ -181,14 +198,15 @@ def _entities(
     names = {(f.account, f.entity_id): f.entity_name for f in fires}
     shown = []
     for key, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        offset = offsets[key[0]]
+        unit = units[key[0]]
 
-        def fields(values: dict[str, Any], offset: int = offset) -> dict[str, Any]:
+        def fields(values: dict[str, Any], offset: int = unit.offset) -> dict[str, Any]:
             return {**values, "daily_budget": _money(values.get("daily_budget"), offset)}
 
         shown.append(
             {
                 "account": key[0],
+                "currency": unit.currency,
                 "entity_id": key[1],
                 "entity_name": names[key],
                 "fires": count,
@@ -213,7 +231,7 @@ def result_of(
     use_seen: bool,
 ) -> dict[str, Any]:
     rule, zone = request.rule, request.rule.zone()
-    offsets = {a.account: a.offset for a in accounts}
+    units = {a.account: Unit(a.currency, a.offset) for a in accounts}
     days = [since + timedelta(days=n) for n in range((until - since).days + 1)]
     shown: dict[str, dict[str, Any] | None] = {}
     for view, fires in views.items():
@@ -223,20 +241,14 @@ def result_of(
         fires.sort(key=lambda f: (f.time, f.account, f.entity_id, f.task))
         shown[view] = {
             "runs": runs,
-            "fires": [_fire_json(f, offsets, seen_view=view == "as_seen") for f in fires],
-            "per_day": _per_day(fires, days, zone, offsets, starts),
-            "entities": _entities(fires, offsets, starts, ends[view]),
+            "fires": [_fire_json(f, units, seen_view=view == "as_seen") for f in fires],
+            "per_day": _per_day(fires, days, zone, units, starts),
+            "entities": _entities(fires, units, starts, ends[view]),
         }
     main_view = "as_seen" if use_seen else "matured"
     main = shown[main_view]
     assert main is not None
-    currencies = {a.currency for a in accounts}
     caveats = list(CAVEATS) + tally.caveats
-    if len(currencies) > 1:
-        caveats.append(
-            f"Budgets of accounts in different currencies ({', '.join(sorted(currencies))})"
-            " are summed as plain numbers in per_day."
-        )
     if any(isinstance(t.action, NotifyAction) for t in rule.tasks):
         caveats.append("Notifications are counted as fires; no webhook was called.")
     if any(isinstance(t.action, DuplicateAction) for t in rule.tasks):
@@ -260,6 +272,7 @@ def result_of(
         "until": until.isoformat(),
         "days": request.days,
         "accounts": [a.account for a in accounts],
+        "currencies": {a.account: a.currency for a in accounts},
         "view": main_view,
         "runs": main["runs"],
         "fires": main["fires"],

@@ -345,6 +345,9 @@ async def _gather(
 ) -> Gathered:
     rule = request.rule
     account = await deps.credentials.get(account_id)
+    # a rule with amounts per currency but none in this account's cannot be replayed there
+    # (NoAmountForCurrency): the account is left out before anything is read for it
+    rule.in_currency(account.currency)
     token = await deps.credentials.usable_token(token_ref(account_id))
     offset = currency_offset(account.currency)
     gathered = Gathered(account_id, ZoneInfo(account.timezone), account.currency, offset)
@@ -599,6 +602,7 @@ def _account_history(
     return AccountHistory(
         account=gathered.account,
         tz=gathered.tz,
+        currency=gathered.currency,
         currency_offset=gathered.offset,
         min_daily_budget=gathered.min_daily_budget,
         items=gathered.items,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -41,7 +42,7 @@ def _account(text: str) -> str:
 
 
 async def _backtest_rule(
-    source: str, db: Database, registered: set[str], settings: Settings
+    source: str, db: Database, registered: Mapping[str, str], settings: Settings
 ) -> tuple[Rule, str | None, int | None] | None:
     """The rule of a file (None after printing its problems) or of a stored rule's id."""
     if is_file(source):
@@ -82,7 +83,9 @@ async def _currency_of(db: Database, settings: Settings, data: Any) -> str:
     return next((known[a] for a in named if isinstance(a, str) and a in known), "USD")
 
 
-def _backtest_accounts(args: argparse.Namespace, rule: Rule, registered: set[str]) -> list[str]:
+def _backtest_accounts(
+    args: argparse.Namespace, rule: Rule, registered: Mapping[str, str]
+) -> list[str]:
     """Problems with --account (or, without it, with the rule's accounts)."""
     problems = []
     for account in args.account or ():
@@ -144,7 +147,7 @@ async def _rules_backtest(args: argparse.Namespace, settings: Settings) -> int:
 
     async with open_database(settings) as db:
         accounts = await all_accounts(db, settings)
-        registered = {a.id for a in accounts}
+        registered = {a.id: a.currency for a in accounts}
         loaded = await _backtest_rule(args.rule, db, registered, settings)
         if loaded is None:
             print("nothing run: fix the errors above first", file=sys.stderr)
@@ -181,43 +184,46 @@ async def _rules_backtest(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _money(value: Any, currency: str | None) -> str:
+def _money(value: Any, currency: str) -> str:
     from ruleengine.rules.entity import currency_offset
 
     if not isinstance(value, int | float):
         return "-"
-    decimals = 0 if currency is not None and currency_offset(currency) == 1 else 2
+    decimals = 0 if currency_offset(currency) == 1 else 2
     return f"{value:+,.{decimals}f}"
 
 
 def _day_rows(
-    result: dict[str, Any], tasks: list[str], currency: str | None
+    result: dict[str, Any], tasks: list[str], codes: list[str]
 ) -> tuple[list[str], list[list[str]]]:
-    """The table's header and rows: one per day, then the totals."""
+    """The table's header and rows: one per day, then the totals; one "budget moved" column
+    per currency (two currencies are never added)."""
     days = result.get("per_day") or []
     seen = [t for day in days for t in day.get("by_task", {}) if t not in tasks]
     columns = tasks + list(dict.fromkeys(seen))
-    header = ["date", "fires", *columns, "budget moved", "paused", "activated"]
+    moved = [f"budget moved ({code})" for code in codes]
+    header = ["date", "fires", *columns, *moved, "paused", "activated"]
     rows = []
     totals: dict[str, float] = {}
     for day in days:
-        by_task = day.get("by_task", {})
+        by_task, delta = day.get("by_task", {}), day.get("budget_delta") or {}
         cells = {"fires": day.get("fires", 0), "paused": day.get("paused", 0)}
-        cells |= {"activated": day.get("activated", 0), "budget": day.get("budget_delta", 0)}
+        cells |= {"activated": day.get("activated", 0)}
         cells |= {f"task:{t}": by_task.get(t, 0) for t in columns}
+        cells |= {f"budget:{code}": delta.get(code, 0) for code in codes}
         for key, value in cells.items():
             totals[key] = totals.get(key, 0) + (value if isinstance(value, int | float) else 0)
-        rows.append(_row(str(day.get("date", "?")), cells, columns, currency))
-    rows.append(_row("total", totals, columns, currency))
+        rows.append(_row(str(day.get("date", "?")), cells, columns, codes))
+    rows.append(_row("total", totals, columns, codes))
     return header, rows
 
 
-def _row(label: str, cells: dict[str, Any], columns: list[str], currency: str | None) -> list[str]:
+def _row(label: str, cells: dict[str, Any], columns: list[str], codes: list[str]) -> list[str]:
     return [
         label,
         str(cells["fires"]),
         *(str(cells[f"task:{t}"]) for t in columns),
-        _money(cells["budget"], currency),
+        *(_money(cells[f"budget:{code}"], code) for code in codes),
         str(cells["paused"]),
         str(cells["activated"]),
     ]
@@ -250,15 +256,14 @@ def _as_seen_lines(result: dict[str, Any]) -> list[str]:
 
 
 def backtest_table(result: dict[str, Any], *, tasks: list[str], currencies: dict[str, str]) -> str:
-    """A backtest's result for a person: fires per task per day, budget moved, entities
-    paused and activated, what it cost, which numbers each account used, and the caveats."""
+    """A backtest's result for a person: fires per task per day, budget moved (a column per
+    currency), entities paused and activated, what it cost, which numbers each account used,
+    and the caveats."""
     rule = result.get("rule") or {}
     accounts = list(result.get("accounts") or [])
-    known = sorted({currencies[a] for a in accounts if a in currencies})
-    currency = known[0] if len(known) == 1 else None
-    unit = currency or (f"mixed: {', '.join(known)}" if known else "account currency")
-    header, rows = _day_rows(result, tasks, currency)
-    header[header.index("budget moved")] = f"budget moved ({unit})"
+    moved = {code for day in result.get("per_day") or [] for code in day.get("budget_delta") or {}}
+    codes = sorted(moved | {currencies[a] for a in accounts if a in currencies})
+    header, rows = _day_rows(result, tasks, codes)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = [
         f"Backtest of '{rule.get('name', '?')}' ({rule.get('level', '?')}) on"
@@ -289,11 +294,12 @@ def add_backtest(rules: Any) -> None:
         description="Replay a rule (a file, or the id of a stored rule: its active version) at"
         " every instant it would have run over the last N days of its ad accounts, against the"
         " Insights history, with the engine's own evaluation, and print what it would have done:"
-        " fires per task per day, the budget moved (in the account currency's units), entities"
-        " paused and activated, the scheduled runs evaluated, what it cost (graph_calls, and"
-        " cache_hits of the Insights history cache), which numbers each ad account used (as seen"
-        " at the time, or matured) and what a backtest cannot know. Runs here, read-only: Graph"
-        " reads with the accounts' registered tokens; nothing is written to Meta or to the rules."
+        " fires per task per day, the budget moved (a column per currency: two are never added),"
+        " entities paused and activated, the scheduled runs evaluated, what it cost (graph_calls,"
+        " and cache_hits of the Insights history cache), which numbers each ad account used (as"
+        " seen at the time, or matured) and what a backtest cannot know. Runs here, read-only:"
+        " Graph reads with the accounts' registered tokens; nothing is written to Meta or to the"
+        " rules."
         " Progress goes to stderr.",
         epilog="Example: ruleengine rules backtest examples/rules/02-scale-winners.json --days 14"
         " --account act_1001 --matured. Exit 0 when the backtest ran; 1 when the file is not a"

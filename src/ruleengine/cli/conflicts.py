@@ -73,7 +73,7 @@ async def _conflict_entries(
         stored = await stored_entries(RuleStore(db), active_only=not args.all)
     if not args.files:
         return stored, None
-    accounts = await credentials(db, settings).ids() if db is not None else None
+    accounts = await credentials(db, settings).currencies() if db is not None else None
     valid = validate_files(
         args.files, sys.stderr, accounts=accounts, webhooks=set(settings.webhooks)
     )

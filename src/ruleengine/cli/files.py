@@ -4,7 +4,7 @@ webhooks), converted from the old format; each problem as ``FILE: path: message`
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -54,7 +54,7 @@ def validate_files(
     paths: Sequence[Path],
     out: TextIO,
     *,
-    accounts: set[str] | None = None,
+    accounts: Mapping[str, str] | None = None,
     webhooks: set[str] | None = None,
     explain_in: str | None = None,
 ) -> list[tuple[Path, Rule]]:

@@ -140,7 +140,7 @@ async def _apply_imported(
     saved = await interop.save_imported(
         rule_store(db, settings),
         results,
-        accounts=await credentials.ids(),
+        accounts=await credentials.currencies(),
         webhooks=set(settings.webhooks),
         now=now(),
         author=args.author,

@@ -39,9 +39,16 @@ def cmd_rules_schema(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_rules_validate(args: argparse.Namespace, settings: Settings) -> int:
-    """Validate rule files offline (``--live``: and against Meta's live objects); exit 1
-    when any has a problem."""
-    valid = validate_files(args.files, sys.stdout, explain_in=args.currency)
+    """Validate rule files offline (with ``--registered``, against the registered accounts
+    and the configured webhooks, as ``rules apply`` does; ``--live``: and against Meta's
+    live objects); exit 1 when any has a problem."""
+    accounts: dict[str, str] | None = None
+    webhooks: set[str] | None = None
+    if args.registered:
+        accounts, webhooks = asyncio.run(_registered(settings)), set(settings.webhooks)
+    valid = validate_files(
+        args.files, sys.stdout, accounts=accounts, webhooks=webhooks, explain_in=args.currency
+    )
     for path, rule in valid:
         say(f"{path}: ok ({rule.name}, {len(rule.tasks)} task(s))")
     if args.live and valid:
@@ -51,9 +58,19 @@ def cmd_rules_validate(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if len(valid) == len(args.files) else 1
 
 
+async def _registered(settings: Settings) -> dict[str, str]:
+    """The registered accounts and their currencies."""
+    async with open_database(
+        settings,
+        needed_for="the registered accounts",
+        instead="validate offline, without --registered",
+    ) as db:
+        return await credentials(db, settings).currencies()
+
+
 async def _rules_apply(args: argparse.Namespace, settings: Settings) -> int:
     async with open_database(settings) as db:
-        accounts = await credentials(db, settings).ids()
+        accounts = await credentials(db, settings).currencies()
         webhooks = set(settings.webhooks)
         valid = validate_files(args.files, sys.stdout, accounts=accounts, webhooks=webhooks)
         if len(valid) != len(args.files):
@@ -168,11 +185,14 @@ def add_commands(sub: Any) -> None:
     schema.set_defaults(handler=cmd_rules_schema)
     validate = rules.add_parser(
         "validate",
-        help="check rule files offline (--live: also against Meta's objects)",
+        help="check rule files offline (or against the registered accounts, or Meta's objects)",
         description="Exit 0 when every file is a valid rule; otherwise print each problem as"
-        " 'FILE: path: message' and exit 1. With --live, each valid rule also lists its"
-        " entities (GET only) and a warning names each one its actions cannot change (a"
-        " legacy Advantage+ campaign takes status changes only).",
+        " 'FILE: path: message' and exit 1. Offline by default; --registered also checks what"
+        " 'rules apply' and the API check: the ad accounts are registered, the webhooks"
+        " configured, and every amount says what it means on each account — per currency"
+        ' ({"USD": 20, "JPY": 3000}) where the accounts differ in currency. With --live, each'
+        " valid rule also lists its entities (GET only) and a warning names each one its"
+        " actions cannot change (a legacy Advantage+ campaign takes status changes only).",
     )
     validate.add_argument("files", nargs="+", type=Path, metavar="FILE")
     validate.add_argument(
@@ -182,6 +202,12 @@ def add_commands(sub: Any) -> None:
     )
     validate.add_argument(
         "--currency", default="USD", help="explain an old-format file's amounts in this currency"
+    )
+    validate.add_argument(
+        "--registered",
+        action="store_true",
+        help="check against the registered ad accounts (their currencies) and the configured"
+        " webhooks; needs the database",
     )
     validate.set_defaults(handler=cmd_rules_validate)
     _add_migrate(rules)

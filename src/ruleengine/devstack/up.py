@@ -122,7 +122,7 @@ async def _load_rules(
     settings: Settings, db: Database, credentials: CredentialStore, files: list[tuple[Path, bytes]]
 ) -> None:
     store = RuleStore(db)
-    registered = await credentials.ids()
+    registered = await credentials.currencies()
     loaded = 0
     for path, content in files:
         try:

@@ -11,6 +11,7 @@ refused like a save when ``RULEENGINE_REFUSE_CONFLICTING_RULES`` is set.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -142,7 +143,7 @@ async def save_imported(
     store: RuleStore,
     results: list[Imported],
     *,
-    accounts: set[str],
+    accounts: Mapping[str, str],
     webhooks: set[str],
     now: datetime,
     author: str,
@@ -166,7 +167,7 @@ async def save_imported(
 async def _save_one(
     store: RuleStore,
     result: Imported,
-    accounts: set[str],
+    accounts: Mapping[str, str],
     webhooks: set[str],
     now: datetime,
     author: str,

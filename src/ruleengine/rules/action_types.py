@@ -7,23 +7,16 @@ boundary), bounded by :data:`~ruleengine.rules.basics.MAX_BUDGET`; templates may
 plain ``{placeholders}``. The two actions that came with Meta's Ad Rules vocabulary,
 ``change_bid`` and ``scale_to_target``, take money in the account currency's units
 (``2.5`` is $2.50) whatever the rule's format: minor units exist only at the Graph boundary.
+Every amount may instead be given per currency (:mod:`ruleengine.rules.per_currency`).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import (
-    Field,
-    ValidationError,
-    ValidatorFunctionWrapHandler,
-    WrapValidator,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, field_validator, model_validator
 
 from ruleengine.rules.basics import (
-    MAX_BUDGET,
     NOTIFY_PLACEHOLDERS,
     RENAME_PLACEHOLDERS,
     Period,
@@ -31,25 +24,15 @@ from ruleengine.rules.basics import (
     parse_hhmm,
 )
 from ruleengine.rules.catalog import UnknownMetricError, resolve_metric, scaling_direction
+from ruleengine.rules.per_currency import Amount, BudgetAmount, check_bounds
 from ruleengine.rules.template import check_template
 from ruleengine.rules.validation import PathError
 
-MONEY = "account currency units (format 2); minor units in the old format 1"
-
-
-def _one_error(raw: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    # int | float: one message, not one per member of the union (".int", ".float" paths)
-    try:
-        return handler(raw)
-    except ValidationError as exc:
-        for error in exc.errors():
-            if error["type"] in ("greater_than", "less_than_equal", "finite_number"):
-                raise ValueError(str(error["msg"])) from None
-        raise ValueError(f"needs a number, e.g. 500 or 123.45, not {raw!r:.40}") from None
-
-
-# An amount of money: an int stays an int (a stored format-1 definition reads back as it was).
-Money = Annotated[int | float, Field(gt=0, le=MAX_BUDGET), WrapValidator(_one_error)]
+MONEY = (
+    "account currency units (format 2; minor units in the old format 1), or one amount per"
+    ' currency: {"USD": 500, "JPY": 75000}'
+)
+UNITS = 'currency units (2.5 = $2.50), or one amount per currency: {"USD": 2.5, "JPY": 400}'
 FollowUpDo = Literal["activate", "pause", "restore_budget", "restore_name", "notify"]
 
 
@@ -98,17 +81,14 @@ class PercentBudgetAction(_Action):
 
     type: Literal["increase_budget", "decrease_budget"]
     percent: float = Field(gt=0, le=1000)
-    max_budget: Money | None = Field(default=None, description=MONEY)
-    min_budget: Money | None = Field(default=None, description=MONEY)
+    max_budget: BudgetAmount | None = Field(default=None, description=MONEY)
+    min_budget: BudgetAmount | None = Field(default=None, description=MONEY)
 
     @model_validator(mode="after")
     def _bounds(self) -> PercentBudgetAction:
         if self.type == "decrease_budget" and self.percent >= 100:
             raise PathError("percent", "a decrease must be below 100 %; use 'pause' to stop spend")
-        if self.min_budget and self.max_budget and self.min_budget > self.max_budget:
-            raise PathError(
-                "min_budget", f"min_budget {self.min_budget} > max_budget {self.max_budget}"
-            )
+        check_bounds(self.min_budget, self.max_budget, ("min_budget", "max_budget"))
         return self
 
 
@@ -116,7 +96,7 @@ class SetBudgetAction(_Action):
     """Set the daily budget to an absolute amount."""
 
     type: Literal["set_budget"]
-    amount: Money = Field(description=MONEY)
+    amount: BudgetAmount = Field(description=MONEY)
 
 
 #: An ad set's spend limits under an Advantage campaign budget (Meta's ad set reference:
@@ -138,10 +118,10 @@ class SpendLimitAction(_Action):
 
     type: Literal["set_spend_limit", "increase_spend_limit", "decrease_spend_limit"]
     field: SpendLimitField
-    amount: Money | None = Field(default=None, description=MONEY)
+    amount: BudgetAmount | None = Field(default=None, description=MONEY)
     percent: float | None = Field(default=None, gt=0, le=1000)
-    max_budget: Money | None = Field(default=None, description=MONEY)
-    min_budget: Money | None = Field(default=None, description=MONEY)
+    max_budget: BudgetAmount | None = Field(default=None, description=MONEY)
+    min_budget: BudgetAmount | None = Field(default=None, description=MONEY)
 
     @model_validator(mode="after")
     def _shape(self) -> SpendLimitAction:
@@ -152,10 +132,7 @@ class SpendLimitAction(_Action):
             raise PathError("percent", f"{self.type} takes 'percent' (and no 'amount')")
         if self.type == "decrease_spend_limit" and (self.percent or 0) >= 100:
             raise PathError("percent", "a decrease must be below 100 %")
-        if self.min_budget and self.max_budget and self.min_budget > self.max_budget:
-            raise PathError(
-                "min_budget", f"min_budget {self.min_budget} > max_budget {self.max_budget}"
-            )
+        check_bounds(self.min_budget, self.max_budget, ("min_budget", "max_budget"))
         return self
 
     def as_budget_action(self) -> PercentBudgetAction | SetBudgetAction:
@@ -215,17 +192,6 @@ class NotifyAction(_Action):
         return check_template(value, NOTIFY_PLACEHOLDERS)
 
 
-#: The largest amount in currency units a ``change_bid`` or ``scale_to_target`` bound may
-#: name: 10^10 is far above any real bid or budget (ten billion yen, or dollars) and, in
-#: minor units, well inside BSON's int64.
-MAX_AMOUNT: Final = 10**10
-
-
-def _checked_bounds(low: float | None, high: float | None, names: tuple[str, str]) -> None:
-    if low is not None and high is not None and low > high:
-        raise PathError(names[0], f"{names[0]} {low:g} > {names[1]} {high:g}")
-
-
 class ChangeBidAction(_Action):
     """Change an ad set's ``bid_amount``: by a percentage of the live bid, or to an amount.
 
@@ -235,11 +201,9 @@ class ChangeBidAction(_Action):
     type: Literal["change_bid"]
     percent: float | None = Field(default=None, gt=0, le=1000)
     direction: Literal["increase", "decrease"] | None = None
-    amount: float | None = Field(
-        default=None, gt=0, le=MAX_AMOUNT, description="currency units (2.5 = $2.50)"
-    )
-    min_bid: float | None = Field(default=None, gt=0, le=MAX_AMOUNT, description="currency units")
-    max_bid: float | None = Field(default=None, gt=0, le=MAX_AMOUNT, description="currency units")
+    amount: Amount | None = Field(default=None, description=UNITS)
+    min_bid: Amount | None = Field(default=None, description=UNITS)
+    max_bid: Amount | None = Field(default=None, description=UNITS)
 
     @model_validator(mode="after")
     def _shape(self) -> ChangeBidAction:
@@ -253,7 +217,7 @@ class ChangeBidAction(_Action):
             raise PathError("direction", "only with 'percent'; 'amount' is the new bid itself")
         if self.direction == "decrease" and (self.percent or 0) >= 100:
             raise PathError("percent", "a decrease must be below 100 %")
-        _checked_bounds(self.min_bid, self.max_bid, ("min_bid", "max_bid"))
+        check_bounds(self.min_bid, self.max_bid, ("min_bid", "max_bid"))
         return self
 
 
@@ -285,13 +249,9 @@ class ScaleToTargetAction(_Action):
     type: Literal["scale_to_target"]
     metric: str
     period: Period
-    target: float = Field(gt=0, le=MAX_AMOUNT)
-    min_budget: float | None = Field(
-        default=None, gt=0, le=MAX_AMOUNT, description="currency units"
-    )
-    max_budget: float | None = Field(
-        default=None, gt=0, le=MAX_AMOUNT, description="currency units"
-    )
+    target: Amount
+    min_budget: Amount | None = Field(default=None, description=UNITS)
+    max_budget: Amount | None = Field(default=None, description=UNITS)
     max_change_percent: float | None = Field(default=None, gt=0, le=1000)
 
     @field_validator("metric")
@@ -301,7 +261,13 @@ class ScaleToTargetAction(_Action):
 
     @model_validator(mode="after")
     def _bounds(self) -> ScaleToTargetAction:
-        _checked_bounds(self.min_budget, self.max_budget, ("min_budget", "max_budget"))
+        check_bounds(self.min_budget, self.max_budget, ("min_budget", "max_budget"))
+        if isinstance(self.target, dict) and not resolve_metric(self.metric).money:
+            raise PathError(
+                "target",
+                f"{self.metric} is not an amount of money: its target is one number,"
+                " not one per currency",
+            )
         return self
 
 
@@ -318,12 +284,8 @@ class RebalanceBudgetAction(_Action):
     metric: str
     period: Period
     max_change_percent: float = Field(default=20, gt=0, le=100)
-    min_budget: float | None = Field(
-        default=None, gt=0, le=MAX_AMOUNT, description="currency units"
-    )
-    max_budget: float | None = Field(
-        default=None, gt=0, le=MAX_AMOUNT, description="currency units"
-    )
+    min_budget: Amount | None = Field(default=None, description=UNITS)
+    max_budget: Amount | None = Field(default=None, description=UNITS)
 
     @field_validator("metric")
     @classmethod
@@ -332,7 +294,7 @@ class RebalanceBudgetAction(_Action):
 
     @model_validator(mode="after")
     def _bounds(self) -> RebalanceBudgetAction:
-        _checked_bounds(self.min_budget, self.max_budget, ("min_budget", "max_budget"))
+        check_bounds(self.min_budget, self.max_budget, ("min_budget", "max_budget"))
         if self.then is not None:
             raise PathError(
                 "then",

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from ruleengine.rules.catalog import RANKING_SCALE
 from ruleengine.rules.model import Condition, Filter, Rule, Task
+from ruleengine.rules.per_currency import shown
 
 Scope = Literal["overlap", "may_overlap"]
 Fire = Literal["can_fire_together", "may_fire_together", "cannot_fire_together"]
@@ -230,6 +231,8 @@ def _decided(condition: Condition) -> tuple[Key, Union] | None:
     if condition.compare_to is not None or condition.value is None:
         return None
     value = condition.value
+    if isinstance(value, dict):  # per currency: which one applies depends on the account
+        return None
     if isinstance(value, str):  # a ranking: its place on the scale
         value = float(RANKING_SCALE.index(value))
     return (condition.metric, condition.period), interval_set(condition.operator, value)
@@ -418,7 +421,7 @@ def _number_effect(task: Task) -> Effect | None:
     if action.type == "change_bid":
         if action.amount is not None:
             return Effect(
-                "bid_amount", SET, f"change_bid to {action.amount:g}", value=action.amount
+                "bid_amount", SET, f"change_bid to {shown(action.amount)}", value=action.amount
             )
         direction = UP if action.direction == "increase" else DOWN
         return Effect(
@@ -432,13 +435,13 @@ def _describe(action: Any) -> str:
         case "increase_budget" | "decrease_budget":
             return f"{action.type} {action.percent:g} %"
         case "set_budget":
-            return f"set_budget {action.amount:g}"
+            return f"set_budget {shown(action.amount)}"
         case "rename":
             return f"rename to {action.template!r}"
         case "append_to_name" | "prepend_to_name":
             return f"{action.type} {action.text!r}"
         case "scale_to_target":
-            return f"scale_to_target {action.metric} {action.target:g}"
+            return f"scale_to_target {action.metric} {shown(action.target)}"
         case "rebalance_budget":
             return f"rebalance_budget by {action.metric}"
     return str(action.type)

@@ -27,6 +27,7 @@ from ruleengine.rules.catalog import (
 )
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.model import Condition, Task
+from ruleengine.rules.per_currency import bare
 from ruleengine.rules.periods import preset_range
 
 NO_DATA = "no_data"
@@ -356,7 +357,8 @@ def _right_side(
     if condition.bounds is not None:
         return list(condition.bounds), None
     if condition.compare_to is None:
-        return condition.value if isinstance(condition.value, float | int) else None, None
+        value = bare(condition.value)  # the account's own, when given per currency
+        return value if isinstance(value, float | int) else None, None
     other = resolve(condition.compare_to.spec, condition.compare_period, ctx)
     expected = None if other is None else other * condition.compare_to.multiplier
     return expected, _describe_compare(condition)

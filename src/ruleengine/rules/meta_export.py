@@ -6,7 +6,8 @@ in both engines): ``level`` → ``entity_type``; filters → Meta's metadata fil
 ``execution_spec`` (``change_bid`` by a percentage → ``CHANGE_BID``, ``scale_to_target`` →
 a budget change towards a ``target_field``); ``cooldown_minutes`` → ``action_frequency``,
 ``execution_count_limit`` → the execution option of that name; the schedule →
-``schedule_spec`` in the ad account's timezone; money to minor units. What Meta cannot
+``schedule_spec`` in the ad account's timezone; money to minor units (an amount given per
+currency: the account's own, :meth:`~ruleengine.rules.model.Rule.in_currency`). What Meta cannot
 say is a :class:`~ruleengine.rules.meta_vocab.Problem` with the JSON path in our rule,
 never dropped: conditions over different periods (a Meta rule has one ``time_preset``), a
 comparison of two metrics, ≥/≤, most actions but pause/activate/notify/budget and bid
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_FLOOR
 from typing import Any, Final
 
+from ruleengine.errors import NoAmountForCurrency
 from ruleengine.rules.action_types import (
     ChangeBidAction,
     FollowUp,
@@ -53,6 +55,7 @@ from ruleengine.rules.meta_vocab import (
 )
 from ruleengine.rules.model import Condition, Filter, Rule, Task
 from ruleengine.rules.money import to_minor
+from ruleengine.rules.per_currency import bare
 from ruleengine.rules.schedule import IntervalSchedule, Schedule
 
 #: Our always-true condition (what a Meta rule without conditions imports as).
@@ -107,7 +110,13 @@ def export_rule(rule: Rule, *, accounts: dict[str, MetaAccount]) -> Exported:
                 )
             )
             continue
-        exporter = _Exporter(rule, account)
+        try:  # Meta's rules are per account: each gets its own currency's amounts
+            own = rule.in_currency(account.currency)
+        except NoAmountForCurrency as exc:
+            what = f"{account_id} ({account.currency})"
+            result.problems.append(Problem(exc.path, what, str(exc)))
+            continue
+        exporter = _Exporter(own, account)
         bodies = exporter.rules()
         result.rules += [ExportedRule(account_id, body) for body in bodies]
         result.problems += [p for p in exporter.problems if p not in result.problems]
@@ -451,7 +460,7 @@ class _Exporter(Report):
             )
         offset = self.account.offset
         spec: dict[str, Any] = {
-            "amount": _money(action.target, offset if is_money(action.metric) else 1),
+            "amount": _money(bare(action.target), offset if is_money(action.metric) else 1),
             "target_field": meta_field,
         }
         if action.min_budget is not None and action.max_budget is not None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Annotated, Any, Final, Literal, get_args
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo
 
 import orjson
@@ -33,10 +34,10 @@ from ruleengine.rules.action_types import (
     BUDGET_ACTIONS,
     SPEND_LIMIT_ACTIONS,
     Action,
-    SpendLimitField,
     check_then,
 )
 from ruleengine.rules.advantage import advantage_fields
+from ruleengine.rules.approval import Approval
 from ruleengine.rules.basics import (
     RANGE_OPERATORS,
     Level,
@@ -50,7 +51,16 @@ from ruleengine.rules.basics import (
 from ruleengine.rules.catalog import MetricSpec, Source, UnknownMetricError, resolve_metric
 from ruleengine.rules.holdout import Holdout
 from ruleengine.rules.levels import check_ad_action, check_metric_levels, ranking_value
-from ruleengine.rules.money import CURRENT_FORMAT, MIGRATE_HINT, MONEY_FIELDS, document_format
+from ruleengine.rules.money import (
+    CURRENT_FORMAT,
+    MIGRATE_HINT,
+    MONEY_FIELDS,
+    amounts,
+    amounts_in,
+    currency_problems,
+    document_format,
+)
+from ruleengine.rules.per_currency import is_per_currency, per_currency
 from ruleengine.rules.schedule import DateRange, Schedule
 from ruleengine.rules.validation import PathError, field_errors
 
@@ -172,17 +182,35 @@ def _range_value(raw: Any, operator: str) -> list[float]:
 _NUMBER: TypeAdapter[float] = TypeAdapter(Annotated[float, Field(allow_inf_nan=False)])
 
 
+def _plain_value(raw: Any, operator: str | None) -> float | list[float] | None:
+    """A condition's number, or ``[low, high]`` for a range operator."""
+    if operator in RANGE_OPERATORS:
+        return _range_value(raw, operator)
+    if isinstance(raw, list | tuple):
+        if operator is None:
+            return None  # the operator's own error says what is wrong
+        raise ValueError(
+            f"operator {operator} takes one number; IN_RANGE and NOT_IN_RANGE take [low, high]"
+        )
+    try:
+        return _NUMBER.validate_python(raw)
+    except ValidationError as exc:  # one message, not one per member of the union
+        raise ValueError(str(exc.errors()[0]["msg"])) from None
+
+
 class Condition(_MetricRef):
     """One test: ``metric(period) <operator> value`` or ``… <operator> compare_to``.
 
     ``IN_RANGE`` / ``NOT_IN_RANGE`` take ``value: [low, high]`` (ends included, as Meta's
-    Ad Rules operators of the same names) and no ``compare_to``.
+    Ad Rules operators of the same names) and no ``compare_to``. On a money metric the value
+    may be given per currency (``{"USD": 20, "JPY": 3000}``; :mod:`ruleengine.rules.per_currency`).
     """
 
     period: Period | None = None
     operator: Operator
-    #: A number; ``[low, high]`` for the range operators; a ranking's label for a ranking.
-    value: float | list[float] | str | None = None
+    #: A number; ``[low, high]`` for the range operators; a ranking's label for a ranking;
+    #: either of the first two per currency on a money metric.
+    value: float | list[float] | str | dict[str, float] | dict[str, list[float]] | None = None
     compare_to: CompareTo | None = None
 
     @property
@@ -206,20 +234,17 @@ class Condition(_MetricRef):
         if raw is None:
             return None
         metric = info.data.get("metric")
+        if isinstance(raw, dict) and (operator not in RANGE_OPERATORS or is_per_currency(raw)):
+            if metric is None:
+                return None  # the metric's own error says what is wrong
+            if not resolve_metric(metric).money:
+                raise ValueError(
+                    f"{metric} is not an amount of money: give one value, not one per currency"
+                )
+            return per_currency(raw, lambda one: _plain_value(one, operator))
         if metric is not None and resolve_metric(metric).ranking:
             return ranking_value(raw, metric, operator)
-        if operator in RANGE_OPERATORS:
-            return _range_value(raw, operator)
-        if isinstance(raw, list | tuple):
-            if operator is None:
-                return None  # the operator's own error says what is wrong
-            raise ValueError(
-                f"operator {operator} takes one number; IN_RANGE and NOT_IN_RANGE take [low, high]"
-            )
-        try:
-            return _NUMBER.validate_python(raw)
-        except ValidationError as exc:  # one message, not one per member of the union
-            raise ValueError(str(exc.errors()[0]["msg"])) from None
+        return _plain_value(raw, operator)
 
     @model_validator(mode="after")
     def _complete(self) -> Condition:
@@ -250,96 +275,6 @@ class Condition(_MetricRef):
                 "compare_to.period", f"required for the Insights metric '{self.compare_to.metric}'"
             )
         return self
-
-
-# ---------------------------------------------------------------- approvals
-
-
-class BudgetChangePctAbove(RuleModel):
-    """Approval when a budget moves by more than this percentage of its live value."""
-
-    budget_change_pct_above: float = Field(gt=0, le=10_000, allow_inf_nan=False)
-
-
-class BudgetAbove(RuleModel):
-    """Approval when a new budget is above this amount (the rule's money units: currency
-    units in format 2, minor units in the old format 1)."""
-
-    budget_above: float = Field(ge=0, allow_inf_nan=False)
-
-
-class Approval(RuleModel):
-    """A person approves the task's planned change before it is written (docs/rules.md
-    "Approvals"): ``when`` it needs approval, how long a proposal waits, whom to tell."""
-
-    when: Literal["always"] | BudgetChangePctAbove | BudgetAbove
-    expires_after_minutes: int = Field(default=120, ge=1, le=60 * 24 * 30)
-    #: The webhook the proposal is announced to; unset: the first one the rule's tasks name.
-    webhook: str | None = None
-
-    @field_validator("when", mode="before")
-    @classmethod
-    def _when(cls, raw: Any) -> Any:
-        # one message naming the three shapes, not one per member of the union
-        if raw == "always":
-            return raw
-        shapes = '"always", {"budget_change_pct_above": 30} or {"budget_above": 1000}'
-        if not isinstance(raw, dict) or len(raw) != 1:
-            raise ValueError(f"give one of {shapes}, not {raw!r:.60}")
-        ((key, value),) = raw.items()
-        if key not in ("budget_change_pct_above", "budget_above"):
-            raise PathError(str(key), f"unknown condition of approval; give one of {shapes}")
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise PathError(key, f"must be a number, not {value!r:.40}")
-        if (
-            not math.isfinite(value)
-            or value < 0
-            or (key == "budget_change_pct_above" and value == 0)
-        ):
-            raise PathError(
-                key,
-                "must be a finite number above 0"
-                if key != "budget_above"
-                else "must be a finite number, 0 or more",
-            )
-        if key == "budget_change_pct_above" and value > 10_000:
-            raise PathError(key, "must be at most 10000 (%)")
-        return (
-            BudgetChangePctAbove(budget_change_pct_above=value)
-            if key == "budget_change_pct_above"
-            else BudgetAbove(budget_above=value)
-        )
-
-    @property
-    def on_budget(self) -> bool:
-        """True when ``when`` looks at a budget (only budget actions can say so)."""
-        return not isinstance(self.when, str)
-
-
-#: The fields a ``budget_above`` / ``budget_change_pct_above`` approval looks at.
-APPROVED_MONEY_FIELDS: Final = frozenset({"daily_budget", *get_args(SpendLimitField)})
-
-
-def needs_approval(
-    approval: Approval | None, *, field: str, before: Any, after: Any, scale: int
-) -> bool:
-    """True when a planned change of ``field`` from ``before`` to ``after`` waits for a person.
-
-    ``scale``: minor units per unit of the rule's money (``budget_above`` is in those units,
-    budgets in minor units).
-    """
-    if approval is None:
-        return False
-    when = approval.when
-    if isinstance(when, str):
-        return True
-    if field not in APPROVED_MONEY_FIELDS or before is None or after is None:
-        return False
-    if isinstance(when, BudgetAbove):
-        return float(after) > when.budget_above * scale
-    if not before:
-        return True  # from nothing, any change is infinitely large
-    return abs(float(after) - float(before)) * 100 / float(before) > when.budget_change_pct_above
 
 
 # ---------------------------------------------------------------- tasks and rules
@@ -497,7 +432,7 @@ class Rule(RuleModel):
     @field_validator("ad_accounts")
     @classmethod
     def _accounts(cls, values: list[str], info: ValidationInfo) -> list[str]:
-        known: set[str] | None = (info.context or {}).get("accounts")
+        known: Mapping[str, str] | None = (info.context or {}).get("accounts")
         seen: set[str] = set()
         for index, value in enumerate(values):
             if not is_account_id(value):
@@ -561,6 +496,11 @@ class Rule(RuleModel):
             for t_index, task in enumerate(self.tasks):
                 for name in MONEY_FIELDS.get(task.action.type, ()):
                     value = getattr(task.action, name)
+                    if isinstance(value, dict):
+                        raise PathError(
+                            f"tasks[{t_index}].action.{name}",
+                            f'amounts per currency need "format": {CURRENT_FORMAT}',
+                        )
                     if isinstance(value, float) and not value.is_integer():
                         raise PathError(
                             f"tasks[{t_index}].action.{name}",
@@ -652,6 +592,19 @@ class Rule(RuleModel):
         """The rule's timezone."""
         return ZoneInfo(self.timezone)
 
+    def in_currency(self, currency: str) -> Rule:
+        """The rule as it runs on an ad account in ``currency``: every amount given per
+        currency replaced by that currency's (the worker, the preview, the backtest's replay
+        and the export to Meta call it once per account; this rule when it has none).
+
+        Raises:
+            NoAmountForCurrency: an amount is given per currency, but not in ``currency``.
+        """
+        data = self.model_dump(mode="json")
+        if not any(isinstance(place.value, dict) for place in amounts(data)):
+            return self
+        return Rule.model_validate(amounts_in(data, currency))
+
 
 def _uses_custom(condition: Condition) -> bool:
     metrics = [condition.spec] + ([condition.compare_to.spec] if condition.compare_to else [])
@@ -705,14 +658,18 @@ def rule_errors(exc: ValidationError) -> list[FieldError]:
 def parse_rule(
     data: Any,
     *,
-    accounts: set[str] | None = None,
+    accounts: Mapping[str, str] | None = None,
     webhooks: set[str] | None = None,
     new: bool = False,
 ) -> Rule:
     """Validate ``data`` (a dict or JSON bytes/str) into a :class:`Rule`.
 
-    ``new``: ``data`` is a rule being saved (API, CLI), which must be of the current
-    format (``"format": 2``); stored format-1 rules still parse without it.
+    ``accounts``: the registered ad accounts and their currencies (id → ``USD``): the rule
+    may name only these, and its amounts must say what they mean on each
+    (:func:`~ruleengine.rules.money.currency_problems`: per currency where the rule's
+    accounts differ in currency). ``new``: ``data`` is a rule being saved (API, CLI), which
+    must be of the current format (``"format": 2``); stored format-1 rules still parse
+    without it.
 
     Raises:
         RuleValidationError: listing every problem with its JSON path.
@@ -729,6 +686,8 @@ def parse_rule(
         declared = document_format(data)
     else:
         declared = rule.format
+        if accounts is not None:
+            errors = currency_problems(rule.model_dump(mode="json"), accounts)
     if new and declared == 1:
         errors.insert(0, old_format_error())
     if errors:

@@ -25,6 +25,7 @@ the same input (a test feeds both the same generated amounts).
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -32,8 +33,11 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal, localcontext
 from typing import Any, Final
 
+from ruleengine.errors import FieldError, NoAmountForCurrency
 from ruleengine.rules.action_types import PercentBudgetAction, SetBudgetAction
+from ruleengine.rules.catalog import UnknownMetricError, resolve_metric
 from ruleengine.rules.entity import currency_offset
+from ruleengine.rules.per_currency import bare, listed
 
 CURRENT_FORMAT: Final = 2
 # The action fields that hold money, per action type.
@@ -45,18 +49,26 @@ MONEY_FIELDS: Final = {
     "increase_spend_limit": ("max_budget", "min_budget"),
     "decrease_spend_limit": ("max_budget", "min_budget"),
 }
+#: Every action field that holds money, per action type: the budget fields above, and the
+#: bids, bounds and (when its metric is money) the target of the Ad Rules actions.
+AMOUNT_FIELDS: Final = {
+    **MONEY_FIELDS,
+    "change_bid": ("amount", "min_bid", "max_bid"),
+    "scale_to_target": ("target", "min_budget", "max_budget"),
+    "rebalance_budget": ("min_budget", "max_budget"),
+}
 # How each field rounds into minor units: a bound never lets a budget past it.
 _ROUNDING: Final = {"max_budget": ROUND_FLOOR, "min_budget": ROUND_CEILING, "amount": ROUND_HALF_UP}
 MIGRATE_HINT: Final = "convert it with 'ruleengine rules migrate FILE --write'"
 
 
-def to_minor(amount: float, offset: int, *, rounding: str) -> int:
+def to_minor(amount: float | dict[str, float], offset: int, *, rounding: str) -> int:
     """``amount`` currency units in whole minor units, rounded as ``rounding`` says — a
     :mod:`decimal` rounding mode: ``ROUND_FLOOR`` for a maximum, ``ROUND_CEILING`` for a
     minimum, ``ROUND_HALF_UP`` for an amount. The one conversion every rule amount, bound,
     bid, target and Meta export goes through (exact: no float arithmetic)."""
     # str() gives the shortest decimal that reads back as the same float: 123.45 → "123.45"
-    exact = Decimal(str(amount)) * offset
+    exact = Decimal(str(bare(amount))) * offset
     return int(exact.quantize(Decimal(1), rounding=rounding))
 
 
@@ -342,3 +354,120 @@ def migrate_stored(definition: dict[str, Any], currencies: Mapping[str, str | No
             " format 2 with the amounts you mean. It keeps running as format 1 until then"
         )
     return Migration(migrate_definition(definition, offsets.pop()))
+
+
+# ---------------------------------------------------------------- amounts per currency
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a rule definition names an amount of money: its JSON path, and the dict holding
+    it under ``key``."""
+
+    path: str
+    holder: dict[str, Any]
+    key: str
+
+    @property
+    def value(self) -> Any:
+        """The amount as written: a number, ``[low, high]``, or either per currency."""
+        return self.holder[self.key]
+
+
+def _items(value: Any) -> Iterator[tuple[int, dict[str, Any]]]:
+    for index, item in enumerate(value if isinstance(value, list) else []):
+        if isinstance(item, dict):
+            yield index, item
+
+
+def _is_money(metric: Any) -> bool:
+    try:
+        return resolve_metric(str(metric)).money
+    except UnknownMetricError:
+        return False
+
+
+def amounts(definition: dict[str, Any]) -> Iterator[Place]:
+    """Every amount of money a rule definition names: a condition's ``value`` on a money
+    metric, an action's money fields (:data:`AMOUNT_FIELDS`; a ``target`` only when its
+    metric is money), an approval's ``budget_above``."""
+    for t, task in _items(definition.get("tasks")):
+        for c, condition in _items(task.get("conditions")):
+            if condition.get("value") is not None and _is_money(condition.get("metric")):
+                yield Place(f"tasks[{t}].conditions[{c}].value", condition, "value")
+        action = task.get("action")
+        if isinstance(action, dict):
+            for name in AMOUNT_FIELDS.get(str(action.get("type")), ()):
+                money = name != "target" or _is_money(action.get("metric"))
+                if money and action.get(name) is not None:
+                    yield Place(f"tasks[{t}].action.{name}", action, name)
+        approval = task.get("approval")
+        when = approval.get("when") if isinstance(approval, dict) else None
+        if isinstance(when, dict) and when.get("budget_above") is not None:
+            yield Place(f"tasks[{t}].approval.when.budget_above", when, "budget_above")
+
+
+def amounts_in(definition: dict[str, Any], currency: str) -> dict[str, Any]:
+    """A copy of ``definition`` with every per-currency amount replaced by ``currency``'s —
+    what the rule means on an ad account in that currency (bare amounts stay as written).
+
+    Raises:
+        NoAmountForCurrency: an amount is given per currency, but not in ``currency``.
+    """
+    resolved = copy.deepcopy(definition)
+    for place in list(amounts(resolved)):
+        value = place.value
+        if isinstance(value, dict):
+            if currency not in value:
+                raise NoAmountForCurrency(place.path, currency)
+            place.holder[place.key] = value[currency]
+    return resolved
+
+
+def currency_problems(
+    definition: dict[str, Any], currencies: Mapping[str, str]
+) -> list[FieldError]:
+    """What a rule's amounts leave unsaid on its ad accounts (``currencies``: account id →
+    its registered currency; accounts not in it are not counted): a bare amount on accounts
+    of different currencies — where one number means different amounts — and a per-currency
+    amount without one of the accounts' currencies."""
+    held: dict[str, list[str]] = {}
+    for account in definition.get("ad_accounts") or []:
+        code = currencies.get(account) if isinstance(account, str) else None
+        if code:
+            held.setdefault(code.upper(), []).append(account)
+    codes = sorted(held)
+    problems = []
+    for place in amounts(definition):
+        value = place.value
+        if isinstance(value, dict):
+            problems += [
+                FieldError(
+                    place.path,
+                    f"no amount for {code}, the currency of {listed(held[code])}: add"
+                    f' "{code}": … in {code}\'s own units',
+                )
+                for code in codes
+                if code not in value
+            ]
+        elif len(codes) > 1:
+            problems.append(FieldError(place.path, _per_currency_hint(value, codes)))
+    return problems
+
+
+def _per_currency_hint(value: Any, codes: list[str]) -> str:
+    number = _json_number(value)
+    example = ", ".join(f'"{code}": {number}' for code in codes)
+    return (
+        f"the rule's accounts are in {listed(codes)}, where {number} is a different amount in"
+        f" each: give this amount per currency, e.g. {{{example}}} with each number in that"
+        " currency's units"
+    )
+
+
+def _json_number(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_json_number(v) for v in value) + "]"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

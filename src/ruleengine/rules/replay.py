@@ -114,6 +114,7 @@ class AccountHistory:
     Attributes:
         account: ``act_…``.
         tz: the ad account's timezone (its days are Meta's reporting days).
+        currency: its currency (the rule's amounts given per currency are picked by it).
         currency_offset: minor units per currency unit.
         min_daily_budget: the account's minimum daily budget (minor units), if known.
         items: today's listing of the rule's entities, as Graph sent them (id → fields).
@@ -123,6 +124,7 @@ class AccountHistory:
 
     account: str
     tz: ZoneInfo
+    currency: str
     currency_offset: int
     min_daily_budget: int | None
     items: Mapping[str, Mapping[str, Any]]
@@ -229,7 +231,8 @@ class Replay:
     every instant.
 
     Args:
-        rule: the rule.
+        rule: the rule (its amounts given per currency are the account's own here, as the
+            worker picks them: :meth:`~ruleengine.rules.model.Rule.in_currency`).
         account: the account's entities and history.
         options: the engine-wide guards.
         instants: the instants the rule runs at (aware UTC, in order).
@@ -251,14 +254,14 @@ class Replay:
         other_share: Share | bool | None = False,
         rule_id: str | None = None,
     ) -> None:
-        self.rule = rule
+        self.rule = rule.in_currency(account.currency)
         self.rule_id = rule_id  # a stored rule's: what its holdouts draw with (a draft: none)
         self.account = account
         self.options = options
         self.instants = list(instants)
         self.until = until
-        self.filter = _live_filter(rule)
-        self.scale = amount_scale(rule.format, account.currency_offset)
+        self.filter = _live_filter(self.rule)
+        self.scale = amount_scale(self.rule.format, account.currency_offset)
         self.share = share
         self.other_share = other_share
         self.ids = list(account.items)

@@ -20,6 +20,7 @@ from decimal import ROUND_CEILING, ROUND_DOWN, ROUND_FLOOR, ROUND_HALF_UP, Decim
 from ruleengine.rules.action_types import ChangeBidAction, ScaleToTargetAction
 from ruleengine.rules.catalog import resolve_metric, scaling_direction
 from ruleengine.rules.money import to_minor
+from ruleengine.rules.per_currency import bare
 from ruleengine.rules.plan import Plan, percent_of
 
 
@@ -28,12 +29,12 @@ def _decimal(value: float) -> Decimal:
     return Decimal(str(value))
 
 
-def upper_bound(amount: float | None, offset: int) -> int | None:
+def upper_bound(amount: float | dict[str, float] | None, offset: int) -> int | None:
     """A maximum in minor units: rounded down, so the bound is never exceeded."""
     return None if amount is None else to_minor(amount, offset, rounding=ROUND_FLOOR)
 
 
-def lower_bound(amount: float | None, offset: int) -> int:
+def lower_bound(amount: float | dict[str, float] | None, offset: int) -> int:
     """A minimum in minor units (at least 1): rounded up, so the bound is never undercut."""
     return 1 if amount is None else max(1, to_minor(amount, offset, rounding=ROUND_CEILING))
 
@@ -94,7 +95,7 @@ def scale_ratio(action: ScaleToTargetAction, metric: float) -> Decimal:
     """How much the budget scales: ``metric / target`` where higher is better, ``target /
     metric`` for a cost. ``metric`` must be above 0."""
     direction = scaling_direction(resolve_metric(action.metric))
-    value, target = _decimal(metric), _decimal(action.target)
+    value, target = _decimal(metric), _decimal(bare(action.target))
     return value / target if direction == "higher" else target / value
 
 

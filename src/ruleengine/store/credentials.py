@@ -385,6 +385,12 @@ class CredentialStore:
         """The ids of every registered account."""
         return {d["_id"] async for d in self._accounts.find({}, {"_id": 1})}
 
+    async def currencies(self) -> dict[str, str]:
+        """Every registered account's currency, by id: what a rule is validated against
+        (:func:`~ruleengine.rules.model.parse_rule`'s ``accounts``)."""
+        cursor = self._accounts.find({}, {"_id": 1, "currency": 1})
+        return {d["_id"]: d["currency"] async for d in cursor}
+
     async def mark_token(self, account_id: str, state: TokenState) -> bool:
         """Record that Meta refused the account's token; True when this call recorded it.
 

@@ -31,7 +31,7 @@ from ruleengine.acting.holdout import held_out_result
 from ruleengine.acting.results import ActResult, JobRun, reads_the_account
 from ruleengine.constants import STAGES
 from ruleengine.dispatching.payload import EvaluateJob
-from ruleengine.errors import ErrorReport, ListingExpired
+from ruleengine.errors import ErrorReport, ListingExpired, NoAmountForCurrency
 from ruleengine.meta.batch import BatchReader
 from ruleengine.meta.http import Cost, GraphSession
 from ruleengine.meta.insights import InsightsResult, LargeAccounts, fetch_insights
@@ -207,7 +207,8 @@ class Evaluation:
             await self._keep(pairs, summary)
         except Exception as exc:  # a bug or an outage: record it, never crash the worker
             summary.status, summary.error = "FAILED", f"{type(exc).__name__}: {exc}"
-            summary.reason = exc.reason if isinstance(exc, ListingExpired) else None
+            known = exc if isinstance(exc, ListingExpired | NoAmountForCurrency) else None
+            summary.reason = known.reason if known is not None else None
             log.exception("batch %s failed", self.job.batch_id)
             await self._report(exc)
         summary.duration_s = time.perf_counter() - started
@@ -287,6 +288,9 @@ class Evaluation:
     async def _job_run(self) -> JobRun:
         # A token Meta refused is not used again: the run fails here, without a Graph call.
         account, token = await self.reading.credentials.account_and_token(self.job.token_ref)
+        # amounts given per currency: this account's own, for every stage and record of the
+        # job (NoAmountForCurrency when the rule gives none in its currency: nothing runs)
+        self.rule = self.rule.in_currency(account.currency)
         self.graph = self.reading.readers(self.cost)
         self.offset = currency_offset(account.currency)
         self.account_today = _local_date(self.now, account.timezone)

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -160,7 +160,7 @@ def _under(prefix: str, error: FieldError) -> FieldError:
 
 
 def _account_errors(
-    shaped: _Body, rule: Rule, registered: set[str], *, where: str
+    shaped: _Body, rule: Rule, registered: Mapping[str, str], *, where: str
 ) -> list[FieldError]:
     """The asked accounts must be the rule's and registered; a stored rule's accounts too."""
     errors = []
@@ -230,7 +230,7 @@ async def parse_backtest(
     """
     shaped, errors = _shape(body)
     svc = services(request)
-    registered = await svc.credentials.ids()
+    registered = await svc.credentials.currencies()
     rule: Rule | None = None
     rule_id, version = shaped.rule_id, shaped.version
     definition: dict[str, Any] = {}

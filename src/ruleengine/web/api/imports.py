@@ -85,7 +85,7 @@ async def import_meta(request: web.Request) -> web.Response:
         stored = await interop.save_imported(
             svc.rules,
             results,
-            accounts=await svc.credentials.ids(),
+            accounts=await svc.credentials.currencies(),
             webhooks=set(settings_of(request).webhooks),
             now=datetime.now(UTC),
             author=actor(request),

@@ -18,12 +18,13 @@ from ruleengine.web.state import services, settings_of
 
 
 async def validated_rule(request: web.Request, body: Any) -> Rule:
-    """``body`` parsed into a Rule, against registered accounts and configured webhooks."""
+    """``body`` parsed into a Rule, against the registered accounts (and their currencies:
+    an amount must say what it means on each) and the configured webhooks."""
     svc = services(request)
     try:
         return parse_rule(
             body,
-            accounts=await svc.credentials.ids(),
+            accounts=await svc.credentials.currencies(),
             webhooks=set(settings_of(request).webhooks),
             new=True,
         )

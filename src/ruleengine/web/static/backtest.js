@@ -21,7 +21,7 @@ const Backtest = (() => {
     result: null,       // the last result shown
     view: null,         // "matured" | "as_seen"
     tasks: [],          // task ids of the rule that was run, in the rule's order
-    currency: null,     // the accounts' currency when they share one
+    currencies: new Map(), // account id → its currency (the result's, else GET /api/accounts)
     accounts: null,     // GET /api/accounts, id → account (fetched once)
     charts: [],
   };
@@ -31,16 +31,33 @@ const Backtest = (() => {
   const intFmt = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
   const numFmt = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 });
 
-  function money(value, signed) {
+  /* An amount in `currency` (its symbol and decimals); without one, a plain number. */
+  function money(value, signed, currency) {
     if (value === null || value === undefined || !Number.isFinite(Number(value))) return "—";
-    const options = { maximumFractionDigits: 2, minimumFractionDigits: 2 };
+    const options = { maximumFractionDigits: 2 };
     if (signed) options.signDisplay = "exceptZero";
-    if (state.currency) Object.assign(options, { style: "currency", currency: state.currency });
+    if (currency) Object.assign(options, { style: "currency", currency });
+    else options.minimumFractionDigits = 2;
     try {
       return new Intl.NumberFormat(undefined, options).format(Number(value));
     } catch (_err) {  // a currency code this browser does not know
-      return numFmt.format(Number(value)) + (state.currency ? " " + state.currency : "");
+      return numFmt.format(Number(value)) + (currency ? " " + currency : "");
     }
+  }
+
+  /* The currencies a view's per-day money is kept in (one amount each, never summed). */
+  function currenciesOf(perDay) {
+    const codes = new Set();
+    for (const day of perDay) for (const key of ["budget_delta", "budget_total"]) {
+      const byCode = day[key];
+      if (byCode && typeof byCode === "object") for (const code of Object.keys(byCode)) codes.add(code);
+    }
+    return [...codes].sort();
+  }
+
+  /* Each currency's amount, formatted: "+$12.50 · +¥1,500". */
+  function amounts(byCode, codes, signed) {
+    return codes.length ? codes.map((code) => money((byCode || {})[code], signed, code)).join(" · ") : money(0, signed);
   }
 
   function count(n, one, many) {
@@ -247,9 +264,9 @@ const Backtest = (() => {
   // ---------------------------------------------------------------- the result
 
   async function show(result) {
-    const accounts = await accountsById();
-    const currencies = new Set((result.accounts || []).map((a) => accounts.get(a) && accounts.get(a).currency).filter(Boolean));
-    state.currency = currencies.size === 1 ? [...currencies][0] : null;  // several: plain numbers
+    const known = result.currencies || {};
+    const accounts = Object.keys(known).length ? new Map() : await accountsById();
+    state.currencies = new Map((result.accounts || []).map((a) => [a, known[a] || (accounts.get(a) && accounts.get(a).currency) || null]));
     state.result = result;
     state.view = result.views && result.views[result.view] ? result.view : "matured";
     $("bt-result").classList.remove("hidden", "stale");
@@ -284,10 +301,12 @@ const Backtest = (() => {
 
     const perDay = view.per_day || [];
     const sum = (key) => perDay.reduce((s, d) => s + (Number(d[key]) || 0), 0);
+    const codes = currenciesOf(perDay);
+    const moved = Object.fromEntries(codes.map((code) => [code, perDay.reduce((s, d) => s + (Number((d.budget_delta || {})[code]) || 0), 0)]));
     $("bt-summary").replaceChildren(
       el("strong", {}, `${result.since} – ${result.until}`),
       ` (${count(result.days, "day")}, ${(result.accounts || []).join(", ")}) · `,
-      `${count(view.runs, "run")} · ${count(view.fires.length, "fire")} · budget moved ${money(sum("budget_delta"), true)} · `,
+      `${count(view.runs, "run")} · ${count(view.fires.length, "fire")} · budget moved ${amounts(moved, codes, true)} · `,
       `${intFmt.format(sum("paused"))} paused, ${intFmt.format(sum("activated"))} activated · `,
       el("span", { class: "muted" }, `${count(result.graph_calls, "Graph call")}, ${count(result.cache_hits, "cache hit")}`));
 
@@ -365,29 +384,40 @@ const Backtest = (() => {
     return node;
   }
 
+  /* One line per currency, each on its own scale (amounts of two currencies are never
+     added, nor drawn against one axis). */
   function renderBudgetChart(perDay) {
     const node = $("bt-budget-chart");
     const labels = perDay.map((d) => d.date);
-    const totals = perDay.map((d) => (d.budget_total === null || d.budget_total === undefined ? null : Number(d.budget_total)));
-    $("bt-budget-title").textContent = "Summed daily budget of the affected entities" + (state.currency ? ` (${state.currency})` : "");
-    const none = totals.every((v) => !v) && perDay.every((d) => !Number(d.budget_delta));
+    const codes = currenciesOf(perDay);
+    const totals = codes.map((code) => perDay.map((d) => {
+      const value = (d.budget_total || {})[code];
+      return value === null || value === undefined ? null : Number(value);
+    }));
+    $("bt-budget-title").textContent = "Daily budget of the affected entities" + (codes.length ? `, per currency (${codes.join(", ")})` : "");
+    const none = totals.every((line) => line.every((v) => !v)) && perDay.every((d) => codes.every((c) => !Number((d.budget_delta || {})[c])));
     $("bt-budget-none").classList.toggle("hidden", !none);
     node.classList.toggle("hidden", none);
     if (none) return;  // nothing to draw: say so rather than a flat line at 0
+    const colour = (i) => PALETTE[i % PALETTE.length];
     const opts = {
       width: chartWidth(node), height: 220,
       legend: { show: false },
       cursor: { drag: { x: false, y: false } },
-      scales: { x: { time: false, range: [-0.5, labels.length - 0.5] } },
-      axes: [dayAxis(labels), { stroke: "#5e6678", size: 70, values: (u, splits) => splits.map((v) => numFmt.format(v)) }],
-      series: [{}, { label: "budget", stroke: "#2f5bd3", width: 2, fill: "rgba(47,91,211,0.08)", points: { show: true, size: 4 } }],
-      hooks: { setCursor: [(u) => readout("bt-budget-readout", u.cursor.idx, (j) => shortDate(labels[j]) + ": " + money(totals[j]))] },
+      scales: Object.assign({ x: { time: false, range: [-0.5, labels.length - 0.5] } }, ...codes.map((code) => ({ [code]: {} }))),
+      axes: [dayAxis(labels), ...codes.slice(0, 2).map((code, i) => ({ scale: code, side: i ? 1 : 3, stroke: colour(i), size: 80,
+        values: (u, splits) => splits.map((v) => money(v, false, code)) }))],
+      series: [{}, ...codes.map((code, i) => ({ label: code, scale: code, stroke: colour(i), width: 2, points: { show: true, size: 4 } }))],
+      hooks: { setCursor: [(u) => readout("bt-budget-readout", u.cursor.idx, (j) =>
+        shortDate(labels[j]) + ": " + codes.map((code, i) => money(totals[i][j], false, code)).join(" · "))] },
     };
-    state.charts.push(new uPlot(opts, [labels.map((_, j) => j), totals], node));
-    const known = totals.filter((v) => v !== null);
-    node.setAttribute("aria-label", known.length
-      ? `Summed daily budget, from ${money(known[0])} on ${labels[0]} to ${money(known[known.length - 1])} on ${labels[labels.length - 1]}.`
-      : "No budget known for the affected entities.");
+    state.charts.push(new uPlot(opts, [labels.map((_, j) => j), ...totals], node));
+    const words = codes.map((code, i) => {
+      const known = totals[i].filter((v) => v !== null);
+      return known.length ? `${code} from ${money(known[0], false, code)} to ${money(known[known.length - 1], false, code)}` : `${code} unknown`;
+    });
+    node.setAttribute("aria-label", `Daily budget of the affected entities per currency, ${labels[0]} to ${labels[labels.length - 1]}: ${words.join("; ")}.`);
+    $("bt-budget-legend").replaceChildren(...(codes.length > 1 ? codes.map((code, i) => el("span", { class: "legend-item" }, swatch(colour(i)), code)) : []));
   }
 
   function readout(id, idx, text) {
@@ -401,14 +431,17 @@ const Backtest = (() => {
 
   function renderDays(perDay) {
     const tasks = taskOrder(perDay);
+    const codes = currenciesOf(perDay);  // a column per currency: two are never added
     $("bt-days-table").tHead.rows[0].replaceChildren(el("th", {}, "Day"), el("th", { class: "num" }, "Fires"),
       ...tasks.map((t) => el("th", { class: "num" }, t)),
-      el("th", { class: "num" }, "Budget moved"), el("th", { class: "num" }, "Budget at day end"),
+      ...codes.map((code) => el("th", { class: "num" }, `Budget moved (${code})`)),
+      ...codes.map((code) => el("th", { class: "num" }, `Budget at day end (${code})`)),
       el("th", { class: "num" }, "Paused"), el("th", { class: "num" }, "Activated"));
     $("bt-days-table").tBodies[0].replaceChildren(...perDay.map((d) => el("tr", { dataset: { date: d.date } },
       el("td", {}, d.date), el("td", { class: "num" }, intFmt.format(d.fires)),
       ...tasks.map((t) => el("td", { class: "num" }, intFmt.format(Number((d.by_task || {})[t]) || 0))),
-      el("td", { class: "num" }, money(d.budget_delta, true)), el("td", { class: "num" }, money(d.budget_total)),
+      ...codes.map((code) => el("td", { class: "num" }, money((d.budget_delta || {})[code], true, code))),
+      ...codes.map((code) => el("td", { class: "num" }, money((d.budget_total || {})[code], false, code))),
       el("td", { class: "num" }, intFmt.format(d.paused)), el("td", { class: "num" }, intFmt.format(d.activated)))));
   }
 
@@ -430,7 +463,7 @@ const Backtest = (() => {
         el("td", {}, e.account),
         el("td", { class: "num" }, intFmt.format(e.fires)),
         el("td", {}, change(b.status, a.status)),
-        el("td", { class: "num" }, change(b.daily_budget, a.daily_budget, (v) => money(v))),
+        el("td", { class: "num" }, change(b.daily_budget, a.daily_budget, (v) => money(v, false, e.currency || state.currencies.get(e.account)))),
         el("td", {}, change(b.name, a.name)));
     }));
   }

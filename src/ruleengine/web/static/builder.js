@@ -135,22 +135,32 @@
     return null;
   }
 
+  /* The currencies of the rule's accounts, sorted. */
+  function accountCurrencies() {
+    const chosen = new Set(B.model.ad_accounts || []);
+    return [...new Set(B.accounts.filter((a) => chosen.has(a.id) && a.currency).map((a) => a.currency))].sort();
+  }
+
+  /* One currency's code, symbol and decimals (an input's step). */
+  function currencyOf(code) {
+    try {
+      const format = new Intl.NumberFormat("en", { style: "currency", currency: code, currencyDisplay: "narrowSymbol" });
+      const symbol = format.formatToParts(0).find((p) => p.type === "currency").value;
+      const digits = format.resolvedOptions().maximumFractionDigits;
+      return { code, symbol, step: digits ? String(10 ** -digits) : "1", note: code };
+    } catch (_err) {
+      return { code, symbol: code + " ", step: "any", note: code };
+    }
+  }
+
   /* The rule's accounts' currency: its code, symbol and decimals, or a mixed/unknown note. */
   function currency() {
-    const chosen = new Set(B.model.ad_accounts || []);
-    const codes = [...new Set(B.accounts.filter((a) => chosen.has(a.id) && a.currency).map((a) => a.currency))];
+    const codes = accountCurrencies();
     if (codes.length !== 1) {
       return { code: null, symbol: "", step: "any",
         note: codes.length ? `each account's own currency (${codes.join(", ")})` : "the account currency" };
     }
-    try {
-      const format = new Intl.NumberFormat("en", { style: "currency", currency: codes[0], currencyDisplay: "narrowSymbol" });
-      const symbol = format.formatToParts(0).find((p) => p.type === "currency").value;
-      const digits = format.resolvedOptions().maximumFractionDigits;
-      return { code: codes[0], symbol, step: digits ? String(10 ** -digits) : "1", note: codes[0] };
-    } catch (_err) {
-      return { code: codes[0], symbol: codes[0] + " ", step: "any", note: codes[0] };
-    }
+    return currencyOf(codes[0]);
   }
 
   const UNIT_TEXT = { money: "money", count: "count", ratio: "ratio", percent: "%", multiple: "× (a multiple)", hours: "hours", hour: "hour of the day", ranking: "Meta's ranking, worst to best" };
@@ -659,6 +669,59 @@
     if (again) again.focus();
   }
 
+  // ---- money: one amount, or one per currency when the rule's accounts differ in currency
+
+  /* The currencies an amount at keys is asked in: the accounts' when they differ (one number
+     would mean a different amount in each), and those a per-currency value already names. */
+  function perCurrencyCodes(keys) {
+    const value = getAt(keys);
+    const named = value && typeof value === "object" && !Array.isArray(value) ? Object.keys(value) : [];
+    const codes = accountCurrencies();
+    return codes.length > 1 || named.length ? [...new Set([...codes, ...named])].sort() : null;
+  }
+
+  /* A money amount: one number input, or one per currency, written as {"EUR": …, "USD": …};
+     `range` asks [low, high] in each. A bare amount already there is shown, to be given per currency. */
+  function moneyField(label, keys, opts) {
+    const o = opts || {};
+    const codes = perCurrencyCodes(keys);
+    if (!codes) {
+      const affix = unitAffix("money");
+      if (!o.range) return field(label, numberInput(keys, { step: affix.step, min: o.min, required: o.required }), Object.assign({ required: o.required }, affix));
+      return el("div", { class: "row tight", dataset: { path: pathOf(keys) } },
+        field("From", numberInput([...keys, 0], { step: affix.step }), affix), field("To", numberInput([...keys, 1], { step: affix.step }), affix));
+    }
+    const noteOf = (value) => (typeof value === "number" || Array.isArray(value)
+      ? `${JSON.stringify(value)} is a different amount in each currency: give each one`
+      : `the accounts are in ${codes.join(" and ")}: one amount per currency, each in its own units`);
+    const note = el("div", { class: "fld-help muted wide" }, noteOf(getAt(keys)));
+    const inputs = codes.map((code) => {
+      const money = currencyOf(code);
+      const affix = { prefix: money.symbol, step: money.step };
+      if (!o.range) return field(`${label} (${code})`, numberInput([...keys, code], { step: money.step, min: o.min, required: o.required }), affix);
+      return [0, 1].map((end) => field(`${end ? "To" : "From"} (${code})`, rangeEnd([...keys, code], end, money.step), affix));
+    });
+    const group = el("div", { class: "row tight per-currency", dataset: { path: pathOf(keys) }, role: "group", "aria-label": `${label}, per currency` },
+      inputs.flat(), note);
+    group.addEventListener("input", () => { note.textContent = noteOf(getAt(keys)); });  // after the input wrote it
+    return group;
+  }
+
+  /* One end of a per-currency [low, high]: the pair is written whole once both are numbers. */
+  function rangeEnd(keys, end, step) {
+    const pair = getAt(keys);
+    const input = el("input", { type: "number", step, inputmode: "decimal", class: "num" });
+    input.value = Array.isArray(pair) && typeof pair[end] === "number" ? String(pair[end]) : "";
+    input.addEventListener("input", () => {
+      const holder = getAt(keys.slice(0, -1));
+      if (!holder || typeof holder !== "object" || Array.isArray(holder)) setAt(keys.slice(0, -1), {});  // a bare [low, high] goes
+      const now = Array.isArray(getAt(keys)) ? [...getAt(keys)] : [null, null];
+      now[end] = input.value === "" ? null : Number(input.value);
+      commit(keys, now, false);
+    });
+    return mark(input, [...keys, end]);
+  }
+
   function conditionRow(task, tk, condition, n) {
     const keys = [...tk, "conditions", n];
     let row = null;
@@ -677,6 +740,9 @@
           if (!metric.scale.includes(now.value)) now.value = "AVERAGE";
           if (RANGE_OPERATORS.has(now.operator)) now.operator = "<=";
         } else if (typeof now.value === "string") now.value = 0;
+        else if (now.value && typeof now.value === "object" && !Array.isArray(now.value) && metric.unit !== "money") {
+          now.value = Object.values(now.value)[0];  // amounts per currency are for money only
+        }
         writeJson();
         render();
       },
@@ -694,10 +760,14 @@
     const comparing = !range && condition.compare_to && typeof condition.compare_to === "object";
     const setOperator = (operator) => {
       const now = Object.assign({}, getAt(keys), { operator });
+      const toRange = (v) => (Array.isArray(v) ? v : typeof v === "number" ? [v, v] : [0, 0]);
+      const fromRange = (v) => (Array.isArray(v) ? v[0] : v);
+      const each = (f) => (now.value && typeof now.value === "object" && !Array.isArray(now.value)  // per currency
+        ? Object.fromEntries(Object.entries(now.value).map(([code, v]) => [code, f(v)])) : f(now.value));
       if (RANGE_OPERATORS.has(operator)) {
         delete now.compare_to;
-        if (!Array.isArray(now.value)) now.value = typeof now.value === "number" ? [now.value, now.value] : [0, 0];
-      } else if (Array.isArray(now.value)) now.value = now.value[0];
+        now.value = each(toRange);
+      } else now.value = each(fromRange);
       commit(keys, now, true);
     };
     const setRight = (kind) => {
@@ -709,12 +779,15 @@
       } else {
         delete now.compare_to;
         const back = B.stash.get(pathOf(keys) + ":value");
-        now.value = typeof back === "number" ? back : 0;
+        now.value = typeof back === "number" || (back && typeof back === "object") ? back : 0;  // a number, [low, high] or per currency
       }
       commit(keys, now, true);
     };
+    const money = !!(info && info.unit === "money");
     let right;
-    if (range) {
+    if (money && !comparing) {
+      right = moneyField("Value", [...keys, "value"], { range, required: true });
+    } else if (range) {
       right = el("div", { class: "row tight", dataset: { path: pathOf([...keys, "value"]) } },
         field("From", numberInput([...keys, "value", 0], { step: affix.step }), affix),
         field("To", numberInput([...keys, "value", 1], { step: affix.step }), affix));
@@ -764,7 +837,9 @@
       return field(label, select(keys, options, { empty: need ? undefined : "—", required: need }), { required: need });
     }
     if (prop.type === "boolean") return checkbox(keys, label, {});
-    if (isNumber(prop)) {
+    const target = name === "target" ? metricInfo(action.metric) : null;
+    if (MONEY_FIELDS.has(name) || (target && target.unit === "money")) return moneyField(label, keys, { min: 0, required: need });
+    if (isNumber(prop) || name === "target") {
       let affix = {};
       if (MONEY_FIELDS.has(name)) affix = unitAffix("money");
       else if (name === "target") { const m = metricInfo(action.metric); affix = unitAffix(m && m.unit); }
