@@ -26,7 +26,13 @@ from pymongo.errors import PyMongoError
 
 from ruleengine.acting.results import ActKey, ActResult, JobRun, not_applied
 from ruleengine.errors import ErrorReport
-from ruleengine.guards.change_budget import LIMITED_FIELDS, WINDOW, ChangeLimits, limit_change
+from ruleengine.guards.change_budget import (
+    LIMITED_FIELDS,
+    SHARED,
+    WINDOW,
+    ChangeLimits,
+    limit_change,
+)
 from ruleengine.guards.oscillation import OSCILLATION, OSCILLATION_HOLD, WATCHED_FIELDS, detect
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.plan import Plan
@@ -103,8 +109,9 @@ class GuardRound:
             )
             return not_applied(plan, "skipped", OSCILLATION_HOLD, {"message": message})
         since = self.run.store_now() - WINDOW
-        recent = [c for c in self.changes.get(key, []) if c.at >= since]
-        return limit_change(plan, recent, self.limits)
+        fields = SHARED.get(plan.field, (plan.field,))
+        recent = [c for f in fields for c in self.changes.get((entity.id, f), []) if c.at >= since]
+        return limit_change(plan, sorted(recent, key=lambda c: c.at), self.limits)
 
     async def landed(
         self, entity: Entity, key: ActKey, plan: Plan, *, batch_id: str | None = None

@@ -32,6 +32,7 @@ from ruleengine.rules.action_types import (
     ACTION_TYPES,
     ADSET_ACTIONS,
     BUDGET_ACTIONS,
+    SCHEDULE_ACTIONS,
     SPEND_LIMIT_ACTIONS,
     Action,
     check_then,
@@ -322,7 +323,7 @@ class Task(RuleModel):
                 f" phase; this task's action is '{self.action.type}'",
             )
         approval = self.approval
-        money = BUDGET_ACTIONS | SPEND_LIMIT_ACTIONS
+        money = BUDGET_ACTIONS | SPEND_LIMIT_ACTIONS | SCHEDULE_ACTIONS
         if approval is not None and approval.on_budget and self.action.type not in money:
             raise PathError(
                 "approval.when",

@@ -16,7 +16,13 @@ from __future__ import annotations
 from typing import Any, Final, Literal, get_args
 from zoneinfo import available_timezones
 
-from ruleengine.rules.action_types import ACTION_TYPES, ADSET_ACTIONS, BUDGET_ACTIONS, FollowUpDo
+from ruleengine.rules.action_types import (
+    ACTION_TYPES,
+    ADSET_ACTIONS,
+    BUDGET_ACTIONS,
+    SCHEDULE_ACTIONS,
+    FollowUpDo,
+)
 from ruleengine.rules.basics import LEVELS, Operator
 from ruleengine.rules.catalog import _LIST_FIELDS, RANKING_SCALE, resolve_metric, scaling_direction
 from ruleengine.rules.levels import metric_levels
@@ -520,6 +526,7 @@ ACTION_LABELS: Final[dict[str, str]] = {
     "set_spend_limit": "Set an ad set's spend cap or minimum spend target",
     "increase_spend_limit": "Increase an ad set's spend cap or minimum spend target by %",
     "decrease_spend_limit": "Decrease an ad set's spend cap or minimum spend target by %",
+    "schedule_budget": "Schedule a higher daily budget for a window",
 }
 FOLLOWUP_LABELS: Final[dict[str, str]] = {
     "activate": "Activate",
@@ -555,7 +562,7 @@ def _metric(name: str, template: str | None = None) -> dict[str, Any]:
 def _action_levels(action_type: str) -> list[str]:
     if action_type in ADSET_ACTIONS:
         return ["adset"]
-    if action_type in BUDGET_ACTIONS:
+    if action_type in BUDGET_ACTIONS | SCHEDULE_ACTIONS:
         return ["campaign", "adset"]
     return list(LEVELS)
 
