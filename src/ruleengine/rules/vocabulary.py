@@ -274,8 +274,9 @@ METRIC_TEXTS: Final[dict[str, tuple[str, Unit, str]]] = {
         "Spend against the daily budget over a period",
         "percent",
         "The period's amount spent ÷ (daily budget × its days) × 100 (default: today). Meta"
-        " may spend up to 75 % over a daily budget on a day, never over 7 × it in a week: today"
-        " reads up to 175, 7 days about 100 at most.",
+        " may spend up to 75 % over a daily budget on a day, never over 7 × it in a calendar"
+        " week (Sunday to Saturday): today reads up to 175, the week (this_week_sun_today) 100"
+        " at most by Saturday; a rolling 7 days may read a little over 100.",
     ),
     "estimated_budget_spending_percentage": (
         "Estimated daily budget spent by midnight",
