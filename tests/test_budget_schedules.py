@@ -166,11 +166,12 @@ async def test_a_local_window_in_a_half_hour_timezone_sends_whole_yen(
     }
 
 
-async def test_a_lost_answer_is_settled_from_metas_schedules_on_redelivery_never_sent_twice(
-    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, accounts: list[str]
-) -> None:
-    data = schedule_rule({"multiplier": 1.25, "window": {"hours": 2}})
-    # the schedule lands, and the whole Batch API call's answer is lost (a proxy's 502)
+async def answer_lost(
+    settings: Settings, db: Database, sandbox: SandboxAdmin, data: dict[str, Any]
+) -> tuple[RuleDoc, dict[str, Any]]:
+    """Run ``data`` once while the schedule's POST lands and the whole Batch API call's answer
+    is lost (a proxy's 502): the rule, and its record saying ``write_unconfirmed``, its
+    intent left pending."""
     await sandbox.set_faults(
         lost_answers=[{"path_contains": "budget_schedules", "method": "POST", "times": 1}]
     )
@@ -179,6 +180,14 @@ async def test_a_lost_answer_is_settled_from_metas_schedules_on_redelivery_never
     assert (lost["outcome"], lost["reason"]) == ("failed", "write_unconfirmed")
     (intent,) = await db[c.ACTION_INTENTS].find({"rule_id": rule.id}).to_list(None)
     assert intent["status"] == "pending"
+    return rule, lost
+
+
+async def test_a_lost_answer_is_settled_from_metas_schedules_on_redelivery_never_sent_twice(
+    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, accounts: list[str]
+) -> None:
+    data = schedule_rule({"multiplier": 1.25, "window": {"hours": 2}})
+    rule, lost = await answer_lost(settings, db, sandbox, data)
     # the batch delivered again: the schedule is found at Meta, nothing is sent again
     await run_once(settings, db, data, at=AT, batch_id=lost["batch_id"], rule=rule)
     (row,) = await records(db, rule_id=rule.id)
@@ -194,11 +203,7 @@ async def test_a_schedule_never_made_is_settled_failed_once_its_request_cannot_l
     settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, accounts: list[str]
 ) -> None:
     data = schedule_rule({"multiplier": 1.25, "window": {"hours": 2}})
-    await sandbox.set_faults(
-        lost_answers=[{"path_contains": "budget_schedules", "method": "POST", "times": 1}]
-    )
-    rule = await run_once(settings, db, data, at=AT)
-    (lost,) = [r for r in await records(db, rule_id=rule.id) if r["outcome"] != "not_matched"]
+    rule, lost = await answer_lost(settings, db, sandbox, data)
     # what Meta made is gone again (as if the request had never landed)
     (held,) = await schedules_of(sandbox, lost["entity_id"])
     await graph_delete(sandbox, held["id"])

@@ -6,28 +6,21 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from web_helpers import AUTH, Client
+from web_helpers import AUTH, Client, evening_push
 
-from flow import campaign_ids, campaign_rule, dispatch, work
+from flow import campaign_ids, dispatch, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 
 ONE = "[AUTO] Prospecting US 1"
-ALWAYS = {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
 
 
 async def test_a_schedule_in_rule_logs_the_undo_plan_and_the_timeline(
     client: Client, web_settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin
 ) -> None:
     campaign = (await campaign_ids(sandbox))[ONE]
-    data = campaign_rule(
-        {"type": "schedule_budget", "multiplier": 1.5, "window": {"hours": 4}},
-        [ALWAYS],
-        name="Evening push",
-        filters=[{"field": "name", "operator": "EQUAL", "value": ONE}],
-    )
-    assert (await client.post("/api/rules", json=data, headers=AUTH)).status == 201
+    assert (await client.post("/api/rules", json=evening_push(ONE), headers=AUTH)).status == 201
     await dispatch(web_settings, db, now=datetime.now(UTC))
     await work(web_settings)
     (batch,) = (await (await client.get("/api/batches", headers=AUTH)).json())["items"]

@@ -16,9 +16,9 @@ from test_browser import (  # noqa: F401  (page and the autouse check are fixtur
     page,
 )
 from test_browser_builder import _at, _valid
-from web_helpers import API_TOKEN, AUTH, Client
+from web_helpers import API_TOKEN, AUTH, Client, evening_push
 
-from flow import campaign_ids, campaign_rule, dispatch, records, work
+from flow import campaign_ids, dispatch, records, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
@@ -26,7 +26,6 @@ from ruleengine.store.db import Database
 pytestmark = pytest.mark.browser
 
 ONE = "[AUTO] Prospecting US 1"
-ALWAYS = {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
 
 
 async def test_the_builder_asks_for_a_multiplier_and_a_window(
@@ -62,13 +61,7 @@ async def test_rule_logs_the_undo_plan_and_the_timeline_show_the_window(
     sandbox: SandboxAdmin,
 ) -> None:
     campaign = (await campaign_ids(sandbox))[ONE]
-    data = campaign_rule(
-        {"type": "schedule_budget", "multiplier": 1.5, "window": {"hours": 4}},
-        [ALWAYS],
-        name="Evening push",
-        filters=[{"field": "name", "operator": "EQUAL", "value": ONE}],
-    )
-    assert (await client.post("/api/rules", json=data, headers=AUTH)).status == 201
+    assert (await client.post("/api/rules", json=evening_push(ONE), headers=AUTH)).status == 201
     await dispatch(web_settings, db, now=datetime.now(UTC))
     await work(web_settings)
     (record,) = await records(db, outcome="applied")
