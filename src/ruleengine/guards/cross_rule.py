@@ -101,15 +101,16 @@ class GuardRound:
 
     def check(self, entity: Entity, plan: Plan) -> Plan | ActResult:
         """The plan, clamped by the change budget; or why it is not made."""
-        key = (entity.id, plan.field)
-        if key in self.holds.active:
+        # a schedule raises the daily budget: a hold on that holds the schedule too
+        fields = SHARED.get(plan.field, (plan.field,))
+        held = next((f for f in fields if (entity.id, f) in self.holds.active), None)
+        if held is not None:
             message = (
-                f"{plan.field} of {entity.id} oscillated and is held; clear the hold"
-                f" {hold_id(entity.id, plan.field)} (DELETE /api/holds/…) to let it change"
+                f"{held} of {entity.id} oscillated and is held; clear the hold"
+                f" {hold_id(entity.id, held)} (DELETE /api/holds/…) to let it change"
             )
             return not_applied(plan, "skipped", OSCILLATION_HOLD, {"message": message})
         since = self.run.store_now() - WINDOW
-        fields = SHARED.get(plan.field, (plan.field,))
         recent = [c for f in fields for c in self.changes.get((entity.id, f), []) if c.at >= since]
         return limit_change(plan, sorted(recent, key=lambda c: c.at), self.limits)
 
