@@ -66,12 +66,13 @@ async def test_a_window_of_hours_is_scheduled_once_and_undone_by_deleting_it(
 ) -> None:
     started = datetime.now(UTC)
     rule = await run_rule(settings, db, schedule_rule({"multiplier": 1.5, "window": {"hours": 4}}))
+    finished = datetime.now(UTC)
     (row,) = await records(db, rule_id=rule.id, outcome="applied")
     assert (row["field"], row["before"], row["after"]) == ("budget_schedules", 20000, 30000)
     schedule = row["schedule"]
     assert (schedule["budget_value_type"], schedule["budget_value"]) == ("MULTIPLIER", 50)
-    start = schedule["time_start"]
-    assert start % 900 == 0 and started.timestamp() <= start < started.timestamp() + 900
+    start = schedule["time_start"]  # the first quarter hour after the run
+    assert start % 900 == 0 and started.timestamp() <= start < finished.timestamp() + 900
     assert schedule["time_end"] == start + 4 * 3600
     (held,) = await schedules_of(sandbox, row["entity_id"])
     assert held["id"] == row["response"]["id"]
