@@ -2,7 +2,9 @@
 the preview shows.
 
 The group is the entities one task matched in one run. Their live budgets (and ad sets'
-learning stage) are read in one multi-id read; each entity's metric is what its verdict
+learning stage) are read in Batch API calls (never a multi-ID request, which apps created
+since 2026-11-04 may not use); a member Meta does not answer for is left out of the group,
+never moved; each entity's metric is what its verdict
 read; the account's minimum daily budget and the action's bounds make the limits; what an
 interrupted earlier rebalance of the task still owes its group comes from that run's
 intents (:func:`~ruleengine.rules.rebalance.owed`). The arithmetic is
