@@ -19,10 +19,15 @@ import orjson
 import pytest
 
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.action_types import ACTION_TYPES, FollowUpDo
 from ruleengine.rules.basics import NOTIFY_PLACEHOLDERS, RENAME_PLACEHOLDERS, Period
-from ruleengine.rules.catalog import SPECIAL_KEYS, known_names
-from ruleengine.rules.model import FILTER_FIELDS, FilterOperator, parse_rule, rule_json_schema
+from ruleengine.rules.language.action_types import ACTION_TYPES, FollowUpDo
+from ruleengine.rules.language.catalog import SPECIAL_KEYS, known_names
+from ruleengine.rules.language.model import (
+    FILTER_FIELDS,
+    FilterOperator,
+    parse_rule,
+    rule_json_schema,
+)
 from ruleengine.settings import PORT_LAYOUT, Settings
 from support import SANDBOX_ACCOUNTS
 

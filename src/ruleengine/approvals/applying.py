@@ -49,9 +49,9 @@ from ruleengine.errors import NotFoundError, RuleEngineError
 from ruleengine.followups.scheduling import Origin
 from ruleengine.meta.http import Cost
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import Rule
-from ruleengine.rules.plan import Plan
-from ruleengine.rules.targets import live_value as field_value
+from ruleengine.rules.language.model import Rule
+from ruleengine.rules.plan.plan import Plan
+from ruleengine.rules.plan.targets import live_value as field_value
 from ruleengine.store.approvals import ApprovalStore, approval_of_batch, write_batch
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Document

@@ -44,7 +44,7 @@ from ruleengine.errors import ErrorReport, RuleEngineError
 from ruleengine.meta.errors import GraphError, InvalidRequestError
 from ruleengine.meta.http import READ_ONLY
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.targets import live_value
+from ruleengine.rules.plan.targets import live_value
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Document
 from ruleengine.store.intents import Intent

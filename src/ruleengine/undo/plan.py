@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.targets import SPEND_LIMIT_FIELDS, live_value
+from ruleengine.rules.plan.targets import SPEND_LIMIT_FIELDS, live_value
 from ruleengine.store.db import Document
 from ruleengine.store.records import ExecutionStore
 

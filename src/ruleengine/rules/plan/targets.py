@@ -1,7 +1,7 @@
 """What an action plans from an entity's live fields: the one planner every write obeys.
 
 The live write path (:mod:`ruleengine.acting.results`, re-reading each entity under the
-account's lock) and the backtest's replay (:mod:`ruleengine.rules.replay`, on a simulated
+account's lock) and the backtest's replay (:mod:`ruleengine.rules.replay.run`, on a simulated
 entity) both call :func:`plan_change` for a task's action and :func:`plan_follow_up` for a
 ``then``: the guards (an object without a daily budget, an ad set without a bid, a
 ``scale_to_target`` metric missing or zero), the clamps (``max_budget_change_pct``,
@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any, Final, Literal, get_args
 
-from ruleengine.rules.action_types import (
+from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
+from ruleengine.rules.advantage import legacy_kind, refusal_message, refuses
+from ruleengine.rules.language.action_types import (
     ChangeBidAction,
     NameTextAction,
     PercentBudgetAction,
@@ -28,11 +30,9 @@ from ruleengine.rules.action_types import (
     SpendLimitField,
     StatusAction,
 )
-from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
-from ruleengine.rules.advantage import legacy_kind, refusal_message, refuses
-from ruleengine.rules.money import budget_in_minor_units
-from ruleengine.rules.plan import Plan, plan_budget, plan_name, plan_status
-from ruleengine.rules.scaling import plan_bid, plan_scale
+from ruleengine.rules.language.money import budget_in_minor_units
+from ruleengine.rules.plan.plan import Plan, plan_budget, plan_name, plan_status
+from ruleengine.rules.plan.scaling import plan_bid, plan_scale
 
 #: The budget fields of a campaign or ad set (a campaign budget is one of them or neither).
 BUDGET_FIELDS: Final = ("daily_budget", "lifetime_budget")
