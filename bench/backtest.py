@@ -23,7 +23,7 @@ from _common import figures, open_database, register_accounts, say, stack, stack
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.backtest.result import BacktestRequest
 from ruleengine.backtest.service import BacktestDeps, run_backtest
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 
 ACCOUNT = "act_2001"  # America/New_York
 FROZEN_AT = datetime(2026, 12, 1, 18, 0, tzinfo=UTC)  # 13:00 in New York

@@ -37,7 +37,7 @@ from ruleengine.meta.insights import LargeAccounts, fetch_insights
 from ruleengine.meta.reader import GraphReader, RetryPolicy
 from ruleengine.meta.reports import ReportRunner
 from ruleengine.rules.fetch import fetch_groups
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 
 CAMPAIGNS = 2000

@@ -27,7 +27,7 @@ from typing import Any
 from _common import figures, open_database, say, stack, stack_settings
 from ruleengine.analysis.conflicts import ConflictGate, StoredAnalysis
 from ruleengine.rules.conflicts import RuleEntry, find_conflicts
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.store.rules import RuleStore
 
 RULES = 1_000

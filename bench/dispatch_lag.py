@@ -39,7 +39,7 @@ from ruleengine.dispatching.sweep import Dispatcher
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.queue import connect_queue
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleStore

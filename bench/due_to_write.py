@@ -36,7 +36,7 @@ from ruleengine import constants as c
 from ruleengine.devstack.embedded import ProcessGroup
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.store.rules import RuleStore
 
 RULES = 20

@@ -82,7 +82,7 @@ from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.devstack.embedded import Child, ProcessGroup, free_port
 from ruleengine.queue import connect_queue
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database

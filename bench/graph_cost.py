@@ -28,7 +28,7 @@ from ruleengine.meta.http import READ_WRITE, GraphSession
 from ruleengine.meta.insights import IDS_PER_REQUEST, fetch_insights
 from ruleengine.meta.reader import GraphReader, RetryPolicy
 from ruleengine.rules.fetch import fetch_groups
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 
 CAMPAIGNS = 500

@@ -26,7 +26,7 @@ Figures (last line, one JSON object):
 - ``median_abs_error``: per currency, the median |estimate − truth| (currency units);
 - ``coverage_by_group_size``: the interval's coverage with k acted and k held-out entities
   drawn at random from the experiments' own (``SUBSAMPLES`` draws each), for k of 3 to 30:
-  where the report's :data:`~ruleengine.rules.impact.MIN_ENTITIES` comes from;
+  where the report's :data:`~ruleengine.rules.impact.measure.MIN_ENTITIES` comes from;
 - ``min_entities``, ``timezones``, ``currencies``, ``seconds``.
 
 ``--quick`` runs 8 experiments (a smoke run); the default runs them all (~48).
@@ -54,7 +54,8 @@ from ruleengine.dispatching.payload import EvaluateJob
 from ruleengine.meta.reader import GraphReader
 from ruleengine.queue import connect_queue
 from ruleengine.rules.entity import currency_offset
-from ruleengine.rules.impact import (
+from ruleengine.rules.impact.intervals import Stratum, welch_interval
+from ruleengine.rules.impact.measure import (
     MIN_ENTITIES,
     Change,
     comparable,
@@ -62,8 +63,7 @@ from ruleengine.rules.impact import (
     measured_changes,
     windows,
 )
-from ruleengine.rules.intervals import Stratum, welch_interval
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.approvals import ApprovalStore
 from ruleengine.store.db import Database

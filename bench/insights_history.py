@@ -39,7 +39,7 @@ from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.backtest.history import HistoryRequest, InsightsHistory
 from ruleengine.meta.http import READ_AND_BATCH, GraphSession
-from ruleengine.rules.history import DayRange
+from ruleengine.rules.replay.history import DayRange
 from ruleengine.store.insights_history import InsightsHistoryStore
 
 ACCOUNT = "act_2001"  # America/New_York

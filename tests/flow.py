@@ -27,7 +27,7 @@ from ruleengine.maintenance.reaper import Reaper
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.queue import connect_queue
-from ruleengine.rules.model import Rule, parse_rule
+from ruleengine.rules.language.model import Rule, parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.records import ExecutionStore

@@ -18,7 +18,7 @@ from ruleengine.approvals.deciding import decide
 from ruleengine.backtest.result import BacktestRequest
 from ruleengine.backtest.service import BacktestDeps, run_backtest
 from ruleengine.queue import connect_queue
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.approvals import ApprovalStore, write_batch
 from ruleengine.store.db import Database

@@ -13,7 +13,7 @@ import pytest
 
 from flow import campaign_rule, records, run_rule
 from graph_sandbox.admin import SandboxAdmin
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.worker.preview import open_preview, preview_rule

@@ -21,7 +21,7 @@ from ruleengine.backtest.result import CAVEATS, BacktestRequest
 from ruleengine.backtest.service import BacktestDeps, run_backtest
 from ruleengine.meta.http import READ_AND_BATCH, GraphSession
 from ruleengine.meta.insights import BASE_PARAMS
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from support import SANDBOX_NOW, SANDBOX_TOKEN

@@ -9,7 +9,7 @@ from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.dispatching.payload import EvaluateJob
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.worker.job import evaluate_account

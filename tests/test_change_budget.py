@@ -15,8 +15,8 @@ from ruleengine.acting.results import ActResult
 from ruleengine.errors import RuleValidationError
 from ruleengine.guards.change_budget import ChangeLimits, budget_left, limit_change
 from ruleengine.guards.oscillation import detect, swings
-from ruleengine.rules.model import Rule, parse_rule
-from ruleengine.rules.plan import Plan
+from ruleengine.rules.language.model import Rule, parse_rule
+from ruleengine.rules.plan.plan import Plan
 from ruleengine.settings import Settings
 from ruleengine.store.intents import PastChange
 

@@ -12,7 +12,7 @@ import pytest
 
 from ruleengine import constants as c
 from ruleengine.cli import main as cli_main
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleStore

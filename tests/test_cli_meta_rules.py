@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from graph_sandbox.admin import SandboxAdmin
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleStore

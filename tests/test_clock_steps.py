@@ -37,7 +37,7 @@ from ruleengine.jobs import worker_kwargs
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.queue import connect_queue
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.followups import followup_job_id

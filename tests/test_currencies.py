@@ -19,7 +19,7 @@ from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.backtest.result import BacktestRequest
 from ruleengine.backtest.service import BacktestDeps, run_backtest
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.worker.preview import open_preview, preview_rule

@@ -26,7 +26,7 @@ from ruleengine.dispatching.sweep import Dispatcher
 from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.queue import connect_queue
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.ruledocs import RuleDoc
@@ -461,7 +461,7 @@ async def test_the_dispatcher_warns_at_start_when_its_graph_version_nears_expiry
     """v25.0 expires on 2027-02-23: from 90 days before, every process says so at start-up
     (here the dispatcher; the worker, the web app and ``ruleengine up`` call the same check)."""
     from ruleengine.dispatch import run_dispatcher
-    from ruleengine.rules.meta_versions import version_warning
+    from ruleengine.rules.meta.versions import version_warning
 
     old = settings.model_copy(update={"graph_version": "v25.0"})
     with caplog.at_level(logging.WARNING, logger="ruleengine.dispatch"):

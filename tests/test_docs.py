@@ -19,10 +19,15 @@ import orjson
 import pytest
 
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.action_types import ACTION_TYPES, FollowUpDo
 from ruleengine.rules.basics import NOTIFY_PLACEHOLDERS, RENAME_PLACEHOLDERS, Period
-from ruleengine.rules.catalog import SPECIAL_KEYS, known_names
-from ruleengine.rules.model import FILTER_FIELDS, FilterOperator, parse_rule, rule_json_schema
+from ruleengine.rules.language.action_types import ACTION_TYPES, FollowUpDo
+from ruleengine.rules.language.catalog import SPECIAL_KEYS, known_names
+from ruleengine.rules.language.model import (
+    FILTER_FIELDS,
+    FilterOperator,
+    parse_rule,
+    rule_json_schema,
+)
 from ruleengine.settings import PORT_LAYOUT, Settings
 from support import SANDBOX_ACCOUNTS
 
@@ -189,3 +194,44 @@ def test_no_text_file_keeps_a_merge_conflict_marker() -> None:
     texts += [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").glob("*.py")]
     marked = [str(p.relative_to(ROOT)) for p in texts if marker.search(p.read_text("utf-8"))]
     assert marked == []
+
+
+# ---------------------------------------------------------------- the README shows today
+
+BENCH_DIR = ROOT / "bench"
+PERFORMANCE = ROOT / "docs" / "performance.md"
+_NUMBER = re.compile(r"[0-9][0-9,.]*[0-9]|[0-9]")
+
+
+def _bench_rows() -> dict[str, list[str]]:
+    """README's benchmark table: script → the rows naming it."""
+    section = README.read_text(encoding="utf-8").split("\n## Benchmarks\n", 1)[1]
+    rows: dict[str, list[str]] = {}
+    for line in section.split("\n## ", 1)[0].splitlines():
+        found = re.match(r"\| \[`([a-z_]+\.py)`\]", line)
+        if found:
+            rows.setdefault(found.group(1), []).append(line)
+    return rows
+
+
+def test_no_readme_line_is_over_400_characters() -> None:
+    long = [n for n, line in enumerate(README.read_text().splitlines(), 1) if len(line) > 400]
+    assert long == [], "shorten these README lines (history goes to docs/performance.md)"
+
+
+def test_every_benchmark_has_exactly_one_readme_row() -> None:
+    scripts = sorted(p.name for p in BENCH_DIR.glob("*.py") if not p.name.startswith("_"))
+    rows = _bench_rows()
+    assert sorted(rows) == scripts, "one README row per bench/ script, and no other"
+    assert [s for s, found in rows.items() if len(found) != 1] == []
+
+
+def test_the_readme_figures_are_in_docs_performance() -> None:
+    performance = PERFORMANCE.read_text(encoding="utf-8")
+    for script, (row,) in _bench_rows().items():
+        assert f"### `bench/{script}`" in performance, (
+            f"docs/performance.md: a section for {script}"
+        )
+        figures = row.rstrip(" |").rsplit(" | ", 1)[1]
+        missing = [n for n in _NUMBER.findall(figures) if n not in performance]
+        assert missing == [], f"{script}: README figures not in docs/performance.md: {missing}"

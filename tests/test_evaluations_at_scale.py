@@ -21,7 +21,7 @@ from flow import campaign_rule, dispatch, engine_for, reap, records, save_rule, 
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.dispatching.payload import EvaluateJob
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database

@@ -28,7 +28,7 @@ from fleet import (
     verdict,
 )
 from ruleengine.dispatching.payload import batch_id_for
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "fleet.py"
 

@@ -44,9 +44,9 @@ from ruleengine.followups.running import RUN_TOGETHER, run_followup
 from ruleengine.followups.scheduling import FollowupScheduler, due_time
 from ruleengine.meta.reader import GraphReader
 from ruleengine.queue import connect_queue
-from ruleengine.rules.action_types import FollowUp
-from ruleengine.rules.model import parse_rule
-from ruleengine.rules.schedule import next_local_time
+from ruleengine.rules.language.action_types import FollowUp
+from ruleengine.rules.language.model import parse_rule
+from ruleengine.rules.language.schedule import next_local_time
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database, create_client, database
 from ruleengine.store.fences import FenceStore

@@ -18,7 +18,7 @@ from ruleengine import constants as c
 from ruleengine.backtest.history import HistoryRequest, HistoryResult, InsightsHistory
 from ruleengine.meta.http import READ_AND_BATCH, GraphSession
 from ruleengine.meta.insights import BASE_PARAMS
-from ruleengine.rules.history import DayRange
+from ruleengine.rules.replay.history import DayRange
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.insights_history import HistoryQuery, InsightsHistoryStore

@@ -15,8 +15,8 @@ from ruleengine.analysis.impact import rule_impact
 from ruleengine.backtest.service import BacktestDeps
 from ruleengine.dispatching.payload import EvaluateJob
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.holdout import Holdout, is_held_out
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.impact.holdout import Holdout, is_held_out
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.ruledocs import RuleDoc

@@ -17,7 +17,7 @@ from ruleengine.approvals.applying import apply_approval
 from ruleengine.backtest.service import BacktestDeps
 from ruleengine.cli.impact import impact_text
 from ruleengine.rules.entity import currency_offset
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.approvals import ApprovalStore
 from ruleengine.store.credentials import CredentialStore, load_key

@@ -33,7 +33,7 @@ from graph_sandbox.attribution_lag import DEFAULT_CURVE, seen_share
 from ruleengine.backtest.history import InsightsHistory
 from ruleengine.backtest.lag_fit import LagLearning, _needs, learn_lag
 from ruleengine.meta.http import READ_AND_BATCH, GraphSession
-from ruleengine.rules.lag import KNOTS_H, share
+from ruleengine.rules.replay.lag import KNOTS_H, share
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.insights_history import InsightsHistoryStore

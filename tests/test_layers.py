@@ -71,7 +71,7 @@ def _modules(package: str) -> set[str]:
 def package_imports(package: str) -> set[str]:
     """Every ruleengine import made by the modules of ``ruleengine.<package>``."""
     found: set[str] = set()
-    for path in (SRC / package).glob("*.py"):
+    for path in (SRC / package).rglob("*.py"):
         found |= _imports_of(path)
     return found
 
@@ -379,3 +379,74 @@ def test_no_product_module_is_over_800_lines_without_a_reason() -> None:
         if lines > MAX_MODULE_LINES and "(Over " not in doc:
             long.append(f"{path.relative_to(SRC)}: {lines}")
     assert long == []
+
+
+#: What a module doing I/O would import: the pure core imports none of it.
+IO_MODULES = frozenset(
+    {
+        "aiohttp",
+        "arq",
+        "asyncio",
+        "gspread",
+        "http",
+        "os",
+        "pymongo",
+        "redis",
+        "requests",
+        "shutil",
+        "socket",
+        "subprocess",
+        "urllib",
+        "pathlib",
+        "time",
+        "threading",
+    }
+)
+RULES = SRC / "rules"
+
+
+def _third_party(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_pure_core_imports_nothing_that_does_io() -> None:
+    doing_io = {
+        str(p.relative_to(SRC)): sorted(_third_party(p) & IO_MODULES) for p in RULES.rglob("*.py")
+    }
+    assert {k: v for k, v in doing_io.items() if v} == {}
+
+
+def _room(module: str) -> str:
+    """``ruleengine.rules.plan.targets`` → ``plan``; a module at the top is its own room."""
+    return module.split(".")[2]
+
+
+def test_the_rooms_of_the_pure_core_form_no_cycle() -> None:
+    edges: dict[str, set[str]] = {}
+    for path in RULES.rglob("*.py"):
+        relative = path.relative_to(RULES)
+        room = relative.parts[0] if len(relative.parts) > 1 else relative.stem
+        outside = {
+            _room(m)
+            for m in _imports_of(path)
+            if m.startswith("ruleengine.rules.") and _room(m) != room
+        }
+        edges.setdefault(room, set()).update(outside)
+    cycles = _cycles(edges)
+    assert cycles == [], f"the rooms of rules/ import each other: {cycles}"
+
+
+def test_the_pure_core_keeps_at_most_twelve_modules_at_its_top() -> None:
+    top = sorted(p.name for p in RULES.glob("*.py"))
+    assert len(top) <= 12, top
+    assert all(
+        (d / "__init__.py").exists()
+        for d in RULES.iterdir()
+        if d.is_dir() and d.name != "__pycache__"
+    )

@@ -15,7 +15,7 @@ from ruleengine import constants as c
 from ruleengine.backtest.result import BacktestRequest
 from ruleengine.backtest.service import BacktestDeps, run_backtest
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from support import SANDBOX_NOW

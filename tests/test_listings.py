@@ -27,7 +27,7 @@ from ruleengine.meta.http import GraphSession
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.filtering import EVERY_STATUS
-from ruleengine.rules.model import (
+from ruleengine.rules.language.model import (
     EFFECTIVE_STATUSES,
     FILTER_FIELDS,
     FilterOperator,

@@ -13,7 +13,7 @@ import pytest
 from flow import campaign_ids, campaign_rule, dispatch, records, run_rule, save_rule, work
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
-from ruleengine.rules.model import definition_checksum
+from ruleengine.rules.language.model import definition_checksum
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.formats import migrate_rules

@@ -4,8 +4,8 @@ For random live objects (budgets present or not, a campaign with a lifetime budg
 strategy, bids present or not) and random actions of every kind that changes a field, the
 change the worker's write path would plan from the live object
 (:func:`ruleengine.acting.results.target_of`) is the change the replay plans from the same
-object in its simulated state (:meth:`ruleengine.rules.replay.Replay.plan`) — or both refuse
-it for the same reason. Both call :func:`ruleengine.rules.targets.plan_change`; this test
+object in its simulated state (:meth:`ruleengine.rules.replay.run.Replay.plan`) — or both refuse
+it for the same reason. Both call :func:`ruleengine.rules.plan.targets.plan_change`; this test
 fails when either side grows a guard or a clamp of its own.
 """
 
@@ -23,17 +23,17 @@ from ruleengine.accounts.facts import AccountFacts
 from ruleengine.acting.results import ActResult, JobRun, target_of
 from ruleengine.meta.adaccount import AdAccount
 from ruleengine.rules.evaluate import ActionMetric, TaskVerdict
-from ruleengine.rules.model import Rule, parse_rule
-from ruleengine.rules.plan import Plan
-from ruleengine.rules.replay import AccountHistory, Replay, ReplayOptions
-from ruleengine.rules.replay_rows import RawHistory
-from ruleengine.rules.targets import (
+from ruleengine.rules.language.model import Rule, parse_rule
+from ruleengine.rules.plan.plan import Plan
+from ruleengine.rules.plan.targets import (
     NO_BID_STRATEGIES,
     PlanContext,
     Refused,
     plan_change,
     plan_follow_up,
 )
+from ruleengine.rules.replay.rows import RawHistory
+from ruleengine.rules.replay.run import AccountHistory, Replay, ReplayOptions
 from ruleengine.store.credentials import Account
 
 NOW = datetime(2026, 12, 1, 18, 0, tzinfo=UTC)

@@ -31,7 +31,7 @@ from ruleengine.backtest.result import BacktestRequest
 from ruleengine.backtest.service import BacktestDeps, BacktestRefused, run_backtest
 from ruleengine.dispatching.payload import EvaluateJob, deserialize, evaluate_job_id
 from ruleengine.queue import connect_queue
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.undo.run import undo_batch

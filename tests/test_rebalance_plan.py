@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.action_types import RebalanceBudgetAction
-from ruleengine.rules.model import parse_rule
-from ruleengine.rules.plan import percent_of
-from ruleengine.rules.rebalance import (
+from ruleengine.rules.language.action_types import RebalanceBudgetAction
+from ruleengine.rules.language.model import parse_rule
+from ruleengine.rules.plan.plan import percent_of
+from ruleengine.rules.plan.rebalance import (
     Limits,
     Member,
     Owed,

@@ -22,7 +22,7 @@ from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.dispatching.payload import EvaluateJob, deserialize, evaluate_job_id
 from ruleengine.queue import connect_queue
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.worker.preview import open_preview, preview_rule

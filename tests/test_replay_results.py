@@ -2,10 +2,10 @@
 
 For random days of Graph's ``results`` lists (one indicator per entity, entries with and
 without ``values``, people-counting ``reach``, malformed entries), the row the replay
-rebuilds for an instant (:class:`~ruleengine.rules.replay_rows.RowBuilder`) reads what a
+rebuilds for an instant (:class:`~ruleengine.rules.replay.rows.RowBuilder`) reads what a
 live evaluation of Meta's row over the same days would read — the sum of the indicator's
 counts, and spend ÷ that sum — and the vectorised candidate masks
-(:class:`~ruleengine.rules.replay_masks.MaskBuilder`) hold the same numbers at every
+(:class:`~ruleengine.rules.replay.masks.MaskBuilder`) hold the same numbers at every
 instant, so no instant a condition passes at is left out of the candidates.
 """
 
@@ -20,11 +20,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ruleengine.rules.catalog import resolve_metric
 from ruleengine.rules.evaluate import insight_value
-from ruleengine.rules.periods import preset_range
-from ruleengine.rules.replay_masks import MaskBuilder
-from ruleengine.rules.replay_rows import RawHistory, RowBuilder, history_plan
+from ruleengine.rules.language.catalog import resolve_metric
+from ruleengine.rules.language.periods import preset_range
+from ruleengine.rules.replay.masks import MaskBuilder
+from ruleengine.rules.replay.rows import RawHistory, RowBuilder, history_plan
 
 TZ = ZoneInfo("America/New_York")
 FIRST = date(2026, 11, 1)

@@ -29,7 +29,7 @@ from graph_sandbox.sheets_api import (
     split_sheet_name,
 )
 from ruleengine.errors import RuleEngineError
-from ruleengine.rules.metric_table import (
+from ruleengine.rules.language.metric_table import (
     CustomMetricTable,
     SheetsError,
     normalise_name,

@@ -31,7 +31,7 @@ from flow import (
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.acting.results import ActKey, Target, reads_the_account
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database

@@ -24,7 +24,7 @@ from ruleengine.meta.reader import GraphReader
 from ruleengine.observability import DispatcherMetrics, serve
 from ruleengine.queue import connect_queue
 from ruleengine.redact import setup_logging
-from ruleengine.rules.meta_versions import version_warning
+from ruleengine.rules.meta.versions import version_warning
 from ruleengine.settings import Settings, load_settings
 from ruleengine.store.db import create_client, database, ensure_indexes
 from ruleengine.store.formats import migrate_rules

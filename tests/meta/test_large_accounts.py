@@ -23,7 +23,7 @@ from ruleengine.meta.insights import InsightsResult, LargeAccounts, fetch_insigh
 from ruleengine.meta.reader import RetryPolicy
 from ruleengine.meta.reports import ReportRunner, RunStatus, parse_status
 from ruleengine.meta.rows import sum_rows
-from ruleengine.rules.periods import halves, preset_range
+from ruleengine.rules.language.periods import halves, preset_range
 from ruleengine.settings import Settings
 from support import SANDBOX_NOW, SANDBOX_TOKEN
 

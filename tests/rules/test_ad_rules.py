@@ -13,12 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.catalog import RANKING_SCALE, RANKING_UNKNOWN
 from ruleengine.rules.conflicts import RuleEntry, find_conflicts
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import EvalContext, evaluate_condition, evaluate_task
 from ruleengine.rules.filtering import LocalFilter, wire
-from ruleengine.rules.model import Condition, parse_rule
+from ruleengine.rules.language.catalog import RANKING_SCALE, RANKING_UNKNOWN
+from ruleengine.rules.language.model import Condition, parse_rule
 from ruleengine.writes.notify import describe_conditions
 
 NOW = datetime(2026, 10, 1, 12, tzinfo=UTC)

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.approval import Approval, needs_approval
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.approval import Approval, needs_approval
+from ruleengine.rules.language.model import parse_rule
 
 
 def rule_with(approval: Any = None, action: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -15,14 +15,14 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.action_types import ChangeBidAction, ScaleToTargetAction
-from ruleengine.rules.catalog import resolve_metric, scaling_direction
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import EvalContext, evaluate_task
 from ruleengine.rules.fetch import fetch_groups
-from ruleengine.rules.model import parse_rule
-from ruleengine.rules.plan import Plan
-from ruleengine.rules.scaling import lower_bound, plan_bid, plan_scale, upper_bound
+from ruleengine.rules.language.action_types import ChangeBidAction, ScaleToTargetAction
+from ruleengine.rules.language.catalog import resolve_metric, scaling_direction
+from ruleengine.rules.language.model import parse_rule
+from ruleengine.rules.plan.plan import Plan
+from ruleengine.rules.plan.scaling import lower_bound, plan_bid, plan_scale, upper_bound
 
 SPENT = {"metric": "spend", "period": "today", "operator": ">", "value": 1}
 

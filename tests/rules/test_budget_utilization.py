@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from ruleengine.rules.catalog import resolve_metric
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import EvalContext, resolve
 from ruleengine.rules.fetch import fetch_groups
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.catalog import resolve_metric
+from ruleengine.rules.language.model import parse_rule
 
 NOW = datetime(2026, 12, 5, 18, 0, tzinfo=UTC)
 SPEC = resolve_metric("budget_utilization")

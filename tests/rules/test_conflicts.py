@@ -18,7 +18,7 @@ from ruleengine.rules.conflicts import (
     scope_overlap,
 )
 from ruleengine.rules.filtering import LocalFilter, wire
-from ruleengine.rules.model import Rule, parse_rule
+from ruleengine.rules.language.model import Rule, parse_rule
 
 ROAS = "purchase_roas.omni_purchase"
 

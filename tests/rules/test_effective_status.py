@@ -8,7 +8,7 @@ import pytest
 
 from graph_sandbox.reads import EFFECTIVE_STATUSES as GRAPH_EFFECTIVE_STATUSES
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.model import EFFECTIVE_STATUSES, parse_rule
+from ruleengine.rules.language.model import EFFECTIVE_STATUSES, parse_rule
 
 #: Meta's list for the ``effective_status`` parameter of its listing edges.
 META = {

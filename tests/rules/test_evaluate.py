@@ -11,7 +11,7 @@ import pytest
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import EvalContext, evaluate_condition, evaluate_task
 from ruleengine.rules.fetch import custom_metric_names, fetch_groups
-from ruleengine.rules.model import Condition, Task, parse_rule
+from ruleengine.rules.language.model import Condition, Task, parse_rule
 
 NOW = datetime(2026, 12, 1, 18, 30, tzinfo=UTC)
 ENTITY = Entity.model_validate(

@@ -11,9 +11,9 @@ import pytest
 from test_meta_import import BERLIN, errors, fixture
 
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.catalog import gone_window
-from ruleengine.rules.meta_import import ImportOptions, import_document
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.catalog import gone_window
+from ruleengine.rules.language.model import parse_rule
+from ruleengine.rules.meta.importing import ImportOptions, import_document
 
 RULE: dict[str, Any] = {
     "name": "r",

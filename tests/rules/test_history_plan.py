@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ruleengine.rules.history import (
+from ruleengine.rules.replay.history import (
     MAX_DAYS,
     Chunk,
     DayRange,

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.holdout import Holdout, holdout_draw, is_held_out
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.impact.holdout import Holdout, holdout_draw, is_held_out
+from ruleengine.rules.language.model import parse_rule
 
 
 def rule_with(holdout: Any = None) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import pytest
 
 from ruleengine.errors import RuleValidationError
 from ruleengine.rules.basics import MAX_BUDGET
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 
 TOO_BIG = 2**64  # beyond what BSON's int64 holds
 

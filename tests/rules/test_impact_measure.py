@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ruleengine.rules.impact import (
+from ruleengine.rules.impact.intervals import Stratum, t_cdf, t_quantile, welch_interval
+from ruleengine.rules.impact.measure import (
     MIN_ENTITIES,
     Decision,
     Hourly,
@@ -20,8 +21,7 @@ from ruleengine.rules.impact import (
     hour_start,
     measure,
 )
-from ruleengine.rules.intervals import Stratum, t_cdf, t_quantile, welch_interval
-from ruleengine.rules.money import format_money
+from ruleengine.rules.language.money import format_money
 
 T0 = datetime(2026, 11, 20, 14, 40, tzinfo=UTC)
 LATER = T0 + timedelta(days=3)

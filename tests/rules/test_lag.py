@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ruleengine.rules.lag import (
+from ruleengine.rules.replay.lag import (
     KNOTS_H,
     Curve,
     LagDay,

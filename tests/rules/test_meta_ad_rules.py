@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graph_sandbox.adrule_specs import validate_rule
-from ruleengine.rules.meta_export import export_rule
-from ruleengine.rules.meta_import import ImportOptions, import_document, import_rule
-from ruleengine.rules.meta_vocab import PRESETS, MetaAccount
-from ruleengine.rules.model import Rule, parse_rule
+from ruleengine.rules.language.model import Rule, parse_rule
+from ruleengine.rules.meta.exporting import export_rule
+from ruleengine.rules.meta.importing import ImportOptions, import_document, import_rule
+from ruleengine.rules.meta.vocab import PRESETS, MetaAccount
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "meta_rules"
 USD = MetaAccount("act_1001", "USD", "America/New_York")

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from graph_sandbox.adrule_specs import validate_rule
 from ruleengine.rules.basics import WEEKDAYS
-from ruleengine.rules.catalog import resolve_metric
-from ruleengine.rules.meta_export import Exported, export_rule
-from ruleengine.rules.meta_import import TASK_ID, ImportOptions, import_rule
-from ruleengine.rules.meta_vocab import PRESETS, RULE_EFFECTIVE_STATUSES, MetaAccount
-from ruleengine.rules.model import Rule, parse_rule
+from ruleengine.rules.language.catalog import resolve_metric
+from ruleengine.rules.language.model import Rule, parse_rule
+from ruleengine.rules.meta.exporting import Exported, export_rule
+from ruleengine.rules.meta.importing import TASK_ID, ImportOptions, import_rule
+from ruleengine.rules.meta.vocab import PRESETS, RULE_EFFECTIVE_STATUSES, MetaAccount
 
 USD = MetaAccount("act_1001", "USD", "America/New_York")
 JPY = MetaAccount("act_1004", "JPY", "Asia/Tokyo")

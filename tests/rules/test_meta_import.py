@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ruleengine.rules.meta_import import Imported, ImportOptions, import_document, import_rule
-from ruleengine.rules.meta_vocab import MetaAccount
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
+from ruleengine.rules.meta.importing import Imported, ImportOptions, import_document, import_rule
+from ruleengine.rules.meta.vocab import MetaAccount
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "meta_rules"
 BERLIN = MetaAccount("act_1002", "EUR", "Europe/Berlin")

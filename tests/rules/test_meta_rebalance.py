@@ -12,10 +12,10 @@ import orjson
 import pytest
 
 from graph_sandbox.adrule_specs import validate_rule
-from ruleengine.rules.meta_export import export_rule
-from ruleengine.rules.meta_import import Imported, ImportOptions, import_rule
-from ruleengine.rules.meta_vocab import MetaAccount
-from ruleengine.rules.model import Rule, parse_rule
+from ruleengine.rules.language.model import Rule, parse_rule
+from ruleengine.rules.meta.exporting import export_rule
+from ruleengine.rules.meta.importing import Imported, ImportOptions, import_rule
+from ruleengine.rules.meta.vocab import MetaAccount
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "meta_rules"
 USD = MetaAccount("act_1001", "USD", "America/New_York")

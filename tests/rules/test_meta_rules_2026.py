@@ -10,7 +10,7 @@ import copy
 import pytest
 from test_meta_import import BERLIN, errors, fixture
 
-from ruleengine.rules.meta_import import ImportOptions, import_document
+from ruleengine.rules.meta.importing import ImportOptions, import_document
 
 NEW_TYPES = ["UPDATE_LAX_BUDGET", "UPDATE_LAX_DURATION", "AD_RECOMMENDATION_APPLY", "DCO"]
 
@@ -52,9 +52,9 @@ def test_a_delivery_insights_change_trigger_is_named() -> None:
 
 
 def test_a_spend_limit_action_has_no_meta_rule_to_export() -> None:
-    from ruleengine.rules.meta_export import export_rule
-    from ruleengine.rules.meta_vocab import MetaAccount
-    from ruleengine.rules.model import parse_rule
+    from ruleengine.rules.language.model import parse_rule
+    from ruleengine.rules.meta.exporting import export_rule
+    from ruleengine.rules.meta.vocab import MetaAccount
 
     rule = parse_rule(
         {

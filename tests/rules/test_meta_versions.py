@@ -6,7 +6,7 @@ from datetime import date
 
 import pytest
 
-from ruleengine.rules.meta_versions import (
+from ruleengine.rules.meta.versions import (
     DEFAULT_GRAPH_VERSION,
     EXPIRY_WARNING_DAYS,
     MARKETING_API_VERSIONS,

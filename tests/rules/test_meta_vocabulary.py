@@ -19,8 +19,8 @@ from ruleengine.rules.basics import Period
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import EvalContext, evaluate_condition
 from ruleengine.rules.fetch import fetch_groups
-from ruleengine.rules.model import Condition, Rule, parse_rule
-from ruleengine.rules.periods import (
+from ruleengine.rules.language.model import Condition, Rule, parse_rule
+from ruleengine.rules.language.periods import (
     INSIGHTS_DATE_PRESETS,
     history_start,
     insights_period,

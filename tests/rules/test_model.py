@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.model import Rule, parse_rule, rule_json_schema
+from ruleengine.rules.language.model import Rule, parse_rule, rule_json_schema
 
 EXAMPLES = sorted(Path(__file__).parents[2].joinpath("examples", "rules").glob("*.json"))
 

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from flow import campaign_rule
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.action_types import PercentBudgetAction, SetBudgetAction
 from ruleengine.rules.basics import MAX_BUDGET
 from ruleengine.rules.entity import ZERO_DECIMAL, currency_offset
-from ruleengine.rules.model import parse_rule
-from ruleengine.rules.money import (
+from ruleengine.rules.language.action_types import PercentBudgetAction, SetBudgetAction
+from ruleengine.rules.language.model import parse_rule
+from ruleengine.rules.language.money import (
     MinorBudget,
     amount_scale,
     budget_in_minor_units,
@@ -27,7 +27,7 @@ from ruleengine.rules.money import (
     migrate_stored,
     to_minor,
 )
-from ruleengine.rules.plan import plan_budget
+from ruleengine.rules.plan.plan import plan_budget
 
 SPENT = {"metric": "spend", "period": "today", "operator": ">", "value": 1}
 CURRENCIES = ["USD", "EUR", "JPY", "KRW", "IDR", "GBP", "CLP"]

@@ -1,4 +1,4 @@
-"""Money as a person reads it (rules/money.py): the account currency's symbol and decimals,
+"""Money as a person reads it (rules/language/money.py): the account currency's symbol and decimals,
 the change in percent, exact for any whole amount."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ruleengine.rules.money import (
+from ruleengine.rules.language.money import (
     MINOR_UNIT_FIELDS,
     format_change,
     format_field_change,
@@ -17,7 +17,7 @@ from ruleengine.rules.money import (
     format_value,
     whole_minor,
 )
-from ruleengine.rules.targets import INTEGER_FIELDS
+from ruleengine.rules.plan.targets import INTEGER_FIELDS
 
 
 @pytest.mark.parametrize(

@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ruleengine.errors import FieldError, NoAmountForCurrency, RuleValidationError
-from ruleengine.rules.approval import BudgetAbove
-from ruleengine.rules.catalog import resolve_metric
 from ruleengine.rules.conflicts import effects
-from ruleengine.rules.meta_export import export_rule
-from ruleengine.rules.meta_vocab import MetaAccount
-from ruleengine.rules.model import Rule, parse_rule
-from ruleengine.rules.money import currency_problems
+from ruleengine.rules.language.approval import BudgetAbove
+from ruleengine.rules.language.catalog import resolve_metric
+from ruleengine.rules.language.model import Rule, parse_rule
+from ruleengine.rules.language.money import currency_problems
+from ruleengine.rules.meta.exporting import export_rule
+from ruleengine.rules.meta.vocab import MetaAccount
 
 MONEY = ["spend", "cpc", "cost_per_result", "daily_budget", "action_values.omni_purchase"]
 NOT_MONEY = ["impressions", "ctr", "results", "purchase_roas.omni_purchase", "current_hour"]
@@ -274,3 +274,24 @@ def test_conflict_analysis_describes_amounts_per_currency() -> None:
     rule: Rule = parse_rule(data)
     (effect,) = effects(rule.tasks[0])
     assert effect.detail == "set_budget USD 30 / JPY 4000"
+
+
+def test_a_bare_zero_is_the_same_in_every_currency() -> None:
+    from ruleengine.rules.language.money import currency_problems
+
+    definition = {
+        "ad_accounts": ["act_1", "act_2"],
+        "format": 2,
+        "tasks": [
+            {
+                "id": "t",
+                "conditions": [
+                    {"metric": "daily_budget", "operator": ">", "value": 0},
+                    {"metric": "spend", "period": "today", "operator": ">", "value": 5},
+                ],
+                "action": {"type": "pause"},
+            }
+        ],
+    }
+    problems = currency_problems(definition, {"act_1": "USD", "act_2": "JPY"})
+    assert [p.path for p in problems] == ["tasks[0].conditions[1].value"]

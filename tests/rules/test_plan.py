@@ -10,14 +10,14 @@ from fractions import Fraction
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ruleengine.rules.action_types import (
+from ruleengine.rules.language.action_types import (
     NameTextAction,
     PercentBudgetAction,
     RenameAction,
     SetBudgetAction,
     StatusAction,
 )
-from ruleengine.rules.plan import plan_budget, plan_name, plan_restore, plan_status
+from ruleengine.rules.plan.plan import plan_budget, plan_name, plan_restore, plan_status
 
 TODAY = date(2026, 12, 1)
 

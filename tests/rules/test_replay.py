@@ -18,9 +18,10 @@ from zoneinfo import ZoneInfo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ruleengine.rules.lag import share as lag_share
-from ruleengine.rules.model import Rule, parse_rule
-from ruleengine.rules.replay import (
+from ruleengine.rules.language.model import Rule, parse_rule
+from ruleengine.rules.replay.lag import share as lag_share
+from ruleengine.rules.replay.rows import RawHistory, RowBuilder, history_plan
+from ruleengine.rules.replay.run import (
     AccountHistory,
     Fire,
     Replay,
@@ -28,7 +29,6 @@ from ruleengine.rules.replay import (
     _Pending,
     run_instants,
 )
-from ruleengine.rules.replay_rows import RawHistory, RowBuilder, history_plan
 
 TZ = ZoneInfo("America/New_York")
 FIRST = date(2026, 11, 1)
@@ -335,7 +335,7 @@ def test_a_raise_without_max_budget_stops_where_no_budget_goes() -> None:
 def test_a_holdout_keeps_its_entities_unchanged_in_the_replay_as_the_engine_does() -> None:
     """A stored rule's holdout draws as the live engine does: held-out entities get no fire
     and keep their budget (counted as ``held_out``); a draft, without an id, acts on all."""
-    from ruleengine.rules.holdout import Holdout, is_held_out
+    from ruleengine.rules.impact.holdout import Holdout, is_held_out
 
     data = {
         "name": "held",

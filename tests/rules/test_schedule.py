@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ruleengine.rules.basics import WEEKDAYS
-from ruleengine.rules.schedule import (
+from ruleengine.rules.language.schedule import (
     REANCHOR_SLACK,
     DateRange,
     IntervalSchedule,

@@ -14,14 +14,20 @@ from hypothesis import strategies as st
 
 from ruleengine.errors import RuleValidationError
 from ruleengine.guards.change_budget import ChangeLimits, limit_change
-from ruleengine.rules.action_types import ScheduleBudgetAction, ScheduleWindow
 from ruleengine.rules.conflicts import RuleEntry, find_conflicts
-from ruleengine.rules.meta_export import export_rule
-from ruleengine.rules.meta_vocab import MetaAccount
-from ruleengine.rules.model import parse_rule
-from ruleengine.rules.plan import Plan
-from ruleengine.rules.schedules import QUARTER_HOUR_S, ScheduleSpec, listed, unix, window_of
-from ruleengine.rules.targets import PlanContext, Refused, plan_change
+from ruleengine.rules.language.action_types import ScheduleBudgetAction, ScheduleWindow
+from ruleengine.rules.language.budget_schedules import (
+    QUARTER_HOUR_S,
+    ScheduleSpec,
+    listed,
+    unix,
+    window_of,
+)
+from ruleengine.rules.language.model import parse_rule
+from ruleengine.rules.meta.exporting import export_rule
+from ruleengine.rules.meta.vocab import MetaAccount
+from ruleengine.rules.plan.plan import Plan
+from ruleengine.rules.plan.targets import PlanContext, Refused, plan_change
 from ruleengine.store.intents import PastChange
 
 NEW_YORK = ZoneInfo("America/New_York")

@@ -7,9 +7,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ruleengine.rules.action_types import RenameAction
-from ruleengine.rules.plan import plan_name
-from ruleengine.rules.template import render_template
+from ruleengine.rules.language.action_types import RenameAction
+from ruleengine.rules.language.template import render_template
+from ruleengine.rules.plan.plan import plan_name
 from ruleengine.writes.notify import MessageContext, render
 
 VALUES = {"name": "Summer sale", "date": "2026-12-01", "rule": "Tag"}

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ruleengine.rules.catalog import Source, known_names, resolve_metric, scaling_direction
-from ruleengine.rules.model import EFFECTIVE_STATUSES, FILTER_FIELDS, rule_json_schema
-from ruleengine.rules.vocabulary import METRIC_TEXTS, UNITS, vocabulary
+from ruleengine.rules.language.catalog import Source, known_names, resolve_metric, scaling_direction
+from ruleengine.rules.language.model import EFFECTIVE_STATUSES, FILTER_FIELDS, rule_json_schema
+from ruleengine.rules.language.vocabulary import METRIC_TEXTS, UNITS, vocabulary
 
 VOCABULARY = vocabulary()
 SCHEMA = rule_json_schema()

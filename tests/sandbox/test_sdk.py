@@ -30,7 +30,7 @@ from facebook_business.exceptions import FacebookRequestError
 from facebook_business.session import FacebookSession
 from sandbox_helpers import TOKEN, Sandbox
 
-from ruleengine.rules.meta_versions import DEFAULT_GRAPH_VERSION
+from ruleengine.rules.meta.versions import DEFAULT_GRAPH_VERSION
 
 T = TypeVar("T")
 

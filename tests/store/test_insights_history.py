@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ruleengine import constants as c
 from ruleengine.maintenance.retention import RetentionPolicy, apply_retention
-from ruleengine.rules.history import DayRange, Granularity
+from ruleengine.rules.replay.history import DayRange, Granularity
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.insights_history import (

@@ -10,7 +10,7 @@ from web_helpers import AUTH, Client, insert_batch, rule_body, run_batch, start_
 
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine.errors import ErrorReport
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database

@@ -35,8 +35,8 @@ from ruleengine import constants as c
 from ruleengine.approvals.deciding import approval_job_id, requeue_approved
 from ruleengine.cli import main
 from ruleengine.queue import connect_queue
-from ruleengine.rules.model import parse_rule
-from ruleengine.rules.money import format_change
+from ruleengine.rules.language.model import parse_rule
+from ruleengine.rules.language.money import format_change
 from ruleengine.settings import Settings
 from ruleengine.store.api_tokens import ApiTokenStore
 from ruleengine.store.approvals import ApprovalStore

@@ -25,7 +25,7 @@ from flow import wait_for
 from graph_sandbox.admin import SandboxAdmin
 from ruleengine import constants as c
 from ruleengine.backtest.result import BacktestRequest
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.backtests import RESTARTED, BacktestStore
 from ruleengine.store.db import Database

@@ -7,7 +7,7 @@ from typing import Any
 
 from web_helpers import AUTH, Client, insert_batch, rule_body, run_batch
 
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.rollups import RollupStore

@@ -11,7 +11,7 @@ from web_helpers import AUTH, Client, insert_batch, rule_body, run_batch
 
 from ruleengine import constants as c
 from ruleengine.errors import ErrorReport
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.errorlog import HOURS_KEPT, ErrorGroup, ErrorLog, hour_key, hours_ending

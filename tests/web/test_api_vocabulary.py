@@ -6,7 +6,7 @@ from typing import Any
 
 from web_helpers import AUTH, Client, rule_body, start_client
 
-from ruleengine.rules.model import rule_json_schema
+from ruleengine.rules.language.model import rule_json_schema
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 

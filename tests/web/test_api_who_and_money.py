@@ -39,8 +39,8 @@ async def test_batches_name_their_account_and_its_currency(
     client: Client, web_settings: Settings, db: Database, sandbox: SandboxAdmin
 ) -> None:
     body = rule_body("Everywhere", ad_accounts=["act_1001", "act_1004"], status="ACTIVE")
-    spend = body["tasks"][0]["conditions"][0]
-    spend["value"] = {"USD": spend["value"], "JPY": spend["value"]}  # money, per currency
+    # dollars and yen: the spend threshold is given per currency
+    body["tasks"][0]["conditions"][0]["value"] = {"USD": 1, "JPY": 100}
     assert (await client.post("/api/rules", json=body, headers=AUTH)).status == 201
     await dispatch(web_settings, db, now=datetime.now(UTC))
     await work(web_settings)

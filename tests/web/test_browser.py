@@ -32,7 +32,7 @@ from web_helpers import (
 
 from ruleengine import constants as c
 from ruleengine.errors import ErrorReport
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.errorlog import ErrorLog

@@ -21,7 +21,7 @@ from web_helpers import API_TOKEN, Client
 
 from flow import successful_writes, work
 from graph_sandbox.admin import SandboxAdmin
-from ruleengine.rules.money import format_change
+from ruleengine.rules.language.money import format_change
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 

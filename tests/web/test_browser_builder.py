@@ -21,7 +21,7 @@ from test_browser import (  # noqa: F401  (page and the autouse check are fixtur
 )
 from web_helpers import API_TOKEN, AUTH, Client, rule_body
 
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
 
 pytestmark = pytest.mark.browser
 

@@ -1,5 +1,5 @@
 """The screens format money exactly as the server does: ``RE.money`` and its kin in
-``web/static/common.js`` against ``rules/money.py``, on generated amounts, currencies and
+``web/static/common.js`` against ``rules/language/money.py``, on generated amounts, currencies and
 fields (common.js runs in Node, with just enough of a browser around it).
 
 Skipped where ``node`` is absent, unless ``RULEENGINE_REQUIRE_BROWSER=1`` (as the browser
@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ruleengine.rules.entity import ZERO_DECIMAL
-from ruleengine.rules.money import (
+from ruleengine.rules.language.money import (
     CURRENCY_SYMBOLS,
     MINOR_UNIT_FIELDS,
     format_amount,

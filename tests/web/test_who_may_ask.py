@@ -28,8 +28,8 @@ from graph_sandbox.admin import SandboxAdmin
 from ruleengine.approvals.proposing import message as approval_message
 from ruleengine.cli import main as cli_main
 from ruleengine.cli.batches import undo_table
-from ruleengine.rules.model import parse_rule
-from ruleengine.rules.template import message_text, one_line_text
+from ruleengine.rules.language.model import parse_rule
+from ruleengine.rules.language.template import message_text, one_line_text
 from ruleengine.secret_files import read_secret
 from ruleengine.settings import API_TOKEN_MIN_CHARS, Settings, api_token_problem
 from ruleengine.store.db import Database

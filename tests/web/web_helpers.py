@@ -14,7 +14,7 @@ from ruleengine import constants as c
 from ruleengine.dispatching.payload import EvaluateJob, batch_id_for, evaluate_job_id
 from ruleengine.meta.http import READ_ONLY
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.model import Rule
+from ruleengine.rules.language.model import Rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Database

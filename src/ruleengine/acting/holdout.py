@@ -1,7 +1,7 @@
 """A held-out (task, entity): the change the task would have made, planned from the live
 value, and nothing written (no intent either).
 
-The task's holdout (:mod:`ruleengine.rules.holdout`) decides which entities are held out;
+The task's holdout (:mod:`ruleengine.rules.impact.holdout`) decides which entities are held out;
 here each one's would-be change is planned exactly as a run plans it (the task's own
 guards included), so that its record says ``held_out`` with before → after, and carries
 the cooldown the change would have started: later runs leave it alone as long as they
@@ -23,11 +23,11 @@ from ruleengine.acting.results import (
     with_task_guards,
     would_do,
 )
-from ruleengine.rules.action_types import DuplicateAction, NotifyAction
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
-from ruleengine.rules.holdout import HELD_OUT
-from ruleengine.rules.model import Task
+from ruleengine.rules.impact.holdout import HELD_OUT
+from ruleengine.rules.language.action_types import DuplicateAction, NotifyAction
+from ruleengine.rules.language.model import Task
 
 #: What a would-be change may come back as and still be a decision held out.
 _WOULD: frozenset[str] = frozenset({"would_apply", "awaiting_approval"})

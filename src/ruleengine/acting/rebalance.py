@@ -2,11 +2,13 @@
 the preview shows.
 
 The group is the entities one task matched in one run. Their live budgets (and ad sets'
-learning stage) are read in one multi-id read; each entity's metric is what its verdict
+learning stage) are read in Batch API calls (never a multi-ID request, which apps created
+since 2026-11-04 may not use); a member Meta does not answer for is left out of the group,
+never moved; each entity's metric is what its verdict
 read; the account's minimum daily budget and the action's bounds make the limits; what an
 interrupted earlier rebalance of the task still owes its group comes from that run's
-intents (:func:`~ruleengine.rules.rebalance.owed`). The arithmetic is
-:func:`ruleengine.rules.rebalance.plan_rebalance`'s. Writes nothing.
+intents (:func:`~ruleengine.rules.plan.rebalance.owed`). The arithmetic is
+:func:`ruleengine.rules.plan.rebalance.plan_rebalance`'s. Writes nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import Any, Final
 
 from ruleengine.acting.results import ActResult, JobRun, check_currency
 from ruleengine.meta.batch import SubRequest
-from ruleengine.rules.action_types import RebalanceBudgetAction
 from ruleengine.rules.advantage import (
     META_SHARED_PCT,
     advantage_fields,
@@ -29,12 +30,13 @@ from ruleengine.rules.advantage import (
     shares_budget,
 )
 from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
-from ruleengine.rules.catalog import resolve_metric, scaling_direction
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
-from ruleengine.rules.model import Task
-from ruleengine.rules.plan import percent_of
-from ruleengine.rules.rebalance import (
+from ruleengine.rules.language.action_types import RebalanceBudgetAction
+from ruleengine.rules.language.catalog import resolve_metric, scaling_direction
+from ruleengine.rules.language.model import Task
+from ruleengine.rules.plan.plan import percent_of
+from ruleengine.rules.plan.rebalance import (
     Limits,
     Member,
     Move,
@@ -43,8 +45,8 @@ from ruleengine.rules.rebalance import (
     owed,
     plan_rebalance,
 )
-from ruleengine.rules.scaling import lower_bound, upper_bound
-from ruleengine.rules.targets import BUDGET_FIELDS, budget_refusal, live_value
+from ruleengine.rules.plan.scaling import lower_bound, upper_bound
+from ruleengine.rules.plan.targets import BUDGET_FIELDS, budget_refusal, live_value
 from ruleengine.store.intents import IntentStore
 
 ACTION: Final = "rebalance_budget"

@@ -4,7 +4,7 @@ An action on one entity ends in an :class:`ActResult` (what it did, or why not).
 :class:`JobRun` is the per-job context every action reads from — never a writer,
 so the preview, which imports this module, cannot reach code that writes to Meta.
 :func:`target_of` plans a status, budget or name action from the entity's live
-value (pure planning in :mod:`ruleengine.rules.plan`, plus the budget guards and the
+value (pure planning in :mod:`ruleengine.rules.plan.plan`, plus the budget guards and the
 ad account's minimum daily budget; a rule's currency amounts become minor units here,
 :func:`money_scale`);
 :func:`record_once` records the intent of an effect that cannot be read back.
@@ -32,7 +32,10 @@ from ruleengine.meta.batch import BatchReader
 from ruleengine.meta.errors import GraphError, MalformedResponseError, TransientError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.schedules import read_schedules
-from ruleengine.rules.action_types import (
+from ruleengine.rules.advantage import advantage_fields, merged_fields, refuses
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.evaluate import TaskVerdict
+from ruleengine.rules.language.action_types import (
     ChangeBidAction,
     NameTextAction,
     PercentBudgetAction,
@@ -44,15 +47,12 @@ from ruleengine.rules.action_types import (
     SpendLimitAction,
     StatusAction,
 )
-from ruleengine.rules.advantage import advantage_fields, merged_fields, refuses
-from ruleengine.rules.approval import needs_approval
-from ruleengine.rules.entity import Entity
-from ruleengine.rules.evaluate import TaskVerdict
-from ruleengine.rules.model import Rule, Task
-from ruleengine.rules.money import amount_scale
-from ruleengine.rules.plan import Plan, percent_of
-from ruleengine.rules.schedules import SCHEDULES, ScheduleSpec, listed
-from ruleengine.rules.targets import (
+from ruleengine.rules.language.approval import needs_approval
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec, listed
+from ruleengine.rules.language.model import Rule, Task
+from ruleengine.rules.language.money import amount_scale
+from ruleengine.rules.plan.plan import Plan, percent_of
+from ruleengine.rules.plan.targets import (
     INTEGER_FIELDS,
     FieldAction,
     PlanContext,
@@ -288,7 +288,7 @@ async def target_of(
     action: Any, run: JobRun, *, max_change_pct: float, verdict: TaskVerdict | None = None
 ) -> Target:
     """How a status, budget, bid or name action plans its absolute target from the live object
-    (:func:`ruleengine.rules.targets.plan_change`, the planner the backtest's replay calls too).
+    (:func:`ruleengine.rules.plan.targets.plan_change`, which the backtest's replay calls too).
 
     A budget or bid action reads the ad account first (once per job: its minimum daily
     budget, currency and timezone) and raises AccountMismatch when the registered currency

@@ -29,7 +29,7 @@ from ruleengine.rules.conflicts import (
     find_conflicts,
 )
 from ruleengine.rules.filtering import LocalFilter, wire
-from ruleengine.rules.model import Rule
+from ruleengine.rules.language.model import Rule
 from ruleengine.store.credentials import CredentialStore, token_ref
 from ruleengine.store.ruledocs import Loaded, StoredRuleError
 from ruleengine.store.rules import RuleStore

@@ -1,6 +1,6 @@
 """A rule's impact, with I/O: its decisions from the execution records, its entities' hourly
 delivery from the Insights history cache, each task measured per currency
-(:mod:`ruleengine.rules.impact`).
+(:mod:`ruleengine.rules.impact.measure`).
 
 Decisions are the ``applied``, ``awaiting_approval`` and ``held_out`` records of the runs of
 the last ``days`` days, each with the holdout setting of its rule version, what became of
@@ -28,8 +28,7 @@ from ruleengine.backtest.history import HistoryRequest, HistoryResult
 from ruleengine.backtest.service import BacktestDeps
 from ruleengine.errors import RuleEngineError
 from ruleengine.rules.entity import currency_offset
-from ruleengine.rules.history import MAX_DAYS, DayRange
-from ruleengine.rules.impact import (
+from ruleengine.rules.impact.measure import (
     WINDOW_HOURS,
     CurrencyImpact,
     Decision,
@@ -38,7 +37,8 @@ from ruleengine.rules.impact import (
     TaskImpact,
     measure,
 )
-from ruleengine.rules.model import Rule, parse_rule
+from ruleengine.rules.language.model import Rule, parse_rule
+from ruleengine.rules.replay.history import MAX_DAYS, DayRange
 from ruleengine.store.approvals import ApprovalStore, approval_id
 from ruleengine.store.credentials import Account, token_ref
 from ruleengine.store.records import ExecutionStore

@@ -50,11 +50,11 @@ from ruleengine.errors import NotFoundError, RuleEngineError
 from ruleengine.followups.scheduling import Origin
 from ruleengine.meta.http import Cost
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import Rule
-from ruleengine.rules.plan import Plan
-from ruleengine.rules.schedules import SCHEDULES, ScheduleSpec
-from ruleengine.rules.targets import approved_schedule
-from ruleengine.rules.targets import live_value as field_value
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec
+from ruleengine.rules.language.model import Rule
+from ruleengine.rules.plan.plan import Plan
+from ruleengine.rules.plan.targets import approved_schedule
+from ruleengine.rules.plan.targets import live_value as field_value
 from ruleengine.store.approvals import ApprovalStore, approval_of_batch, write_batch
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Document
@@ -296,7 +296,7 @@ async def _write(engine: Engine, doc: Document, batch: str, *, now: datetime) ->
 
 def _target(doc: Document, *, now: datetime) -> Target:
     """``after``, planned only while the live value is still ``before`` (a budget schedule's:
-    the live daily budget; :func:`~ruleengine.rules.targets.approved_schedule`)."""
+    the live daily budget; :func:`~ruleengine.rules.plan.targets.approved_schedule`)."""
     field, before, after = doc["field"], doc["before"], doc["after"]
     if field == SCHEDULES:
         spec = ScheduleSpec.from_doc(doc.get("schedule"))

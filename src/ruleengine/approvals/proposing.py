@@ -1,7 +1,7 @@
 """Approvals in the worker: proposing a planned change that waits for a person.
 
 A task with ``approval`` plans its change as usual (live value, clamps); when the change
-needs approval (:func:`~ruleengine.rules.model.needs_approval`) the write path returns
+needs approval (:func:`~ruleengine.rules.language.model.needs_approval`) the write path returns
 ``awaiting_approval`` instead of writing, and :func:`propose` stores the proposal (one open
 per entity × task, :mod:`ruleengine.store.approvals`) and announces it with a link to the
 Approvals screen. :func:`open_results` answers for pairs that already wait.
@@ -16,9 +16,9 @@ from datetime import timedelta
 
 from ruleengine.acting.results import ActResult, JobRun
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import Task, approval_webhook
-from ruleengine.rules.money import field_words, format_field_change
-from ruleengine.rules.template import message_text
+from ruleengine.rules.language.model import Task, approval_webhook
+from ruleengine.rules.language.money import field_words, format_field_change
+from ruleengine.rules.language.template import message_text
 from ruleengine.store.approvals import ApprovalStore, approval_id
 from ruleengine.store.db import Document
 from ruleengine.writes.notify import Notifier, NotifyError
@@ -147,7 +147,7 @@ def message(
 ) -> str:
     """The announcement of a proposal: what would change — money in the account's currency,
     with the change in percent —, on which account, until when, and where to decide. Every
-    name is message text (:func:`~ruleengine.rules.template.message_text`)."""
+    name is message text (:func:`~ruleengine.rules.language.template.message_text`)."""
     text = {k: message_text(doc.get(k)) for k in ("rule_name", "entity_name", "entity_id")}
     field = doc.get("field")
     change = format_field_change(

@@ -5,7 +5,7 @@ entity ids, Insights fields, a range of the account's days, and the fields wante
 hour too (for ``today``-style periods) — from the ``insights_history`` cache
 (:mod:`ruleengine.store.insights_history`), and fetches from Graph
 (:mod:`ruleengine.meta.by_day`) only the (entity, day, field) the cache lacks or holds
-too old a value of (:class:`~ruleengine.rules.history.Freshness`). What it fetches it
+too old a value of (:class:`~ruleengine.rules.replay.history.Freshness`). What it fetches it
 stores, each field with the instant it was fetched, which every answer carries: a
 backtest needs to know how mature the numbers it replays were.
 
@@ -32,7 +32,7 @@ from ruleengine.meta.insights import IDS_PER_REQUEST
 from ruleengine.meta.pacing import InsightsPacer
 from ruleengine.meta.reader import RetryPolicy
 from ruleengine.rules.basics import LEVELS
-from ruleengine.rules.history import (
+from ruleengine.rules.replay.history import (
     DayRange,
     Freshness,
     Granularity,

@@ -5,8 +5,8 @@ evaluation instant (``created_at``). For a condition on a conversion metric over
 window of past days, the same days' numbers fetched once they have matured (from the
 Insights history cache, :class:`~ruleengine.backtest.history.InsightsHistory`) say what the
 condition would have seen had every conversion been in. :func:`learn_lag` pairs the two
-and fits the curve (:func:`ruleengine.rules.lag.fit_curve`) — the maths is pure and
-lives in :mod:`ruleengine.rules.lag`; this module reads the records and the history.
+and fits the curve (:func:`ruleengine.rules.replay.lag.fit_curve`) — the maths is pure and
+lives in :mod:`ruleengine.rules.replay.lag`; this module reads the records and the history.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from pymongo import DESCENDING
 
 from ruleengine import constants as c
 from ruleengine.backtest.history import HistoryRequest, InsightsHistory, Numbers
-from ruleengine.rules.catalog import resolve_metric
 from ruleengine.rules.evaluate import insight_value
-from ruleengine.rules.history import MAX_DAYS, DayRange
-from ruleengine.rules.lag import (
+from ruleengine.rules.language.catalog import resolve_metric
+from ruleengine.rules.replay.history import MAX_DAYS, DayRange
+from ruleengine.rules.replay.lag import (
     MATURED_AFTER_H,
     LagDay,
     LagFit,
@@ -57,7 +57,7 @@ MAX_ENTITIES: Final = 100
 #: the conditions kept are spread over the times of day (and so over the ages of days).
 SLICE_H: Final = 6
 _PROJECTION: Final = {"_id": 0, "entity_id": 1, "created_at": 1, "conditions": 1}
-#: Metric prefixes :func:`~ruleengine.rules.lag.lag_metric` may take: the records read are
+#: Metric prefixes :func:`~ruleengine.rules.replay.lag.lag_metric` may take: the records read are
 #: those with at least one such condition.
 _CONVERSION_METRICS: Final = (
     r"^(actions|conversions|action_values|conversion_values|purchase_roas"
@@ -113,10 +113,10 @@ async def learn_lag(
 
     Keeps the conditions (of any rule at ``level``) on a conversion metric over a window
     that ended before the record's date in the account's calendar, evaluated at least
-    :data:`~ruleengine.rules.lag.MATURED_AFTER_H` hours before ``now`` (so their days
+    :data:`~ruleengine.rules.replay.lag.MATURED_AFTER_H` hours before ``now`` (so their days
     can have matured); fetches those days through ``history`` (the cache first); keeps
     an observation only when each of its days' numbers was fetched
-    :data:`~ruleengine.rules.lag.MATURED_AFTER_H` hours or more after the day ended.
+    :data:`~ruleengine.rules.replay.lag.MATURED_AFTER_H` hours or more after the day ended.
 
     Raises:
         GraphError: Graph refused the history requests as a whole (a bad token, say).

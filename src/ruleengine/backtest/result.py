@@ -16,11 +16,15 @@ from time import perf_counter
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
-from ruleengine.rules.action_types import DuplicateAction, NotifyAction, ScheduleBudgetAction
-from ruleengine.rules.lag import Curve
-from ruleengine.rules.model import Rule
-from ruleengine.rules.replay import Fire
-from ruleengine.rules.replay_rows import RawHistory
+from ruleengine.rules.language.action_types import (
+    DuplicateAction,
+    NotifyAction,
+    ScheduleBudgetAction,
+)
+from ruleengine.rules.language.model import Rule
+from ruleengine.rules.replay.lag import Curve
+from ruleengine.rules.replay.rows import RawHistory
+from ruleengine.rules.replay.run import Fire
 
 #: The longest backtest, in days.
 MAX_BACKTEST_DAYS: Final = 90

@@ -12,7 +12,7 @@
    execution records (:mod:`ruleengine.backtest.lag_fit`); where there are too few of them
    the backtest says so and uses matured numbers.
 4. **Replay** — every instant the rule would have run, with the engine's own evaluation
-   and planning on a simulated state (:mod:`ruleengine.rules.replay`), once with
+   and planning on a simulated state (:mod:`ruleengine.rules.replay.run`), once with
    matured numbers and, when a curve is known, once as seen at each instant.
 
 Nothing is written to Meta, to records or to intents. The session may only read.
@@ -47,34 +47,34 @@ from ruleengine.meta.adaccount import read_ad_account
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.http import READ_AND_BATCH, Cost, GraphSession
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.action_types import (
+from ruleengine.rules.basics import MAX_BUDGET
+from ruleengine.rules.entity import currency_offset
+from ruleengine.rules.language.action_types import (
     ChangeBidAction,
     PercentBudgetAction,
     ScaleToTargetAction,
     SetBudgetAction,
 )
-from ruleengine.rules.basics import MAX_BUDGET
-from ruleengine.rules.catalog import resolve_metric
-from ruleengine.rules.entity import currency_offset
-from ruleengine.rules.history import MAX_DAYS, DayRange
-from ruleengine.rules.lag import share
-from ruleengine.rules.model import Rule
-from ruleengine.rules.periods import preset_range
-from ruleengine.rules.replay import (
-    AccountHistory,
-    Fire,
-    Replay,
-    ReplayOptions,
-    ReplayResult,
-    run_instants,
-)
-from ruleengine.rules.replay_rows import (
+from ruleengine.rules.language.catalog import resolve_metric
+from ruleengine.rules.language.model import Rule
+from ruleengine.rules.language.periods import preset_range
+from ruleengine.rules.replay.history import MAX_DAYS, DayRange
+from ruleengine.rules.replay.lag import share
+from ruleengine.rules.replay.rows import (
     COST_PER_RESULT,
     RESULTS,
     UNIQUE_RESULTS,
     HistoryPlan,
     RawHistory,
     history_plan,
+)
+from ruleengine.rules.replay.run import (
+    AccountHistory,
+    Fire,
+    Replay,
+    ReplayOptions,
+    ReplayResult,
+    run_instants,
 )
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key, token_ref

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ruleengine.approvals.deciding import REQUEUE_AFTER, decide
 from ruleengine.cli.common import cli_actor, run_async, say, whole_number
 from ruleengine.cli.stack import StackUnreachable, open_database, open_queue, shown_url
-from ruleengine.rules.money import field_words, format_field_change
+from ruleengine.rules.language.money import field_words, format_field_change
 from ruleengine.settings import Settings
 from ruleengine.store.approvals import STATUSES, ApprovalStore
 from ruleengine.store.credentials import AccountLabel, account_labels

@@ -16,8 +16,8 @@ from ruleengine.cli.common import now, one_line, run_async
 from ruleengine.cli.files import is_file, load_file, problem_line, validate_files
 from ruleengine.cli.stack import all_accounts, open_database
 from ruleengine.errors import RuleEngineError, RuleValidationError
-from ruleengine.rules.model import Rule
-from ruleengine.rules.money import CURRENT_FORMAT
+from ruleengine.rules.language.model import Rule
+from ruleengine.rules.language.money import CURRENT_FORMAT
 from ruleengine.settings import Settings
 from ruleengine.store.db import Database
 from ruleengine.store.rules import RuleStore

@@ -12,7 +12,7 @@ import orjson
 
 from ruleengine.cli.common import cli_actor, now, one_line, run_async
 from ruleengine.cli.stack import open_database, open_queue
-from ruleengine.rules.money import field_words, format_field_change, format_value
+from ruleengine.rules.language.money import field_words, format_field_change, format_value
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import account_labels
 

@@ -12,8 +12,8 @@ import orjson
 
 from ruleengine.cli.common import one_line
 from ruleengine.errors import FieldError, RuleValidationError
-from ruleengine.rules.model import Rule, parse_rule
-from ruleengine.rules.money import (
+from ruleengine.rules.language.model import Rule, parse_rule
+from ruleengine.rules.language.money import (
     CURRENT_FORMAT,
     document_format,
     explain_old_format,

@@ -13,7 +13,7 @@ import orjson
 
 from ruleengine.cli.common import now, one_line, run_async
 from ruleengine.cli.stack import open_database
-from ruleengine.rules.money import format_money
+from ruleengine.rules.language.money import format_money
 from ruleengine.settings import Settings
 
 IMPACT_MAX_DAYS = 90

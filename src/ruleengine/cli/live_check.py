@@ -17,7 +17,7 @@ from ruleengine.cli.stack import credentials, open_database
 from ruleengine.errors import RuleEngineError
 from ruleengine.rules.advantage import REASON, refuses
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import Rule, Task
+from ruleengine.rules.language.model import Rule, Task
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import token_ref
 

@@ -24,7 +24,7 @@ from ruleengine.cli.files import is_file, load_file, print_problems
 from ruleengine.cli.stack import all_accounts, open_database, rule_store
 from ruleengine.errors import RuleEngineError, RuleValidationError
 from ruleengine.rules.basics import LEVELS
-from ruleengine.rules.model import Rule, parse_rule
+from ruleengine.rules.language.model import Rule, parse_rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database
@@ -80,7 +80,7 @@ async def _import_context(
 
 async def _rules_import_meta(args: argparse.Namespace, settings: Settings) -> int:
     from ruleengine.interop import meta_rules as interop
-    from ruleengine.rules.meta_import import ImportOptions, import_document
+    from ruleengine.rules.meta.importing import ImportOptions, import_document
 
     if not args.files and not args.account:
         raise RuleEngineError("give FILE… (Meta rules as JSON) or --account act_… (or both)")
@@ -197,7 +197,7 @@ def _write_rule(path: Path, rule: Any) -> Path:
 
 def cmd_rules_export_meta(args: argparse.Namespace, settings: Settings) -> int:
     """Print rules as Meta's Automated Rules; exit 1 when something could not be expressed."""
-    from ruleengine.rules.meta_export import export_rule
+    from ruleengine.rules.meta.exporting import export_rule
 
     files = _rule_files([item for item in args.rules if is_file(item)])
     if files is None:
@@ -235,7 +235,7 @@ def _rule_files(sources: list[str]) -> dict[str, Rule] | None:
 
 
 def _meta_accounts(args: argparse.Namespace, rule: Rule, known: dict[str, Any]) -> dict[str, Any]:
-    from ruleengine.rules.meta_vocab import MetaAccount
+    from ruleengine.rules.meta.vocab import MetaAccount
 
     accounts = {}
     for account_id in rule.ad_accounts:

@@ -22,8 +22,8 @@ from ruleengine.cli.impact import add_impact
 from ruleengine.cli.meta_rules import add_export_meta, add_import_meta
 from ruleengine.cli.stack import all_accounts, credentials, open_database, rule_store
 from ruleengine.errors import RuleEngineError, RuleValidationError
-from ruleengine.rules.model import rule_json_schema
-from ruleengine.rules.money import CURRENT_FORMAT
+from ruleengine.rules.language.model import rule_json_schema
+from ruleengine.rules.language.money import CURRENT_FORMAT
 from ruleengine.settings import Settings
 from ruleengine.store.ruledocs import Loaded, StoredRuleError
 from ruleengine.store.rules import RuleStore
@@ -160,7 +160,7 @@ async def _rules_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _rule_line(item: Loaded) -> str:
-    from ruleengine.rules.schedule import describe
+    from ruleengine.rules.language.schedule import describe
 
     if isinstance(item, StoredRuleError):
         return f"{item.rule_id}  v?   HAS_ISSUES {item.name or '?'}: {item.problem}"

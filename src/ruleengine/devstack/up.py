@@ -38,8 +38,8 @@ from ruleengine.devstack.embedded import (
 from ruleengine.devstack.ports import EmbeddedServers, PortUse, check_ports
 from ruleengine.devstack.supervise import Supervisor
 from ruleengine.errors import RuleEngineError
-from ruleengine.rules.meta_versions import version_warning
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
+from ruleengine.rules.meta.versions import version_warning
 from ruleengine.secret_files import read_secret
 from ruleengine.settings import PORT_LAYOUT, Settings
 from ruleengine.store.credentials import CredentialStore, load_key

@@ -39,7 +39,7 @@ from ruleengine.meta.reader import GraphReader
 from ruleengine.observability import DispatcherMetrics
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.filtering import EVERY_STATUS, Item, LocalFilter, Wire, wire
-from ruleengine.rules.model import Rule
+from ruleengine.rules.language.model import Rule
 from ruleengine.store.credentials import CredentialStore, token_ref
 from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.fences import FenceStore

@@ -17,7 +17,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict
 
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import Rule
+from ruleengine.rules.language.model import Rule
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.snapshots import ListingRef, ListingSnapshots, entities_json
 

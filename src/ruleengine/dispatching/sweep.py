@@ -46,8 +46,8 @@ from ruleengine.followups.scheduling import FollowupScheduler
 from ruleengine.meta.reader import GraphReader
 from ruleengine.observability import DispatcherMetrics
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import Rule
-from ruleengine.rules.schedule import next_run
+from ruleengine.rules.language.model import Rule
+from ruleengine.rules.language.schedule import next_run
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key
 from ruleengine.store.db import Database, server_time

@@ -52,9 +52,9 @@ from ruleengine.meta.errors import GraphError
 from ruleengine.meta.http import Cost
 from ruleengine.meta.writer import GraphWriter
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import Rule
-from ruleengine.rules.plan import Plan
-from ruleengine.rules.targets import Refused, follow_up_target, live_value, plan_follow_up
+from ruleengine.rules.language.model import Rule
+from ruleengine.rules.plan.plan import Plan
+from ruleengine.rules.plan.targets import Refused, follow_up_target, live_value, plan_follow_up
 from ruleengine.store.credentials import Account, token_ref
 from ruleengine.store.followups import (
     WAITING,
@@ -312,7 +312,7 @@ async def follow_up(
 
 def _target(doc: FollowupDoc, *, max_change_pct: float) -> Target:
     """What the follow-up writes, planned so that a change made meanwhile is left alone
-    (:func:`ruleengine.rules.targets.plan_follow_up`, as the backtest's replay plans it)."""
+    (:func:`ruleengine.rules.plan.targets.plan_follow_up`, as the backtest's replay plans it)."""
     target = follow_up_target(doc.do, previous=doc.previous)
 
     def plan(live: dict[str, Any]) -> Plan | ActResult:

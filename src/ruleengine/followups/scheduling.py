@@ -29,9 +29,9 @@ from arq.utils import to_unix_ms
 from redis.exceptions import RedisError
 
 from ruleengine import constants as c
-from ruleengine.rules.action_types import FollowUp
-from ruleengine.rules.model import Rule
-from ruleengine.rules.schedule import next_local_time
+from ruleengine.rules.language.action_types import FollowUp
+from ruleengine.rules.language.model import Rule
+from ruleengine.rules.language.schedule import next_local_time
 from ruleengine.store.db import Database, Document
 from ruleengine.store.followups import (
     FollowupDoc,

@@ -28,10 +28,10 @@ from decimal import ROUND_DOWN, Decimal
 from typing import Final
 
 from ruleengine.acting.results import ActResult, not_applied
-from ruleengine.rules.model import Rule
-from ruleengine.rules.plan import Plan, percent_of, refit
-from ruleengine.rules.schedules import SCHEDULES
-from ruleengine.rules.targets import SPEND_LIMIT_FIELDS
+from ruleengine.rules.language.budget_schedules import SCHEDULES
+from ruleengine.rules.language.model import Rule
+from ruleengine.rules.plan.plan import Plan, percent_of, refit
+from ruleengine.rules.plan.targets import SPEND_LIMIT_FIELDS
 from ruleengine.settings import Settings
 from ruleengine.store.intents import PastChange
 

@@ -35,7 +35,7 @@ from ruleengine.guards.change_budget import (
 )
 from ruleengine.guards.oscillation import OSCILLATION, OSCILLATION_HOLD, WATCHED_FIELDS, detect
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.plan import Plan
+from ruleengine.rules.plan.plan import Plan
 from ruleengine.settings import Settings
 from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.holds import HoldStore, HoldView, hold_id

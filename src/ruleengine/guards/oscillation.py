@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ruleengine.rules.targets import SPEND_LIMIT_FIELDS
+from ruleengine.rules.plan.targets import SPEND_LIMIT_FIELDS
 from ruleengine.store.intents import PastChange
 
 #: The error-log group (its function name) of an oscillation: one group per entity + field.

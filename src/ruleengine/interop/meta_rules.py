@@ -1,8 +1,8 @@
 """Meta's Automated Rules in and out, for the CLI and the API: the account's currency and
 timezone, reading its ``adrules_library`` (read-only Graph client), saving imported rules.
 
-The conversions themselves are pure (:mod:`ruleengine.rules.meta_import`,
-:mod:`ruleengine.rules.meta_export`); this module gives them their context and stores what
+The conversions themselves are pure (:mod:`ruleengine.rules.meta.importing`,
+:mod:`ruleengine.rules.meta.exporting`); this module gives them their context and stores what
 they make, through the same :meth:`RuleStore.save` as ``rules apply`` and ``POST
 /api/rules`` — with the store's admission, so an imported rule that fights active rules is
 refused like a save when ``RULEENGINE_REFUSE_CONFLICTING_RULES`` is set.
@@ -20,9 +20,9 @@ from ruleengine.analysis.conflicts import NEW_RULE_ID, ConflictingRuleError, fin
 from ruleengine.errors import NotFoundError, RuleEngineError, RuleValidationError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.rules.conflicts import Finding
-from ruleengine.rules.meta_import import Imported, meta_rules_of
-from ruleengine.rules.meta_vocab import MetaAccount
-from ruleengine.rules.model import parse_rule
+from ruleengine.rules.language.model import parse_rule
+from ruleengine.rules.meta.importing import Imported, meta_rules_of
+from ruleengine.rules.meta.vocab import MetaAccount
 from ruleengine.store.credentials import Account, CredentialStore, token_ref
 from ruleengine.store.rules import RuleStore
 

@@ -45,8 +45,8 @@ from ruleengine.meta.errors import GraphError, InvalidRequestError
 from ruleengine.meta.http import READ_ONLY
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.schedules import read_schedules
-from ruleengine.rules.schedules import SCHEDULES
-from ruleengine.rules.targets import live_value
+from ruleengine.rules.language.budget_schedules import SCHEDULES
+from ruleengine.rules.plan.targets import live_value
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Document
 from ruleengine.store.intents import Intent

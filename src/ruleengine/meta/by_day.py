@@ -1,6 +1,6 @@
 """Insights per day and per hour of the day, for a history: account-level Batch API reads.
 
-Each :class:`~ruleengine.rules.history.Chunk` (entities × a range of days × fields) is
+Each :class:`~ruleengine.rules.replay.history.Chunk` (entities × a range of days × fields) is
 one account-level Insights request — ``level=campaign|adset|ad``, a ``filtering`` on the
 ids, a ``time_range``, ``time_increment=1`` (a row per entity per day) and, for the
 hourly granularity, ``breakdowns=hourly_stats_aggregated_by_advertiser_time_zone`` (a
@@ -8,7 +8,7 @@ row per entity per day per hour of the ad account's day) — with the live engin
 :data:`~ruleengine.meta.insights.BASE_PARAMS`, so attribution is the same. The requests
 go together through the Batch API (≤ 50 per call); pages are followed cursor by cursor;
 a request Meta times out on (:class:`DataTooLargeError`) is cut in two
-(:func:`~ruleengine.rules.history.split_chunk`: fewer ids, then fewer days) until it
+(:func:`~ruleengine.rules.replay.history.split_chunk`: fewer ids, then fewer days) until it
 fits or is one entity on one day. A row per day means no summing: the pieces' rows are
 simply the whole's.
 """
@@ -25,8 +25,8 @@ from ruleengine.meta.batch import BatchReader, SubRequest, SubResult
 from ruleengine.meta.errors import DataTooLargeError, GraphError, MalformedResponseError
 from ruleengine.meta.insights import BASE_PARAMS, id_field, ids_filter
 from ruleengine.meta.reader import next_cursor
-from ruleengine.rules.history import Chunk, hour_key, hour_of, split_chunk
-from ruleengine.rules.periods import time_range
+from ruleengine.rules.language.periods import time_range
+from ruleengine.rules.replay.history import Chunk, hour_key, hour_of, split_chunk
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ it) and ``action_breakdowns=action_type``, and both return period → row per
 entity, leaving entities without delivery without a row, as Meta does. A period is
 asked for by its ``date_preset``, or — for the Ad Rules presets Insights does not know
 (``last_7_days``, ``last_nd_14_8`` …) — by a ``time_range`` of the ad account's dates
-(:func:`~ruleengine.rules.periods.insights_period`), in the same batches as the others.
+(:func:`~ruleengine.rules.language.periods.insights_period`), in the same batches as the others.
 
 Big accounts (:class:`LargeAccounts`): a synchronous request Meta cannot answer in
 time (:class:`DataTooLargeError`) is split — fewer ids, down to ``min_ids``; then,
@@ -37,7 +37,13 @@ from ruleengine.meta.errors import DataTooLargeError, GraphError, MalformedRespo
 from ruleengine.meta.reader import next_cursor
 from ruleengine.meta.reports import ReportRunner
 from ruleengine.meta.rows import ADDITIVE_FIELDS, IDENTITY_FIELDS, sum_rows
-from ruleengine.rules.periods import DateRange, halves, insights_period, preset_range, time_range
+from ruleengine.rules.language.periods import (
+    DateRange,
+    halves,
+    insights_period,
+    preset_range,
+    time_range,
+)
 
 log = logging.getLogger(__name__)
 

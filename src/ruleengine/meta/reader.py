@@ -26,7 +26,7 @@ from ruleengine.meta.errors import (
 )
 from ruleengine.meta.http import READ_ONLY, GraphSession
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import Rule
+from ruleengine.rules.language.model import Rule
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ruleengine.meta.batch import SubRequest
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.schedules import SCHEDULE_FIELDS, SCHEDULES
+from ruleengine.rules.language.budget_schedules import SCHEDULE_FIELDS, SCHEDULES
 
 #: The most schedules one Batch API item lists; an object with more is read alone, by pages.
 ITEM_LIMIT = 100

@@ -29,8 +29,8 @@ from ruleengine.meta.copies import CopyResult, parse_copy, too_large
 from ruleengine.meta.errors import GraphError, MalformedResponseError
 from ruleengine.meta.http import READ_WRITE, GraphSession
 from ruleengine.redact import REDACTOR
-from ruleengine.rules.schedules import SCHEDULES, ScheduleSpec
-from ruleengine.rules.targets import INTEGER_FIELDS, SPEND_LIMIT_FIELDS
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec
+from ruleengine.rules.plan.targets import INTEGER_FIELDS, SPEND_LIMIT_FIELDS
 
 log = logging.getLogger(__name__)
 

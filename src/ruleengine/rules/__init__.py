@@ -1,13 +1,20 @@
 """The domain, pure: no I/O, no clock, no settings.
 
-The rule model and its validation (``model``, ``validation``, ``action_types``, ``levels``,
-``basics``), the metric catalogue and vocabulary (``catalog``, ``vocabulary``), schedules
-(``schedule``), periods and fetch grouping (``periods``, ``fetch``), evaluation
-(``evaluate``, ``entity``, ``filtering``, ``template``, ``metric_table``), money and the
-planners and guards every write obeys (``money``, ``plan``, ``scaling``) — the live write
-path and the backtest's replay call the same functions (``replay``, ``replay_rows``,
-``replay_masks``, ``history``, ``lag``) —, conflicts analysis (``conflicts``) and Meta's
-rules vocabulary (``meta_vocab``, ``meta_import``, ``meta_export``).
+Five rooms and a few modules between them:
+
+- ``language/``: what a rule says — its model, validation, catalogue of metrics and
+  vocabulary, levels, periods, schedules, actions, approvals, templates and money;
+- ``plan/``: the planners every write obeys (targets, scaling, rebalancing);
+- ``replay/``: the backtest's replay over Insights history, calling the same planners;
+- ``meta/``: Meta's rules vocabulary, filters, import and export, API versions;
+- ``impact/``: holdouts and the measured effect;
+- at the top: the shared base models (``basics``), an entity as listed (``entity``), Meta's
+  Advantage+ limits (``advantage``), evaluation (``evaluate``), local filtering
+  (``filtering``), Insights fetch grouping (``fetch``) and conflicts between rules
+  (``conflicts``).
+
+The rooms depend one way: ``impact`` ← ``language`` ← ``plan``, ``meta``, ``replay``; no
+cycle between them (tests/test_layers.py).
 
 May import: nothing of ruleengine's but ``errors`` (tests/test_layers.py).
 """

@@ -1,7 +1,8 @@
 """The rule language's shared vocabulary: the base model, value types, bounds and checks.
 
-Everything the rule format's models (:mod:`ruleengine.rules.model`,
-:mod:`ruleengine.rules.action_types`, :mod:`ruleengine.rules.schedule`) have in common:
+Everything the rule format's models (:mod:`ruleengine.rules.language.model`,
+:mod:`ruleengine.rules.language.action_types`, :mod:`ruleengine.rules.language.schedule`) have in
+common:
 the strict base model, the literal types, the bounds on money and dates, the patterns
 (full matches, ASCII digits), and the checks of a timezone, an ad account id and a
 time of day.

@@ -1,6 +1,6 @@
 """Rules that fight: pairs of tasks that act on one field of the same entities in opposite ways.
 
-Pure and static: given rules (id, name, parsed :class:`~ruleengine.rules.model.Rule`,
+Pure and static: given rules (id, name, parsed :class:`~ruleengine.rules.language.model.Rule`,
 status), :func:`find_conflicts` lists every pair of tasks — of one rule or of two —
 whose effects on a field oppose (pause vs activate; a budget or bid up vs down or set;
 a rename that drops what another appends; a ``then`` that undoes another task's
@@ -32,9 +32,9 @@ from functools import cached_property
 from itertools import combinations, product
 from typing import Any, Literal
 
-from ruleengine.rules.catalog import RANKING_SCALE
-from ruleengine.rules.model import Condition, Filter, Rule, Task
-from ruleengine.rules.per_currency import shown
+from ruleengine.rules.language.catalog import RANKING_SCALE
+from ruleengine.rules.language.model import Condition, Filter, Rule, Task
+from ruleengine.rules.language.per_currency import shown
 
 Scope = Literal["overlap", "may_overlap"]
 Fire = Literal["can_fire_together", "may_fire_together", "cannot_fire_together"]

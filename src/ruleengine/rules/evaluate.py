@@ -15,8 +15,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
-from ruleengine.rules.action_types import RebalanceBudgetAction, ScaleToTargetAction
-from ruleengine.rules.catalog import (
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.language.action_types import RebalanceBudgetAction, ScaleToTargetAction
+from ruleengine.rules.language.catalog import (
     PERIOD_SPEND_KEYS,
     RANKING_SCALE,
     RESULT_FIELDS,
@@ -25,10 +26,9 @@ from ruleengine.rules.catalog import (
     Source,
     resolve_metric,
 )
-from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import Condition, Task
-from ruleengine.rules.per_currency import bare
-from ruleengine.rules.periods import preset_range
+from ruleengine.rules.language.model import Condition, Task
+from ruleengine.rules.language.per_currency import bare
+from ruleengine.rules.language.periods import preset_range
 
 NO_DATA = "no_data"
 # An end-of-day estimate from the first minutes of a day is noise: none before an hour.

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ruleengine.rules.action_types import RebalanceBudgetAction, ScaleToTargetAction
-from ruleengine.rules.catalog import PERIOD_SPEND_KEYS, MetricSpec, Source, resolve_metric
-from ruleengine.rules.model import Rule, Task
+from ruleengine.rules.language.action_types import RebalanceBudgetAction, ScaleToTargetAction
+from ruleengine.rules.language.catalog import PERIOD_SPEND_KEYS, MetricSpec, Source, resolve_metric
+from ruleengine.rules.language.model import Rule, Task
 
 
 def _pairs(tasks: Iterable[Task]) -> Iterable[tuple[str | None, MetricSpec]]:

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from ruleengine.rules.model import EFFECTIVE_STATUSES
+from ruleengine.rules.language.model import EFFECTIVE_STATUSES
 
 Item = Mapping[str, Any]  # one object of a listing, as Graph sent it
 Wire = list[dict[str, Any]]  # ``filtering`` as sent to Graph

@@ -387,7 +387,7 @@ class CredentialStore:
 
     async def currencies(self) -> dict[str, str]:
         """Every registered account's currency, by id: what a rule is validated against
-        (:func:`~ruleengine.rules.model.parse_rule`'s ``accounts``)."""
+        (:func:`~ruleengine.rules.language.model.parse_rule`'s ``accounts``)."""
         cursor = self._accounts.find({}, {"_id": 1, "currency": 1})
         return {d["_id"]: d["currency"] async for d in cursor}
 

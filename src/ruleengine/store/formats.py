@@ -22,8 +22,8 @@ from pydantic import ValidationError
 
 from ruleengine import constants as c
 from ruleengine.errors import ConflictError, ErrorReport
-from ruleengine.rules.model import Rule
-from ruleengine.rules.money import CURRENT_FORMAT, migrate_stored
+from ruleengine.rules.language.model import Rule
+from ruleengine.rules.language.money import CURRENT_FORMAT, migrate_stored
 from ruleengine.store.db import Database
 from ruleengine.store.errorlog import ErrorLog
 from ruleengine.store.ruledocs import RuleDoc, StoredRuleError

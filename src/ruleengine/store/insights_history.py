@@ -19,7 +19,7 @@ request carry their own instant.
 Writing is an upsert per bucket with ``$set`` on each ``days.<day>.<field>`` path: a
 repeat is harmless, and two writers of different fields (or days) of the same bucket
 keep each other's — nothing is read and written back. Keys are safe: days are
-``YYYY-MM-DD`` and field names pass :func:`~ruleengine.rules.history.check_fields`.
+``YYYY-MM-DD`` and field names pass :func:`~ruleengine.rules.replay.history.check_fields`.
 
 Documents of the layout before buckets (one per day, with ``day`` and ``fields``) have
 no ``month``: no read matches them, and the retention pass deletes them once
@@ -37,7 +37,7 @@ import orjson
 from pymongo import UpdateOne
 
 from ruleengine import constants as c
-from ruleengine.rules.history import DayRange, Granularity, HistoryKey, check_fields
+from ruleengine.rules.replay.history import DayRange, Granularity, HistoryKey, check_fields
 from ruleengine.store.db import Database, Document
 
 #: Up to this many entity ids go into the query; more are picked out of its answer.
@@ -75,7 +75,7 @@ def bucket_id(
     """``act_…|level|entity|YYYY-MM|granularity``: the bucket holding ``day``.
 
     Raises:
-        ValueError: a part :class:`~ruleengine.rules.history.HistoryKey` refuses.
+        ValueError: a part :class:`~ruleengine.rules.replay.history.HistoryKey` refuses.
     """
     key = HistoryKey(account_id, level, entity_id, day, granularity)
     return f"{key.account_id}|{key.level}|{key.entity_id}|{month_of(day)}|{key.granularity}"
@@ -175,7 +175,7 @@ class InsightsHistoryStore:
         one after the other.
 
         Raises:
-            ValueError: a field name :func:`~ruleengine.rules.history.check_fields`
+            ValueError: a field name :func:`~ruleengine.rules.replay.history.check_fields`
                 refuses, or an id :func:`bucket_id` refuses (nothing is written).
         """
         check_fields(list({name for values in cells.values() for name in values}))  # safe keys

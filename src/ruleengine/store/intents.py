@@ -446,7 +446,7 @@ class IntentStore:
         self, rule_id: str, task_id: str, *, action: str, other_than: str
     ) -> list[Document]:
         """Every intent of the task in the latest other batch where it did ``action`` (what
-        a ``rebalance_budget`` left its group, :func:`ruleengine.rules.rebalance.owed`).
+        a ``rebalance_budget`` left its group, :func:`ruleengine.rules.plan.rebalance.owed`).
 
         Latest by the account's write-lock fence it was recorded under, which only grows
         from one holder to the next — no clock, so no host's step reorders two runs — and

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ruleengine.errors import RuleEngineError
 from ruleengine.rules.basics import Status
-from ruleengine.rules.model import Rule, rule_errors
+from ruleengine.rules.language.model import Rule, rule_errors
 from ruleengine.store.db import Document
 
 # A rule's status: what users set (ACTIVE, PAUSED), or HAS_ISSUES, set by the dispatcher

@@ -35,8 +35,8 @@ from ruleengine import constants as c
 from ruleengine.errors import ConflictError, NotFoundError
 from ruleengine.rules.basics import Status
 from ruleengine.rules.conflicts import Finding
-from ruleengine.rules.model import Rule, definition_checksum
-from ruleengine.rules.schedule import Schedule, active_window, first_run, reanchor
+from ruleengine.rules.language.model import Rule, definition_checksum
+from ruleengine.rules.language.schedule import Schedule, active_window, first_run, reanchor
 from ruleengine.store.db import Database, Document
 from ruleengine.store.ruledocs import (
     DueRules,
@@ -541,7 +541,7 @@ class RuleStore:
 
     async def reanchor(self, now: datetime) -> int:
         """Bring back the schedules a clock stepped back left more than one run ahead of ``now``
-        (:func:`~ruleengine.rules.schedule.reanchor`); returns how many moved.
+        (:func:`~ruleengine.rules.language.schedule.reanchor`); returns how many moved.
 
         Only ``next_execute_at`` is written, compare-and-set on the value read: an edit or a
         dispatch meanwhile wins. Interval rules no further ahead than their interval are left

@@ -34,8 +34,8 @@ from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.schedules import read_schedules
-from ruleengine.rules.schedules import SCHEDULES, ScheduleSpec, listed
-from ruleengine.rules.targets import SPEND_LIMIT_FIELDS, live_value
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec, listed
+from ruleengine.rules.plan.targets import SPEND_LIMIT_FIELDS, live_value
 from ruleengine.store.db import Document
 from ruleengine.store.records import ExecutionStore
 

@@ -10,7 +10,8 @@ request delivered twice, or a retry after a crash reverts each change once: a do
 answers ``already_applied``, a pending one is reconciled from the live value. An undo
 already ``DONE`` is answered as it is.
 
-An undo puts back the exact value the batch found (:func:`~ruleengine.rules.plan.plan_restore`):
+An undo puts back the exact value the batch found
+(:func:`~ruleengine.rules.plan.plan.plan_restore`):
 the engine's guards on what rules decide — ``max_budget_change_pct``, the change budget,
 oscillation holds — do not hold it; Meta's limits do (the ad set's 4 budget changes an
 hour, the account's minimum daily budget, a code 17 block). A change it could not set back
@@ -44,10 +45,10 @@ from ruleengine.acting.results import (
 )
 from ruleengine.meta.http import Cost
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import Rule
-from ruleengine.rules.plan import Plan, plan_restore
-from ruleengine.rules.schedules import SCHEDULES, ScheduleSpec, listed
-from ruleengine.rules.targets import live_value as read_value
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec, listed
+from ruleengine.rules.language.model import Rule
+from ruleengine.rules.plan.plan import Plan, plan_restore
+from ruleengine.rules.plan.targets import live_value as read_value
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Document
 from ruleengine.store.followups import WAITING, FollowupDoc

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from ruleengine.errors import ConfigurationError, RuleEngineError
 from ruleengine.redact import setup_logging
-from ruleengine.rules.meta_versions import version_warning
+from ruleengine.rules.meta.versions import version_warning
 from ruleengine.settings import Settings, load_settings
 from ruleengine.web.app import create_app
 

@@ -3,9 +3,13 @@
 The read-only stages are :mod:`ruleengine.worker.stages`'s; here the worker acts
 through the write path (:mod:`ruleengine.writes.executor`), schedules follow-ups, and
 keeps what happened. The batch row is upserted on ``batch_id`` first (a
-redelivery counts as a second execution of the same batch) and closed with
-counts, Graph cost and duration; the execution records are upserted per
-(batch, task, entity), merged with what earlier deliveries recorded.
+redelivery counts as a second execution of the same batch; it also keeps when the
+entities were listed and the account's finished write-lock fence, ``listed_fence``) and
+closed with counts, Graph cost and duration. Every evaluated (entity, task) goes into the
+batch's evaluation chunks (:mod:`ruleengine.store.evaluations`); an execution record —
+slim, the rest left to its chunk row — is kept only where something happened or was
+attempted (:meth:`~ruleengine.store.records.ExecutionStore.keep_run`), merged with what
+an earlier delivery recorded.
 """
 
 from __future__ import annotations

@@ -38,10 +38,14 @@ from ruleengine.errors import RuleEngineError
 from ruleengine.meta.http import READ_AND_REPORT, GraphSession
 from ruleengine.meta.insights import InsightsResult
 from ruleengine.meta.reader import GraphReader
-from ruleengine.rules.action_types import DuplicateAction, NotifyAction, RebalanceBudgetAction
 from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
 from ruleengine.rules.advantage import refusal_message
-from ruleengine.rules.model import Rule
+from ruleengine.rules.language.action_types import (
+    DuplicateAction,
+    NotifyAction,
+    RebalanceBudgetAction,
+)
+from ruleengine.rules.language.model import Rule
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore, load_key, token_ref
 from ruleengine.store.db import Database

@@ -17,7 +17,7 @@ from typing import Any
 
 from ruleengine.observability import WorkerMetrics, serve
 from ruleengine.queue import connect_queue
-from ruleengine.rules.meta_versions import version_warning
+from ruleengine.rules.meta.versions import version_warning
 from ruleengine.settings import Settings
 from ruleengine.store.db import create_client, database, ensure_indexes
 from ruleengine.store.heartbeats import Heartbeats

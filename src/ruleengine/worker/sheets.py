@@ -1,9 +1,9 @@
 """Custom metrics (``custom:<name>``) read from a Google Sheet through gspread-asyncio.
 
 A worker job calls :meth:`SheetsReader.load` once, then looks values up in the
-returned :class:`~ruleengine.rules.metric_table.CustomMetricTable` for every entity it
+returned :class:`~ruleengine.rules.language.metric_table.CustomMetricTable` for every entity it
 evaluates — one read of the sheet per job however many campaigns it holds. The
-sheet's layout and how cells become numbers are :mod:`ruleengine.rules.metric_table`'s.
+sheet's layout and how cells become numbers are :mod:`ruleengine.rules.language.metric_table`'s.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from google.oauth2 import service_account
 from requests.adapters import HTTPAdapter
 from requests.utils import get_environ_proxies
 
-from ruleengine.rules.metric_table import CustomMetricTable, KeyKind, SheetsError
+from ruleengine.rules.language.metric_table import CustomMetricTable, KeyKind, SheetsError
 
 logger = logging.getLogger(__name__)
 

@@ -41,9 +41,9 @@ from ruleengine.meta.reports import ReportRunner
 from ruleengine.rules.entity import Entity, currency_offset
 from ruleengine.rules.evaluate import EvalContext, TaskVerdict, evaluate_task
 from ruleengine.rules.fetch import custom_metric_names, fetch_groups
-from ruleengine.rules.holdout import is_held_out
-from ruleengine.rules.metric_table import CustomMetricTable, SheetsError
-from ruleengine.rules.model import Rule, Task
+from ruleengine.rules.impact.holdout import is_held_out
+from ruleengine.rules.language.metric_table import CustomMetricTable, SheetsError
+from ruleengine.rules.language.model import Rule, Task
 from ruleengine.settings import Settings
 from ruleengine.store.credentials import CredentialStore
 from ruleengine.store.errorlog import ErrorLog

@@ -76,9 +76,9 @@ from ruleengine.meta.errors import GraphError, RateLimitError, token_status
 from ruleengine.meta.schedules import listed_in, schedules_request
 from ruleengine.meta.writer import FieldWrite, GraphWriter, WriteContext
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.plan import Plan
-from ruleengine.rules.schedules import SCHEDULES
-from ruleengine.rules.targets import live_value
+from ruleengine.rules.language.budget_schedules import SCHEDULES
+from ruleengine.rules.plan.plan import Plan
+from ruleengine.rules.plan.targets import live_value
 from ruleengine.settings import Settings
 from ruleengine.store.intents import (
     WRITE_UNCONFIRMED,

@@ -48,11 +48,11 @@ from ruleengine.meta.copies import CopyResult, read_async_copy, read_copies, too
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
-from ruleengine.rules.action_types import DuplicateAction
 from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
 from ruleengine.rules.advantage import refusal_message
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.model import Task
+from ruleengine.rules.language.action_types import DuplicateAction
+from ruleengine.rules.language.model import Task
 from ruleengine.store.intents import WRITE_UNCONFIRMED, Intent, IntentStore
 from ruleengine.writes.copy_tree import (
     SYNC_COPY_MAX_OBJECTS,

@@ -58,12 +58,16 @@ from ruleengine.guards.cross_rule import CrossRuleGuards, GuardRound, intent_fie
 from ruleengine.meta.errors import GraphError, RateLimitError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
-from ruleengine.rules.action_types import DuplicateAction, NotifyAction, RebalanceBudgetAction
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
-from ruleengine.rules.model import Task
-from ruleengine.rules.plan import Plan
-from ruleengine.rules.targets import SPEND_LIMIT_FIELDS, live_value
+from ruleengine.rules.language.action_types import (
+    DuplicateAction,
+    NotifyAction,
+    RebalanceBudgetAction,
+)
+from ruleengine.rules.language.model import Task
+from ruleengine.rules.plan.plan import Plan
+from ruleengine.rules.plan.targets import SPEND_LIMIT_FIELDS, live_value
 from ruleengine.settings import Settings
 from ruleengine.store.intents import WRITE_UNCONFIRMED, Intent, IntentStore
 from ruleengine.writes.batched import BatchedWrites, FieldChange

@@ -36,8 +36,8 @@ from ruleengine.accounts.facts import (
 from ruleengine.acting.results import ActResult, JobRun, Outcome, not_applied
 from ruleengine.meta.errors import GraphError, is_budget_change_limit, is_budget_too_low
 from ruleengine.rules.entity import Entity
-from ruleengine.rules.plan import Plan
-from ruleengine.rules.targets import BUDGET_FIELDS
+from ruleengine.rules.plan.plan import Plan
+from ruleengine.rules.plan.targets import BUDGET_FIELDS
 from ruleengine.store.intents import (
     BUDGET_LIMITED,
     BUDGET_TOO_LOW,

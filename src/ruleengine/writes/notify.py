@@ -30,10 +30,10 @@ from ruleengine.errors import ErrorReport, ErrorSink, RuleEngineError
 from ruleengine.redact import REDACTOR
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import ConditionResult, TaskVerdict
-from ruleengine.rules.model import Task
-from ruleengine.rules.money import format_value
-from ruleengine.rules.plan import Plan
-from ruleengine.rules.template import message_text, render_template
+from ruleengine.rules.language.model import Task
+from ruleengine.rules.language.money import format_value
+from ruleengine.rules.language.template import message_text, render_template
+from ruleengine.rules.plan.plan import Plan
 from ruleengine.settings import Settings
 from ruleengine.store.intents import Intent, IntentStore, Resolution
 
@@ -95,7 +95,8 @@ class MessageContext:
     def values(self, *, now: datetime, tz: ZoneInfo) -> dict[str, Any]:
         """Placeholder values, including ``{date}`` and ``{time}`` in the rule's timezone.
 
-        Each value is message text (:func:`~ruleengine.rules.template.message_text`): an ad's
+        Each value is message text (:func:`~ruleengine.rules.language.template.message_text`): an
+        ad's
         name is whatever whoever may rename it wrote, and must not ping a channel, link
         elsewhere or start a line of its own. The template, the rule author's, stays as written.
         """

@@ -53,10 +53,10 @@ from ruleengine.acting.results import (
 from ruleengine.guards.change_budget import WINDOW, budget_left
 from ruleengine.meta.errors import RateLimitError
 from ruleengine.meta.writer import GraphWriter
-from ruleengine.rules.model import Task
-from ruleengine.rules.plan import Plan
-from ruleengine.rules.rebalance import Move, in_order, trimmed
-from ruleengine.rules.targets import live_value
+from ruleengine.rules.language.model import Task
+from ruleengine.rules.plan.plan import Plan
+from ruleengine.rules.plan.rebalance import Move, in_order, trimmed
+from ruleengine.rules.plan.targets import live_value
 from ruleengine.store.intents import Intent
 from ruleengine.writes.batched import BatchedWrites, FieldChange
 from ruleengine.writes.lock import HeldLock

@@ -27,7 +27,7 @@ from redis.exceptions import RedisError
 
 from ruleengine.acting.results import UNVERIFIABLE, ActResult, JobRun, reconcile, schedule_landed
 from ruleengine.errors import RuleEngineError
-from ruleengine.rules.schedules import SCHEDULES, ScheduleSpec
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec
 from ruleengine.store.db import Document
 from ruleengine.store.fences import Fence
 from ruleengine.store.followups import FollowupStore, followup_of_batch, followup_record_key

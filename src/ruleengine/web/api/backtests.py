@@ -40,8 +40,8 @@ from ruleengine.backtest.service import (
 )
 from ruleengine.errors import ErrorReport, ErrorSink, FieldError, RuleValidationError
 from ruleengine.rules.basics import is_account_id
-from ruleengine.rules.model import Rule, parse_rule
-from ruleengine.rules.money import CURRENT_FORMAT, MIGRATE_HINT
+from ruleengine.rules.language.model import Rule, parse_rule
+from ruleengine.rules.language.money import CURRENT_FORMAT, MIGRATE_HINT
 from ruleengine.settings import Settings
 from ruleengine.store.backtests import BacktestStore, ResultTooLarge, decode_result
 from ruleengine.store.db import Database, Document

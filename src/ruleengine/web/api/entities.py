@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ruleengine.rules.schedules import SCHEDULES, ScheduleSpec
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec
 from ruleengine.store.db import Document
 from ruleengine.store.intents import IntentStore
 from ruleengine.web.api.labels import with_accounts

@@ -23,7 +23,7 @@ from ruleengine.backtest.history import HistoryRequest, HistoryResult
 from ruleengine.backtest.service import BacktestDeps
 from ruleengine.errors import RuleEngineError
 from ruleengine.meta.errors import GraphError
-from ruleengine.rules.history import DayRange
+from ruleengine.rules.replay.history import DayRange
 from ruleengine.store.credentials import token_ref
 from ruleengine.web.api.labels import with_accounts
 from ruleengine.web.jsonio import int_param, json_response

@@ -16,7 +16,7 @@ from aiohttp import web
 from ruleengine.analysis.impact import rank, ranked_items, rule_impact
 from ruleengine.backtest.service import BacktestDeps
 from ruleengine.errors import FieldError, NotFoundError
-from ruleengine.rules.impact import WINDOW_HOURS
+from ruleengine.rules.impact.measure import WINDOW_HOURS
 from ruleengine.store.records import ExecutionStore
 from ruleengine.web.jsonio import int_param, invalid, json_response
 from ruleengine.web.state import services, settings_of

@@ -18,7 +18,7 @@ from ruleengine.errors import FieldError
 from ruleengine.interop import meta_rules as interop
 from ruleengine.meta.http import Cost
 from ruleengine.rules.basics import LEVELS, is_account_id
-from ruleengine.rules.meta_import import ImportOptions, import_document
+from ruleengine.rules.meta.importing import ImportOptions, import_document
 from ruleengine.web.auth import actor
 from ruleengine.web.jsonio import ApiError, invalid, json_response, read_object
 from ruleengine.web.state import services, settings_of

@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from ruleengine.errors import RuleValidationError
-from ruleengine.rules.model import Rule, parse_rule
+from ruleengine.rules.language.model import Rule, parse_rule
 from ruleengine.web.jsonio import invalid
 from ruleengine.web.state import services, settings_of
 

@@ -20,8 +20,8 @@ from aiohttp import web
 
 from ruleengine.analysis.conflicts import NEW_RULE_ID, findings_json
 from ruleengine.errors import FieldError
-from ruleengine.rules.model import Rule
-from ruleengine.rules.schedule import describe
+from ruleengine.rules.language.model import Rule
+from ruleengine.rules.language.schedule import describe
 from ruleengine.store.ruledocs import Loaded, RuleDoc, RuleIssue, StoredRuleError, VersionDoc
 from ruleengine.web.api.labels import with_accounts
 from ruleengine.web.api.rule_input import validated_rule

@@ -2,7 +2,7 @@
 
 Metrics with labels, descriptions, units and target directions; periods, operators, filter
 fields, statuses, action kinds, follow-ups and timezones; and the rule's JSON Schema
-(:func:`ruleengine.rules.vocabulary.vocabulary`). Computed and serialised once per process.
+(:func:`ruleengine.rules.language.vocabulary.vocabulary`). Computed and serialised once per process.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Final
 
 from aiohttp import web
 
-from ruleengine.rules.vocabulary import vocabulary
+from ruleengine.rules.language.vocabulary import vocabulary
 from ruleengine.web.jsonio import JSON_TYPE, dumps
 
 CACHE_CONTROL: Final = "private, max-age=3600"

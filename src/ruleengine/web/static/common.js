@@ -200,7 +200,7 @@ const RE = (() => {
     return String(value);
   }
 
-  /* ---- money, as a person reads it: the twin of rules/money.py (format_minor, format_change,
+  /* ---- money, as a person reads it: the twin of rules/language/money.py (format_minor, format_change,
    * format_value, format_field_change) — the same text for the same input, which a test checks
    * on generated amounts. Amounts come as Meta stores them (minor units: 12000 is $120.00 in
    * USD, ¥12,000 in JPY); the arithmetic is BigInt, exact like the server's. */

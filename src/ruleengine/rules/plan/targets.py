@@ -1,7 +1,7 @@
 """What an action plans from an entity's live fields: the one planner every write obeys.
 
 The live write path (:mod:`ruleengine.acting.results`, re-reading each entity under the
-account's lock) and the backtest's replay (:mod:`ruleengine.rules.replay`, on a simulated
+account's lock) and the backtest's replay (:mod:`ruleengine.rules.replay.run`, on a simulated
 entity) both call :func:`plan_change` for a task's action and :func:`plan_follow_up` for a
 ``then``: the guards (an object without a daily budget, an ad set without a bid, a
 ``scale_to_target`` metric missing or zero), the clamps (``max_budget_change_pct``,
@@ -19,7 +19,9 @@ from decimal import ROUND_DOWN, Decimal
 from typing import Any, Final, Literal, get_args
 from zoneinfo import ZoneInfo
 
-from ruleengine.rules.action_types import (
+from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
+from ruleengine.rules.advantage import legacy_kind, refusal_message, refuses
+from ruleengine.rules.language.action_types import (
     ChangeBidAction,
     NameTextAction,
     PercentBudgetAction,
@@ -31,12 +33,7 @@ from ruleengine.rules.action_types import (
     SpendLimitField,
     StatusAction,
 )
-from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
-from ruleengine.rules.advantage import legacy_kind, refusal_message, refuses
-from ruleengine.rules.money import budget_in_minor_units
-from ruleengine.rules.plan import Plan, percent_of, plan_budget, plan_name, plan_status
-from ruleengine.rules.scaling import plan_bid, plan_scale
-from ruleengine.rules.schedules import (
+from ruleengine.rules.language.budget_schedules import (
     QUARTER_HOUR_S,
     SCHEDULES,
     ScheduleSpec,
@@ -45,6 +42,9 @@ from ruleengine.rules.schedules import (
     listed,
     window_of,
 )
+from ruleengine.rules.language.money import budget_in_minor_units
+from ruleengine.rules.plan.plan import Plan, percent_of, plan_budget, plan_name, plan_status
+from ruleengine.rules.plan.scaling import plan_bid, plan_scale
 
 #: The budget fields of a campaign or ad set (a campaign budget is one of them or neither).
 BUDGET_FIELDS: Final = ("daily_budget", "lifetime_budget")
@@ -255,12 +255,12 @@ def _plan_spend_limit(
 def plan_schedule(
     action: ScheduleBudgetAction, live: Mapping[str, Any], ctx: PlanContext
 ) -> Plan | Refused:
-    """A budget schedule's plan: its window (:func:`~ruleengine.rules.schedules.window_of`),
-    the daily budget in it — ``multiplier`` times the live budget (rounded down) or
-    ``amount`` — held to ``max_budget`` and ``max_budget_change_pct`` of the live budget like
-    a budget increase, fitted to Meta's units (never past the clamps). Refused where Meta
-    holds no daily budget to raise, where a schedule Meta holds overlaps the window, or
-    where nothing of the window is left."""
+    """A budget schedule's plan: its window
+    (:func:`~ruleengine.rules.language.budget_schedules.window_of`), the daily budget in it —
+    ``multiplier`` times the live budget (rounded down) or ``amount`` — held to ``max_budget`` and
+    ``max_budget_change_pct`` of the live budget like a budget increase, fitted to Meta's units
+    (never past the clamps). Refused where Meta holds no daily budget to raise, where a schedule
+    Meta holds overlaps the window, or where nothing of the window is left."""
     if ctx.offset is None:
         return Refused("currency_unknown", SCHEDULES, outcome="failed")
     if live.get("daily_budget") in _EMPTY:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ruleengine.rules.action_types import RebalanceBudgetAction
-from ruleengine.rules.catalog import resolve_metric, scaling_direction
-from ruleengine.rules.meta_vocab import (
+from ruleengine.rules.language.action_types import RebalanceBudgetAction
+from ruleengine.rules.language.catalog import resolve_metric, scaling_direction
+from ruleengine.rules.meta.vocab import (
     PERIOD_TO_PRESET,
     UNMAPPED_METRICS,
     Report,

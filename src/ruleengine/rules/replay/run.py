@@ -1,11 +1,11 @@
 """Replay, pure: what a rule would have done on one ad account over instants of the past.
 
 A backtest (:mod:`ruleengine.backtest.service`) hands in the rule, the account's entities as
-listed today, their history (:mod:`ruleengine.rules.replay_rows`) and the instants the
+listed today, their history (:mod:`ruleengine.rules.replay.rows`) and the instants the
 rule would have run (:func:`run_instants`). :func:`replay` then does what the worker
 does at each instant, with the engine's own pure pieces: conditions are evaluated by
 :func:`~ruleengine.rules.evaluate.evaluate_task`, targets planned by
-:mod:`~ruleengine.rules.plan` and :mod:`~ruleengine.rules.scaling` — on a simulated
+:mod:`~ruleengine.rules.plan.plan` and :mod:`~ruleengine.rules.plan.scaling` — on a simulated
 state instead of Meta's. What an action changes (status, daily budget, bid, name) is
 what later runs see, and so are the guards the live engine keeps:
 
@@ -36,7 +36,12 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from ruleengine.rules.action_types import (
+from ruleengine.rules.basics import MAX_BUDGET
+from ruleengine.rules.entity import Entity
+from ruleengine.rules.evaluate import EvalContext, TaskVerdict, evaluate_task
+from ruleengine.rules.filtering import LocalFilter, wire
+from ruleengine.rules.impact.holdout import HELD_OUT, is_held_out
+from ruleengine.rules.language.action_types import (
     ChangeBidAction,
     DuplicateAction,
     FollowUp,
@@ -49,24 +54,17 @@ from ruleengine.rules.action_types import (
     SetBudgetAction,
     StatusAction,
 )
-from ruleengine.rules.basics import MAX_BUDGET
-from ruleengine.rules.entity import Entity
-from ruleengine.rules.evaluate import EvalContext, TaskVerdict, evaluate_task
-from ruleengine.rules.filtering import LocalFilter, wire
-from ruleengine.rules.holdout import HELD_OUT, is_held_out
-from ruleengine.rules.model import Rule, Task
-from ruleengine.rules.money import amount_scale
-from ruleengine.rules.plan import Plan
-from ruleengine.rules.replay_masks import MaskBuilder
-from ruleengine.rules.replay_rows import RawHistory, RowBuilder, Share
-from ruleengine.rules.schedule import (
+from ruleengine.rules.language.model import Rule, Task
+from ruleengine.rules.language.money import amount_scale
+from ruleengine.rules.language.schedule import (
     IntervalSchedule,
     active_window,
     in_window,
     next_local_time,
     next_slot,
 )
-from ruleengine.rules.targets import (
+from ruleengine.rules.plan.plan import Plan
+from ruleengine.rules.plan.targets import (
     PlanContext,
     Refused,
     budget_refusal,
@@ -74,6 +72,8 @@ from ruleengine.rules.targets import (
     plan_change,
     plan_follow_up,
 )
+from ruleengine.rules.replay.masks import MaskBuilder
+from ruleengine.rules.replay.rows import RawHistory, RowBuilder, Share
 
 #: Fields a simulated action changes: filters on them are re-checked after each change.
 SIMULATED_FIELDS: Final = frozenset(
@@ -228,12 +228,12 @@ class Replay:
 
     Entities do not interact (Meta's limits and every guard are per entity), so the
     replay walks one entity at a time through the instants its tasks may pass at
-    (:mod:`ruleengine.rules.replay_masks`) and the follow-ups it has due — not through
+    (:mod:`ruleengine.rules.replay.masks`) and the follow-ups it has due — not through
     every instant.
 
     Args:
         rule: the rule (its amounts given per currency are the account's own here, as the
-            worker picks them: :meth:`~ruleengine.rules.model.Rule.in_currency`).
+            worker picks them: :meth:`~ruleengine.rules.language.model.Rule.in_currency`).
         account: the account's entities and history.
         options: the engine-wide guards.
         instants: the instants the rule runs at (aware UTC, in order).
@@ -355,7 +355,7 @@ class Replay:
         """The plan from the simulated state; None for an action that changes no field
         (notify, duplicate) or whose effect the replay does not simulate (a budget schedule:
         the spend of its window); a reason text when the action could not run. Planned by
-        :func:`~ruleengine.rules.targets.plan_change`, as the live write path plans it;
+        :func:`~ruleengine.rules.plan.targets.plan_change`, as the live write path plans it;
         ``verdict`` is read by ``scale_to_target`` only (its metric)."""
         if isinstance(action, NotifyAction | DuplicateAction | ScheduleBudgetAction):
             return None

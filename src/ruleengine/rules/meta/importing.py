@@ -17,7 +17,7 @@ strings, an ``id`` per spec) becomes one rule document of one task:
 * money (``spent``, ``cpc``, a ``change_spec`` amount or limit …) from minor units to the
   account currency's units.
 
-Whatever does not map is a :class:`~ruleengine.rules.meta_vocab.Problem` with the JSON
+Whatever does not map is a :class:`~ruleengine.rules.meta.vocab.Problem` with the JSON
 path in Meta's rule: an ``error`` leaves the rule out (a rule with a condition or limit
 dropped would act on more than Meta's did), a ``warning`` says where the import differs.
 Nothing raises on bad input: hostile JSON gives problems, never an exception. Pure.
@@ -31,10 +31,11 @@ from typing import Any, Final
 
 from ruleengine.errors import RuleValidationError
 from ruleengine.rules.basics import WEEKDAYS
-from ruleengine.rules.meta_filters import MetaFilters, list_at, object_at
-from ruleengine.rules.meta_rebalance import EXECUTION as REBALANCE
-from ruleengine.rules.meta_rebalance import directed_metric, rebalance_from_meta
-from ruleengine.rules.meta_vocab import (
+from ruleengine.rules.language.model import parse_rule
+from ruleengine.rules.meta.filters import MetaFilters, list_at, object_at
+from ruleengine.rules.meta.rebalance import EXECUTION as REBALANCE
+from ruleengine.rules.meta.rebalance import directed_metric, rebalance_from_meta
+from ruleengine.rules.meta.vocab import (
     BID_EXECUTION,
     BUDGET_EXECUTIONS,
     CHANGE_EXECUTIONS,
@@ -51,7 +52,6 @@ from ruleengine.rules.meta_vocab import (
     shown,
     tidy,
 )
-from ruleengine.rules.model import parse_rule
 
 TASK_ID: Final = "meta"
 #: The condition of a Meta rule without one (every matched object): always true.

@@ -9,7 +9,7 @@ over as long a window just before it (its baseline), hours being the account's o
 hours (Kolkata's start at :30 UTC); the hour of the decision belongs to neither window.
 
 **The effect** is the mean change of acted entities minus the mean change of held-out ones,
-with Welch's 95 % t interval (:mod:`ruleengine.rules.intervals`). Entities decided under
+with Welch's 95 % t interval (:mod:`ruleengine.rules.impact.intervals`). Entities decided under
 different holdout settings (a percent or salt changed in the period) are compared within
 their setting and the differences weighted by acted entities. Money is never added across
 currencies: every currency is measured apart. The total is the effect × the acted entities
@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 from zoneinfo import ZoneInfo
 
-from ruleengine.rules.intervals import Interval, Stratum, welch_interval
+from ruleengine.rules.impact.intervals import Interval, Stratum, welch_interval
 
 Window = Literal["24h", "72h", "7d"]
 WINDOW_HOURS: Final[dict[str, int]] = {"24h": 24, "72h": 72, "7d": 168}

@@ -1,10 +1,11 @@
 """The rule format: rules, tasks, conditions and filters (actions and schedules have modules
-of their own: :mod:`ruleengine.rules.action_types`, :mod:`ruleengine.rules.schedule`).
+of their own: :mod:`ruleengine.rules.language.action_types`,
+:mod:`ruleengine.rules.language.schedule`).
 
 Validation is strict and complete; :func:`parse_rule` turns every problem into a
 :class:`~ruleengine.errors.FieldError` carrying the JSON path of the field
 (``tasks[0].conditions[1].metric``) and a human message (the wording and the paths are
-:mod:`ruleengine.rules.validation`'s). Pass ``accounts`` or ``webhooks`` to also check
+:mod:`ruleengine.rules.language.validation`'s). Pass ``accounts`` or ``webhooks`` to also check
 references against what is registered/configured.
 """
 
@@ -28,17 +29,7 @@ from pydantic import (
 )
 
 from ruleengine.errors import FieldError, RuleValidationError
-from ruleengine.rules.action_types import (
-    ACTION_TYPES,
-    ADSET_ACTIONS,
-    BUDGET_ACTIONS,
-    SCHEDULE_ACTIONS,
-    SPEND_LIMIT_ACTIONS,
-    Action,
-    check_then,
-)
 from ruleengine.rules.advantage import advantage_fields
-from ruleengine.rules.approval import Approval
 from ruleengine.rules.basics import (
     RANGE_OPERATORS,
     Level,
@@ -49,10 +40,20 @@ from ruleengine.rules.basics import (
     is_account_id,
     timezone_problem,
 )
-from ruleengine.rules.catalog import MetricSpec, Source, UnknownMetricError, resolve_metric
-from ruleengine.rules.holdout import Holdout
-from ruleengine.rules.levels import check_ad_action, check_metric_levels, ranking_value
-from ruleengine.rules.money import (
+from ruleengine.rules.impact.holdout import Holdout
+from ruleengine.rules.language.action_types import (
+    ACTION_TYPES,
+    ADSET_ACTIONS,
+    BUDGET_ACTIONS,
+    SCHEDULE_ACTIONS,
+    SPEND_LIMIT_ACTIONS,
+    Action,
+    check_then,
+)
+from ruleengine.rules.language.approval import Approval
+from ruleengine.rules.language.catalog import MetricSpec, Source, UnknownMetricError, resolve_metric
+from ruleengine.rules.language.levels import check_ad_action, check_metric_levels, ranking_value
+from ruleengine.rules.language.money import (
     CURRENT_FORMAT,
     MIGRATE_HINT,
     MONEY_FIELDS,
@@ -61,9 +62,9 @@ from ruleengine.rules.money import (
     currency_problems,
     document_format,
 )
-from ruleengine.rules.per_currency import is_per_currency, per_currency
-from ruleengine.rules.schedule import DateRange, Schedule
-from ruleengine.rules.validation import PathError, field_errors
+from ruleengine.rules.language.per_currency import is_per_currency, per_currency
+from ruleengine.rules.language.schedule import DateRange, Schedule
+from ruleengine.rules.language.validation import PathError, field_errors
 
 FilterOperator = Literal[
     "EQUAL",
@@ -204,7 +205,8 @@ class Condition(_MetricRef):
 
     ``IN_RANGE`` / ``NOT_IN_RANGE`` take ``value: [low, high]`` (ends included, as Meta's
     Ad Rules operators of the same names) and no ``compare_to``. On a money metric the value
-    may be given per currency (``{"USD": 20, "JPY": 3000}``; :mod:`ruleengine.rules.per_currency`).
+    may be given per currency (``{"USD": 20, "JPY": 3000}``;
+    :mod:`ruleengine.rules.language.per_currency`).
     """
 
     period: Period | None = None
@@ -667,7 +669,7 @@ def parse_rule(
 
     ``accounts``: the registered ad accounts and their currencies (id → ``USD``): the rule
     may name only these, and its amounts must say what they mean on each
-    (:func:`~ruleengine.rules.money.currency_problems`: per currency where the rule's
+    (:func:`~ruleengine.rules.language.money.currency_problems`: per currency where the rule's
     accounts differ in currency). ``new``: ``data`` is a rule being saved (API, CLI), which
     must be of the current format (``"format": 2``); stored format-1 rules still parse
     without it.

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from decimal import ROUND_CEILING, ROUND_DOWN, ROUND_FLOOR, ROUND_HALF_UP, Decimal
 
-from ruleengine.rules.action_types import ChangeBidAction, ScaleToTargetAction
-from ruleengine.rules.catalog import resolve_metric, scaling_direction
-from ruleengine.rules.money import to_minor
-from ruleengine.rules.per_currency import bare
-from ruleengine.rules.plan import Plan, percent_of
+from ruleengine.rules.language.action_types import ChangeBidAction, ScaleToTargetAction
+from ruleengine.rules.language.catalog import resolve_metric, scaling_direction
+from ruleengine.rules.language.money import to_minor
+from ruleengine.rules.language.per_currency import bare
+from ruleengine.rules.plan.plan import Plan, percent_of
 
 
 def _decimal(value: float) -> Decimal:

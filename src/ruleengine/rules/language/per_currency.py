@@ -1,11 +1,11 @@
 """Amounts given per currency: ``{"USD": 20, "JPY": 3000}`` where one number would mean
 different amounts on the rule's ad accounts.
 
-A rule's amounts are in the ad account currency's units (:mod:`ruleengine.rules.money`),
+A rule's amounts are in the ad account currency's units (:mod:`ruleengine.rules.language.money`),
 so a bare ``20`` is $20 on a USD account and ¥20 (about 13 cents) on a JPY one. Wherever
 a rule names money — a condition's ``value`` on a money metric, the money fields of an
 action, an approval's ``budget_above`` — it may instead give one amount per currency, keyed
-by the ISO 4217 code. This module checks that shape; :mod:`ruleengine.rules.money` finds
+by the ISO 4217 code. This module checks that shape; :mod:`ruleengine.rules.language.money` finds
 the amounts in a rule and picks each account's own.
 """
 
@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from ruleengine.rules.basics import MAX_BUDGET
-from ruleengine.rules.validation import PathError
+from ruleengine.rules.language.validation import PathError
 
 T = TypeVar("T")
 #: An ISO 4217 code as Meta's ad accounts carry it (``currency``, "ISO 4217 Currency Code" in
@@ -76,7 +76,8 @@ def pick(value: T | dict[str, T], currency: str) -> T | None:
 
 def bare(value: T | dict[str, Any]) -> T:
     """An amount of a rule already picked for its ad account's currency
-    (:meth:`~ruleengine.rules.model.Rule.in_currency`): a per-currency one here is a bug."""
+    (:meth:`~ruleengine.rules.language.model.Rule.in_currency`): a per-currency one here is a
+    bug."""
     if isinstance(value, dict):
         raise TypeError(
             "an amount given per currency is picked for the ad account's currency first"

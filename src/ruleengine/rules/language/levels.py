@@ -1,11 +1,12 @@
 """What each level of a rule can read and do: ads have rankings, and no budget or bid.
 
 Checks the rule model runs once it knows the rule's ``level`` (campaign, ad set or ad),
-each raising a :class:`~ruleengine.rules.validation.PathError` whose message names the level
+each raising a :class:`~ruleengine.rules.language.validation.PathError` whose message names the
+level
 the rule needs: Meta ranks ads only (``quality_ranking`` …); an ad has no budget, no bid
 and no children, so the budget actions, the budget metrics and a deep copy are refused on
 ads, naming the ad set that holds the budget. Also the value check of a ranking condition:
-one label of :data:`~ruleengine.rules.catalog.RANKING_SCALE`. Pure.
+one label of :data:`~ruleengine.rules.language.catalog.RANKING_SCALE`. Pure.
 """
 
 from __future__ import annotations
@@ -13,16 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ruleengine.rules.action_types import BUDGET_ACTIONS, SCHEDULE_ACTIONS
 from ruleengine.rules.basics import RANGE_OPERATORS
-from ruleengine.rules.catalog import (
+from ruleengine.rules.language.action_types import BUDGET_ACTIONS, SCHEDULE_ACTIONS
+from ruleengine.rules.language.catalog import (
     BUDGET_FIELDS,
     RANKING_SCALE,
     RANKING_UNKNOWN,
     MetricSpec,
     Source,
 )
-from ruleengine.rules.validation import PathError
+from ruleengine.rules.language.validation import PathError
 
 #: The Graph fields of the budget metrics (``daily_budget``, ``budget_remaining`` …).
 BUDGET_METRIC_FIELDS: Final = frozenset(BUDGET_FIELDS.values())

@@ -7,8 +7,9 @@ in both engines): ``level`` → ``entity_type``; filters → Meta's metadata fil
 a budget change towards a ``target_field``); ``cooldown_minutes`` → ``action_frequency``,
 ``execution_count_limit`` → the execution option of that name; the schedule →
 ``schedule_spec`` in the ad account's timezone; money to minor units (an amount given per
-currency: the account's own, :meth:`~ruleengine.rules.model.Rule.in_currency`). What Meta cannot
-say is a :class:`~ruleengine.rules.meta_vocab.Problem` with the JSON path in our rule,
+currency: the account's own, :meth:`~ruleengine.rules.language.model.Rule.in_currency`). What Meta
+cannot
+say is a :class:`~ruleengine.rules.meta.vocab.Problem` with the JSON path in our rule,
 never dropped: conditions over different periods (a Meta rule has one ``time_preset``), a
 comparison of two metrics, ≥/≤, most actions but pause/activate/notify/budget and bid
 changes, a bid set to an amount, …
@@ -25,7 +26,8 @@ from decimal import ROUND_CEILING, ROUND_FLOOR
 from typing import Any, Final
 
 from ruleengine.errors import NoAmountForCurrency
-from ruleengine.rules.action_types import (
+from ruleengine.rules.basics import WEEKDAYS, parse_hhmm
+from ruleengine.rules.language.action_types import (
     ChangeBidAction,
     FollowUp,
     NotifyAction,
@@ -35,9 +37,12 @@ from ruleengine.rules.action_types import (
     ScheduleBudgetAction,
     StatusAction,
 )
-from ruleengine.rules.basics import WEEKDAYS, parse_hhmm
-from ruleengine.rules.meta_rebalance import rebalance_to_meta
-from ruleengine.rules.meta_vocab import (
+from ruleengine.rules.language.model import Condition, Filter, Rule, Task
+from ruleengine.rules.language.money import to_minor
+from ruleengine.rules.language.per_currency import bare
+from ruleengine.rules.language.schedule import IntervalSchedule, Schedule
+from ruleengine.rules.meta.rebalance import rebalance_to_meta
+from ruleengine.rules.meta.vocab import (
     BID_EXECUTION,
     BUDGET_EXECUTION_OF_LEVEL,
     ID_FIELDS,
@@ -54,10 +59,6 @@ from ruleengine.rules.meta_vocab import (
     meta_field_of,
     tidy,
 )
-from ruleengine.rules.model import Condition, Filter, Rule, Task
-from ruleengine.rules.money import to_minor
-from ruleengine.rules.per_currency import bare
-from ruleengine.rules.schedule import IntervalSchedule, Schedule
 
 #: Our always-true condition (what a Meta rule without conditions imports as).
 _ALWAYS: Final = ("current_hour", ">=", 0.0)

@@ -1,6 +1,6 @@
 """What Meta's Ad Rules and our rule language share: metrics, periods, operators, money.
 
-The vocabulary of :mod:`ruleengine.rules.meta_import` and :mod:`ruleengine.rules.meta_export`,
+The vocabulary of :mod:`ruleengine.rules.meta.importing` and :mod:`ruleengine.rules.meta.exporting`,
 kept in one place so that the two directions cannot drift apart: a Meta filter field and
 the catalogue metric it means, Meta's ``time_preset`` and our period, Meta's operators and
 ours, Meta's change actions and the levels they act on, and the account currency's offset.
@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal, get_args
 
 from ruleengine.rules.basics import Period
-from ruleengine.rules.catalog import UnknownMetricError, resolve_metric
 from ruleengine.rules.entity import currency_offset
+from ruleengine.rules.language.catalog import UnknownMetricError, resolve_metric
 
 Severity = Literal["error", "warning"]
 
@@ -121,7 +121,7 @@ FILTER_OPERATORS: Final = frozenset(
     {"EQUAL", "NOT_EQUAL", "IN", "NOT_IN", "CONTAIN", "NOT_CONTAIN", "GREATER_THAN", "LESS_THAN"}
 )
 #: Object fields a Meta rule filters on that are filters of ours (which level takes which
-#: is :data:`ruleengine.rules.model.FILTER_FIELDS`).
+#: is :data:`ruleengine.rules.language.model.FILTER_FIELDS`).
 FILTER_FIELDS: Final = frozenset(
     {
         "id",

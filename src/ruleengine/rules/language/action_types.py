@@ -2,12 +2,12 @@
 
 Each action is a model of its own, told apart by ``type``; :data:`Action` is their
 discriminated union. Budgets are in the account currency's units (a rule of format 2;
-minor units in the old format 1 — :mod:`ruleengine.rules.money` converts them at the Graph
+minor units in the old format 1 — :mod:`ruleengine.rules.language.money` converts them at the Graph
 boundary), bounded by :data:`~ruleengine.rules.basics.MAX_BUDGET`; templates may only hold
 plain ``{placeholders}``. The two actions that came with Meta's Ad Rules vocabulary,
 ``change_bid`` and ``scale_to_target``, take money in the account currency's units
 (``2.5`` is $2.50) whatever the rule's format: minor units exist only at the Graph boundary.
-Every amount may instead be given per currency (:mod:`ruleengine.rules.per_currency`).
+Every amount may instead be given per currency (:mod:`ruleengine.rules.language.per_currency`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from ruleengine.rules.basics import (
     RuleModel,
     parse_hhmm,
 )
-from ruleengine.rules.catalog import UnknownMetricError, resolve_metric, scaling_direction
-from ruleengine.rules.per_currency import Amount, BudgetAmount, check_bounds
-from ruleengine.rules.template import check_template
-from ruleengine.rules.validation import PathError
+from ruleengine.rules.language.catalog import UnknownMetricError, resolve_metric, scaling_direction
+from ruleengine.rules.language.per_currency import Amount, BudgetAmount, check_bounds
+from ruleengine.rules.language.template import check_template
+from ruleengine.rules.language.validation import PathError
 
 MONEY = (
     "account currency units (format 2; minor units in the old format 1), or one amount per"
@@ -347,7 +347,7 @@ class ScaleToTargetAction(_Action):
 class RebalanceBudgetAction(_Action):
     """Move daily budget from the worst to the best of the entities the task matched in one run
     by ``metric`` over ``period``, their total kept to the minor unit (Meta's
-    ``REBALANCE_BUDGET``, planned by :func:`ruleengine.rules.rebalance.plan_rebalance`).
+    ``REBALANCE_BUDGET``, planned by :func:`ruleengine.rules.plan.rebalance.plan_rebalance`).
 
     ``max_change_percent``: the most one entity's budget moves in one run, as a percentage of
     its live budget. Money (``min_budget``, ``max_budget``) is in the account currency's units.

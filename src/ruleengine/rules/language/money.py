@@ -7,7 +7,7 @@ JPY one, like a condition's ``"value"``. Format 1 (the old one, a document witho
 
 Minor units exist only at the Graph boundary: :func:`budget_in_minor_units` turns a
 budget action's amounts into minor units where they are planned against the live budget
-(:func:`~ruleengine.rules.plan.plan_budget`, with the account currency's offset),
+(:func:`~ruleengine.rules.plan.plan.plan_budget`, with the account currency's offset),
 rounding so that a bound is never crossed — a maximum rounds down, a minimum up, an
 amount to the nearest minor unit (half up). Any number of decimals is accepted; the
 rounding happens here, once. :func:`migrate_definition` is the other direction, for
@@ -34,15 +34,15 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal, localcon
 from typing import Any, Final
 
 from ruleengine.errors import FieldError, NoAmountForCurrency
-from ruleengine.rules.action_types import (
+from ruleengine.rules.entity import currency_offset
+from ruleengine.rules.language.action_types import (
     PercentBudgetAction,
     ScheduleBudgetAction,
     SetBudgetAction,
 )
-from ruleengine.rules.catalog import UnknownMetricError, resolve_metric
-from ruleengine.rules.entity import currency_offset
-from ruleengine.rules.per_currency import bare, listed
-from ruleengine.rules.schedules import ScheduleSpec
+from ruleengine.rules.language.budget_schedules import ScheduleSpec
+from ruleengine.rules.language.catalog import UnknownMetricError, resolve_metric
+from ruleengine.rules.language.per_currency import bare, listed
 
 CURRENT_FORMAT: Final = 2
 # The action fields that hold money, per action type.
@@ -450,7 +450,8 @@ def currency_problems(
     """What a rule's amounts leave unsaid on its ad accounts (``currencies``: account id →
     its registered currency; accounts not in it are not counted): a bare amount on accounts
     of different currencies — where one number means different amounts — and a per-currency
-    amount without one of the accounts' currencies."""
+    amount without one of the accounts' currencies. Zero is the same in every currency: a
+    bare ``0`` is taken."""
     held: dict[str, list[str]] = {}
     for account in definition.get("ad_accounts") or []:
         code = currencies.get(account) if isinstance(account, str) else None
@@ -470,9 +471,16 @@ def currency_problems(
                 for code in codes
                 if code not in value
             ]
-        elif len(codes) > 1:
+        elif len(codes) > 1 and not _zero(value):
             problems.append(FieldError(place.path, _per_currency_hint(value, codes)))
     return problems
+
+
+def _zero(value: Any) -> bool:
+    """Whether a bare amount is nothing, in every currency alike (``0``, ``[0, 0]``)."""
+    if isinstance(value, list):
+        return all(_zero(v) for v in value)
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == 0
 
 
 def _per_currency_hint(value: Any, codes: list[str]) -> str:

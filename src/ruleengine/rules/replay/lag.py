@@ -32,8 +32,8 @@ from datetime import date, datetime, timedelta
 from typing import Final, Literal
 from zoneinfo import ZoneInfo
 
-from ruleengine.rules.history import day_end_utc
-from ruleengine.rules.periods import preset_range
+from ruleengine.rules.language.periods import preset_range
+from ruleengine.rules.replay.history import day_end_utc
 
 #: ``(age in hours after the end of the day, share of the matured conversions seen)``.
 Curve = tuple[tuple[float, float], ...]

@@ -8,10 +8,10 @@ from typing import Any, Final, Literal, get_args
 
 from pydantic import Field, field_validator
 
-from ruleengine.rules.action_types import SpendLimitField
 from ruleengine.rules.basics import RuleModel
-from ruleengine.rules.per_currency import per_currency
-from ruleengine.rules.validation import PathError
+from ruleengine.rules.language.action_types import SpendLimitField
+from ruleengine.rules.language.per_currency import per_currency
+from ruleengine.rules.language.validation import PathError
 
 
 class BudgetChangePctAbove(RuleModel):

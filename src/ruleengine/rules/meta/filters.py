@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ruleengine.rules.catalog import gone_window, resolve_metric
-from ruleengine.rules.meta_vocab import (
+from ruleengine.rules.language.catalog import gone_window, resolve_metric
+from ruleengine.rules.language.model import EFFECTIVE_STATUSES
+from ruleengine.rules.language.model import FILTER_FIELDS as LEVEL_FILTER_FIELDS
+from ruleengine.rules.meta.vocab import (
     FILTER_FIELDS,
     FILTER_OPERATORS,
     ID_FIELDS,
@@ -30,8 +32,6 @@ from ruleengine.rules.meta_vocab import (
     number,
     tidy,
 )
-from ruleengine.rules.model import EFFECTIVE_STATUSES
-from ruleengine.rules.model import FILTER_FIELDS as LEVEL_FILTER_FIELDS
 
 
 @dataclass

@@ -20,16 +20,16 @@ from dataclasses import dataclass
 from datetime import date
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 
-from ruleengine.rules.action_types import (
+from ruleengine.rules.language.action_types import (
     NameTextAction,
     PercentBudgetAction,
     RenameAction,
     SetBudgetAction,
     StatusAction,
 )
-from ruleengine.rules.money import budget_in_minor_units
-from ruleengine.rules.schedules import ScheduleSpec, fit
-from ruleengine.rules.template import render_template
+from ruleengine.rules.language.budget_schedules import ScheduleSpec, fit
+from ruleengine.rules.language.money import budget_in_minor_units
+from ruleengine.rules.language.template import render_template
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def plan_budget(
     """The daily budget to write, from the live budget (minor units).
 
     ``scale`` is how many minor units one unit of the action's amounts is
-    (:func:`~ruleengine.rules.money.amount_scale`: the currency's offset for a format-2
+    (:func:`~ruleengine.rules.language.money.amount_scale`: the currency's offset for a format-2
     rule, 1 for amounts already in minor units); a maximum rounds down, a minimum up.
     ``account_minimum`` is the ad account's ``min_daily_budget``: a target below it
     is raised to it (``clamped_by`` names ``min_daily_budget``), so a decrease stops

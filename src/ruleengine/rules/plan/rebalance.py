@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_DOWN, Decimal
 from typing import Final
 
-from ruleengine.rules.plan import percent_of
+from ruleengine.rules.plan.plan import percent_of
 
 #: The pseudo-member a ``give_back`` is taken from (ranked below every entity).
 _OWED: Final = "\x00owed"

@@ -1,7 +1,8 @@
 """The rule builder's vocabulary: every name a rule may use, with a label and a description.
 
-One JSON-ready document built from the catalogue (:mod:`ruleengine.rules.catalog`) and the
-rule format (:mod:`ruleengine.rules.model`): the metrics in groups (concrete dotted names for
+One JSON-ready document built from the catalogue (:mod:`ruleengine.rules.language.catalog`) and the
+rule format (:mod:`ruleengine.rules.language.model`): the metrics in groups (concrete dotted names
+for
 the common action types, and one ``pattern`` entry per list field for any other), the
 periods, the condition and filter operators, the filter fields per level, the effective
 statuses, the action kinds, the follow-ups and the timezones. ``GET /api/rules/vocabulary``
@@ -16,24 +17,30 @@ from __future__ import annotations
 from typing import Any, Final, Literal, get_args
 from zoneinfo import available_timezones
 
-from ruleengine.rules.action_types import (
+from ruleengine.rules.basics import LEVELS, Operator
+from ruleengine.rules.language.action_types import (
     ACTION_TYPES,
     ADSET_ACTIONS,
     BUDGET_ACTIONS,
     SCHEDULE_ACTIONS,
     FollowUpDo,
 )
-from ruleengine.rules.basics import LEVELS, Operator
-from ruleengine.rules.catalog import _LIST_FIELDS, RANKING_SCALE, resolve_metric, scaling_direction
-from ruleengine.rules.levels import metric_levels
-from ruleengine.rules.model import FILTER_FIELDS, FilterOperator, rule_json_schema
+from ruleengine.rules.language.catalog import (
+    _LIST_FIELDS,
+    RANKING_SCALE,
+    resolve_metric,
+    scaling_direction,
+)
+from ruleengine.rules.language.levels import metric_levels
+from ruleengine.rules.language.model import FILTER_FIELDS, FilterOperator, rule_json_schema
 
 Unit = Literal["money", "count", "ratio", "percent", "multiple", "hours", "hour", "ranking"]
 UNITS: Final = frozenset(get_args(Unit))
 _RATIO_NOTE = "A ratio of the period, not an average of its days."
 _CURRENCY = "in the account currency"
 
-#: Every name :func:`~ruleengine.rules.catalog.known_names` lists → (label, unit, description).
+#: Every name :func:`~ruleengine.rules.language.catalog.known_names` lists → (label, unit,
+#: description).
 METRIC_TEXTS: Final[dict[str, tuple[str, Unit, str]]] = {
     # plain Insights fields
     "spend": (

@@ -2,7 +2,8 @@
 
 A backtest replays a rule against history kept per entity per day (and per hour of each
 day). For an instant ``t`` and a period, the row a live evaluation would have got from
-Meta is rebuilt here: the period's dates at ``t`` (:func:`~ruleengine.rules.periods.preset_range`
+Meta is rebuilt here: the period's dates at
+``t`` (:func:`~ruleengine.rules.language.periods.preset_range`
 in the ad account's calendar), whole days before the account's day of ``t``, and of that
 day itself the hours already over plus the running hour pro rata (Meta's ``today`` at
 10:15 holds a quarter of the 10:00 hour). The sums are of the additive Insights fields
@@ -36,8 +37,8 @@ from datetime import date, datetime, time, timedelta
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
-from ruleengine.rules.catalog import PERIOD_SPEND_KEYS, MetricSpec, Source
-from ruleengine.rules.periods import preset_range
+from ruleengine.rules.language.catalog import PERIOD_SPEND_KEYS, MetricSpec, Source
+from ruleengine.rules.language.periods import preset_range
 
 #: Additive plain fields: a range's value is the sum of its days'.
 PLAIN_ADDITIVE: Final = ("spend", "impressions", "clicks", "inline_link_clicks")

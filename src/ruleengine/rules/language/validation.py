@@ -1,6 +1,6 @@
 """Validation messages: pydantic's errors as JSON paths and sentences a rule author can act on.
 
-The models of :mod:`ruleengine.rules.model` raise :class:`PathError` for a problem
+The models of :mod:`ruleengine.rules.language.model` raise :class:`PathError` for a problem
 that belongs to one of their sub-fields; :func:`field_errors` turns a pydantic
 ``ValidationError`` into :class:`~ruleengine.errors.FieldError` items such as
 ``tasks[0].conditions[1].metric: unknown metric 'roas'; …``.

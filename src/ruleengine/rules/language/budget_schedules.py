@@ -34,8 +34,8 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final, Literal
 from zoneinfo import ZoneInfo
 
-from ruleengine.rules.action_types import ScheduleWindow
 from ruleengine.rules.basics import parse_hhmm
+from ruleengine.rules.language.action_types import ScheduleWindow
 
 #: The field an intent and a record of a schedule name (also Meta's edge).
 SCHEDULES: Final = "budget_schedules"

@@ -8,7 +8,7 @@ outcome at every instant can be computed up front, for all entities and instants
 once, as arrays: the sums over each period's days come from prefix sums (or, as seen,
 from a product with the lag curve's shares), today's part from the hours before the
 current one plus the running hour pro rata — the arithmetic of
-:mod:`ruleengine.rules.replay_rows`, vectorised.
+:mod:`ruleengine.rules.replay.rows`, vectorised.
 
 These masks are **candidates**, never verdicts: the comparisons are lenient by a hair
 (a value within a millionth of its threshold counts as a candidate), so every instant a
@@ -31,12 +31,12 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import numpy.typing as npt
 
-from ruleengine.rules.catalog import MetricSpec, Missing, Source
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import EvalContext, resolve
-from ruleengine.rules.model import Condition, Task
-from ruleengine.rules.periods import preset_range
-from ruleengine.rules.replay_rows import (
+from ruleengine.rules.language.catalog import MetricSpec, Missing, Source
+from ruleengine.rules.language.model import Condition, Task
+from ruleengine.rules.language.periods import preset_range
+from ruleengine.rules.replay.rows import (
     COST_PER_RESULT,
     LIST_ADDITIVE,
     LIST_RATIOS,

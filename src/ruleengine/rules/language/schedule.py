@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 from pydantic import Field, field_validator, model_validator
 
 from ruleengine.rules.basics import FIRST_DATE, LAST_DATE, WEEKDAYS, RuleModel, Weekday, parse_hhmm
-from ruleengine.rules.validation import PathError
+from ruleengine.rules.language.validation import PathError
 
 
 class IntervalSchedule(RuleModel):

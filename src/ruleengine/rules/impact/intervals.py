@@ -1,6 +1,6 @@
 """Confidence intervals for a difference of means, pure: Welch's t interval, stratified.
 
-The impact report (:mod:`ruleengine.rules.impact`) compares the mean change of acted
+The impact report (:mod:`ruleengine.rules.impact.measure`) compares the mean change of acted
 entities with that of held-out ones. Its interval is Welch's: the difference of the means ±
 Student's t quantile × its standard error, the groups' variances estimated apart and the
 degrees of freedom by Welch–Satterthwaite. Where the groups were drawn under different
