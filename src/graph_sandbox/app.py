@@ -169,13 +169,15 @@ def _deliver(request: web.Request, response: GraphResponse) -> web.Response:
 
 
 def _carries_writes(batch: str | None) -> bool:
-    """True for a Batch API call with a POST among its items (it is delayed as a write)."""
+    """True for a Batch API call with a POST or a DELETE among its items (it is delayed as a
+    write)."""
     try:
         items = orjson.loads(batch or "[]")
     except orjson.JSONDecodeError:
         return False
     return isinstance(items, list) and any(
-        isinstance(item, dict) and str(item.get("method", "")).upper() == "POST" for item in items
+        isinstance(item, dict) and str(item.get("method", "")).upper() in ("POST", "DELETE")
+        for item in items
     )
 
 

@@ -5,6 +5,20 @@ the profile, the seed, the ad set id and a date into full-day totals with a
 little deterministic noise, so the same seed always gives the same numbers and
 no two days are quite alike. Everything is in integers (money in cents).
 
+A day's spend follows Meta's daily budget flexibility (:func:`week_factor`): on days with
+better opportunities a daily budget may spend up to 75 % more (1.75 times), and less on
+others, while a calendar week (Sunday to Saturday in the ad account's timezone) spends no more
+than 7 times the daily budget — Meta's v23.0 announcement (2025-05-29,
+https://developers.facebook.com/blog/post/2025/05/29/introducing-graph-api-v23-and-marketing-api-v23/:
+"we may spend up to 75% over your daily budget on some days and less on others. On a weekly
+basis, we won't spend more than 7 times your daily budget"), the Business SDK 24.0.0 release
+notes ("The daily budget flexibility is increased from 25% to 75% … while maintaining weekly
+spend limits", https://github.com/facebook/facebook-php-business-sdk/releases/tag/24.0.0) and
+Meta's Ad Set Budget page for the week and its proration ("A calendar week is Saturday, at
+midnight, which is also known as the start of Sunday, to the next Saturday at 11:59 in the ad
+account's time zone … If the ad set does not start on Saturday, the first week's spending
+limit is prorated", https://developers.facebook.com/docs/marketing-api/adset/budget-limits).
+
 A budget change answers with diminishing returns: at ``budget_ratio`` times the
 budget the profile was built for, spend, impressions and clicks are ``ratio`` times
 the typical day's and conversions ``ratio ** ELASTICITY`` times (the profile's ROAS
@@ -16,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import date
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -97,22 +112,66 @@ def noise(seed: int, entity_id: str, day_ordinal: int) -> tuple[float, float, fl
     )
 
 
+#: Meta's daily budget flexibility: a day may spend up to this many times the daily budget.
+DAILY_FLEX = 1.75
+#: A calendar week spends at most this many daily budgets (prorated in an ad set's first week).
+WEEK_DAYS = 7
+
+
+def _day_base(seed: int, entity_id: str, day_ordinal: int) -> float:
+    """A day's spend before the week is shaped, in typical days: 0.85 to 1.15."""
+    return 0.85 + 0.3 * noise(seed, entity_id, day_ordinal)[0]
+
+
+def week_factor(seed: int, entity_id: str, day_ordinal: int, first_ordinal: int | None) -> float:
+    """The day's spend in typical days, its calendar week shaped as Meta's flexibility does.
+
+    The week (Sunday to Saturday; from ``first_ordinal``, the ad set's first day, in its
+    first week) has one day of better opportunities, chosen by the seed, that spends 0.4 to
+    0.6 typical days more — at most 1.15 + 0.6 = :data:`DAILY_FLEX` — taken evenly from the
+    week's other days; then the whole week is scaled down, if need be, to at most one typical
+    day per day of it (7, or fewer in a first week: Meta's proration). A profile's typical day
+    is at most its daily budget (:mod:`graph_sandbox.scenarios`), so a day never spends more
+    than 1.75 times the budget nor a calendar week more than 7 times.
+    """
+    sunday = day_ordinal - date.fromordinal(day_ordinal).isoweekday() % 7
+    days = range(max(sunday, first_ordinal or sunday), sunday + WEEK_DAYS)
+    shaped = {day: _day_base(seed, entity_id, day) for day in days}
+    pick, size = noise(seed, f"{entity_id}|week", sunday)[:2]
+    surge_day = sunday + int(pick * WEEK_DAYS)
+    if surge_day in shaped and len(shaped) > 1:
+        surge = 0.4 + 0.2 * size
+        for day in shaped:
+            shaped[day] += surge if day == surge_day else -surge / (len(shaped) - 1)
+    scale = min(1.0, len(shaped) / sum(shaped.values()))
+    return shaped.get(day_ordinal, 0.0) * scale
+
+
 def day_totals(
-    profile: Profile, seed: int, entity_id: str, day_ordinal: int, budget_ratio: float = 1.0
+    profile: Profile,
+    seed: int,
+    entity_id: str,
+    day_ordinal: int,
+    budget_ratio: float = 1.0,
+    *,
+    first_ordinal: int | None = None,
 ) -> Totals:
     """What the ad set delivers over the whole day ``day_ordinal`` (``date.toordinal()``)
-    at ``budget_ratio`` times the budget its profile was built for.
+    at ``budget_ratio`` times the budget its profile was built for (``first_ordinal``: the ad
+    set's first day, whose week is prorated).
 
-    Spend (and with it impressions, reach and clicks) is proportional to the ratio;
-    conversions per unit of spend (and per click) are ``ratio ** (ELASTICITY - 1)`` times
-    the profile's, so conversions and purchase value grow as ``ratio ** ELASTICITY``. At a
-    ratio of 1 every factor is exactly 1.0: the numbers are the profile's own.
+    Spend (and with it impressions, reach and clicks) is the profile's typical day times the
+    day's share of its week (:func:`week_factor`) times the ratio; conversions per unit of
+    spend (and per click) are ``ratio ** (ELASTICITY - 1)`` times the profile's, so conversions
+    and purchase value grow as ``ratio ** ELASTICITY``. At a ratio of 1 every factor is exactly
+    1.0.
     """
     if profile.spend_cents <= 0:
         return ZERO
     n0, n1, n2, n3 = noise(seed, entity_id, day_ordinal)
     per_spend = budget_ratio ** (ELASTICITY - 1)  # conversions per unit of spend, relative
-    spend = round(profile.spend_cents * (0.85 + 0.3 * n0) * budget_ratio)
+    factor = week_factor(seed, entity_id, day_ordinal, first_ordinal)
+    spend = round(profile.spend_cents * factor * budget_ratio)
     impressions = max(1, round(spend * 1000 / (profile.cpm_cents * (0.9 + 0.2 * n1))))
     clicks = round(impressions * profile.ctr * (0.9 + 0.2 * n2))
     link_clicks = round(clicks * profile.link_share)

@@ -27,7 +27,7 @@ class CallRule(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path_contains: str = ""
-    method: Literal["GET", "POST"] | None = None
+    method: Literal["GET", "POST", "DELETE"] | None = None
     times: int | None = Field(default=None, ge=1)
     skip: int = Field(default=0, ge=0)
 
@@ -69,8 +69,10 @@ class FaultChange(BaseModel):
 
 
 def is_write(method: str, path: str, *, batch_writes: bool = False) -> bool:
-    """True for a write: a POST to an object, or a Batch API call carrying one
-    (``batch_writes``)."""
+    """True for a write: a POST to an object or a DELETE of one, or a Batch API call carrying
+    one (``batch_writes``)."""
+    if method == "DELETE":
+        return True
     return method == "POST" and (path.strip("/") != "" or batch_writes)
 
 

@@ -36,11 +36,14 @@ from zoneinfo import ZoneInfo
 from graph_sandbox.ads import weights as ad_weights
 from graph_sandbox.attribution_lag import Curve, as_seen, day_age_h, seen_share
 from graph_sandbox.breakdowns import cell_weights
+from graph_sandbox.currencies import offset
 from graph_sandbox.delivery import ZERO, Totals, add, day_totals, scale
 from graph_sandbox.periods import Period
+from graph_sandbox.schedules import schedule_ratios
 from graph_sandbox.split import Weights, split
 from graph_sandbox.timeline import (
     ALWAYS,
+    BEGINNING,
     END,
     History,
     RatioSpan,
@@ -49,6 +52,7 @@ from graph_sandbox.timeline import (
     Unwritten,
     active_spans,
     at_ratios,
+    budget_at,
     budget_ratios,
     covers,
     day_window,
@@ -311,18 +315,41 @@ class InsightsEngine:
         cached = self._days.get(key)
         if cached is None:
             assert adset.profile is not None
-            cached = day_totals(adset.profile, self._world.seed, adset.id, ordinal, ratio)
+            tz = self._world.account_of(adset).tz
+            first = adset.created_time.astimezone(tz).date().toordinal()
+            cached = day_totals(
+                adset.profile, self._world.seed, adset.id, ordinal, ratio, first_ordinal=first
+            )
             self._days[key] = cached
         return cached
 
     def budget_ratios(self, adset: AdObject) -> list[RatioSpan]:
         """The ad set's budget over time as a ratio to its first budget: its own budget's
-        times its campaign's (one of them is 1: a budget is the ad set's or the campaign's)."""
+        times its campaign's (one of them is 1: a budget is the ad set's or the campaign's),
+        times what a budget schedule of either raises it by inside its window (the scheduled
+        daily budget is the one in force there)."""
         campaign = self._world.campaign_of(adset)
-        return multiply(
+        ratios = multiply(
             budget_ratios(self._history.budget_log(adset.id)),
             budget_ratios(self._history.budget_log(campaign.id)),
         )
+        for obj in (adset, campaign):
+            ratios = multiply(ratios, self._scheduled(obj))
+        return ratios
+
+    def _scheduled(self, obj: AdObject) -> list[RatioSpan]:
+        """What an object's budget schedules raise its budget by, over time."""
+        periods = self._history.high_demand_periods(obj.id)
+        if not periods:
+            return [((BEGINNING, END), 1.0)]
+        log = self._history.budget_log(obj.id)
+        current = obj.daily_budget
+
+        def budget(at: datetime) -> int | None:
+            return budget_at(log, current, at)
+
+        currency_offset = offset(self._world.account_of(obj).currency)
+        return schedule_ratios(periods, budget, currency_offset)
 
     def _active_spans(
         self, adset: AdObject, now: datetime, tz: ZoneInfo

@@ -38,7 +38,7 @@ class GraphRequest:
     """A Graph call.
 
     Attributes:
-        method: ``GET`` or ``POST`` (anything else is refused by the router).
+        method: ``GET``, ``POST`` or ``DELETE`` (a DELETE only of a budget schedule).
         path: The path without its version prefix, e.g. ``/act_1001/campaigns``; ``/`` for the root.
         params: Query and body parameters as strings, without ``access_token``.
         token: The access token, or ``None`` when the caller sent none.

@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from graph_sandbox import activities, adrules, async_batches, reads, reports, writes
+from graph_sandbox import (
+    activities,
+    adrules,
+    async_batches,
+    reads,
+    reports,
+    schedule_routes,
+    writes,
+)
 from graph_sandbox.errors import (
     GraphError,
     invalid_param,
@@ -43,6 +51,10 @@ _HANDLERS: dict[str, Handler] = {
     "async_requests": async_batches.read_requests,
     "adrules": adrules.read_call,
     "adrules_write": adrules.write_call,
+    "schedules": schedule_routes.list_periods,
+    "schedule_write": schedule_routes.create,
+    "schedule": schedule_routes.read_period,
+    "delete": schedule_routes.delete,
 }
 #: Calls Meta counts as Insights (the ``ads_insights`` use case, the Insights throttle).
 INSIGHTS_KINDS = frozenset({"insights", "report", "report_run", "report_results"})
@@ -58,9 +70,17 @@ _GET_EDGES = {
     "adrules_library": "adrules",
     "adrules_history": "adrules",
     "history": "adrules",
+    "budget_schedules": "schedules",
+}
+_POST_EDGES = {
+    "copies": "copies",
+    "insights": "report",
+    "async_batch_requests": "async_batch",
+    "adrules_library": "adrules_write",
+    "budget_schedules": "schedule_write",
 }
 #: Calls that change something at Meta (they need ``ads_management``).
-_WRITES = frozenset({"write", "copies", "async_batch", "adrules_write"})
+_WRITES = frozenset({"write", "copies", "async_batch", "adrules_write", "schedule_write", "delete"})
 
 
 def classify(req: GraphRequest) -> str:
@@ -77,14 +97,10 @@ def classify(req: GraphRequest) -> str:
             return _GET_EDGES.get(segments[1], "other")
     if method == "POST" and len(segments) == 1:
         return "write"
-    if method == "POST" and len(segments) == 2 and segments[1] == "copies":
-        return "copies"
-    if method == "POST" and len(segments) == 2 and segments[1] == "insights":
-        return "report"
-    if method == "POST" and len(segments) == 2 and segments[1] == "async_batch_requests":
-        return "async_batch"
-    if method == "POST" and len(segments) == 2 and segments[1] == "adrules_library":
-        return "adrules_write"
+    if method == "POST" and len(segments) == 2:
+        return _POST_EDGES.get(segments[1], "other")
+    if method == "DELETE" and len(segments) == 1:
+        return "delete"
     return "other"
 
 
@@ -92,6 +108,8 @@ def kind_of(state: SandboxState, req: GraphRequest) -> str:
     """:func:`classify`, knowing this world's async report runs (``GET /{report_run_id}``)
     and ad rules (``GET``/``POST /{rule_id}``)."""
     segments = req.segments
+    if req.method == "GET" and len(segments) == 1 and state.world.schedules.live(segments[0]):
+        return "schedule"
     if len(segments) == 1 and state.world.adrules.get(segments[0]) is not None:
         return "adrules" if req.method == "GET" else "adrules_write"
     if req.method == "GET" and segments and state.report_runs.get(segments[0]) is not None:
@@ -200,6 +218,8 @@ def _owner(state: SandboxState, node: str) -> str | None:
         return run.account
     if (rule_owner := state.world.adrules.owner(node)) is not None:
         return rule_owner
+    if (period := state.world.schedules.live(node)) is not None:
+        return f"act_{period.account_id}"
     obj = state.world.get(node)
     if obj is None:
         return state.async_batches.owner(node)
@@ -224,7 +244,11 @@ def _apply_change(state: SandboxState, object_id: str, status: str) -> None:
         obj.updated_time = state.now()
 
 
-_WRITE_LOG_KINDS = {"write": "update", "adrules_write": "adrules"}
+_WRITE_LOG_KINDS = {
+    "write": "update",
+    "adrules_write": "adrules",
+    "schedule_write": "budget_schedule",
+}
 
 
 def _log_write(state: SandboxState, req: GraphRequest, kind: str, status: int, body: Any) -> None:

@@ -21,11 +21,13 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import NamedTuple, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
+from graph_sandbox.schedules import BEGINNING as BEGINNING
+from graph_sandbox.schedules import END as END
+from graph_sandbox.schedules import HighDemandPeriod
+
 #: A half-open interval ``[start, end)`` of instants.
 Span = tuple[datetime, datetime]
 
-BEGINNING = datetime.min.replace(tzinfo=UTC)
-END = datetime.max.replace(tzinfo=UTC)
 ALWAYS: list[Span] = [(BEGINNING, END)]
 
 
@@ -58,6 +60,10 @@ class History(Protocol):
 
     def budget_log(self, object_id: str) -> list[BudgetChange]:
         """Every budget change of an object, in the order they were made."""
+        ...
+
+    def high_demand_periods(self, object_id: str) -> list[HighDemandPeriod]:
+        """Every budget schedule of an object, deleted ones too."""
         ...
 
 
@@ -171,6 +177,18 @@ def budget_ratios(changes: Sequence[BudgetChange]) -> list[RatioSpan]:
     return _merged([((start, end), ratio) for (start, ratio), end in zip(steps, ends, strict=True)])
 
 
+def budget_at(changes: Sequence[BudgetChange], current: int | None, at: datetime) -> int | None:
+    """The budget in force at ``at``: the last logged change's before it, else the first
+    change's ``before``, else ``current`` (an object whose budget never changed)."""
+    ordered = sorted(changes, key=lambda change: change.at)
+    budget = ordered[0].before if ordered else current
+    for change in ordered:
+        if change.at > at:
+            break
+        budget = change.after
+    return budget
+
+
 def multiply(left: Sequence[RatioSpan], right: Sequence[RatioSpan]) -> list[RatioSpan]:
     """The product of two budget ratios over time (an ad set's own budget and its campaign's:
     both move its delivery); both cover all time, and so does the product."""
@@ -262,3 +280,11 @@ class Unwritten:
     def budget_log(self, object_id: str) -> list[BudgetChange]:
         """The object's budget changes, the API's since ``since`` made no-ops."""
         return without_api_writes(self._history.budget_log(object_id), self._since)
+
+    def high_demand_periods(self, object_id: str) -> list[HighDemandPeriod]:
+        """The object's budget schedules made before ``since`` (every one is made through the
+        API; none at all when ``since`` is None)."""
+        if self._since is None:
+            return []
+        since = self._since
+        return [p for p in self._history.high_demand_periods(object_id) if p.created_at < since]

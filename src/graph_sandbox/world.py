@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 from graph_sandbox.adrule_library import AdRuleLibrary
 from graph_sandbox.ads import AdFactors, seeded_factors
 from graph_sandbox.delivery import Profile
+from graph_sandbox.schedules import HighDemandPeriod, ScheduleBook
 from graph_sandbox.timeline import BudgetChange, StatusChange
 
 Kind = Literal["campaign", "adset", "ad"]
@@ -135,6 +136,8 @@ class World:
         #: Ads whose factors the admin API set, instead of the seed's.
         self.ad_factors: dict[str, AdFactors] = {}
         self._seeded_factors: dict[str, AdFactors] = {}
+        #: Budget schedules (Meta's high-demand periods) of campaigns and ad sets.
+        self.schedules = ScheduleBook(seed=seed)
 
     def add_account(self, account: Account) -> None:
         """Register an ad account."""
@@ -267,6 +270,10 @@ class World:
     def budget_log(self, object_id: str) -> list[BudgetChange]:
         """Every budget change of an object, in the order they were made."""
         return self._budget_log.get(object_id, [])
+
+    def high_demand_periods(self, object_id: str) -> list[HighDemandPeriod]:
+        """Every budget schedule an object had, deleted ones too (their past spend stays)."""
+        return self.schedules.of(object_id, deleted=True)
 
     def significant_edit(self, adset_id: str, at: datetime) -> None:
         """Log a significant edit of an ad set at ``at``: its learning phase starts again."""

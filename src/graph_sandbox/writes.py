@@ -78,12 +78,12 @@ def update(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     """``POST /{id}``: change status, budgets or name; ``{"success": true}``."""
     target = _target(state, req)
     if set(req.params) - {"status"}:
-        _check_not_legacy_advantage(state, target, "updated")
+        check_not_legacy_advantage(state, target, "updated")
     apply_changes(state, target, req.params, actor=GRAPH_API)
     return {"success": True}
 
 
-def _check_not_legacy_advantage(state: SandboxState, obj: AdObject, verb: str) -> None:
+def check_not_legacy_advantage(state: SandboxState, obj: AdObject, verb: str) -> None:
     """Meta's v25.0 changelog: "Creation, duplication, and updates to Advantage+ shopping
     campaigns and Advantage+ app campaigns is no longer allowed" (all versions since
     2026-05-19). Their objects take a status change only (the changelog does not say
@@ -278,7 +278,7 @@ def _no_budget(obj: AdObject, field: str) -> str:
 def copy(state: SandboxState, req: GraphRequest) -> dict[str, Any]:
     """``POST /{id}/copies``: a new campaign or ad set (with ``deep_copy``, its children too)."""
     source = _target(state, req)
-    _check_not_legacy_advantage(state, source, "duplicated")
+    check_not_legacy_advantage(state, source, "duplicated")
     if source.kind == "ad":
         return copy_ad(state, source, req.params)
     options = _CopyOptions.parse(req.params)

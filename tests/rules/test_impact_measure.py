@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 
 import pytest
 from hypothesis import given
@@ -282,6 +283,7 @@ def test_strata_weigh_by_their_acted_entities() -> None:
         (-0.004, "USD", True, "$0.00"),
         (1234.5, "CHF", True, "+1,234.50 CHF"),
         (-0.5, "KRW", False, "-₩1"),
+        (2.5, "JPY", False, "¥3"),  # half up, not Python's half to even
     ],
 )
 def test_money_is_shown_in_its_currency_with_its_decimals(
@@ -299,5 +301,9 @@ def test_money_always_reads_back_to_the_amount_rounded(amount: float, currency: 
     digits = shown.replace(",", "").replace(" " + currency, "").lstrip("+-$€¥")
     decimals = 0 if currency == "JPY" else 2
     assert ("." in digits) == (decimals > 0)
-    assert float(digits) == pytest.approx(abs(round(amount, decimals)), rel=1e-9, abs=0.01)
-    assert shown.startswith("-") == (round(abs(amount), decimals) >= 10**-decimals and amount < 0)
+    # half up, as people round money (¥2.5 reads ¥3), the float taken as its shortest text
+    with localcontext() as context:
+        context.prec = 400
+        rounded = Decimal(str(amount)).quantize(Decimal(10) ** -decimals, rounding=ROUND_HALF_UP)
+    assert Decimal(digits) == rounded.copy_abs()
+    assert shown.startswith("-") == (rounded < 0)

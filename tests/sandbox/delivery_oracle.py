@@ -2,8 +2,12 @@
 
 An oracle for the property that, with no budget write, every number the sandbox computes is
 the one it computed before: :func:`day_totals` and :class:`OracleEngine` are that commit's
-``delivery.day_totals`` and ``insights.InsightsEngine``, verbatim. Do not edit them: they are
-the old numbers.
+``delivery.day_totals`` and ``insights.InsightsEngine``, verbatim — but for one re-baseline:
+since the delivery model follows Meta's daily budget flexibility (75 % over on a day, a
+calendar week at most 7 daily budgets), a day's spend is the profile's typical day times the
+day's share of its week (``delivery.week_factor``, given as ``factor``) instead of the old
+``0.85 + 0.3 × noise``; every other number follows spend as it did. Do not edit them otherwise:
+they are the old numbers.
 """
 
 # ruff: noqa
@@ -17,7 +21,7 @@ from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from graph_sandbox.attribution_lag import Curve, as_seen, day_age_h, seen_share
-from graph_sandbox.delivery import ZERO, Profile, Totals, add, noise, scale
+from graph_sandbox.delivery import ZERO, Profile, Totals, add, noise, scale, week_factor
 from graph_sandbox.periods import Period
 from graph_sandbox.timeline import (
     ALWAYS,
@@ -32,12 +36,15 @@ from graph_sandbox.timeline import (
 from graph_sandbox.world import ACTIVE, AdObject, World
 
 
-def day_totals(profile: Profile, seed: int, entity_id: str, day_ordinal: int) -> Totals:
-    """What the ad set delivers over the whole day ``day_ordinal`` (``date.toordinal()``)."""
+def day_totals(
+    profile: Profile, seed: int, entity_id: str, day_ordinal: int, factor: float
+) -> Totals:
+    """What the ad set delivers over the whole day ``day_ordinal`` (``date.toordinal()``),
+    spending ``factor`` typical days."""
     if profile.spend_cents <= 0:
         return ZERO
     n0, n1, n2, n3 = noise(seed, entity_id, day_ordinal)
-    spend = round(profile.spend_cents * (0.85 + 0.3 * n0))
+    spend = round(profile.spend_cents * factor)
     impressions = max(1, round(spend * 1000 / (profile.cpm_cents * (0.9 + 0.2 * n1))))
     clicks = round(impressions * profile.ctr * (0.9 + 0.2 * n2))
     link_clicks = round(clicks * profile.link_share)
@@ -166,7 +173,10 @@ class OracleEngine:
         cached = self._days.get(key)
         if cached is None:
             assert adset.profile is not None
-            cached = day_totals(adset.profile, self._world.seed, adset.id, ordinal)
+            tz = self._world.account_of(adset).tz
+            first = adset.created_time.astimezone(tz).date().toordinal()
+            factor = week_factor(self._world.seed, adset.id, ordinal, first)
+            cached = day_totals(adset.profile, self._world.seed, adset.id, ordinal, factor)
             self._days[key] = cached
         return cached
 

@@ -23,6 +23,7 @@ from facebook_business.adobjects.adreportrun import AdReportRun
 from facebook_business.adobjects.adset import AdSet
 from facebook_business.adobjects.adsinsights import AdsInsights
 from facebook_business.adobjects.campaign import Campaign
+from facebook_business.adobjects.highdemandperiod import HighDemandPeriod
 from facebook_business.adobjects.user import User
 from facebook_business.api import FacebookAdsApi, FacebookResponse
 from facebook_business.exceptions import FacebookRequestError
@@ -490,3 +491,56 @@ async def test_spend_caps_read_and_written_through_the_sdk(
     with pytest.raises(FacebookRequestError) as refused:  # no campaign budget: not allowed
         await sdk(lambda: outside.api_update(params={AdSet.Field.daily_spend_cap: 9000}))
     assert refused.value.api_error_code() == 100
+
+
+async def test_budget_schedules_made_read_and_deleted_through_the_sdk(
+    sandbox: Sandbox, api: FacebookAdsApi
+) -> None:
+    """Meta's high-demand periods with the SDK's objects: ``Campaign.create_budget_schedule``,
+    ``get_budget_schedules`` (with its ``time_start`` filter), ``HighDemandPeriod`` read and
+    deleted; an ad set's too."""
+    ids = await _campaign_ids()
+    campaign = Campaign(ids["[AUTO] Prospecting US 1"])
+    start = int(datetime(2026, 12, 2, 17, 0, tzinfo=UTC).timestamp())  # the sandbox: Dec 1
+    params = {
+        HighDemandPeriod.Field.budget_value: 40,
+        HighDemandPeriod.Field.budget_value_type: HighDemandPeriod.BudgetValueType.multiplier,
+        HighDemandPeriod.Field.time_start: start,
+        HighDemandPeriod.Field.time_end: start + 3 * 3600,
+    }
+    made = await sdk(lambda: campaign.create_budget_schedule(params=params))
+    assert isinstance(made, HighDemandPeriod)
+    fields = [
+        HighDemandPeriod.Field.budget_value,
+        HighDemandPeriod.Field.budget_value_type,
+        HighDemandPeriod.Field.time_start,
+        HighDemandPeriod.Field.time_end,
+        HighDemandPeriod.Field.ad_object_id,
+    ]
+    listed = await sdk(
+        lambda: list(campaign.get_budget_schedules(fields=fields, params={"time_start": start}))
+    )
+    assert [p["id"] for p in listed] == [made["id"]]
+    assert (listed[0]["budget_value"], listed[0]["ad_object_id"]) == (40, campaign["id"])
+    assert listed[0]["time_start"] == "2026-12-02T17:00:00+0000"
+    read = await sdk(lambda: HighDemandPeriod(made["id"]).api_get(fields=fields))
+    assert read["budget_value_type"] == "MULTIPLIER"
+    await sdk(lambda: HighDemandPeriod(made["id"]).api_delete())
+    assert await sdk(lambda: list(campaign.get_budget_schedules())) == []
+
+    adsets = await sdk(
+        lambda: list(
+            AdAccount("act_1001").get_ad_sets(fields=["daily_budget"], params={"limit": 100})
+        )
+    )
+    own = next(AdSet(a["id"]) for a in adsets if a.get("daily_budget"))
+    absolute = params | {
+        HighDemandPeriod.Field.budget_value: 25,
+        HighDemandPeriod.Field.budget_value_type: HighDemandPeriod.BudgetValueType.absolute,
+    }
+    await sdk(lambda: own.create_budget_schedule(params=absolute))
+    (held,) = await sdk(lambda: list(own.get_budget_schedules(fields=fields)))
+    assert (held["budget_value"], held["budget_value_type"]) == (25, "ABSOLUTE")
+    with pytest.raises(FacebookRequestError) as overlap:  # one schedule at a time
+        await sdk(lambda: own.create_budget_schedule(params=absolute))
+    assert overlap.value.api_error_code() == 100

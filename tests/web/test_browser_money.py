@@ -30,7 +30,8 @@ pytestmark = pytest.mark.browser
 
 USD = {"change": "$120.00 → $108.00 (−10 %)", "account": "Demo Store US (act_1001)"}
 JPY = {"change": "¥12,000 → ¥10,800 (−10 %)", "account": "Demo Store JP (act_1004)"}
-HAS_BUDGET = {"metric": "daily_budget", "operator": ">", "value": 0}
+# an amount of money on a USD and a JPY account is given per currency (docs/rules.md)
+HAS_BUDGET = {"metric": "daily_budget", "operator": ">", "value": {"USD": 0, "JPY": 0}}
 # per account: the campaign a rule cuts at once, and the one whose cut waits for approval
 CUT = {"act_1001": "[AUTO] Retargeting US 1", "act_1004": "[AUTO] Prospecting JP 1"}
 GATED = {"act_1001": "[AUTO] Prospecting US 1", "act_1004": "Brand Awareness JP"}

@@ -205,3 +205,25 @@ async def fire_followup(settings: Settings, redis: Any, key: str, *, generation:
     assert await redis.zscore(c.QUEUE_NAME, job_id) is not None, f"no timer for {key}"
     await redis.zadd(c.QUEUE_NAME, {job_id: timestamp_ms() - 1})  # arq skips a score of 0
     await work(settings)
+
+
+def evening_push(campaign: str = "[AUTO] Prospecting US 1") -> dict[str, Any]:
+    """A rule scheduling the campaign's daily budget × 1.5 for 4 hours, whenever it runs."""
+    always = {"metric": "impressions", "period": "last_7d", "operator": ">", "value": 0}
+    return {
+        "name": "Evening push",
+        "format": 2,
+        "level": "campaign",
+        "ad_accounts": ["act_1001"],
+        "filters": [{"field": "name", "operator": "EQUAL", "value": campaign}],
+        "schedule": {"mode": "interval", "every_minutes": 15},
+        "timezone": "America/New_York",
+        "tasks": [
+            {
+                "id": "t",
+                "conditions": [always],
+                "action": {"type": "schedule_budget", "multiplier": 1.5, "window": {"hours": 4}},
+                "cooldown_minutes": 0,
+            }
+        ],
+    }

@@ -31,6 +31,7 @@ from ruleengine.errors import AccountMismatch, Fenced, LockLost, LockTimeout
 from ruleengine.meta.batch import BatchReader
 from ruleengine.meta.errors import GraphError, MalformedResponseError, TransientError
 from ruleengine.meta.reader import GraphReader
+from ruleengine.meta.schedules import read_schedules
 from ruleengine.rules.advantage import advantage_fields, merged_fields, refuses
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.evaluate import TaskVerdict
@@ -41,11 +42,13 @@ from ruleengine.rules.language.action_types import (
     RebalanceBudgetAction,
     RenameAction,
     ScaleToTargetAction,
+    ScheduleBudgetAction,
     SetBudgetAction,
     SpendLimitAction,
     StatusAction,
 )
 from ruleengine.rules.language.approval import needs_approval
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec, listed
 from ruleengine.rules.language.model import Rule, Task
 from ruleengine.rules.language.money import amount_scale
 from ruleengine.rules.plan.plan import Plan, percent_of
@@ -73,6 +76,8 @@ Outcome = Literal[
 log = logging.getLogger(__name__)
 
 UNVERIFIABLE = frozenset({"copies", "notify"})
+#: How far back a live read lists budget schedules (:func:`since_of`).
+SCHEDULES_LOOKBACK = timedelta(days=8)
 #: Fields whose values are amounts in the account currency's minor units.
 MONEY_FIELDS = INTEGER_FIELDS
 #: Actions whose amounts are in the account's currency: none is made on an account whose
@@ -83,9 +88,10 @@ MONEY_ACTIONS = (
     ChangeBidAction,
     ScaleToTargetAction,
     SpendLimitAction,
+    ScheduleBudgetAction,
 )
 #: Actions whose amounts are in the rule's money format (format 2: currency units).
-SCALED_MONEY = (PercentBudgetAction, SetBudgetAction, SpendLimitAction)
+SCALED_MONEY = (PercentBudgetAction, SetBudgetAction, SpendLimitAction, ScheduleBudgetAction)
 #: Actions that change one field of the entity, planned by :func:`plan_change`.
 FIELD_ACTIONS = (StatusAction, RenameAction, NameTextAction, *MONEY_ACTIONS)
 
@@ -111,6 +117,7 @@ class ActResult:
     response: Any = None
     until: datetime | None = None  # a cooldown found in force under the lock: until when
     oscillation: dict[str, Any] | None = None  # the oscillation this change completed
+    schedule: dict[str, Any] | None = None  # a budget schedule's window and value (its spec)
 
     @property
     def fired(self) -> bool:
@@ -242,6 +249,7 @@ def with_approval(target: Target, task: Task, run: JobRun) -> Target:
             plan.after,
             plan.requested,
             plan.clamped_by,
+            schedule=plan.schedule_doc(),
         )
 
     return Target(target.field, target.reads, plan_or_propose)
@@ -318,6 +326,8 @@ async def _context(
         max_change_pct=max_change_pct,
         account_minimum=minimum,
         metric=reading.actual if reading is not None else None,
+        now=run.now,
+        tz=run.rule.zone(),
     )
 
 
@@ -349,10 +359,25 @@ def money_scale(run: JobRun) -> int:
 async def read_live(
     reader: GraphReader, run: JobRun, entity: Entity, fields: list[str]
 ) -> dict[str, Any]:
-    """The entity's ``fields`` as Meta holds them now."""
-    return await reader.get_object(
-        entity.id, token=run.token, fields=["id", *fields], account_id=run.account
+    """The entity's ``fields`` as Meta holds them now; ``budget_schedules`` (not a field: an
+    edge) the schedules Meta holds of it that end after the run's time."""
+    own = [name for name in fields if name != SCHEDULES]
+    live = await reader.get_object(
+        entity.id, token=run.token, fields=["id", *own], account_id=run.account
     )
+    if SCHEDULES in fields:
+        live[SCHEDULES] = await read_schedules(
+            reader, entity.id, token=run.token, account_id=run.account, since=since_of(run.now)
+        )
+    return live
+
+
+def since_of(now: datetime) -> int:
+    """From when a live read lists an object's schedules (Unix seconds): those ending after
+    :data:`SCHEDULES_LOOKBACK` before ``now`` — every schedule a pending intent may have made
+    (a window starts at most a week after its run and lasts at most a week), found again to
+    settle it, and every one a new window could overlap."""
+    return int((now - SCHEDULES_LOOKBACK).timestamp())
 
 
 def unchanged(plan: Plan) -> ActResult:
@@ -365,6 +390,7 @@ def unchanged(plan: Plan) -> ActResult:
         plan.after,
         plan.requested,
         plan.clamped_by,
+        schedule=plan.schedule_doc(),
     )
 
 
@@ -380,6 +406,7 @@ def applied(plan: Plan, response: Any = None) -> ActResult:
         plan.clamped_by,
         None,
         response,
+        schedule=plan.schedule_doc(),
     )
 
 
@@ -396,18 +423,34 @@ def not_applied(
         plan.requested,
         plan.clamped_by,
         error,
+        schedule=plan.schedule_doc(),
     )
 
 
 def would_do(plan: Plan | ActResult) -> ActResult:
-    """What a dry run reports for a plan: ``would_apply``, or why nothing would change."""
+    """What a dry run reports for a plan: ``would_apply`` (a schedule's window and value in
+    ``schedule``), or why nothing would change."""
     if isinstance(plan, ActResult):
         return plan
     if not plan.changes:
         return unchanged(plan)
     return ActResult(
-        "would_apply", None, plan.field, plan.before, plan.after, plan.requested, plan.clamped_by
+        "would_apply",
+        None,
+        plan.field,
+        plan.before,
+        plan.after,
+        plan.requested,
+        plan.clamped_by,
+        schedule=plan.schedule_doc(),
     )
+
+
+def pending_plan(intent: Intent) -> Plan:
+    """The plan a pending intent recorded, to send again once the live value shows it did not
+    land (a budget schedule's with what it sends)."""
+    spec = ScheduleSpec.from_doc(intent.schedule)
+    return Plan(intent.field, intent.before, intent.target, schedule=spec)
 
 
 def settled(intent: Intent) -> ActResult:
@@ -420,9 +463,15 @@ def settled(intent: Intent) -> ActResult:
             intent.before,
             intent.target,
             response=intent.response,
+            schedule=intent.schedule,
         )
     return ActResult(
-        "skipped", "previous_attempt_failed", intent.field, intent.before, intent.before
+        "skipped",
+        "previous_attempt_failed",
+        intent.field,
+        intent.before,
+        intent.before,
+        schedule=intent.schedule,
     )
 
 
@@ -455,6 +504,8 @@ def intent_doc(run: JobRun, entity: Entity, key: ActKey, plan: Plan) -> dict[str
         doc["requested"] = plan.requested
     if plan.clamped_by:
         doc["clamped_by"] = plan.clamped_by
+    if plan.schedule is not None:  # what a schedule's write sends, to find it at Meta again
+        doc["schedule"] = plan.schedule.as_doc()
     return doc if expiry is None else doc | {"expires_at": expiry}
 
 
@@ -573,17 +624,39 @@ async def record_once(
     return intent if intent.created else settled(intent)
 
 
-def reconcile(intent: Intent, live: Any) -> Literal["done", "write", "changed"]:
+def reconcile(intent: Intent, live: Any) -> Literal["done", "write", "changed", "unknown"]:
     """What to do with a pending intent given the live value.
 
     ``done``: the earlier write landed. ``write``: it did not (live is still the
-    value before). ``changed``: someone else changed the value meanwhile.
+    value before). ``changed``: someone else changed the value meanwhile. A budget
+    schedule's (``live``: the schedules Meta lists): ``done`` when it is there (a deletion:
+    gone); a new one not there is ``unknown`` — it cannot be sent again, for its request may
+    still land (:func:`schedule_landed`) — a deletion not made yet is ``write``.
     """
+    if intent.field == SCHEDULES:
+        landed = schedule_landed(intent, live)
+        if landed is not None:
+            return "done"
+        spec = ScheduleSpec.from_doc(intent.schedule)
+        return "write" if spec is not None and spec.op == "delete" else "unknown"
     if live == intent.target:
         return "done"
     if live == intent.before:
         return "write"
     return "changed"
+
+
+def schedule_landed(intent: Intent, live: Any, claimed: frozenset[str] = frozenset()) -> str | None:
+    """Where a schedule intent's write stands at Meta, from the schedules it lists (``live``):
+    a new schedule's id when Meta holds it (one no other intent ``claimed``); a deletion's
+    schedule id once Meta no longer lists it; None when it has not landed (yet)."""
+    spec = ScheduleSpec.from_doc(intent.schedule)
+    if spec is None:
+        return None
+    found = listed(live)
+    if spec.op == "delete":
+        return spec.schedule_id if spec.gone_from(found) else None
+    return spec.is_at(found, claimed)
 
 
 def unanswered(exc: GraphError) -> bool:

@@ -39,6 +39,7 @@ from ruleengine.acting.results import (
     ActResult,
     JobRun,
     Target,
+    as_result,
     check_currency,
     failure_result,
     settled,
@@ -49,8 +50,10 @@ from ruleengine.errors import NotFoundError, RuleEngineError
 from ruleengine.followups.scheduling import Origin
 from ruleengine.meta.http import Cost
 from ruleengine.rules.entity import Entity
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec
 from ruleengine.rules.language.model import Rule
 from ruleengine.rules.plan.plan import Plan
+from ruleengine.rules.plan.targets import approved_schedule
 from ruleengine.rules.plan.targets import live_value as field_value
 from ruleengine.store.approvals import ApprovalStore, approval_of_batch, write_batch
 from ruleengine.store.credentials import token_ref
@@ -284,16 +287,26 @@ async def _write(engine: Engine, doc: Document, batch: str, *, now: datetime) ->
     task = tasks.get(doc["task_id"])
     key = ActKey.of(task) if task is not None else ActKey(doc["task_id"], doc["action"])
     try:
-        if doc["field"] in MONEY_FIELDS:  # its amount was planned in the registered currency
+        if doc["field"] in (*MONEY_FIELDS, SCHEDULES):  # planned in the registered currency
             await check_currency(run)
-        return await engine.executor.apply(run, writer, entity, key, _target(doc))
+        return await engine.executor.apply(run, writer, entity, key, _target(doc, now=now))
     except ACT_FAILURES as exc:
         return failure_result(exc)
 
 
-def _target(doc: Document) -> Target:
-    """``after``, planned only while the live value is still ``before``."""
+def _target(doc: Document, *, now: datetime) -> Target:
+    """``after``, planned only while the live value is still ``before`` (a budget schedule's:
+    the live daily budget; :func:`~ruleengine.rules.plan.targets.approved_schedule`)."""
     field, before, after = doc["field"], doc["before"], doc["after"]
+    if field == SCHEDULES:
+        spec = ScheduleSpec.from_doc(doc.get("schedule"))
+        if spec is None:
+            raise RuleEngineError(f"approval {doc['_id']} holds no budget schedule")
+
+        def planned(live: dict[str, Any]) -> Plan | ActResult:
+            return as_result(approved_schedule(spec, live, before=before, after=after, now=now))
+
+        return Target(field, ["daily_budget", "lifetime_budget", SCHEDULES], planned)
     reads = ["daily_budget", "lifetime_budget"] if field == "daily_budget" else [field]
 
     def plan(live: dict[str, Any]) -> Plan | ActResult:
@@ -383,6 +396,7 @@ def _record(doc: Document, attempt: Attempt, now: datetime, act_s: float) -> dic
         "before": result.before,
         "after": result.after,
         "clamped_by": result.clamped_by,
+        "schedule": result.schedule,
         "error": result.error,
         "response": result.response,
         "conditions": [],

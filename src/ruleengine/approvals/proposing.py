@@ -29,7 +29,12 @@ log = logging.getLogger(__name__)
 def waiting(doc: Document) -> ActResult:
     """The result of a pair whose proposal (made by this batch) waits for a decision."""
     return ActResult(
-        "awaiting_approval", "approval_required", doc["field"], doc["before"], doc["after"]
+        "awaiting_approval",
+        "approval_required",
+        doc["field"],
+        doc["before"],
+        doc["after"],
+        schedule=doc.get("schedule"),
     )
 
 
@@ -75,6 +80,7 @@ def proposal_doc(run: JobRun, entity: Entity, task: Task, result: ActResult) -> 
         "before": result.before,
         "after": result.after,
         "clamped_by": result.clamped_by,
+        "schedule": result.schedule,  # a budget schedule's window and value (None: none)
         # by MongoDB's clock, as the reaper's expiry and the deciders' check read them
         "created_at": run.store_now(),
         "expires_at": run.store_now() + timedelta(minutes=task.approval.expires_after_minutes),
@@ -144,7 +150,9 @@ def message(
     name is message text (:func:`~ruleengine.rules.language.template.message_text`)."""
     text = {k: message_text(doc.get(k)) for k in ("rule_name", "entity_name", "entity_id")}
     field = doc.get("field")
-    change = format_field_change(field, doc.get("before"), doc.get("after"), currency)
+    change = format_field_change(
+        field, doc.get("before"), doc.get("after"), currency, doc.get("schedule")
+    )
     account = str(doc.get("account") or "")
     where = f"{account_name} ({account})" if account_name and account_name != account else account
     on = f" on {message_text(where)}" if where else ""

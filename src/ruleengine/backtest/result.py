@@ -16,7 +16,11 @@ from time import perf_counter
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
-from ruleengine.rules.language.action_types import DuplicateAction, NotifyAction
+from ruleengine.rules.language.action_types import (
+    DuplicateAction,
+    NotifyAction,
+    ScheduleBudgetAction,
+)
 from ruleengine.rules.language.model import Rule
 from ruleengine.rules.replay.lag import Curve
 from ruleengine.rules.replay.rows import RawHistory
@@ -253,6 +257,10 @@ def result_of(
         caveats.append("Notifications are counted as fires; no webhook was called.")
     if any(isinstance(t.action, DuplicateAction) for t in rule.tasks):
         caveats.append("Copies are counted as fires; the copies themselves are not simulated.")
+    if any(isinstance(t.action, ScheduleBudgetAction) for t in rule.tasks):
+        caveats.append(
+            "Budget schedules are counted as fires; the spend of their windows is not simulated."
+        )
     if any(t.execution_count_limit for t in rule.tasks):
         caveats.append("execution_count_limit counts from the start of the backtest.")
     if any(t.respect_learning_phase for t in rule.tasks):

@@ -35,8 +35,9 @@ def _approval_line(doc: dict[str, Any], accounts: dict[str, AccountLabel]) -> st
     account = str(doc.get("account") or "")
     label = accounts.get(account)
     field = doc.get("field")
+    currency = label.currency if label else None
     change = format_field_change(
-        field, doc.get("before"), doc.get("after"), label.currency if label else None
+        field, doc.get("before"), doc.get("after"), currency, doc.get("schedule")
     )
     on = f" on {label.name} ({account})" if label else f" on {account}" if account else ""
     return (

@@ -94,7 +94,9 @@ def _done_rows(data: dict[str, Any]) -> list[list[str]]:
         [
             str(r.get("entity_name") or r.get("entity_id")),
             field_words(r.get("field")),
-            format_field_change(r.get("field"), r.get("before"), r.get("after"), currency),
+            format_field_change(
+                r.get("field"), r.get("before"), r.get("after"), currency, r.get("schedule")
+            ),
             str(r.get("outcome")),
             str(r.get("reason") or ""),
             str(r.get("revert") or ""),
@@ -111,7 +113,9 @@ def _plan_rows(data: dict[str, Any]) -> list[list[str]]:
         [
             str(c.get("entity_name") or c.get("entity_id")),
             field_words(c.get("field")),
-            format_field_change(c.get("field"), c.get("before"), c.get("after"), currency),
+            format_field_change(
+                c.get("field"), c.get("before"), c.get("after"), currency, c.get("schedule")
+            ),
             format_value(c.get("field"), c.get("live"), currency),
             "yes" if c.get("will_revert") else "no",
             str(c.get("reason") or ""),

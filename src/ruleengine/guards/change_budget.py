@@ -28,8 +28,9 @@ from decimal import ROUND_DOWN, Decimal
 from typing import Final
 
 from ruleengine.acting.results import ActResult, not_applied
+from ruleengine.rules.language.budget_schedules import SCHEDULES
 from ruleengine.rules.language.model import Rule
-from ruleengine.rules.plan.plan import Plan, percent_of
+from ruleengine.rules.plan.plan import Plan, percent_of, refit
 from ruleengine.rules.plan.targets import SPEND_LIMIT_FIELDS
 from ruleengine.settings import Settings
 from ruleengine.store.intents import PastChange
@@ -39,9 +40,16 @@ CHANGE_BUDGET_EXHAUSTED: Final = "change_budget_exhausted"
 #: The ``clamped_by`` entry of a change the budget clamped (or refused).
 CHANGE_BUDGET: Final = "change_budget"
 WINDOW: Final = timedelta(hours=24)
-#: The money fields whose moves the budget percentage limits: the daily budget, and the ad
-#: set spend limits that stand for it under an Advantage campaign budget.
-BUDGET_LIKE: Final = ("daily_budget", *SPEND_LIMIT_FIELDS)
+#: The money fields whose moves the budget percentage limits: the daily budget, the budget a
+#: schedule puts in its window (``budget_schedules``: its increase counts at the moment it is
+#: scheduled, with the daily budget's moves), and the ad set spend limits that stand for it
+#: under an Advantage campaign budget.
+BUDGET_LIKE: Final = ("daily_budget", SCHEDULES, *SPEND_LIMIT_FIELDS)
+#: Fields whose moves one change budget counts together: a schedule raises the daily budget.
+SHARED: Final = {
+    "daily_budget": ("daily_budget", SCHEDULES),
+    SCHEDULES: ("daily_budget", SCHEDULES),
+}
 #: The fields the change budget limits.
 LIMITED_FIELDS: Final = (*BUDGET_LIKE, "status")
 
@@ -87,7 +95,8 @@ def limit_change(
 ) -> Plan | ActResult:
     """The plan as the change budget lets it through: unchanged, clamped, or skipped.
 
-    ``changes`` are the entity's changes of ``plan.field`` in the last 24 h, oldest first.
+    ``changes`` are the entity's changes of ``plan.field`` in the last 24 h, oldest first
+    (of the daily budget and its schedules together, for either: :data:`SHARED`).
     """
     if plan.field in BUDGET_LIKE and limits.budget_pct is not None:
         return _limit_budget(plan, changes, limits.budget_pct)
@@ -118,7 +127,13 @@ def _limit_budget(plan: Plan, changes: Sequence[PastChange], pct: float) -> Plan
         return _exhausted(plan, {"message": message, "moved_24h": moved, "limit_pct": pct})
     target = before + left if after > before else before - left
     clamped = [*plan.clamped_by, CHANGE_BUDGET]
-    return dataclasses.replace(plan, after=target, clamped_by=clamped)
+    # a schedule's increase is fitted to Meta's units again, rounded down: within what is left
+    fitted = refit(dataclasses.replace(plan, after=target, clamped_by=clamped))
+    if not fitted.changes:
+        return _exhausted(
+            plan, {"message": "what is left of the change budget is below Meta's unit"}
+        )
+    return fitted
 
 
 def _exhausted(plan: Plan, error: dict[str, object]) -> ActResult:

@@ -26,7 +26,13 @@ from pymongo.errors import PyMongoError
 
 from ruleengine.acting.results import ActKey, ActResult, JobRun, not_applied
 from ruleengine.errors import ErrorReport
-from ruleengine.guards.change_budget import LIMITED_FIELDS, WINDOW, ChangeLimits, limit_change
+from ruleengine.guards.change_budget import (
+    LIMITED_FIELDS,
+    SHARED,
+    WINDOW,
+    ChangeLimits,
+    limit_change,
+)
 from ruleengine.guards.oscillation import OSCILLATION, OSCILLATION_HOLD, WATCHED_FIELDS, detect
 from ruleengine.rules.entity import Entity
 from ruleengine.rules.plan.plan import Plan
@@ -95,16 +101,18 @@ class GuardRound:
 
     def check(self, entity: Entity, plan: Plan) -> Plan | ActResult:
         """The plan, clamped by the change budget; or why it is not made."""
-        key = (entity.id, plan.field)
-        if key in self.holds.active:
+        # a schedule raises the daily budget: a hold on that holds the schedule too
+        fields = SHARED.get(plan.field, (plan.field,))
+        held = next((f for f in fields if (entity.id, f) in self.holds.active), None)
+        if held is not None:
             message = (
-                f"{plan.field} of {entity.id} oscillated and is held; clear the hold"
-                f" {hold_id(entity.id, plan.field)} (DELETE /api/holds/…) to let it change"
+                f"{held} of {entity.id} oscillated and is held; clear the hold"
+                f" {hold_id(entity.id, held)} (DELETE /api/holds/…) to let it change"
             )
             return not_applied(plan, "skipped", OSCILLATION_HOLD, {"message": message})
         since = self.run.store_now() - WINDOW
-        recent = [c for c in self.changes.get(key, []) if c.at >= since]
-        return limit_change(plan, recent, self.limits)
+        recent = [c for f in fields for c in self.changes.get((entity.id, f), []) if c.at >= since]
+        return limit_change(plan, sorted(recent, key=lambda c: c.at), self.limits)
 
     async def landed(
         self, entity: Entity, key: ActKey, plan: Plan, *, batch_id: str | None = None

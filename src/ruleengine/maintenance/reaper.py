@@ -37,13 +37,15 @@ from typing import TYPE_CHECKING, Any
 from pymongo.errors import PyMongoError
 from redis.exceptions import RedisError
 
-from ruleengine.acting.results import UNVERIFIABLE
+from ruleengine.acting.results import UNVERIFIABLE, since_of
 from ruleengine.approvals.applying import write_settled
 from ruleengine.constants import STAGES
 from ruleengine.errors import ErrorReport, RuleEngineError
 from ruleengine.meta.errors import GraphError, InvalidRequestError
 from ruleengine.meta.http import READ_ONLY
 from ruleengine.meta.reader import GraphReader
+from ruleengine.meta.schedules import read_schedules
+from ruleengine.rules.language.budget_schedules import SCHEDULES
 from ruleengine.rules.plan.targets import live_value
 from ruleengine.store.credentials import token_ref
 from ruleengine.store.db import Document
@@ -165,12 +167,7 @@ class Reaper:
         async with self.engine.executor.locks.hold(intent["account"]) as lock:
             settler = self.settler.under(lock.fence)
             try:
-                raw = await reader.get_object(
-                    intent["entity_id"],
-                    token=token,
-                    fields=["id", field],
-                    account_id=intent["account"],
-                )
+                raw = await _live(reader, intent, token=token, now=now)
             except InvalidRequestError as exc:
                 if exc.code not in _GONE_CODES:
                     raise
@@ -253,6 +250,24 @@ class Reaper:
         )
 
 
+async def _live(
+    reader: GraphReader, intent: Document, *, token: str, now: datetime
+) -> dict[str, Any]:
+    """The live value of an intent's field; a budget schedule's: the schedules Meta lists of
+    the entity since its window's start (a schedule of the past is found again too)."""
+    entity, field, account = intent["entity_id"], intent["field"], intent["account"]
+    if field != SCHEDULES:
+        return await reader.get_object(
+            entity, token=token, fields=["id", field], account_id=account
+        )
+    since = since_of(now)
+    start = (intent.get("schedule") or {}).get("time_start")
+    if isinstance(start, int):
+        since = min(since, start)
+    listing = await read_schedules(reader, entity, token=token, account_id=account, since=since)
+    return {"id": entity, SCHEDULES: listing}
+
+
 def recovered_record(batch: Document, intent: Document) -> dict[str, Any]:
     """The execution record of a settled intent whose worker died before recording it."""
     done = intent["status"] == "done"
@@ -280,6 +295,7 @@ def recovered_record(batch: Document, intent: Document) -> dict[str, Any]:
         "after": after,
         "requested": intent.get("requested"),
         "clamped_by": intent.get("clamped_by") or [],
+        "schedule": intent.get("schedule"),
         "passed": True,  # an intent is only recorded for an entity whose task passed
         "conditions": [],
         "error": intent.get("error"),

@@ -40,7 +40,7 @@ REPORT: Final = "REPORT"
 READ_ONLY: Final = frozenset({"GET"})
 READ_AND_BATCH: Final = frozenset({"GET", BATCH})
 READ_AND_REPORT: Final = frozenset({"GET", BATCH, REPORT})
-READ_WRITE: Final = frozenset({"GET", BATCH, REPORT, "POST"})
+READ_WRITE: Final = frozenset({"GET", BATCH, REPORT, "POST", "DELETE"})
 _REPORT_PATH = re.compile(r"act_[0-9]{1,30}/insights")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Final, TypeVar
 
@@ -272,13 +272,20 @@ class GraphReader:
         return body
 
     async def edge(
-        self, path: str, *, token: str, fields: Sequence[str], account_id: str | None = None
+        self,
+        path: str,
+        *,
+        token: str,
+        fields: Sequence[str],
+        account_id: str | None = None,
+        params: Mapping[str, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Every item of an edge (``{campaign_id}/adsets``, ``{adset_id}/ads``), page by page."""
+        """Every item of an edge (``{campaign_id}/adsets``, ``{adset_id}/ads``,
+        ``{id}/budget_schedules``), page by page; ``params``: the edge's own filters."""
         return await self._every_page(
             path,
             token=token,
-            params={"fields": ",".join(fields), "limit": LIST_PAGE_SIZE},
+            params={"fields": ",".join(fields), "limit": LIST_PAGE_SIZE, **(params or {})},
             account_id=account_id,
             what=f"listing {path}",
         )

@@ -1,4 +1,5 @@
-"""Writes to the Graph API: status, budgets, bids, name, copies — through one instrumented wrapper.
+"""Writes to the Graph API: status, budgets, bids, name, budget schedules, copies — through one
+instrumented wrapper.
 
 Status, budget, bid and name writes also go in Batch API calls of up to 50 POSTs
 (:meth:`GraphWriter.write_batch`), each sub-request logged and reported like a
@@ -28,6 +29,7 @@ from ruleengine.meta.copies import CopyResult, parse_copy, too_large
 from ruleengine.meta.errors import GraphError, MalformedResponseError
 from ruleengine.meta.http import READ_WRITE, GraphSession
 from ruleengine.redact import REDACTOR
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec
 from ruleengine.rules.plan.targets import INTEGER_FIELDS, SPEND_LIMIT_FIELDS
 
 log = logging.getLogger(__name__)
@@ -47,16 +49,30 @@ class WriteContext:
 
 @dataclass(frozen=True)
 class FieldWrite:
-    """One absolute value for one field of one object (``status``, a budget or ``name``)."""
+    """One absolute value for one field of one object (``status``, a budget or ``name``), or
+    one budget schedule made or deleted (``field`` ``budget_schedules``, ``schedule``)."""
 
     ctx: WriteContext
     field: str
     value: Any
+    schedule: ScheduleSpec | None = None
 
     @property
     def function(self) -> str:
         """The writer's name for it, as the log and the error log show it."""
+        if self.schedule is not None:
+            return "delete_schedule" if self.schedule.op == "delete" else "schedule_budget"
         return _FUNCTIONS[self.field]
+
+    def request(self) -> SubRequest:
+        """The Batch API item: ``POST /{id}`` with the field, ``POST /{id}/budget_schedules``,
+        or ``DELETE /{schedule_id}``."""
+        spec = self.schedule
+        if spec is not None and spec.op == "delete":
+            return SubRequest(str(spec.schedule_id), {}, method="DELETE")
+        if spec is not None:
+            return SubRequest(f"{self.ctx.entity_id}/{SCHEDULES}", spec.form(), method="POST")
+        return SubRequest(self.ctx.entity_id, self.form(), method="POST")
 
     def form(self) -> dict[str, str]:
         """The POST parameters: budgets, spend limits and bids as integers in minor units."""
@@ -107,6 +123,15 @@ class GraphWriter:
         """Rename the object."""
         return await self._write("set_name", ctx.entity_id, {"name": name}, token, ctx)
 
+    async def write_schedule(self, spec: ScheduleSpec, *, token: str, ctx: WriteContext) -> Any:
+        """Make a budget schedule of ``ctx.entity_id`` (Meta answers ``{"id"}``), or delete the
+        schedule ``spec.schedule_id`` (an undo; Meta's ``HighDemandPeriod.api_delete``)."""
+        write = FieldWrite(ctx, SCHEDULES, None, spec)
+        request = write.request()
+        return await self._write(
+            write.function, request.path, request.params, token, ctx, method=request.method
+        )
+
     async def write_batch(
         self, writes: Sequence[FieldWrite], *, token: str
     ) -> list[SubResult | None]:
@@ -124,9 +149,11 @@ class GraphWriter:
             raise ValueError(
                 f"a write batch holds 1 to {BATCH_MAX_ITEMS} writes, not {len(writes)}"
             )
-        requests = [SubRequest(w.ctx.entity_id, w.form(), method="POST") for w in writes]
+        requests = [w.request() for w in writes]
         for write, request in zip(writes, requests, strict=True):
-            self._log_request(write.function, request.path, request.params, write.ctx)
+            self._log_request(
+                write.function, request.path, request.params, write.ctx, method=request.method
+            )
         form = {"batch": [r.item() for r in requests], "include_headers": False}
         account = writes[0].ctx.account_id
         try:
@@ -148,7 +175,7 @@ class GraphWriter:
         return results
 
     async def _log_answer(self, write: FieldWrite, result: SubResult | None) -> None:
-        path = write.ctx.entity_id
+        path = write.request().path
         if result is None:
             log.warning("graph write %s %s: Meta did not process it (null)", write.function, path)
         elif result.error is not None:
@@ -229,16 +256,21 @@ class GraphWriter:
         ctx: WriteContext,
         *,
         expected: Callable[[GraphError], bool] = lambda exc: False,
+        method: str = "POST",
     ) -> Any:
-        """The instrumented wrapper every write goes through.
+        """The instrumented wrapper every write goes through (a POST, or a DELETE).
 
         A refusal the caller ``expected`` (and handles: a copy too big to be made at once)
         is logged but not reported to the error log.
         """
-        request = self._log_request(function, path, form, ctx)
+        request = self._log_request(function, path, form, ctx, method=method)
         try:
             body = await self.session.request(
-                "POST", path, token=token, form=form, account_id=ctx.account_id
+                method,
+                path,
+                token=token,
+                form=form if method == "POST" else None,
+                account_id=ctx.account_id,
             )
         except GraphError as exc:
             if expected(exc):
@@ -251,9 +283,15 @@ class GraphWriter:
         return body
 
     def _log_request(
-        self, function: str, path: str, form: dict[str, Any], ctx: WriteContext
+        self,
+        function: str,
+        path: str,
+        form: dict[str, Any],
+        ctx: WriteContext,
+        *,
+        method: str = "POST",
     ) -> dict[str, Any]:
-        request = {"method": "POST", "path": path, "params": REDACTOR.data(form)}
+        request = {"method": method, "path": path, "params": REDACTOR.data(form)}
         log.info(
             "graph write %s %s %s (account %s, batch %s)",
             function,

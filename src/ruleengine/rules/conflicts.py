@@ -408,6 +408,9 @@ _NUMBER_DIRECTION = {
     "set_budget": SET,
     "scale_to_target": EITHER,
     "rebalance_budget": EITHER,
+    # a raise for a window: it fights a cut or a set of the same budget (Meta puts the daily
+    # budget in force back when the window ends, whatever another rule wrote meanwhile)
+    "schedule_budget": UP,
 }
 _OPPOSITE = {UP: DOWN, DOWN: UP, SET: EITHER, EITHER: EITHER}
 
@@ -444,7 +447,22 @@ def _describe(action: Any) -> str:
             return f"scale_to_target {action.metric} {shown(action.target)}"
         case "rebalance_budget":
             return f"rebalance_budget by {action.metric}"
+        case "schedule_budget":
+            return f"schedule_budget {_scheduled(action)} for {_window(action.window)}"
     return str(action.type)
+
+
+def _scheduled(action: Any) -> str:
+    if action.multiplier is not None:
+        return f"×{action.multiplier:g}"
+    return f"to {shown(action.amount)}"
+
+
+def _window(window: Any) -> str:
+    if window.hours is None:
+        return f"{window.start}–{window.end} local"
+    later = f" from {window.start_in_hours:g} h after the run" if window.start_in_hours else ""
+    return f"{window.hours:g} h{later}"
 
 
 def effects(task: Task) -> list[Effect]:

@@ -252,8 +252,9 @@ def _utilization(period: str, ctx: EvalContext) -> float | None:
     """``budget_utilization``: spend over ``period`` against the daily budget times its days,
     in %. Meta may spend up to 75 % over a daily budget on a day but not over 7 × it in a
     week (Meta's v23.0 announcement, 2025-05-29; SDK 24.0.0 notes: flexibility "increased
-    from 25% to 75%"), so today may read up to 175 and 7 days at most about 100 — a day over
-    100 is not a false alarm of overspend. None without a daily budget or for a period whose
+    from 25% to 75%"), so today may read up to 175 and a calendar week (Sunday to Saturday)
+    at most 100 — a day over 100 is not overspend; a rolling 7 days spans two weeks and may
+    read a little over 100. None without a daily budget or for a period whose
     days are not fixed (``maximum``)."""
     budget = _budget(ctx.entity.daily_budget, ctx)
     span = preset_range(period, ctx.now.astimezone(ctx.tz).date())

@@ -148,6 +148,7 @@ class Intent:
     created: bool  # False: the intent existed already (a redelivered job)
     created_at: datetime | None = None
     response: Any = None  # Meta's answer to the write, once done
+    schedule: dict[str, Any] | None = None  # a budget schedule's window and value, as sent
 
     @classmethod
     def from_mongo(cls, doc: Document, *, created: bool) -> Intent:
@@ -164,6 +165,7 @@ class Intent:
             created=created,
             created_at=doc.get("created_at"),
             response=doc.get("response"),
+            schedule=doc.get("schedule"),
         )
 
 
@@ -483,6 +485,23 @@ class IntentStore:
                 if response.get("copied_id"):
                     found.add(str(response["copied_id"]))
         return found
+
+    async def schedules_of(self, entity_id: str, *, other_than: Any) -> frozenset[str]:
+        """The budget schedules of ``entity_id`` other intents than ``other_than`` made (their
+        ids, as Meta answered them): a schedule found at Meta is one intent's, never two."""
+        query = {
+            "entity_id": entity_id,
+            "field": "budget_schedules",
+            "schedule.op": "create",
+            "response.id": {"$exists": True},
+            "_id": {"$ne": other_than},
+        }
+        found = {
+            str(doc["response"]["id"])
+            async for doc in self._intents.find(query, {"response": 1})
+            if isinstance(doc.get("response"), dict)
+        }
+        return frozenset(found)
 
     async def for_batch(self, batch_id: str) -> list[Document]:
         """Every intent of a batch."""

@@ -4,7 +4,10 @@ Read-only (the web app's dry run imports it; the undo itself is :mod:`ruleengine
 Each applied change of the batch (status, daily budget, name, bid) is planned back to its
 ``before`` when the live value Meta holds now is still the ``after`` the batch wrote; any
 other live value is left alone (``changed_by_someone_else``, the live value shown).
-Copies made by ``duplicate`` are never deleted: they can be paused (``pause_copies``).
+Copies made by ``duplicate`` are never deleted: they can be paused (``pause_copies``). A
+budget schedule is undone by deleting it at Meta while its window is still ahead or running
+(``DELETE /{schedule_id}``); one whose window is over, or that Meta no longer lists, is left
+alone (its spend is spent).
 Messages cannot be taken back. Follow-ups the batch scheduled that have not run are to be
 cancelled. The undo is itself a batch: ``undo:<batch_id>`` for every applied change, or
 ``undo:<batch_id>:<digest>`` for a chosen set of executions (:func:`undo_batch_id`), so a
@@ -22,6 +25,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
@@ -29,12 +33,19 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from ruleengine.errors import FieldError, RuleValidationError
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
+from ruleengine.meta.schedules import read_schedules
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec, listed
 from ruleengine.rules.plan.targets import SPEND_LIMIT_FIELDS, live_value
 from ruleengine.store.db import Document
 from ruleengine.store.records import ExecutionStore
 
-#: The fields an undo sets back (what the write path writes).
-REVERTIBLE: Final = frozenset({"status", "daily_budget", "name", "bid_amount", *SPEND_LIMIT_FIELDS})
+#: The fields an undo sets back (what the write path writes; a budget schedule: deleted).
+REVERTIBLE: Final = frozenset(
+    {"status", "daily_budget", "name", "bid_amount", SCHEDULES, *SPEND_LIMIT_FIELDS}
+)
+#: Why a budget schedule is not deleted: its window is over, or Meta no longer lists it.
+SCHEDULE_OVER: Final = "schedule_over"
+SCHEDULE_GONE: Final = "schedule_gone"
 UNDO_PREFIX: Final = "undo:"
 CHANGED = "changed_by_someone_else"
 #: Why an execution is not set back again: an earlier undo of the batch set it back.
@@ -45,7 +56,15 @@ LEFT_ALONE: Final = "left_alone"
 NOT_REVERTED: Final = "not_reverted"
 #: Reasons an undo leaves a change as it is by design (not a revert that failed).
 _LEFT_BY_DESIGN: Final = frozenset(
-    {CHANGED, ALREADY_UNDONE, "notification_cannot_be_undone", "copy_kept", "not_revertible"}
+    {
+        CHANGED,
+        ALREADY_UNDONE,
+        "notification_cannot_be_undone",
+        "copy_kept",
+        "not_revertible",
+        SCHEDULE_OVER,
+        SCHEDULE_GONE,
+    }
 )
 
 
@@ -146,10 +165,11 @@ class UndoRequest(BaseModel):
 class UndoItem:
     """One applied change of the batch and what the undo does with it.
 
-    ``action``: ``revert`` (set ``field`` back to ``before``), ``pause_copy`` (pause the
-    copy ``entity_id``), ``none`` (nothing can be done: ``reason`` says why). ``group``: the
-    task of a ``rebalance_budget`` change — its group's raises are set back only as far as
-    its lowers freed, so the group never ends above its total (None for any other change).
+    ``action``: ``revert`` (set ``field`` back to ``before``; a budget schedule: delete it),
+    ``pause_copy`` (pause the copy ``entity_id``), ``none`` (nothing can be done: ``reason``
+    says why). ``group``: the task of a ``rebalance_budget`` change — its group's raises are
+    set back only as far as its lowers freed, so the group never ends above its total (None
+    for any other change). ``schedule``: a budget schedule's window, value and id.
     """
 
     execution_id: str
@@ -165,10 +185,16 @@ class UndoItem:
     will_revert: bool = False
     reason: str | None = None
     group: str | None = None
+    schedule: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
-        """The item as the API and the CLI show it."""
-        return asdict(self)
+        """The item as the API and the CLI show it (``schedule`` only on a schedule's)."""
+        shown = asdict(self)
+        return (
+            shown
+            if self.schedule is not None
+            else {k: v for k, v in shown.items() if k != "schedule"}
+        )
 
 
 @dataclass
@@ -241,15 +267,32 @@ def item_of(record: Document, *, pause_copies: bool) -> UndoItem:
             item.action, item.field, item.after = "pause_copy", "status", "PAUSED"
         else:
             item.action, item.reason, item.after = "none", "copy_kept", None
+    elif item.field == SCHEDULES:
+        item.schedule = _schedule_of(record)
+        if item.schedule is None:
+            item.action, item.reason = "none", "schedule_unknown"
     elif item.field not in REVERTIBLE:
         item.action, item.reason = "none", "not_revertible"
     return item
 
 
-def judge(item: UndoItem, live: Any) -> None:
-    """Decide an item from the live value of its field."""
+def _schedule_of(record: Document) -> dict[str, Any] | None:
+    """A schedule record's window and value, with the id Meta gave the schedule."""
+    spec = ScheduleSpec.from_doc(record.get("schedule"))
+    response = record.get("response")
+    made = response.get("id") if isinstance(response, dict) else None
+    if spec is None or spec.op != "create" or not made:
+        return None
+    return spec.as_doc() | {"schedule_id": str(made)}
+
+
+def judge(item: UndoItem, live: Any, *, now: datetime | None = None) -> None:
+    """Decide an item from the live value of its field (a budget schedule: the schedules Meta
+    lists, and ``now``: a window over is left alone)."""
     item.live = live
-    if item.action == "revert":
+    if item.field == SCHEDULES and item.action == "revert":
+        _judge_schedule(item, live, now or datetime.now(UTC))
+    elif item.action == "revert":
         item.will_revert = live == item.after
         item.reason = None if item.will_revert else CHANGED
     elif item.action == "pause_copy":
@@ -257,11 +300,50 @@ def judge(item: UndoItem, live: Any) -> None:
         item.reason = None if item.will_revert else "already_paused"
 
 
+def _judge_schedule(item: UndoItem, live: Any, now: datetime) -> None:
+    spec = ScheduleSpec.from_doc(item.schedule)
+    assert spec is not None  # item_of found one
+    mine = next((s for s in listed(live) if s.id == spec.schedule_id), None)
+    item.live = None if mine is None else {"id": mine.id, "time_end": mine.time_end}
+    if mine is None:
+        item.will_revert, item.reason = False, SCHEDULE_GONE
+    elif mine.time_end <= now.timestamp():
+        item.will_revert, item.reason = False, SCHEDULE_OVER
+    else:
+        item.will_revert, item.reason = True, None
+
+
+async def _read_schedules(
+    reader: GraphReader, items: list[UndoItem], *, token: str, account: str, now: datetime
+) -> None:
+    """Judge each budget schedule item from the schedules Meta lists of its entity."""
+    for item in items:
+        spec = ScheduleSpec.from_doc(item.schedule)
+        assert spec is not None
+        try:
+            listing = await read_schedules(
+                reader, item.entity_id, token=token, account_id=account, since=spec.time_start
+            )
+        except GraphError as exc:
+            item.will_revert, item.reason = False, "live_read_failed"
+            item.live = {"error": exc.as_dict()}
+            continue
+        judge(item, listing, now=now)
+
+
 async def read_lives(
-    reader: GraphReader, items: list[UndoItem], *, token: str, account: str
+    reader: GraphReader,
+    items: list[UndoItem],
+    *,
+    token: str,
+    account: str,
+    now: datetime | None = None,
 ) -> None:
     """Read the live value of every item that acts, and judge it (a failed read: skipped)."""
-    acting = [i for i in items if i.action != "none"]
+    scheduled = [i for i in items if i.action == "revert" and i.field == SCHEDULES]
+    at = now or datetime.now(UTC)
+    await _read_schedules(reader, scheduled, token=token, account=account, now=at)
+    acting = [i for i in items if i.action != "none" and i.field != SCHEDULES]
     fields: dict[str, set[str]] = {}
     for item in acting:
         assert item.field is not None

@@ -25,6 +25,7 @@ Follow-ups the batch scheduled that have not run are cancelled (``skipped``, rea
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -44,6 +45,7 @@ from ruleengine.acting.results import (
 )
 from ruleengine.meta.http import Cost
 from ruleengine.rules.entity import Entity
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec, listed
 from ruleengine.rules.language.model import Rule
 from ruleengine.rules.plan.plan import Plan, plan_restore
 from ruleengine.rules.plan.targets import live_value as read_value
@@ -56,6 +58,7 @@ from ruleengine.undo.plan import (
     LEFT_ALONE,
     NOT_REVERTED,
     REVERTED,
+    SCHEDULE_GONE,
     UNDO_PREFIX,
     UndoItem,
     UndoPlan,
@@ -87,9 +90,12 @@ def _reads(field: str) -> list[str]:
 
 def revert_target(item: UndoItem, *, minimum: int | None) -> Target:
     """Set ``item.field`` back to exactly ``item.before``, only while the live value is
-    ``item.after`` (``minimum``: the account's minimum daily budget, if known)."""
+    ``item.after`` (``minimum``: the account's minimum daily budget, if known); a budget
+    schedule: delete it, while Meta still lists it."""
     assert item.field is not None
     field = item.field
+    if field == SCHEDULES:
+        return _delete_target(item)
 
     def plan(live: dict[str, Any]) -> Plan | ActResult:
         current = read_value(live, field)
@@ -103,6 +109,21 @@ def revert_target(item: UndoItem, *, minimum: int | None) -> Target:
         return Plan(field, current, item.before)
 
     return Target(field, _reads(field), plan)
+
+
+def _delete_target(item: UndoItem) -> Target:
+    """Delete the schedule ``item`` made (``DELETE /{schedule_id}``) while Meta lists it."""
+    made = ScheduleSpec.from_doc(item.schedule)
+    assert made is not None
+    assert made.schedule_id is not None
+    delete = dataclasses.replace(made, op="delete")
+
+    def plan(live: dict[str, Any]) -> Plan | ActResult:
+        if delete.gone_from(listed(live.get(SCHEDULES))):
+            return ActResult("skipped", SCHEDULE_GONE, SCHEDULES, item.after, item.after)
+        return Plan(SCHEDULES, item.after, item.before, schedule=delete)
+
+    return Target(SCHEDULES, [SCHEDULES], plan)
 
 
 def undo_key(item: UndoItem) -> ActKey:
@@ -460,6 +481,7 @@ def _record(
         "planned": {"before": item.after, "after": item.before},
         "requested": result.requested,
         "clamped_by": result.clamped_by,
+        "schedule": result.schedule or item.schedule,
         "error": result.error,
         "response": result.response,
         "passed": True,

@@ -475,6 +475,7 @@ class Evaluation:
             "after": result.after if result else None,
             "requested": result.requested if result else None,
             "clamped_by": result.clamped_by if result else [],
+            "schedule": result.schedule if result else None,
             "oscillation": result.oscillation if result else None,
             "match": pair.task.match,
             "passed": pair.verdict.passed if pair.verdict else None,

@@ -63,16 +63,20 @@ from ruleengine.acting.results import (
     give_up_unsent,
     intent_doc,
     not_applied,
+    pending_plan,
     reconcile,
     settled,
+    since_of,
     unanswered,
     unchanged,
 )
 from ruleengine.guards.cross_rule import CrossRuleGuards, GuardRound, intent_fields
 from ruleengine.meta.batch import BatchReader, SubRequest
 from ruleengine.meta.errors import GraphError, RateLimitError, token_status
+from ruleengine.meta.schedules import listed_in, schedules_request
 from ruleengine.meta.writer import FieldWrite, GraphWriter, WriteContext
 from ruleengine.rules.entity import Entity
+from ruleengine.rules.language.budget_schedules import SCHEDULES
 from ruleengine.rules.plan.plan import Plan
 from ruleengine.rules.plan.targets import live_value
 from ruleengine.settings import Settings
@@ -143,7 +147,7 @@ class _Send:
     def write(self, run: JobRun) -> FieldWrite:
         batch_id = self.change.batch_in(run)
         ctx = WriteContext(run.account, self.change.entity.id, run.rule_id, batch_id)
-        return FieldWrite(ctx, self.plan.field, self.plan.after)
+        return FieldWrite(ctx, self.plan.field, self.plan.after, self.plan.schedule)
 
     def applied(self, response: Any = None) -> ActResult:
         return applied(self.plan, response)
@@ -494,19 +498,37 @@ class _LockedRound:
         for change in changes.values():
             fields[change.entity.id].update(change.target.reads)
         ids = sorted(fields)
-        requests = [SubRequest(i, {"fields": ",".join(["id", *sorted(fields[i])])}) for i in ids]
+        requests = [
+            SubRequest(i, {"fields": ",".join(["id", *sorted(fields[i] - {SCHEDULES})])})
+            for i in ids
+        ]
+        # a schedule's live value is Meta's schedules of the object: one more item each
+        scheduled = [i for i in ids if SCHEDULES in fields[i]]
+        since = since_of(self.run.now)
+        requests += [schedules_request(i, since=since) for i in scheduled]
         answers = await self.reads.get_many(
             requests, token=self.run.token, account_id=self.run.account
         )
         live: dict[str, dict[str, Any]] = {}
         errors: dict[str, GraphError] = {}
-        for entity_id, answer in zip(ids, answers, strict=True):
+        for entity_id, answer in zip(ids, answers[: len(ids)], strict=True):
             if isinstance(answer.error, RateLimitError):
                 raise answer.error
             if answer.error is None and isinstance(answer.body, dict) and "id" in answer.body:
                 live[entity_id] = answer.body
             else:
                 errors[entity_id] = answer.error or GraphError("no object in the answer")
+        for entity_id, answer in zip(scheduled, answers[len(ids) :], strict=True):
+            if isinstance(answer.error, RateLimitError):
+                raise answer.error
+            items = listed_in(answer.body) if answer.error is None else None
+            if entity_id in live and items is None:  # unread, or more than one page of them
+                del live[entity_id]
+                errors[entity_id] = answer.error or GraphError(
+                    f"the budget schedules of {entity_id} came in more than one page"
+                )
+            elif entity_id in live:
+                live[entity_id][SCHEDULES] = items
         return live, errors
 
     async def _reconcile_own(
@@ -521,7 +543,7 @@ class _LockedRound:
             value = live_value(live[change.entity.id], intent.field)
             result = await self.settler.settle_own(intent, value, now=self.run.store_now())
             if result is None:
-                plan = Plan(intent.field, intent.before, intent.target)
+                plan = pending_plan(intent)
                 sends.append(_Send(index, change, plan, intent))
             else:
                 self.results[index] = result
@@ -724,7 +746,14 @@ class _LockedRound:
         )
 
     async def _reconcile_unprocessed(self, unprocessed: list[_Send]) -> list[_Send]:
-        """Meta answered these ``null``: read them back; send again only what did not land."""
+        """Meta answered these ``null``: read them back; send again only what did not land.
+        A budget schedule is left pending (``write_unconfirmed``), never sent again: its
+        settling reads Meta's schedules once its request can no longer land."""
+        null = {"message": "Meta answered the schedule's item null"}
+        for send in [s for s in unprocessed if s.plan.schedule is not None]:
+            await self.intents.unconfirmed(send.intent.id, error=null)
+            self.results[send.index] = send.failed(WRITE_UNCONFIRMED, null)
+        unprocessed = [s for s in unprocessed if s.plan.schedule is None]
         if not unprocessed:
             return []
         live: dict[str, dict[str, Any]] = {}

@@ -45,6 +45,7 @@ from ruleengine.acting.results import (
     give_up_unsent,
     intent_doc,
     not_applied,
+    pending_plan,
     read_live,
     reconcile,
     settled,
@@ -96,6 +97,15 @@ class _Step:
 def writes_a_field(task: Task) -> bool:
     """True for a status, budget or name action (a copy or a message is not a field write)."""
     return not isinstance(task.action, NotifyAction | DuplicateAction)
+
+
+async def write_plan(writer: GraphWriter, run: JobRun, entity: Entity, plan: Plan) -> Any:
+    """Write a plan through the instrumented writer: its field's absolute value, or the budget
+    schedule it makes (or deletes)."""
+    if plan.schedule is None:
+        return await write_field(writer, run, entity, plan.field, plan.after)
+    ctx = WriteContext(run.account, entity.id, run.rule_id, run.batch_id)
+    return await writer.write_schedule(plan.schedule, token=run.token, ctx=ctx)
 
 
 async def write_field(
@@ -344,7 +354,7 @@ class ActionExecutor:
         """Write, and settle the intent from Meta's answer (under the lock's fence)."""
         run = step.run
         try:
-            response = await write_field(step.writer, run, step.entity, plan.field, plan.after)
+            response = await write_plan(step.writer, run, step.entity, plan)
         except GraphError as exc:
             if not unanswered(exc):
                 return await refuse(intents, intent, plan, run, exc, now=run.store_now())
@@ -369,8 +379,7 @@ class ActionExecutor:
         result = await settler.settle_own(intent, live, now=step.run.store_now())
         if result is not None:
             return result
-        plan = Plan(intent.field, intent.before, intent.target)
-        return await self._write(intent, plan, step, lock)
+        return await self._write(intent, pending_plan(intent), step, lock)
 
 
 __all__ = [
@@ -378,5 +387,6 @@ __all__ = [
     "reconcile",
     "unanswered",
     "write_field",
+    "write_plan",
     "writes_a_field",
 ]

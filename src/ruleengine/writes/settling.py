@@ -25,8 +25,9 @@ from typing import Any
 from pymongo.errors import PyMongoError
 from redis.exceptions import RedisError
 
-from ruleengine.acting.results import UNVERIFIABLE, ActResult, JobRun, reconcile
+from ruleengine.acting.results import UNVERIFIABLE, ActResult, JobRun, reconcile, schedule_landed
 from ruleengine.errors import RuleEngineError
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec
 from ruleengine.store.db import Document
 from ruleengine.store.fences import Fence
 from ruleengine.store.followups import FollowupStore, followup_of_batch, followup_record_key
@@ -101,6 +102,8 @@ def corrected(intent: Intent, settled: Settled, by: SettledBy) -> dict[str, Any]
         "after": after,
         "recovered_by": by.kind,
     }
+    if intent.field == SCHEDULES and "response" in settled.fields:
+        fields["response"] = settled.fields["response"]  # the schedule's id, for an undo
     return fields | ({"settled_by": by.batch_id} if by.batch_id else {})
 
 
@@ -243,21 +246,51 @@ class IntentSettler:
     async def settle(
         self, intent: Document, live: Any, *, now: datetime, by: SettledBy
     ) -> IntentStatus | None:
-        """Settle ``intent`` from ``live`` (:func:`from_live`); the status it got, None if
-        someone settled it first."""
+        """Settle ``intent`` from ``live`` (:func:`from_live`; a budget schedule's from the
+        schedules Meta lists, :meth:`schedule_settled`); the status it got, None if someone
+        settled it first — or, a schedule not found whose request may still land, if it is
+        left pending."""
         pending = Intent.from_mongo(intent, created=False)
-        settled = from_live(pending, live)
+        settled = (
+            await self.schedule_settled(pending, live, now=now)
+            if pending.field == SCHEDULES
+            else from_live(pending, live)
+        )
+        if settled is None:
+            return None
         if await self.settlement.settle(pending, settled, now=now, by=by):
             return settled.status
         return None
 
+    async def schedule_settled(self, intent: Intent, live: Any, *, now: datetime) -> Settled | None:
+        """How a budget schedule's pending intent is settled from the schedules Meta lists:
+        ``done`` when its schedule is there (one no other intent names; a deletion: gone),
+        ``failed`` when it is not and no request of its owner can still land — recorded longer
+        ago, by MongoDB's clock, than a job and a lock can live — and None before: a new
+        schedule is never sent twice, so it waits."""
+        claimed = await self.intents.schedules_of(intent.entity_id, other_than=intent.id)
+        found = schedule_landed(intent, live, claimed)
+        if found is not None:
+            return Settled("done", {"response": {"id": found}, "changed": True, "reconciled": True})
+        spec = ScheduleSpec.from_doc(intent.schedule)
+        created = intent.created_at
+        young = created is None or created >= now - timedelta(seconds=self.orphan_after_s)
+        if spec is not None and spec.op == "create" and young:
+            return None
+        reason = "not_made" if spec is not None and spec.op == "create" else "not_applied"
+        return Settled("failed", {"reason": reason})
+
     async def settle_own(self, intent: Intent, live: Any, *, now: datetime) -> ActResult | None:
         """A pending intent of this batch (a crash, an unanswered write) settled from the live
-        value; None when the write did not land and may be sent (:func:`reconcile`)."""
+        value; None when the write did not land and may be sent (:func:`reconcile`). A new
+        budget schedule not found is never sent again: left pending (``write_pending``) while
+        its request may still land, then failed (``previous_attempt_failed``)."""
         verdict = reconcile(intent, live)
         log.info(
             "reconciling pending intent %s (batch %s): %s", intent.id, intent.batch_id, verdict
         )
+        if intent.field == SCHEDULES and verdict != "write":
+            return await self._schedule_own(intent, live, now=now)
         if verdict == "write":
             return None
         if verdict == "done":
@@ -269,6 +302,28 @@ class IntentSettler:
         settled = Settled("failed", {"reason": "changed_by_someone_else"})
         await self.settlement.settle(intent, settled, now=now, by=REDELIVERY)
         return ActResult("skipped", "changed_by_someone_else", intent.field, live, live)
+
+    async def _schedule_own(self, intent: Intent, live: Any, *, now: datetime) -> ActResult:
+        """This batch's pending schedule intent, settled from Meta's schedules (or left)."""
+        settled = await self.schedule_settled(intent, live, now=now)
+        before, doc = intent.before, intent.schedule
+        if settled is None:
+            return ActResult("skipped", "write_pending", intent.field, before, before, schedule=doc)
+        await self.settlement.settle(intent, settled, now=now, by=REDELIVERY)
+        if settled.status == "done":
+            response = settled.fields.get("response")
+            return ActResult(
+                "no_change",
+                "already_applied",
+                intent.field,
+                before,
+                intent.target,
+                response=response,
+                schedule=doc,
+            )
+        return ActResult(
+            "skipped", "previous_attempt_failed", intent.field, before, before, schedule=doc
+        )
 
     async def blocking(
         self, run: JobRun, field_name: str, value: Any, others: list[Document]
@@ -283,17 +338,23 @@ class IntentSettler:
         by = SettledBy("later_run", run.batch_id)
         outcomes: list[IntentStatus | None] = []
         for doc in others:
+            message = f"batch {doc['batch_id']} has a write on {field_name} not yet settled"
+            pending = ActResult(
+                "skipped",
+                "write_pending_elsewhere",
+                field_name,
+                value,
+                value,
+                error={"message": message},
+            )
             if not await self.owner_gone(doc, now=run.store_now()):
-                message = f"batch {doc['batch_id']} has a write on {field_name} not yet settled"
-                return ActResult(
-                    "skipped",
-                    "write_pending_elsewhere",
-                    field_name,
-                    value,
-                    value,
-                    error={"message": message},
-                )
-            outcomes.append(await self.settle(doc, value, now=run.store_now(), by=by))
+                return pending
+            status = await self.settle(doc, value, now=run.store_now(), by=by)
+            if status is None and doc["field"] == SCHEDULES:
+                current = await self.intents.get(doc["batch_id"], doc["task_id"], doc["entity_id"])
+                if current is not None and current.status == "pending":
+                    return pending  # a schedule that may still be made: never a second one
+            outcomes.append(status)
         if "done" in outcomes:
             return ActResult("skipped", "previous_write_reconciled", field_name, value, value)
         return None

@@ -1,4 +1,4 @@
-"""The thirteen actions a task can take, and ``then``: the delayed second step of an action.
+"""The actions a task can take, and ``then``: the delayed second step of an action.
 
 Each action is a model of its own, told apart by ``type``; :data:`Action` is their
 discriminated union. Budgets are in the account currency's units (a rule of format 2;
@@ -32,6 +32,9 @@ MONEY = (
     "account currency units (format 2; minor units in the old format 1), or one amount per"
     ' currency: {"USD": 500, "JPY": 75000}'
 )
+#: The longest window (and furthest start) a ``schedule_budget`` takes: a week (the engine's
+#: bound; Meta's reference states none).
+MAX_SCHEDULE_HOURS = 168
 UNITS = 'currency units (2.5 = $2.50), or one amount per currency: {"USD": 2.5, "JPY": 400}'
 FollowUpDo = Literal["activate", "pause", "restore_budget", "restore_name", "notify"]
 
@@ -145,6 +148,76 @@ class SpendLimitAction(_Action):
         return PercentBudgetAction(
             type=kind, percent=self.percent, max_budget=self.max_budget, min_budget=self.min_budget
         )
+
+
+def _quarter_hours(value: float, what: str) -> float:
+    if value * 4 != int(value * 4):
+        raise ValueError(f"{what} must be whole quarter hours (0.25, 0.5, 1.75 …), not {value}")
+    return value
+
+
+class ScheduleWindow(RuleModel):
+    """When a scheduled budget is in force: ``hours`` long, ``start_in_hours`` after the run
+    (0: from the next quarter hour), or from ``start`` to ``end`` local time (HH:MM in the
+    rule's timezone: the window of today, or of tomorrow once today's is over; an ``end``
+    before ``start`` runs past midnight). Meta's windows fall on quarter hours, so do these.
+    """
+
+    hours: float | None = Field(default=None, gt=0, le=MAX_SCHEDULE_HOURS)
+    start_in_hours: float | None = Field(default=None, ge=0, le=MAX_SCHEDULE_HOURS)
+    start: str | None = None
+    end: str | None = None
+
+    @field_validator("hours", "start_in_hours")
+    @classmethod
+    def _quarters(cls, value: float | None) -> float | None:
+        return None if value is None else _quarter_hours(value, "a window's hours")
+
+    @field_validator("start", "end")
+    @classmethod
+    def _hhmm(cls, value: str | None) -> str | None:
+        if value is not None and parse_hhmm(value).minute % 15:
+            raise ValueError(f"'{value}' is not on a quarter hour (:00, :15, :30, :45)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ScheduleWindow:
+        local = self.start is not None or self.end is not None
+        if local == (self.hours is not None):
+            raise ValueError(
+                "give either 'hours' (and 'start_in_hours') or 'start' and 'end' (HH:MM local)"
+            )
+        if local and (self.start is None or self.end is None or self.start == self.end):
+            raise PathError("end", "a local window needs a 'start' and a different 'end'")
+        if local and self.start_in_hours is not None:
+            raise PathError("start_in_hours", "only with 'hours'; a local window has its start")
+        return self
+
+
+class ScheduleBudgetAction(_Action):
+    """Schedule a higher daily budget for a window (Meta's budget schedules, ``POST
+    /{id}/budget_schedules``): ``multiplier`` times the live budget, or the daily budget
+    ``amount``, clamped like a budget increase; Meta puts the budget back when the window ends.
+    """
+
+    type: Literal["schedule_budget"]
+    multiplier: float | None = Field(default=None, gt=1, le=10)
+    amount: BudgetAmount | None = Field(default=None, description=MONEY)
+    max_budget: BudgetAmount | None = Field(default=None, description=MONEY)
+    window: ScheduleWindow
+
+    @model_validator(mode="after")
+    def _shape(self) -> ScheduleBudgetAction:
+        if (self.multiplier is None) == (self.amount is None):
+            raise ValueError(
+                "give exactly one of 'multiplier' (e.g. 1.5) or 'amount' (the daily budget"
+                " during the window)"
+            )
+        if self.then is not None:
+            raise PathError(
+                "then", "a budget schedule ends by itself: Meta puts the budget back after it"
+            )
+        return self
 
 
 class RenameAction(_Action):
@@ -315,7 +388,8 @@ Action = Annotated[
     | ChangeBidAction
     | ScaleToTargetAction
     | RebalanceBudgetAction
-    | SpendLimitAction,
+    | SpendLimitAction
+    | ScheduleBudgetAction,
     Field(discriminator="type"),
 ]
 ACTION_TYPES = (
@@ -335,7 +409,10 @@ ACTION_TYPES = (
     "set_spend_limit",
     "increase_spend_limit",
     "decrease_spend_limit",
+    "schedule_budget",
 )
+#: Actions that schedule a budget for a window (Meta's budget schedules).
+SCHEDULE_ACTIONS = frozenset({"schedule_budget"})
 #: Actions on an ad set's spend limits (its budget's part under an Advantage campaign budget).
 SPEND_LIMIT_ACTIONS = frozenset({"set_spend_limit", "increase_spend_limit", "decrease_spend_limit"})
 BUDGET_ACTIONS = frozenset(

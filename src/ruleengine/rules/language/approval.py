@@ -90,7 +90,9 @@ def _threshold(value: Any, key: str) -> float:
 
 
 #: The fields a ``budget_above`` / ``budget_change_pct_above`` approval looks at.
-APPROVED_MONEY_FIELDS: Final = frozenset({"daily_budget", *get_args(SpendLimitField)})
+APPROVED_MONEY_FIELDS: Final = frozenset(
+    {"daily_budget", "budget_schedules", *get_args(SpendLimitField)}
+)
 
 
 def needs_approval(

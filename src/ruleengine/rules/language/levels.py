@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ruleengine.rules.basics import RANGE_OPERATORS
-from ruleengine.rules.language.action_types import BUDGET_ACTIONS
+from ruleengine.rules.language.action_types import BUDGET_ACTIONS, SCHEDULE_ACTIONS
 from ruleengine.rules.language.catalog import (
     BUDGET_FIELDS,
     RANKING_SCALE,
@@ -57,7 +57,7 @@ def check_metric_levels(sides: Sequence[tuple[str, MetricSpec]], level: str, whe
 
 def check_ad_action(action: Any, where: str) -> None:
     """An ad has no budget and no bid (its ad set has) and no children to copy deeply."""
-    if action.type in BUDGET_ACTIONS:
+    if action.type in BUDGET_ACTIONS | SCHEDULE_ACTIONS:
         raise PathError(
             f"{where}.type",
             f"'{action.type}' changes a budget, and an ad has none: its ad set (or campaign)"

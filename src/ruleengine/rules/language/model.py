@@ -45,6 +45,7 @@ from ruleengine.rules.language.action_types import (
     ACTION_TYPES,
     ADSET_ACTIONS,
     BUDGET_ACTIONS,
+    SCHEDULE_ACTIONS,
     SPEND_LIMIT_ACTIONS,
     Action,
     check_then,
@@ -324,7 +325,7 @@ class Task(RuleModel):
                 f" phase; this task's action is '{self.action.type}'",
             )
         approval = self.approval
-        money = BUDGET_ACTIONS | SPEND_LIMIT_ACTIONS
+        money = BUDGET_ACTIONS | SPEND_LIMIT_ACTIONS | SCHEDULE_ACTIONS
         if approval is not None and approval.on_budget and self.action.type not in money:
             raise PathError(
                 "approval.when",

@@ -35,7 +35,12 @@ from typing import Any, Final
 
 from ruleengine.errors import FieldError, NoAmountForCurrency
 from ruleengine.rules.entity import currency_offset
-from ruleengine.rules.language.action_types import PercentBudgetAction, SetBudgetAction
+from ruleengine.rules.language.action_types import (
+    PercentBudgetAction,
+    ScheduleBudgetAction,
+    SetBudgetAction,
+)
+from ruleengine.rules.language.budget_schedules import ScheduleSpec
 from ruleengine.rules.language.catalog import UnknownMetricError, resolve_metric
 from ruleengine.rules.language.per_currency import bare, listed
 
@@ -48,6 +53,7 @@ MONEY_FIELDS: Final = {
     "set_spend_limit": ("amount",),
     "increase_spend_limit": ("max_budget", "min_budget"),
     "decrease_spend_limit": ("max_budget", "min_budget"),
+    "schedule_budget": ("amount", "max_budget"),
 }
 #: Every action field that holds money, per action type: the budget fields above, and the
 #: bids, bounds and (when its metric is money) the target of the Ad Rules actions.
@@ -79,9 +85,11 @@ def to_currency(minor: int, offset: int) -> int | float:
 
 
 #: The entity fields that hold money in minor units, as Meta stores them (the write path's
-#: integer fields, ``rules.targets.INTEGER_FIELDS``: a test keeps the two the same).
+#: integer fields, ``rules.targets.INTEGER_FIELDS``: a test keeps the two the same), and a
+#: budget schedule's record (``budget_schedules``: the daily budget before → in its window).
 MINOR_UNIT_FIELDS: Final = frozenset(
     {
+        "budget_schedules",
         "daily_budget",
         "lifetime_budget",
         "bid_amount",
@@ -206,6 +214,7 @@ FIELD_WORDS: Final = {
     "daily_min_spend_target": "daily minimum spend",
     "lifetime_spend_cap": "lifetime spend cap",
     "lifetime_min_spend_target": "lifetime minimum spend",
+    "budget_schedules": "scheduled daily budget",
 }
 
 
@@ -215,13 +224,24 @@ def field_words(field: str | None) -> str:
 
 
 def format_field_change(
-    field: str | None, before: object, after: object, currency: str | None
+    field: str | None,
+    before: object,
+    after: object,
+    currency: str | None,
+    schedule: object = None,
 ) -> str:
     """``before → after`` of an entity's ``field``, money with its percentage for a budget
-    or a bid (:func:`format_change`), ``ACTIVE → PAUSED`` for the rest."""
+    or a bid (:func:`format_change`), ``ACTIVE → PAUSED`` for the rest; a budget schedule's
+    (``schedule``: what it sends) with its window, in UTC."""
     if field in MINOR_UNIT_FIELDS:
-        return format_change(before, after, currency)
-    return f"{format_value(field, before, None)} → {format_value(field, after, None)}"
+        text = format_change(before, after, currency)
+    else:
+        text = f"{format_value(field, before, None)} → {format_value(field, after, None)}"
+    spec = ScheduleSpec.from_doc(schedule)
+    if spec is None:
+        return text
+    where = "window deleted" if spec.op == "delete" else "in the window"
+    return f"{text}, {where} {spec.window_text()} UTC"
 
 
 def amount_scale(rule_format: int, offset: int) -> int:
@@ -239,7 +259,7 @@ class MinorBudget:
 
 
 def budget_in_minor_units(
-    action: PercentBudgetAction | SetBudgetAction, *, scale: int
+    action: PercentBudgetAction | SetBudgetAction | ScheduleBudgetAction, *, scale: int
 ) -> MinorBudget:
     """The action's amounts × ``scale`` (see :func:`amount_scale`), whole, never past a bound.
 

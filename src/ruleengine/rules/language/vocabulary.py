@@ -22,6 +22,7 @@ from ruleengine.rules.language.action_types import (
     ACTION_TYPES,
     ADSET_ACTIONS,
     BUDGET_ACTIONS,
+    SCHEDULE_ACTIONS,
     FollowUpDo,
 )
 from ruleengine.rules.language.catalog import (
@@ -280,8 +281,9 @@ METRIC_TEXTS: Final[dict[str, tuple[str, Unit, str]]] = {
         "Spend against the daily budget over a period",
         "percent",
         "The period's amount spent ÷ (daily budget × its days) × 100 (default: today). Meta"
-        " may spend up to 75 % over a daily budget on a day, never over 7 × it in a week: today"
-        " reads up to 175, 7 days about 100 at most.",
+        " may spend up to 75 % over a daily budget on a day, never over 7 × it in a calendar"
+        " week (Sunday to Saturday): today reads up to 175, the week (this_week_sun_today) 100"
+        " at most by Saturday; a rolling 7 days may read a little over 100.",
     ),
     "estimated_budget_spending_percentage": (
         "Estimated daily budget spent by midnight",
@@ -532,6 +534,7 @@ ACTION_LABELS: Final[dict[str, str]] = {
     "set_spend_limit": "Set an ad set's spend cap or minimum spend target",
     "increase_spend_limit": "Increase an ad set's spend cap or minimum spend target by %",
     "decrease_spend_limit": "Decrease an ad set's spend cap or minimum spend target by %",
+    "schedule_budget": "Schedule a higher daily budget for a window",
 }
 FOLLOWUP_LABELS: Final[dict[str, str]] = {
     "activate": "Activate",
@@ -567,7 +570,7 @@ def _metric(name: str, template: str | None = None) -> dict[str, Any]:
 def _action_levels(action_type: str) -> list[str]:
     if action_type in ADSET_ACTIONS:
         return ["adset"]
-    if action_type in BUDGET_ACTIONS:
+    if action_type in BUDGET_ACTIONS | SCHEDULE_ACTIONS:
         return ["campaign", "adset"]
     return list(LEVELS)
 

@@ -34,6 +34,7 @@ from ruleengine.rules.language.action_types import (
     PercentBudgetAction,
     RebalanceBudgetAction,
     ScaleToTargetAction,
+    ScheduleBudgetAction,
     StatusAction,
 )
 from ruleengine.rules.language.model import Condition, Filter, Rule, Task
@@ -396,6 +397,13 @@ class _Exporter(Report):
             execution = {"execution_type": kind}
         elif isinstance(action, RebalanceBudgetAction):
             execution = self._try(rebalance_to_meta, self, action, self.rule.level, where)
+        elif isinstance(action, ScheduleBudgetAction):
+            why = (
+                "Meta's ad rules have no schedule action: their execution types change a budget"
+                " at once (CHANGE_BUDGET …), none makes a budget schedule (high-demand period)"
+            )
+            self.problems.append(Problem(f"{where}.type", action.type, why))
+            return None
         else:
             self.problems.append(
                 Problem(f"{where}.type", action.type, "Meta's rules have no such action")

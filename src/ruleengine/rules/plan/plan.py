@@ -27,6 +27,7 @@ from ruleengine.rules.language.action_types import (
     SetBudgetAction,
     StatusAction,
 )
+from ruleengine.rules.language.budget_schedules import ScheduleSpec, fit
 from ruleengine.rules.language.money import budget_in_minor_units
 from ruleengine.rules.language.template import render_template
 
@@ -42,6 +43,8 @@ class Plan:
         requested: the value before clamping (budgets only).
         clamped_by: the guardrails that changed ``requested``.
         reason: why nothing changes, when ``changes`` is false.
+        schedule: what a budget schedule's write sends (``field`` ``budget_schedules``:
+            ``before`` the live daily budget, ``after`` the one in the window).
     """
 
     field: str
@@ -50,11 +53,29 @@ class Plan:
     requested: int | str | None = None
     clamped_by: list[str] = dataclasses.field(default_factory=list)
     reason: str | None = None
+    schedule: ScheduleSpec | None = None
 
     @property
     def changes(self) -> bool:
         """True when writing would change Meta's value."""
         return self.before != self.after
+
+    def schedule_doc(self) -> dict[str, object] | None:
+        """What an intent and a record keep of a schedule's write (None for any other)."""
+        return None if self.schedule is None else self.schedule.as_doc()
+
+
+def refit(plan: Plan) -> Plan:
+    """A schedule's plan whose ``after`` a guard moved, fitted to Meta's units again (the
+    increase rounded down: never past the guard); any other plan as it is."""
+    spec = plan.schedule
+    if spec is None or spec.op != "create":
+        return plan
+    before, after = int(plan.before), int(plan.after)
+    fitted, scheduled = fit(spec, before, after)
+    if scheduled <= before:  # nothing of the increase is left in Meta's units
+        return dataclasses.replace(plan, after=before, schedule=fitted)
+    return dataclasses.replace(plan, after=scheduled, schedule=fitted)
 
 
 def plan_budget(

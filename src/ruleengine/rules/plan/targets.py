@@ -14,8 +14,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
+from decimal import ROUND_DOWN, Decimal
 from typing import Any, Final, Literal, get_args
+from zoneinfo import ZoneInfo
 
 from ruleengine.rules.advantage import REASON as ADVANTAGE_REASON
 from ruleengine.rules.advantage import legacy_kind, refusal_message, refuses
@@ -25,13 +27,23 @@ from ruleengine.rules.language.action_types import (
     PercentBudgetAction,
     RenameAction,
     ScaleToTargetAction,
+    ScheduleBudgetAction,
     SetBudgetAction,
     SpendLimitAction,
     SpendLimitField,
     StatusAction,
 )
+from ruleengine.rules.language.budget_schedules import (
+    QUARTER_HOUR_S,
+    SCHEDULES,
+    ScheduleSpec,
+    ValueType,
+    fit,
+    listed,
+    window_of,
+)
 from ruleengine.rules.language.money import budget_in_minor_units
-from ruleengine.rules.plan.plan import Plan, plan_budget, plan_name, plan_status
+from ruleengine.rules.plan.plan import Plan, percent_of, plan_budget, plan_name, plan_status
 from ruleengine.rules.plan.scaling import plan_bid, plan_scale
 
 #: The budget fields of a campaign or ad set (a campaign budget is one of them or neither).
@@ -54,6 +66,7 @@ FieldAction = (
     | ChangeBidAction
     | ScaleToTargetAction
     | SpendLimitAction
+    | ScheduleBudgetAction
 )
 
 
@@ -87,6 +100,8 @@ class PlanContext:
         max_change_pct: the engine's cap on one budget move.
         account_minimum: the ad account's minimum daily budget (None: not known).
         metric: what a ``scale_to_target`` scales by, as its condition read it.
+        now: the run's time (a ``schedule_budget``'s window starts from it).
+        tz: the rule's timezone (a local window's).
     """
 
     level: str
@@ -97,6 +112,8 @@ class PlanContext:
     max_change_pct: float = 50.0
     account_minimum: int | None = None
     metric: float | None = None
+    now: datetime | None = None
+    tz: ZoneInfo | None = None
 
 
 def field_of(action: FieldAction) -> str:
@@ -109,6 +126,8 @@ def field_of(action: FieldAction) -> str:
         return "bid_amount"
     if isinstance(action, SpendLimitAction):
         return action.field
+    if isinstance(action, ScheduleBudgetAction):
+        return SCHEDULES
     return "daily_budget"
 
 
@@ -120,6 +139,8 @@ def reads_of(action: FieldAction) -> list[str]:
         return [action.field, "campaign{daily_budget,lifetime_budget}"]
     if isinstance(action, PercentBudgetAction | SetBudgetAction | ScaleToTargetAction):
         return list(BUDGET_FIELDS)
+    if isinstance(action, ScheduleBudgetAction):  # the live budget, and Meta's schedules
+        return [*BUDGET_FIELDS, SCHEDULES]
     return [field_of(action)]
 
 
@@ -168,6 +189,8 @@ def plan_change(action: FieldAction, live: Mapping[str, Any], ctx: PlanContext) 
         return _plan_bid(action, live, ctx)
     if isinstance(action, SpendLimitAction):
         return _plan_spend_limit(action, live, ctx)
+    if isinstance(action, ScheduleBudgetAction):
+        return plan_schedule(action, live, ctx)
     refused = budget_refusal(ctx.level, live)
     if refused is not None:
         return refused
@@ -227,6 +250,87 @@ def _plan_spend_limit(
         budget_action, live=current, max_change_pct=ctx.max_change_pct, scale=ctx.scale
     )
     return dataclasses.replace(plan, field=field)
+
+
+def plan_schedule(
+    action: ScheduleBudgetAction, live: Mapping[str, Any], ctx: PlanContext
+) -> Plan | Refused:
+    """A budget schedule's plan: its window
+    (:func:`~ruleengine.rules.language.budget_schedules.window_of`), the daily budget in it —
+    ``multiplier`` times the live budget (rounded down) or ``amount`` — held to ``max_budget`` and
+    ``max_budget_change_pct`` of the live budget like a budget increase, fitted to Meta's units
+    (never past the clamps). Refused where Meta holds no daily budget to raise, where a schedule
+    Meta holds overlaps the window, or where nothing of the window is left."""
+    if ctx.offset is None:
+        return Refused("currency_unknown", SCHEDULES, outcome="failed")
+    if live.get("daily_budget") in _EMPTY:
+        message = (
+            f"a budget schedule raises a daily budget; this {ctx.level} has none (a lifetime"
+            " budget, or its campaign's budget)"
+        )
+        return Refused("no_daily_budget", SCHEDULES, message=message)
+    if ctx.now is None or ctx.tz is None:
+        raise ValueError("a schedule needs the run's time and the rule's timezone")
+    window = window_of(action.window, now=ctx.now, tz=ctx.tz)
+    if window is None:
+        message = "nothing of the window is left on quarter hours (Meta's windows fall on them)"
+        return Refused("window_too_short", SCHEDULES, message=message)
+    before = int(live["daily_budget"])
+    kind: ValueType = "MULTIPLIER" if action.multiplier is not None else "ABSOLUTE"
+    spec = ScheduleSpec("create", *window, value_type=kind, offset=ctx.offset)
+    for held in listed(live.get(SCHEDULES)):
+        if held.overlaps(*window):
+            message = (
+                f"the window {spec.window_text(ctx.tz)} overlaps the budget schedule {held.id}"
+                " Meta holds; one schedule at a time (delete that one, or choose another window)"
+            )
+            return Refused("schedule_overlap", SCHEDULES, message=message)
+    requested, after, clamped = _scheduled_budget(action, before, ctx)
+    spec, after = fit(spec, before, after)
+    if after <= before:
+        reason = "at_max_budget" if "max_budget" in clamped else "no_change"
+        return Plan(SCHEDULES, before, before, requested, clamped, reason, schedule=spec)
+    return Plan(SCHEDULES, before, after, requested, clamped, schedule=spec)
+
+
+def approved_schedule(
+    spec: ScheduleSpec, live: Mapping[str, Any], *, before: int, after: int, now: datetime
+) -> Plan | Refused:
+    """An approved schedule, written only while the live daily budget is still ``before``:
+    its window as approved, or what is left of it once its start has passed (quarter hours;
+    refused once nothing is); refused when a schedule Meta holds overlaps it."""
+    current = live.get("daily_budget")
+    if current in _EMPTY or int(current) != before:
+        return Refused("changed_by_someone_else", SCHEDULES)
+    start = max(spec.time_start, -(-int(now.timestamp()) // QUARTER_HOUR_S) * QUARTER_HOUR_S)
+    if start >= spec.time_end:
+        message = f"the window {spec.window_text()} (UTC) is over"
+        return Refused("window_passed", SCHEDULES, message=message)
+    spec = dataclasses.replace(spec, time_start=start)
+    for held in listed(live.get(SCHEDULES)):
+        if held.overlaps(spec.time_start, spec.time_end):
+            message = f"the window overlaps the budget schedule {held.id} Meta holds"
+            return Refused("schedule_overlap", SCHEDULES, message=message)
+    return Plan(SCHEDULES, before, after, schedule=spec)
+
+
+def _scheduled_budget(
+    action: ScheduleBudgetAction, before: int, ctx: PlanContext
+) -> tuple[int, int, list[str]]:
+    """What the action asks for in the window, and that held to its clamps (minor units)."""
+    minor = budget_in_minor_units(action, scale=ctx.scale)
+    if action.multiplier is not None:
+        requested = percent_of(before, Decimal(str(action.multiplier)) * 100, rounding=ROUND_DOWN)
+    else:
+        assert minor.amount is not None  # checked by the model
+        requested = minor.amount
+    after, clamped = requested, []
+    if minor.max_budget is not None and after > minor.max_budget:
+        after, clamped = minor.max_budget, ["max_budget"]
+    cap = percent_of(before, Decimal(str(ctx.max_change_pct)), rounding=ROUND_DOWN)
+    if after > before + cap:
+        after, clamped = before + cap, [*clamped, "max_budget_change_pct"]
+    return requested, after, clamped
 
 
 def _plan_scaled(action: ScaleToTargetAction, budget: int, ctx: PlanContext) -> Plan | Refused:

@@ -50,6 +50,7 @@ from ruleengine.rules.language.action_types import (
     PercentBudgetAction,
     RenameAction,
     ScaleToTargetAction,
+    ScheduleBudgetAction,
     SetBudgetAction,
     StatusAction,
 )
@@ -352,10 +353,11 @@ class Replay:
         self, state: _State, action: Any, verdict: TaskVerdict | None, at: datetime
     ) -> Plan | str | None:
         """The plan from the simulated state; None for an action that changes no field
-        (notify, duplicate); a reason text when the action could not run. Planned by
+        (notify, duplicate) or whose effect the replay does not simulate (a budget schedule:
+        the spend of its window); a reason text when the action could not run. Planned by
         :func:`~ruleengine.rules.plan.targets.plan_change`, as the live write path plans it;
         ``verdict`` is read by ``scale_to_target`` only (its metric)."""
-        if isinstance(action, NotifyAction | DuplicateAction):
+        if isinstance(action, NotifyAction | DuplicateAction | ScheduleBudgetAction):
             return None
         budgets = isinstance(action, PercentBudgetAction | SetBudgetAction | ScaleToTargetAction)
         plannable = budgets and budget_refusal(self.rule.level, state.item) is None

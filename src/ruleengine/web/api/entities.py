@@ -18,6 +18,9 @@ listing snapshot otherwise — so the timeline tells the authors of a change apa
   change wrote proves nothing — it may have seen that change — so another rule's record of
   the same tick, whose listing predates the change, never states a change nobody made.
 
+Budget schedules (``schedules``): each window a ``schedule_budget`` made — when, the budget
+in it, who made it — and, once an undo deleted it, who did.
+
 Action intents need not be read: a write whose job died before recording it becomes a
 record when the reaper recovers the batch from its intents.
 """
@@ -30,6 +33,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from ruleengine.rules.language.budget_schedules import SCHEDULES, ScheduleSpec
 from ruleengine.store.db import Document
 from ruleengine.store.intents import IntentStore
 from ruleengine.web.api.labels import with_accounts
@@ -223,6 +227,39 @@ def _main_metric(records: list[Document]) -> dict[str, Any] | None:
     return {"metric": key[0], "period": key[1], "rule_id": rule_id, "points": points}
 
 
+def _schedules(records: list[Document]) -> list[dict[str, Any]]:
+    """The budget schedules the records made (oldest first), each with its window, the daily
+    budget before and in it, who made it, and who deleted it (an undo), if one did."""
+    made: dict[str, dict[str, Any]] = {}
+    for record in records:
+        spec = ScheduleSpec.from_doc(record.get("schedule"))
+        if record.get("field") != SCHEDULES or record.get("outcome") != "applied" or spec is None:
+            continue
+        if spec.op == "delete" and spec.schedule_id in made:
+            made[spec.schedule_id] |= {
+                "deleted_at": record["created_at"],
+                "deleted_by": _author(record),
+            }
+            continue
+        response = record.get("response")
+        schedule_id = response.get("id") if isinstance(response, dict) else None
+        if spec.op == "create" and schedule_id:
+            made[str(schedule_id)] = {
+                "schedule_id": str(schedule_id),
+                "time_start": datetime.fromtimestamp(spec.time_start, UTC),
+                "time_end": datetime.fromtimestamp(spec.time_end, UTC),
+                "budget_value_type": spec.value_type,
+                "budget_value": spec.budget_value,
+                "before": record.get("before"),
+                "after": record.get("after"),
+                "at": record["created_at"],
+                "by": _author(record),
+                "deleted_at": None,
+                "deleted_by": None,
+            }
+    return list(made.values())
+
+
 def _execution(record: Document) -> dict[str, Any]:
     keys = ("batch_id", "rule_id", "rule_name", "rule_version", "task_id", "outcome", "reason")
     more = ("field", "before", "after", "created_at")
@@ -261,6 +298,7 @@ def build_timeline(
             name: {"steps": f.steps, "changes": f.changes} for name, f in fields.items() if f.steps
         },
         "spend": _daily_spend(records),
+        "schedules": _schedules(records),
         "metric": _main_metric(records),
         "executions": [_execution(r) for r in newest_first[:MAX_EXECUTIONS]],
     }

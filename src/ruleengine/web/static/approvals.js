@@ -15,11 +15,11 @@
   /* "daily budget $120.00 → $108.00 (−10 %)", in the account's currency. */
   function change(item) {
     return el("td", { class: "change" }, el("span", { class: "field" }, fieldName(item.field || "")), " ",
-      el("strong", {}, fieldChange(item.field, item.before, item.after, item.currency)));
+      el("strong", {}, fieldChange(item.field, item.before, item.after, item.currency) + RE.windowText(item.schedule)));
   }
 
   function changeWords(item) {
-    return `${fieldName(item.field)} ${fieldChange(item.field, item.before, item.after, item.currency)}`;
+    return `${fieldName(item.field)} ${fieldChange(item.field, item.before, item.after, item.currency)}${RE.windowText(item.schedule)}`;
   }
 
   function ruleCell(item) {

@@ -30,6 +30,8 @@
   const RANGE_OPERATORS = new Set(["IN_RANGE", "NOT_IN_RANGE"]);
   const LIST_FILTER_OPERATORS = new Set(["IN", "NOT_IN"]);
   const MONEY_FIELDS = new Set(["amount", "max_budget", "min_budget", "min_bid", "max_bid"]);
+  // actions that take no "then": a rebalance moves a group, a schedule ends by itself
+  const NO_THEN = new Set(["rebalance_budget", "schedule_budget"]);
   const FIELD_LABELS = {
     percent: "By (%)", max_budget: "At most", min_budget: "At least", amount: "Amount",
     direction: "Direction", min_bid: "Lowest bid", max_bid: "Highest bid", target: "Target",
@@ -827,6 +829,11 @@
     const keys = [...ak, name];
     const need = required(def, name);
     const label = FIELD_LABELS[name] || prop.title || name;
+    if (name === "window") return windowField(keys);
+    if (name === "multiplier") {
+      return field("Times the live budget", numberInput(keys, { step: "0.05", min: 1, max: prop.maximum ?? null }),
+        { help: "e.g. 1.5; or an amount below", suffix: "×" });
+    }
     if (name === "metric") {
       const picker = metricPicker(keys, { filter: (m) => !!m.target || m.pattern, onPick: () => render() });
       return el("div", { class: "fld metric" }, el("label", { for: picker.input.id }, label), picker.wrap, picker.help);
@@ -849,6 +856,16 @@
         Object.assign({ required: need }, affix));
     }
     return field(label, textInput(keys, { required: need, multiline: name === "template" }), { required: need, wide: true });
+  }
+
+  /* A schedule_budget's window: hours from the run, or a local start and end. */
+  function windowField(keys) {
+    return el("div", { class: "row window", dataset: { path: pathOf(keys) } },
+      field("Window (hours)", numberInput([...keys, "hours"], { step: "0.25", min: 0.25, max: 168 }),
+        { help: "whole quarter hours from the run's next quarter hour" }),
+      field("Starting (hours later)", numberInput([...keys, "start_in_hours"], { step: "0.25", min: 0, max: 168 })),
+      field("Or from (HH:MM)", textInput([...keys, "start"], { placeholder: "18:00" }), { help: "in the rule's timezone" }),
+      field("To (HH:MM)", textInput([...keys, "end"], { placeholder: "22:00" })));
   }
 
   function thenBlock(ak, action) {
@@ -892,7 +909,7 @@
       el("div", { class: "row" },
         field("Do", select([...ak, "type"], kinds.map((k) => [k.type, k.label]), { onChange: setType, required: true }), { required: true }),
         fields.map((name) => actionField(ak, def, name, action))),
-      def ? thenBlock(ak, action) : null);
+      def && !NO_THEN.has(action.type) ? thenBlock(ak, action) : null);
   }
 
   function taskBlock(task, n) {

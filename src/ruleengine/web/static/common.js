@@ -205,7 +205,8 @@ const RE = (() => {
    * on generated amounts. Amounts come as Meta stores them (minor units: 12000 is $120.00 in
    * USD, ¥12,000 in JPY); the arithmetic is BigInt, exact like the server's. */
   const MINOR_UNIT_FIELDS = new Set(["daily_budget", "lifetime_budget", "bid_amount",
-    "daily_spend_cap", "daily_min_spend_target", "lifetime_spend_cap", "lifetime_min_spend_target"]);
+    "daily_spend_cap", "daily_min_spend_target", "lifetime_spend_cap", "lifetime_min_spend_target",
+    "budget_schedules"]);
   // Meta's currencies with offset 1 (rules/entity.py ZERO_DECIMAL); every other has 100.
   const ZERO_DECIMAL = new Set(["CLP", "COP", "CRC", "HUF", "ISK", "IDR", "JPY", "KRW", "PYG", "TWD", "VND"]);
   const CURRENCY_SYMBOLS = new Map(Object.entries({
@@ -442,6 +443,7 @@ const RE = (() => {
     daily_budget: "daily budget", lifetime_budget: "lifetime budget", bid_amount: "bid",
     daily_spend_cap: "daily spend cap", daily_min_spend_target: "daily minimum spend",
     lifetime_spend_cap: "lifetime spend cap", lifetime_min_spend_target: "lifetime minimum spend",
+    budget_schedules: "scheduled daily budget",
   };
 
   function fieldName(field) {
@@ -454,9 +456,20 @@ const RE = (() => {
     const none = (v) => v === null || v === undefined;
     if (none(record.field) && none(record.before) && none(record.after)) return "—";
     const field = record.field;
-    const change = (field ? fieldName(field) + ": " : "") + fieldChange(field, record.before, record.after, currency);
+    const change = (field ? fieldName(field) + ": " : "") + fieldChange(field, record.before, record.after, currency)
+      + windowText(record.schedule);
     // a held-out change was planned and never written: it must not read like an applied one
     return record.outcome === "held_out" ? "held out (not written): " + change : change;
+  }
+
+  /* A budget schedule's window: " in 2026-12-05 18:00:00 – 22:00:00" (deleted: an undo's). */
+  function windowText(schedule) {
+    if (!schedule || !schedule.time_start) return "";
+    const at = (seconds) => fmtTime(new Date(seconds * 1000).toISOString());
+    const start = at(schedule.time_start);
+    const end = at(schedule.time_end);
+    const shown = start.slice(0, 10) === end.slice(0, 10) ? start + " – " + end.slice(11) : start + " – " + end;
+    return (schedule.op === "delete" ? ", window deleted: " : " in the window ") + shown;
   }
 
   let flashTimer = null;
@@ -647,7 +660,7 @@ const RE = (() => {
   return {
     api, el, badge, pretty, flash, failed, fmtTime, fmtAgo, fmtDuration, fmtRelative, fmtSeconds,
     fmtValue, fmtMoney, timeCell, fmtZoned, zonedTimeCell, fmtNextRun,
-    pager, debounce, token, ApiFailure, conditionList, changeText,
+    pager, debounce, token, ApiFailure, conditionList, changeText, windowText,
     money, moneyChange, fieldValue, fieldChange, fieldName, accountText,
     whoami, may, hasRole, refusal, applyRoles, say,
     amount, metricValue, metricUnits, vocabulary, words, indicatorWords, minorPerUnit, outcomeBadge,

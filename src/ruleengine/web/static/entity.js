@@ -1,7 +1,9 @@
 /* Entity timeline screen (/entities/{id}): the entity's budget as steps and its paused
  * periods as bands, each change marked with who made it (a rule and its version, a
  * follow-up, or "outside the engine"), spend per day and the acting rule's first metric as
- * lines on a second axis, and the executions on the entity (GET /api/entities/{id}/timeline).
+ * lines on a second axis, the budget schedules it was given (their windows shaded, and a
+ * table of them: the budget in each window, who made it, who deleted it) and the executions
+ * on the entity (GET /api/entities/{id}/timeline).
  *
  * Spend per day comes from Insights (GET /api/entities/{id}/insights: the history cache the
  * backtest uses) where the token may read it, so the whole period is drawn and not only the
@@ -17,7 +19,8 @@
   const { api, el, failed, timeCell, changeText, fieldChange, fieldName, words, accountText } = RE;
   const $ = (id) => document.getElementById(id);
   const entityId = decodeURIComponent(location.pathname.split("/").filter(Boolean)[1] || "");
-  const COLOURS = { budget: "#0072B2", spend: "#E69F00", metric: "#009E73", paused: "rgba(107,115,133,0.16)" };
+  const COLOURS = { budget: "#0072B2", spend: "#E69F00", metric: "#009E73", paused: "rgba(107,115,133,0.16)",
+    scheduled: "rgba(0,114,178,0.12)" };
   const LEVEL_WORDS = { campaign: "campaign", adset: "ad set", ad: "ad" };
   const INSIGHTS = "GET /api/entities/{id}/insights";
   const state = { chart: null, currency: null };
@@ -88,10 +91,10 @@
     });
   }
 
-  function drawBands(u, bands) {
+  function drawBands(u, bands, colour) {
     const ctx = u.ctx;
     ctx.save();
-    ctx.fillStyle = COLOURS.paused;
+    ctx.fillStyle = colour || COLOURS.paused;
     for (const [from, to] of bands) {
       const left = u.valToPos(from, "x", true);
       const right = u.valToPos(to, "x", true);
@@ -109,7 +112,8 @@
       ? `Budget of the ${what} (steps, left axis; paused periods shaded), each change marked with who made it; ${lines} (right axis)`
       : `The ${what}'s ${lines} (right axis; paused periods shaded), each change marked with who made it — ${body.level === "ad" ? "an ad has no budget of its own" : "it has no budget of its own"}`;
     const legend = [hasBudget ? ["budget", COLOURS.budget] : null, ["spend per day", COLOURS.spend],
-      metric ? [metric, COLOURS.metric] : null, ["paused", COLOURS.paused]].filter(Boolean);
+      metric ? [metric, COLOURS.metric] : null, ["paused", COLOURS.paused],
+      (body.schedules || []).length ? ["scheduled budget", COLOURS.scheduled] : null].filter(Boolean);
     return { caption, legend, metric };
   }
 
@@ -119,6 +123,9 @@
     const { xs, budget, series } = chartData(body, now, insights);
     const status = body.fields.status || { steps: [], changes: [] };
     const bands = paused(status.steps, now);
+    // a schedule's window, until an undo deleted it (the rest of it was not raised)
+    const windows = (body.schedules || []).map((w) => [secs(w.time_start),
+      w.deleted_at ? Math.min(secs(w.time_end), secs(w.deleted_at)) : secs(w.time_end)]);
     const changes = [...Object.entries(body.fields)].flatMap(([field, f]) => f.changes.map((ch) => ({ ...ch, field })));
     const hasBudget = budget.steps.length > 0;
     const shown = chartWords(body, hasBudget);
@@ -135,7 +142,7 @@
         { label: "spend per day", scale: "y2", stroke: COLOURS.spend, width: 1.5, spanGaps: true, points: { show: true, size: 5 } },
         { label: shown.metric || "metric", scale: "y2", stroke: COLOURS.metric, width: 1.5, dash: [4, 3], spanGaps: true, points: { show: true, size: 4 }, show: !!shown.metric }],
       hooks: {
-        drawClear: [(u) => drawBands(u, bands)],
+        drawClear: [(u) => drawBands(u, bands), (u) => drawBands(u, windows, COLOURS.scheduled)],
         draw: [(u) => placeMarkers(u, changes)],
         setCursor: [(u) => {
           const i = u.cursor.idx;
@@ -149,7 +156,19 @@
       + `${changes.length} change(s), listed in the Changes table below.`);
     $("entity-legend").replaceChildren(...shown.legend.map(([label, colour]) => el("span", { class: "legend-item" }, swatch(colour), label)));
     renderChanges(changes);
+    renderSchedules(body.schedules || []);
     renderExecutions(body.executions);
+  }
+
+  function renderSchedules(items) {
+    const rows = [...items].reverse().map((w) =>
+      el("tr", { class: "schedule-row", dataset: { scheduleId: w.schedule_id } },
+        el("td", {}, RE.fmtTime(w.time_start) + " – " + RE.fmtTime(w.time_end)),
+        el("td", { class: "change" }, fieldChange("budget_schedules", w.before, w.after, state.currency)),
+        el("td", {}, w.by.label),
+        el("td", {}, w.deleted_at ? `deleted ${RE.fmtTime(w.deleted_at)} (${w.deleted_by.label})` : "—")));
+    $("schedules-table").querySelector("tbody").replaceChildren(...(rows.length ? rows
+      : [el("tr", {}, el("td", { colspan: "4", class: "muted" }, "No budget schedule in the period."))]));
   }
 
   function readout(x, series, i, hasBudget) {

@@ -379,7 +379,7 @@
     const rows = plan.changes.map((c) => el("tr", { class: c.will_revert ? "will-revert" : "will-skip" },
       el("td", {}, c.entity_name || c.entity_id, el("div", { class: "muted" }, c.entity_id)),
       el("td", {}, c.field ? fieldName(c.field) : "—"),
-      el("td", { class: "change" }, fieldChange(c.field, c.before, c.after, plan.currency)),
+      el("td", { class: "change" }, fieldChange(c.field, c.before, c.after, plan.currency) + RE.windowText(c.schedule)),
       el("td", {}, typeof c.live === "object" && c.live !== null ? "—" : fieldValue(c.field, c.live, plan.currency)),
       el("td", {}, c.will_revert ? "set back to " + fieldValue(c.field, c.before, plan.currency)
         : `skipped: ${WHY[c.reason] || words(c.reason)}`)));
