@@ -32,6 +32,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import date
 from enum import StrEnum
+from functools import lru_cache
 from typing import NamedTuple
 
 
@@ -135,8 +136,17 @@ def week_factor(seed: int, entity_id: str, day_ordinal: int, first_ordinal: int 
     than 1.75 times the budget nor a calendar week more than 7 times.
     """
     sunday = day_ordinal - date.fromordinal(day_ordinal).isoweekday() % 7
-    days = range(max(sunday, first_ordinal or sunday), sunday + WEEK_DAYS)
-    shaped = {day: _day_base(seed, entity_id, day) for day in days}
+    first = max(sunday, first_ordinal or sunday)
+    if day_ordinal < first:
+        return 0.0
+    return _week_shape(seed, entity_id, sunday, first)[day_ordinal - first]
+
+
+@lru_cache(maxsize=1 << 16)
+def _week_shape(seed: int, entity_id: str, sunday: int, first: int) -> tuple[float, ...]:
+    """:func:`week_factor` of each day of the week from ``first`` to Saturday (a week is read
+    day by day: its nine hashes once, not per day)."""
+    shaped = {day: _day_base(seed, entity_id, day) for day in range(first, sunday + WEEK_DAYS)}
     pick, size = noise(seed, f"{entity_id}|week", sunday)[:2]
     surge_day = sunday + int(pick * WEEK_DAYS)
     if surge_day in shaped and len(shaped) > 1:
@@ -144,7 +154,7 @@ def week_factor(seed: int, entity_id: str, day_ordinal: int, first_ordinal: int 
         for day in shaped:
             shaped[day] += surge if day == surge_day else -surge / (len(shaped) - 1)
     scale = min(1.0, len(shaped) / sum(shaped.values()))
-    return shaped.get(day_ordinal, 0.0) * scale
+    return tuple(factor * scale for factor in shaped.values())
 
 
 def day_totals(
