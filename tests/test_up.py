@@ -254,7 +254,7 @@ def test_metrics_off_and_a_moved_sandbox_make_a_working_stack_that_stops_with_it
     lines = stack.ready()
     assert f"127.0.0.1:{sandbox}" in lines["sandbox"]
     assert "act_1001" in lines["accounts"]  # registered from the sandbox on its own port
-    assert "13 demo rule(s)" in lines["rules"]
+    assert "14 demo rule(s)" in lines["rules"]
     for name in ("dispatcher", "worker-1", "worker-2"):
         assert "metrics off" in lines[name], lines[name]
     assert not any(port_answers(p) for p in (base + 1, base + 4, base + 5, base + 6))
@@ -272,7 +272,8 @@ def test_the_demo_acts_on_the_late_2026_campaigns_within_a_minute(
 ) -> None:
     """The legacy Advantage+ shopping campaign is paused (its one lever), the spend cap of a
     winning ad set under an Advantage campaign budget is opened, and a budget-sharing
-    campaign's ad sets are rebalanced — each visible in Rule Logs within a minute."""
+    campaign's ad sets are rebalanced, and a winning campaign's evening gets a budget schedule
+    (Meta's high-demand period) — each visible in Rule Logs within a minute."""
     base = _quiet_base(8)
     stack = up(env=_env(tmp_path, port_base=base))
     stack.ready()
@@ -280,6 +281,7 @@ def test_the_demo_acts_on_the_late_2026_campaigns_within_a_minute(
         "Pause a losing legacy Advantage+ shopping campaign",
         "Open the spend cap of winning ad sets under an Advantage campaign budget",
         "Rebalance a budget-sharing campaign's ad sets beyond Meta's own 20 %",
+        "Evening push for winners",
     ]
     client: MongoClient[dict[str, object]] = MongoClient(
         mongodb_url(base + LAYOUT["mongodb"]), serverSelectionTimeoutMS=5000
@@ -290,18 +292,24 @@ def test_the_demo_acts_on_the_late_2026_campaigns_within_a_minute(
         ids = {
             str(r["_id"]): str(r["name"]) for r in db["rules"].find({"name": {"$in": list(wanted)}})
         }
-        assert len(ids) == 3
+        assert len(ids) == len(wanted)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(seen) < 3:
+        while time.monotonic() < deadline and len(seen) < len(wanted):
             for record in db["executions"].find(
                 {"rule_id": {"$in": list(ids)}, "outcome": "applied"}
             ):
                 seen.setdefault(ids[str(record["rule_id"])], record)
             time.sleep(1)
         found = [
-            (ids[str(r["rule_id"])][:20], r.get("outcome"), r.get("reason"), r.get("field"))
+            (ids[str(r["rule_id"])][:20], r.get("outcome"), r.get("reason"))
             for r in db["executions"].find({"rule_id": {"$in": list(ids)}})
         ]
+        evening = seen.get("Evening push for winners", {}).get("rule_id")
+        schedules = [
+            (i["status"], i["schedule"]["op"])
+            for i in db["action_intents"].find({"rule_id": evening, "field": "budget_schedules"})
+        ]
     assert set(seen) == set(wanted), found
+    assert schedules and set(schedules) == {("done", "create")}, schedules
     stack.process.send_signal(signal.SIGINT)
     assert stack.rest()[0] == 0

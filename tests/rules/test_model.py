@@ -80,6 +80,7 @@ def test_examples_cover_every_action_type_and_schedule() -> None:
         "notify",
         "increase_spend_limit",
         "rebalance_budget",
+        "schedule_budget",
     }
     assert {r.schedule.mode for r in rules} == {"interval", "timetable"}
     assert {t.match for r in rules for t in r.tasks} == {"all", "any"}
