@@ -4,7 +4,6 @@ may not use asynchronous batch requests)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -171,48 +170,110 @@ async def test_a_small_deep_copy_is_made_at_once_with_every_new_id(
     assert [(w["kind"], w["ok"]) for w in await sandbox.writes()] == [("copies", True)]
 
 
-async def test_a_worker_killed_mid_tree_leaves_what_was_made_and_nothing_is_sent_again(
-    settings: Settings, db: Database, redis: Any, sandbox: SandboxAdmin, accounts: list[str]
+@pytest.mark.parametrize("settler", ["redelivery", "reaper"])
+async def test_a_worker_killed_mid_tree_leaves_every_copy_recorded_and_nothing_sent_again(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+    accounts: list[str],
+    tmp_path: Any,
+    settler: str,
 ) -> None:
-    """The job stops while the ads' Batch API call is in flight (as a killed worker does):
-    the intent says the campaign and its ad sets were made; the job delivered again reads
-    that, settles the copy and sends nothing more."""
+    """A worker process is SIGKILLed while the ads' Batch API call is at Meta: the intent
+    noted the campaign and its ad sets, not the ads that call makes. The job delivered again,
+    or the reaper, settles the copy from what Meta holds under it — every ad of that last
+    call recorded with its source, the copy whole — and sends nothing more."""
     await new_app(sandbox)
     campaign = await named(sandbox, "campaigns", "[AUTO] Prospecting US 1")
+    source_ads = {a["id"] for a in (await graph(sandbox, f"{campaign}/ads"))["data"]}
     await save_rule(db, only(campaign))
     await dispatch(settings, db)
     (job,) = await queued_jobs(redis)
     await sandbox.set_faults(write_latency_ms=1500)
-    async with engine_for(settings, db) as engine:
-        running = asyncio.create_task(evaluate_account(engine, job, now=datetime.now(UTC)))
 
-        async def adsets_copied() -> bool:
-            intent = await db[c.ACTION_INTENTS].find_one({"field": "copies"})
-            objects = (intent or {}).get("response", {}).get("objects", [])
-            return sum(o["ad_object_type"] == "ad_set" for o in objects) == 3
+    async def ads_call_at_meta() -> bool:
+        intent = await db[c.ACTION_INTENTS].find_one({"field": "copies"})
+        objects = (intent or {}).get("response", {}).get("objects", [])
+        adsets = sum(o["ad_object_type"] == "ad_set" for o in objects)
+        return adsets == 3 and await write_in_flight(sandbox)
 
-        await wait_for(adsets_copied)
-        running.cancel()  # the ads' call is on its way: the worker is gone
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
+    worker = start_worker(settings, tmp_path / "worker.log")
+    try:
+        await wait_for(ads_call_at_meta, timeout_s=60)
+    finally:
+        kill(worker)
+    await wait_for(lambda: sandbox_quiet(sandbox))  # the ads' call lands at Meta all the same
     await sandbox.clear_faults()
     intent = await db[c.ACTION_INTENTS].find_one({"field": "copies"})
     assert intent is not None
-    assert (intent["status"], intent["response"]["complete"]) == ("pending", False)
+    noted = intent["response"]
+    assert (intent["status"], noted["complete"], len(noted["objects"])) == ("pending", False, 4)
+    copy = noted["copied_id"]
+    held = {a["id"] for a in (await graph(sandbox, f"{copy}/ads", fields="id"))["data"]}
+    assert len(held) == len(source_ads)  # Meta made them; the intent does not say so yet
     sent = len(await sandbox.writes())
-    async with engine_for(settings, db) as engine:  # the same job, delivered again
-        again = await evaluate_account(engine, job, now=datetime.now(UTC))
-    assert again.applied == 0
+    await redis.delete(c.QUEUE_NAME)
+    if settler == "redelivery":
+        async with engine_for(settings, db) as engine:  # the same job, delivered again
+            again = await evaluate_account(engine, job, now=datetime.now(UTC))
+        assert again.applied == 0
+    else:
+        await db[c.BATCHES].update_one({"_id": job.batch_id}, {"$set": {"status": "ABANDONED"}})
+        await reap(settings, db, redis, now=datetime.now(UTC))
     assert len(await sandbox.writes()) == sent  # nothing sent again
     settled = await db[c.ACTION_INTENTS].find_one({"_id": intent["_id"]})
-    assert settled is not None
-    assert (settled["status"], settled["response"]["copied_id"]) == (
-        "done",
-        intent["response"]["copied_id"],
-    )
+    assert settled is not None and settled["status"] == "done"
+    response = settled["response"]
+    assert (response["copied_id"], response["complete"]) == (copy, True)
+    ads = [o for o in response["objects"] if o["ad_object_type"] == "ad"]
+    assert {o["copied_id"] for o in ads} == held
+    assert {o["source_id"] for o in ads} == source_ads
+    assert len(set(response["copied_ids"])) == 1 + 3 + len(source_ads)
     (record,) = await records(db, rule_id=job.rule_id)
-    assert record["reason"] == "already_applied"
-    assert record["response"]["complete"] is False  # Rule Logs say the copy is not whole
+    assert record["response"]["complete"] is True  # Rule Logs list the whole copy
+    assert set(record["response"]["copied_ids"]) == set(response["copied_ids"])
+
+
+@pytest.mark.parametrize("lost_level", ["ad", "ad_set"])
+async def test_a_tree_copys_call_that_loses_its_answer_is_read_back_not_sent_again(
+    settings: Settings,
+    db: Database,
+    redis: Any,
+    sandbox: SandboxAdmin,
+    accounts: list[str],
+    lost_level: str,
+) -> None:
+    """A Batch API call of the tree lands at Meta and its answer is lost (a proxy's 502): its
+    copies may or may not have been made, so nothing is sent again; what Meta holds under the
+    copy is read back and recorded. The ads' answer lost: the copy is whole at Meta, and
+    recorded whole. The ad sets' answer lost: they were made, their ads never asked for — the
+    copy is recorded with its 3 ad sets, ``copy_incomplete``."""
+    await new_app(sandbox)
+    campaign = await named(sandbox, "campaigns", "[AUTO] Prospecting US 1")
+    source_adsets = {a["id"] for a in (await graph(sandbox, f"{campaign}/adsets"))["data"]}
+    source_ads = {a["id"] for a in (await graph(sandbox, f"{campaign}/ads"))["data"]}
+    in_call = min(source_ads if lost_level == "ad" else source_adsets)
+    lost = {"path_contains": f"{in_call}/copies", "method": "POST", "times": 1}
+    await sandbox.set_faults(lost_answers=[lost])
+    rule = await run_rule(settings, db, only(campaign))
+    (record,) = await records(db, rule_id=rule.id)
+    response = record["response"]
+    made = Counter(o["ad_object_type"] for o in response["objects"])
+    sources = {o["source_id"] for o in response["objects"][1:]}
+    asked = [w for w in await sandbox.writes() if w["kind"] == "copies"]
+    if lost_level == "ad":
+        assert (record["outcome"], record["reason"]) == ("applied", None), record
+        assert (made["ad_set"], made["ad"], response["complete"]) == (3, len(source_ads), True)
+        assert sources == source_adsets | source_ads
+        held = (await graph(sandbox, f"{record['after']}/ads", fields="id"))["data"]
+        assert set(response["copied_ids"][4:]) == {a["id"] for a in held}
+        assert len(asked) == 1 + 3 + len(source_ads)  # each object asked for once
+    else:
+        assert (record["outcome"], record["reason"]) == ("applied", "copy_incomplete"), record
+        assert (made["ad_set"], made["ad"], response["complete"]) == (3, 0, False)
+        assert sources == source_adsets
+        assert len(asked) == 1 + 3  # the ads never asked for, nothing asked twice
 
 
 # ---------------------------------------------------------------- overlapping runs

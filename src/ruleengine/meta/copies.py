@@ -42,6 +42,8 @@ class CopyResult:
             batch, as copies were made before new apps lost them).
         request_set_id: The asynchronous batch's request set, if one was used.
         complete: False for a tree copy that stopped part-way (what was made is listed).
+        level: A tree copy's top object: ``campaign`` or ``adset``.
+        planned: How many objects a tree copy makes when whole (the top one included).
     """
 
     copied_id: str
@@ -49,10 +51,12 @@ class CopyResult:
     mode: Literal["sync", "async", "tree"] = "sync"
     request_set_id: str | None = None
     complete: bool = True
+    level: str | None = None
+    planned: int | None = None
 
     def as_response(self) -> dict[str, Any]:
         """What the intent and the execution record keep of it."""
-        return {
+        response: dict[str, Any] = {
             "copied_id": self.copied_id,
             "copied_ids": [o["copied_id"] for o in self.objects] or [self.copied_id],
             "objects": self.objects,
@@ -60,6 +64,9 @@ class CopyResult:
             "request_set_id": self.request_set_id,
             "complete": self.complete,
         }
+        if self.mode == "tree":
+            response |= {"level": self.level, "planned": self.planned}
+        return response
 
 
 def parse_copy(
@@ -168,3 +175,51 @@ async def read_copies(
         after = cursors.get("after") if isinstance(cursors, dict) else None
         if not after:
             return found
+
+
+async def read_tree_copy(
+    reader: GraphReader, copy: dict[str, Any], *, token: str, account_id: str
+) -> CopyResult:
+    """A tree copy as Meta holds it: the copy's top object and every ad set and ad under it,
+    each with the object it was copied from (``source_adset_id``, ``source_ad_id``: fields
+    of Meta's ad set and ad, in its SDK's ``AdSet.Field`` and ``Ad.Field``). GET only.
+
+    ``copy`` is what the intent noted (:meth:`CopyResult.as_response`, mode ``tree``). A
+    worker killed while a Batch API call of children was on its way noted none of that
+    call's copies, though Meta made them; this lists them all, and says the copy is
+    ``complete`` when it holds as many objects as the tree has.
+
+    Raises:
+        GraphError: the copy's children could not be read (the caller tries again later).
+    """
+    copied_id = str(copy["copied_id"])
+    noted = [o for o in copy.get("objects") or [] if isinstance(o, dict)]
+    top = [o for o in noted if o.get("copied_id") == copied_id] or noted[:1]
+    objects: list[dict[str, str]] = [dict(o) for o in top]
+    kinds = [("ad", "ads", "source_ad_id")]
+    if copy.get("level") == "campaign":
+        kinds.insert(0, ("ad_set", "adsets", "source_adset_id"))
+    for kind, edge, source in kinds:
+        listed = await reader.edge(
+            f"{copied_id}/{edge}", token=token, fields=["id", source], account_id=account_id
+        )
+        objects += [
+            {
+                "ad_object_type": kind,
+                "source_id": str(o.get(source) or ""),
+                "copied_id": str(o["id"]),
+            }
+            for o in listed
+            if o.get("id")
+        ]
+    planned = copy.get("planned")
+    whole = isinstance(planned, int) and len(objects) >= planned
+    level = copy.get("level")
+    return CopyResult(
+        copied_id,
+        objects,
+        "tree",
+        complete=whole,
+        level=str(level) if level else None,
+        planned=planned if isinstance(planned, int) else None,
+    )

@@ -44,7 +44,13 @@ from ruleengine.acting.results import (
     record_once,
     unanswered,
 )
-from ruleengine.meta.copies import CopyResult, read_async_copy, read_copies, too_large
+from ruleengine.meta.copies import (
+    CopyResult,
+    read_async_copy,
+    read_copies,
+    read_tree_copy,
+    too_large,
+)
 from ruleengine.meta.errors import GraphError
 from ruleengine.meta.reader import GraphReader
 from ruleengine.meta.writer import GraphWriter, WriteContext
@@ -187,10 +193,10 @@ async def _tree(
         made = await copy_tree(writer, tree, options=options, note=note, still_ours=still_ours)
     except GraphError as exc:
         return await _refused(run, entity, intent, intents, exc)
-    copy = CopyResult(made.copied_id or "", made.objects, "tree")
-    if made.complete:
-        return await _done(run, entity, intent, intents, copy)
-    response = made.response()
+    held = made.result() if made.complete else await _as_held(run, made.result())
+    if held.complete:
+        return await _done(run, entity, intent, intents, held)
+    response = held.as_response()
     with contextlib.suppress(Fenced):  # made, partly: settled, never sent again
         await intents.resolve(intent.id, status="done", now=run.store_now(), response=response)
     return ActResult(
@@ -204,6 +210,18 @@ async def _tree(
     )
 
 
+async def _as_held(run: JobRun, made: CopyResult) -> CopyResult:
+    """A tree copy that stopped part-way, as Meta holds it: a call that went unanswered may
+    have made children nobody noted, or all of them (:func:`read_tree_copy`); what was noted
+    when Meta cannot be read now."""
+    try:
+        return await read_tree_copy(
+            run.reader, made.as_response(), token=run.token, account_id=run.account
+        )
+    except GraphError:
+        return made
+
+
 async def _refused(
     run: JobRun, entity: Entity, intent: Intent, intents: IntentStore, exc: GraphError
 ) -> ActResult:
@@ -211,6 +229,12 @@ async def _refused(
     with contextlib.suppress(Fenced):
         await intents.resolve(intent.id, status="failed", now=run.store_now(), error=exc.as_dict())
     return _failed(entity, exc)
+
+
+def _unfinished_tree(response: Any) -> bool:
+    """True for a tree copy the intent does not note as whole (its worker died part-way)."""
+    tree = isinstance(response, dict) and response.get("mode") == "tree"
+    return tree and bool(response.get("copied_id")) and not response.get("complete")
 
 
 def _request_set(response: Any) -> str | None:
@@ -359,8 +383,18 @@ async def settle_copy(
     """
     response = intent.get("response")
     set_id = _request_set(response)
-    if isinstance(response, dict) and response.get("copied_id"):
-        fields: dict[str, Any] = {"status": "done", "reconciled": True}
+    if isinstance(response, dict) and _unfinished_tree(response):
+        # what Meta holds under it, the children of the call on its way included
+        held = await read_tree_copy(
+            reader, response, token=token, account_id=str(intent["account"])
+        )
+        fields: dict[str, Any] = {
+            "status": "done",
+            "response": held.as_response(),
+            "reconciled": True,
+        }
+    elif isinstance(response, dict) and response.get("copied_id"):
+        fields = {"status": "done", "reconciled": True}
     elif set_id is None:
         raise ValueError("only a copy Meta answered is settled from its answer")
     else:

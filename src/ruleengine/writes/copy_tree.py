@@ -17,10 +17,13 @@ v27.0", 2026-11-04). So the engine makes the same tree with what remains:
 The children keep their names (``NO_RENAME``: what a deep copy's default
 ``ONLY_TOP_LEVEL_RENAME`` does) and take the same ``status_option``. It is recorded as one
 copy: one intent, whose response is noted after every call (``mode: tree``,
-``complete: false`` until the last), so a worker killed half-way leaves a pending intent
-that says what was made; it is settled from that, never sent again
-(:func:`ruleengine.writes.copies.settle_copy`). A child Meta refused, or did not answer,
-stops the tree there: the copy is recorded as made but ``copy_incomplete``.
+``complete: false`` until the last, with the tree's ``level`` and ``planned`` size), so a
+worker killed half-way leaves a pending intent that says what was made; it is settled from
+what Meta holds under the copy, never sent again (:func:`ruleengine.writes.copies.settle_copy`
+reads the copy's ad sets and ads back with their sources: the children of a call on its way
+when the worker died are recorded too). A child Meta refused, or did not answer, stops the
+tree there: the copy is recorded as made but ``copy_incomplete``, with every object Meta
+holds under it (an unanswered call may have made some).
 """
 
 from __future__ import annotations
@@ -70,11 +73,23 @@ class TreeCopy:
     objects: list[dict[str, str]] = field(default_factory=list)
     complete: bool = False
     error: dict[str, Any] | None = None
+    level: str | None = None
+    planned: int | None = None
+
+    def result(self) -> CopyResult:
+        """The copy as far as it got."""
+        return CopyResult(
+            self.copied_id or "",
+            self.objects,
+            "tree",
+            complete=self.complete,
+            level=self.level,
+            planned=self.planned,
+        )
 
     def response(self) -> dict[str, Any]:
         """What the intent and the record keep of it."""
-        copy = CopyResult(self.copied_id or "", self.objects, "tree", complete=self.complete)
-        return copy.as_response()
+        return self.result().as_response()
 
 
 async def read_tree(run: JobRun, root: str, kind: str) -> Tree:
@@ -113,7 +128,7 @@ async def copy_tree(
         ctx=options["ctx"],
     )
     copying = _Copying(writer, options["token"], options["ctx"], note, still_ours)
-    copying.done = TreeCopy(top.copied_id, list(top.objects))
+    copying.done = TreeCopy(top.copied_id, list(top.objects), level=tree.kind, planned=tree.size)
     await note(copying.done.response())
     copied_adsets = {tree.root: top.copied_id}
     if tree.kind == "campaign":
